@@ -1,0 +1,126 @@
+"""The Python API: ``convert`` runs every stage; ``export`` ... ``gate`` run up to one stage.
+
+Each takes a ``deploykit.yaml`` path, a :class:`Config`, or an ``.onnx`` file (then the inputs come
+from the model, with dynamic dims set by ``dims={"batch": (1, 1, 8)}``), plus dotted overrides
+written with double underscores: ``convert("deploykit.yaml", gate__iterations=50)``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from deploykit.artifacts import Store
+from deploykit.config import Config, config_from_dict, load_config
+from deploykit.errors import UsageError
+from deploykit.progress import Reporter
+from deploykit.result import RunResult
+
+DEFAULT_WORKDIR = ".deploykit"
+REPORT_FILES = {"parity": ["parity.json"], "gate": ["gate.json", "junit.xml", "summary.md"]}
+
+
+def resolve_config(source: str | Path | Config, overrides: dict[str, Any] | None = None,
+                   dims: dict[str, tuple[int, int, int]] | None = None) -> Config:
+    """A validated Config from a YAML path, an ONNX path, or a Config (overrides applied)."""
+    overrides = overrides or {}
+    if isinstance(source, Config):
+        if overrides:
+            raise UsageError("overrides apply to a config file; change the Config object with dataclasses.replace")
+        return source
+    path = Path(source)
+    if path.suffix == ".onnx":
+        from deploykit.config import apply_overrides
+        from deploykit.onnxio import load_model
+
+        raw = apply_overrides(onnx_config_dict(load_model(path, load_external=False), path, dims or {}), overrides)
+        return config_from_dict(raw, Path.cwd())
+    return load_config(path, overrides)
+
+
+def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int]]) -> dict[str, Any]:
+    """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
+    from onnx import helper
+
+    inputs, used = [], {}
+    initializers = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        shape = []
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                shape.append(d.dim_value)
+                continue
+            name = d.dim_param or f"{vi.name}_dim{axis}"
+            lo, opt, hi = dims.get(name, (1, 1, 1))
+            used[name] = {"min": lo, "opt": opt, "max": hi}
+            shape.append(name)
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        inputs.append({"name": vi.name, "shape": shape, "dtype": dtype})
+    unknown = set(dims) - set(used)
+    if unknown:
+        raise UsageError(f"{path}: --dim names {', '.join(sorted(unknown))}, which the model does not have; "
+                         f"its dynamic dims are: {', '.join(used) or 'none'}")
+    return {"name": path.stem, "source": {"onnx": str(path.resolve())}, "inputs": inputs, "dims": used,
+            "gate": {"allow_missing_target": True}}
+
+
+def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, until: str | None = None,
+            rerun: tuple[str, ...] = (), report_dir: str | Path | None = None, reporter: Reporter | None = None,
+            dims: dict[str, tuple[int, int, int]] | None = None, **overrides: Any) -> RunResult:
+    """Run the pipeline; return the result, or raise (GateFailed and others carry ``.result``).
+
+    Args:
+        source: a deploykit.yaml path, an .onnx path, or a Config.
+        workdir: the artifact store; reruns reuse what it holds.
+        until: stop after this stage.
+        rerun: stages to run even when their artifact exists.
+        report_dir: where to copy parity/gate reports (JSON, JUnit XML, Markdown).
+        reporter: progress and events (silent by default).
+        dims: min/opt/max for an ONNX source's dynamic dims.
+        **overrides: config fields, dots written as ``__`` (``gate__iterations=50``).
+    """
+    from deploykit.pipeline import run_pipeline
+    from deploykit.stages import default_stages
+
+    config = resolve_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims)
+    store = Store(workdir)
+    try:
+        result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
+    except Exception as e:
+        if report_dir is not None and getattr(e, "result", None) is not None:
+            copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
+        raise
+    if report_dir is not None:
+        copy_reports(result, Path(report_dir))
+    return result
+
+
+def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
+    """Copy the run's reports to a stable folder CI can pick up."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for role, names in REPORT_FILES.items():
+        artifact = result.artifacts.get(role)
+        for name in names if artifact else ():
+            shutil.copyfile(artifact.file(name), report_dir / name)
+            written.append(report_dir / name)
+    return written
+
+
+def _stage_function(stage: str) -> Any:
+    def run(source: str | Path | Config, **kwargs: Any) -> RunResult:
+        return convert(source, until=stage, **kwargs)
+
+    run.__name__ = stage
+    run.__doc__ = f"Run the pipeline up to and including the {stage!r} stage (see :func:`convert`)."
+    return run
+
+
+export = _stage_function("export")
+surgery = _stage_function("surgery")
+build = _stage_function("build")
+parity = _stage_function("parity")
+gate = _stage_function("gate")

@@ -1,0 +1,124 @@
+"""ONNX Runtime on the CPU: the embedded default backend that runs everywhere.
+
+The engine is the offline-optimized model plus ``engine.json`` holding the session options it was
+optimized for; loading it runs that graph as saved, with no further graph rewrites.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.backends.base import Availability, TensorSpec
+from deploykit.config import BuildConfig
+from deploykit.environment import device_fingerprint, onnxruntime_version
+from deploykit.errors import ModelError
+
+ENGINE_MODEL = "model.onnx"
+ENGINE_JSON = "engine.json"
+_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+           "all": "ORT_ENABLE_ALL"}
+_ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64",
+               "tensor(int32)": "int32", "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(bool)": "bool",
+               "tensor(double)": "float64"}
+
+
+def session_options(level: str, threads: int = 0) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3  # ORT's warnings go to stderr and drown our own output
+    return opts
+
+
+def open_session(path: Path, level: str = "disabled", threads: int = 0) -> Any:
+    """An ONNX Runtime CPU session; errors name the file and say what ORT rejected."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), session_options(level, threads), providers=["CPUExecutionProvider"])
+    except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{path}: ONNX Runtime cannot load the model: {first}",
+                         hint="check the opset and custom ops with `deploykit inspect`") from e
+
+
+class OnnxRuntimeSession:
+    def __init__(self, session: Any, evaluator: str) -> None:
+        self._session = session
+        self.evaluator = evaluator
+        self._output_names = [o.name for o in session.get_outputs()]
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return [_spec(i) for i in self._session.get_inputs()]
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return [_spec(o) for o in self._session.get_outputs()]
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self._output_names, self._session.run(self._output_names, feeds), strict=True))
+
+    def timed_runner(self, feeds: dict[str, np.ndarray]) -> Any:
+        run, names = self._session.run, self._output_names
+        return lambda: run(names, feeds)
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+    device_specific = False  # except at level "all": see build_fingerprint
+
+    def availability(self) -> Availability:
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            return Availability(False, f"onnxruntime is not importable ({e}); reinstall deploykit")
+        return Availability(True, version=ort.__version__)
+
+    def build_fingerprint(self, options: BuildConfig) -> dict[str, Any]:
+        env: dict[str, Any] = {"onnxruntime": onnxruntime_version()}
+        if options.optimization_level == "all":
+            # ORT_ENABLE_ALL writes layout (NCHWc) nodes chosen for this CPU: not portable.
+            env["device"] = device_fingerprint()
+        return env
+
+    def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path) -> dict[str, Any]:
+        import onnxruntime as ort
+
+        opts = session_options(options.optimization_level, options.intra_op_threads)
+        opts.optimized_model_filepath = str(out_dir / ENGINE_MODEL)
+        try:
+            ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            first = str(e).strip().splitlines()[0]
+            raise ModelError(f"{onnx_path}: ONNX Runtime cannot build the model: {first}",
+                             hint="check the opset and custom ops with `deploykit inspect`") from e
+        engine = {"backend": self.name, "onnxruntime": ort.__version__, "provider": "CPUExecutionProvider",
+                  "optimization_level": options.optimization_level, "intra_op_threads": options.intra_op_threads}
+        (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
+        return engine
+
+    def load(self, engine_dir: Path) -> OnnxRuntimeSession:
+        engine = json.loads((engine_dir / ENGINE_JSON).read_text())
+        # The saved graph is already optimized: run it as written.
+        session = open_session(engine_dir / ENGINE_MODEL, "disabled", engine["intra_op_threads"])
+        return OnnxRuntimeSession(session, f"onnxruntime {engine['onnxruntime']} CPU "
+                                           f"(optimized offline at {engine['optimization_level']})")
+
+
+def reference_session(path: Path) -> OnnxRuntimeSession:
+    """The graph evaluated as written (no graph optimizations): the FP32 reference."""
+    import onnxruntime as ort
+
+    return OnnxRuntimeSession(open_session(path, "disabled"), f"onnxruntime {ort.__version__} CPU, optimizations off")
+
+
+def _spec(arg: Any) -> TensorSpec:
+    shape = tuple(d if isinstance(d, int) else str(d) for d in (arg.shape or ()))
+    return TensorSpec(arg.name, _ORT_DTYPES.get(arg.type, arg.type), shape)

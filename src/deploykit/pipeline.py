@@ -1,0 +1,112 @@
+"""Run stages in order: check declared kinds, consult the cache, publish, record lineage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from deploykit.artifacts import Artifact, Manifest, Store, recipe_key
+from deploykit.config import Config
+from deploykit.environment import device_fingerprint, tool_versions
+from deploykit.errors import DeployKitError, GateFailed, InternalError
+from deploykit.hashing import canonical
+from deploykit.progress import Reporter, SilentReporter
+from deploykit.result import RunResult, StageRecord
+from deploykit.stages.base import Stage, StageContext
+
+
+@dataclass
+class _Run:
+    ctx: StageContext
+    roles: dict[str, Artifact] = field(default_factory=dict)
+    records: list[StageRecord] = field(default_factory=list)
+    failures: list[GateFailed] = field(default_factory=list)
+
+
+def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, reporter: Reporter | None = None,
+                 until: str | None = None, rerun: Sequence[str] = ()) -> RunResult:
+    """Run ``stages`` (up to and including ``until``); reuse artifacts whose recipe exists.
+
+    Gate failures (parity, targets) do not stop later stages: every report gets written. Any other
+    error stops the run. Either way the error carries the partial result as ``error.result``.
+    """
+    known = {s.name for s in stages}
+    for name in [*rerun, *([until] if until else [])]:
+        if name not in known:
+            raise InternalError(f"no stage named {name!r} (stages: {', '.join(known)})")
+    run = _Run(StageContext(config, store, reporter or SilentReporter()))
+    for stage in stages:
+        if not stage.applies(run.ctx):
+            continue
+        try:
+            _run_stage(run, stage, force=stage.name in rerun)
+        except DeployKitError as e:
+            e.result = _result(run, config)  # type: ignore[attr-defined]
+            raise
+        if stage.name == until:
+            break
+    result = _result(run, config)
+    store.name_run(config.name, {role: a.digest for role, a in run.roles.items()})
+    if run.failures:
+        run.failures[0].result = result  # type: ignore[attr-defined]
+        raise run.failures[0]
+    return result
+
+
+def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
+    ctx, start = run.ctx, time.perf_counter()
+    ctx.reporter.event("stage_start", stage=stage.name)
+    try:
+        parents = _parents(run, stage)
+        key_config = canonical(stage.key_config(ctx))
+        key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))
+        artifact = None if force else ctx.store.lookup(key)
+        status = "reused" if artifact else "ran"
+        if artifact is None:
+            artifact = _execute(run, stage, key, parents, key_config)
+    except DeployKitError as e:
+        seconds = time.perf_counter() - start
+        run.records.append(StageRecord(stage.name, "failed", seconds, None, str(e)))
+        ctx.reporter.event("stage_end", stage=stage.name, status="failed", seconds=seconds, error=str(e))
+        raise
+    seconds = time.perf_counter() - start
+    for role in stage.output_roles:
+        run.roles[role] = artifact
+    try:
+        stage.verdict(artifact)
+        error = ""
+    except GateFailed as e:
+        run.failures.append(e)
+        error = str(e)
+    run.records.append(StageRecord(stage.name, status, seconds, artifact, error))
+    ctx.reporter.event("stage_end", stage=stage.name, status=status, seconds=seconds, digest=artifact.digest,
+                       passed=not error)
+
+
+def _parents(run: _Run, stage: Stage) -> dict[str, str]:
+    parents = {}
+    for role, kind in stage.inputs.items():
+        artifact = run.roles.get(role)
+        if artifact is None or artifact.kind != kind:
+            got = artifact.kind if artifact else "nothing"
+            raise InternalError(f"stage {stage.name!r} needs a {kind!r} artifact as {role!r}, the pipeline has {got}")
+        parents[role] = artifact.digest
+    return parents
+
+
+def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_config: object) -> Artifact:
+    ctx = run.ctx
+    inputs = {role: run.roles[role] for role in stage.inputs}
+    with ctx.store.staging(stage.name) as tmp:
+        start = time.perf_counter()
+        summary = stage.run(ctx, inputs, tmp)
+        manifest = Manifest(kind=stage.output_kind, stage=stage.name, stage_version=stage.version, recipe_key=key,
+                            config=key_config, parents=parents, files={},
+                            tools=tool_versions(), device=device_fingerprint(),
+                            timings={"run_s": round(time.perf_counter() - start, 4)}, summary=summary)
+        return ctx.store.publish(tmp, manifest)
+
+
+def _result(run: _Run, config: Config) -> RunResult:
+    return RunResult(config.name, list(run.records), dict(run.roles), run.ctx.store.root)

@@ -1,0 +1,136 @@
+"""export: torch factory -> ONNX, checked against torch on random inputs."""
+
+from __future__ import annotations
+
+import io
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.artifacts import Artifact
+from deploykit.config import Config
+from deploykit.environment import tool_versions
+from deploykit.errors import ModelError
+from deploykit.onnxio import distinct_shapes, random_feeds, save_model
+from deploykit.stages.base import Stage, StageContext
+from deploykit.torchsource import build_model, run_torch, source_fingerprint
+
+MODEL = "model.onnx"
+
+
+class ExportStage(Stage):
+    name = "export"
+    version = 1
+    inputs: dict[str, str] = {}
+    output_kind = "onnx"
+    output_roles = ("reference", "model")
+
+    def applies(self, ctx: StageContext) -> bool:
+        return ctx.config.source.factory is not None
+
+    def key_config(self, ctx: StageContext) -> Any:
+        c = ctx.config
+        return {"source": source_fingerprint(c), "inputs": c.inputs, "dims": c.dims, "outputs": c.outputs,
+                "export": c.export}
+
+    def key_env(self, ctx: StageContext) -> dict[str, Any]:
+        return {"torch": tool_versions().get("torch", "absent")}
+
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+        cfg = ctx.config
+        model = build_model(cfg)
+        onnx_model, exporter, fallback_reason = export_model(model, cfg)
+        save_model(onnx_model, out / MODEL)
+        check = check_against_torch(model, cfg, out / MODEL)
+        return {"exporter": exporter, "fallback_reason": fallback_reason, "opset": cfg.export.opset,
+                "nodes": len(onnx_model.graph.node), "check": check}
+
+
+def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
+    """Export with the configured exporter; ``auto`` tries dynamo, then TorchScript. Returns (model, exporter, why)."""
+    order = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.export.exporter]
+    errors: list[str] = []
+    for exporter in order:
+        try:
+            return _export_with(model, cfg, exporter), exporter, "; ".join(errors)
+        except Exception as e:  # each exporter fails in its own way; keep the first line of each
+            errors.append(f"{exporter} exporter failed: {_first_line(e)}")
+    raise ModelError(f"source.factory {cfg.source.factory}: export failed. " + " | ".join(errors),
+                     hint="try export.exporter: torchscript or dynamo, or simplify data-dependent code")
+
+
+def _export_with(model: Any, cfg: Config, exporter: str) -> Any:
+    import onnx
+    import torch
+
+    example = _example_inputs(cfg)
+    names = [s.name for s in cfg.inputs]
+    outputs = list(cfg.outputs) or None
+    buf = io.BytesIO()
+    with contextlib.redirect_stdout(io.StringIO()), torch.inference_mode(False), torch.no_grad():
+        if exporter == "dynamo":
+            program = torch.onnx.export(model, example, dynamo=True, input_names=names, output_names=outputs,
+                                        opset_version=cfg.export.opset, dynamic_shapes=_dynamo_shapes(cfg),
+                                        external_data=False, verbose=False)
+            return program.model_proto
+        torch.onnx.export(model, example, buf, dynamo=False, input_names=names, output_names=outputs,
+                          opset_version=cfg.export.opset, dynamic_axes=_dynamic_axes(cfg) or None)
+    return onnx.load_model_from_string(buf.getvalue())
+
+
+def _example_inputs(cfg: Config) -> tuple[Any, ...]:
+    import torch
+
+    feeds = random_feeds(cfg, "opt", np.random.default_rng(cfg.export.seed))
+    tensors = []
+    for spec in cfg.inputs:
+        arr = feeds[spec.name]
+        # torch.export specialises dims of size 1; trace a dynamic dim at >= 2 when its range allows.
+        shape = [max(arr.shape[i], min(2, cfg.dims[d].max)) if isinstance(d, str) else arr.shape[i]
+                 for i, d in enumerate(spec.shape)]
+        tensors.append(torch.from_numpy(np.resize(arr, shape)))
+    return tuple(tensors)
+
+
+def _dynamo_shapes(cfg: Config) -> tuple[dict[int, Any], ...] | None:
+    from torch.export import Dim
+
+    dims = {name: Dim(name, min=d.min, max=d.max) for name, d in cfg.dims.items() if d.max > d.min}
+    shapes = tuple({i: dims[d] for i, d in enumerate(s.shape) if isinstance(d, str) and d in dims} for s in cfg.inputs)
+    return shapes if any(shapes) else None
+
+
+def _dynamic_axes(cfg: Config) -> dict[str, dict[int, str]]:
+    return {s.name: {i: d for i, d in enumerate(s.shape) if isinstance(d, str) and cfg.dims[d].max > cfg.dims[d].min}
+            for s in cfg.inputs if any(isinstance(d, str) for d in s.shape)}
+
+
+def check_against_torch(model: Any, cfg: Config, path: Path) -> dict[str, Any]:
+    """ONNX Runtime vs torch on random inputs at each distinct min/opt/max shape; raise if they differ."""
+    from deploykit.backends.onnxruntime import reference_session
+
+    session = reference_session(path)
+    names = [o.name for o in session.outputs]
+    rng = np.random.default_rng(cfg.export.seed + 1)
+    worst = {"max_abs": 0.0, "output": "", "shape": ""}
+    for which in distinct_shapes(cfg):
+        for _ in range(cfg.export.check_samples):
+            feeds = random_feeds(cfg, which, rng)
+            expected = run_torch(model, feeds, [s.name for s in cfg.inputs])
+            got = session.infer(feeds)
+            for name, ref in zip(names, expected, strict=True):
+                err = float(np.max(np.abs(got[name].astype(np.float64) - ref))) if ref.size else 0.0
+                if err > worst["max_abs"]:
+                    worst = {"max_abs": err, "output": name, "shape": which}
+                if not np.allclose(got[name], ref, atol=cfg.export.check_atol, rtol=cfg.export.check_rtol):
+                    raise ModelError(f"{path}: exported output {name!r} differs from torch by up to {err:.3g} at "
+                                     f"the {which} shape (tolerance atol={cfg.export.check_atol}, rtol={cfg.export.check_rtol})",
+                                     hint="try the other exporter (export.exporter) or check for randomness in forward()")
+    return {"evaluator": session.evaluator, "shapes": distinct_shapes(cfg), "samples": cfg.export.check_samples, **worst}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]

@@ -1,0 +1,44 @@
+"""surgery: the configured list of graph passes, each checked (see deploykit.surgery.runner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.artifacts import Artifact
+from deploykit.onnxio import load_model, random_feeds, save_model
+from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.export import MODEL
+
+
+class SurgeryStage(Stage):
+    name = "surgery"
+    version = 1
+    inputs = {"model": "onnx"}
+    output_kind = "onnx"
+    output_roles = ("model",)
+
+    def applies(self, ctx: StageContext) -> bool:
+        return bool(ctx.config.surgery.passes)
+
+    def key_config(self, ctx: StageContext) -> Any:
+        from deploykit.surgery.registry import instantiate
+
+        s = ctx.config.surgery
+        # Resolve passes now: an unknown name fails before any work, and defaults enter the key.
+        passes = [{"name": p.name, "params": p.params} for p in map(instantiate, s.passes)]
+        return {"passes": passes, "check_atol": s.check_atol, "check_rtol": s.check_rtol}
+
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+        from deploykit.surgery.registry import instantiate
+        from deploykit.surgery.runner import run_passes
+
+        src = inputs["model"].file(MODEL)
+        cfg = ctx.config
+        feeds = random_feeds(cfg, "opt", np.random.default_rng(0))
+        model, reports = run_passes(load_model(src), [instantiate(p) for p in cfg.surgery.passes], feeds,
+                                    atol=cfg.surgery.check_atol, rtol=cfg.surgery.check_rtol, where=src)
+        save_model(model, out / MODEL)
+        return {"passes": reports, "nodes": len(model.graph.node)}

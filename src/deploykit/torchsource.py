@@ -1,0 +1,113 @@
+"""Torch model sources: the factory the user named, its cache fingerprint, and building it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from deploykit.config import Config
+from deploykit.errors import ConfigError, ModelError
+from deploykit.hashing import digest_file
+
+
+@contextlib.contextmanager
+def _importable_from(folder: Path) -> Iterator[None]:
+    sys.path.insert(0, str(folder))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(folder))
+
+
+def _find_module_file(config: Config) -> Path:
+    module = config.source.factory.split(":")[0]  # type: ignore[union-attr]
+    with _importable_from(config.base_dir):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as e:
+            spec, err = None, e
+        else:
+            err = None
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        raise ConfigError(f"source.factory: module {module!r} not found (searched {config.base_dir} and sys.path)"
+                          + (f": {err}" if err else ""), hint="give 'module:function' importable from the config's folder")
+    return Path(spec.origin)
+
+
+def source_fingerprint(config: Config) -> dict[str, str]:
+    """Digests of the factory's module file, the weights and declared dependencies.
+
+    Computed without importing torch or the module, so an unchanged rerun is cheap. A factory that
+    reads other files must list them under ``source.depends`` for changes to invalidate the cache.
+    """
+    files = {"module": _find_module_file(config)}
+    if config.source.weights:
+        files["weights"] = config.path(config.source.weights)
+    for dep in config.source.depends:
+        files[f"depends:{dep}"] = config.path(dep)
+    out = {"factory": config.source.factory or ""}
+    for role, path in files.items():
+        if not path.is_file():
+            raise ConfigError(f"source: {role.split(':')[0]} file {path} not found")
+        out[role] = digest_file(path)
+    return out
+
+
+def build_model(config: Config) -> Any:
+    """Call the user's factory (named explicitly in the config), load weights safely, set eval mode."""
+    import torch
+
+    module_name, fn_name = config.source.factory.split(":")  # type: ignore[union-attr]
+    with _importable_from(config.base_dir):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name == module_name:
+                raise ConfigError(f"source.factory: module {module_name!r} not found",
+                                  hint="give 'module:function' importable from the config's folder") from e
+            raise ModelError(f"source.factory: importing {module_name!r} failed: {e}") from e
+        except Exception as e:
+            raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {e}") from e
+    factory = getattr(module, fn_name, None)
+    if not callable(factory):
+        raise ConfigError(f"source.factory: {module_name!r} has no function {fn_name!r}")
+    try:
+        model = factory()
+    except Exception as e:
+        raise ModelError(f"source.factory: {config.source.factory}() raised {type(e).__name__}: {e}") from e
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(f"source.factory: {config.source.factory}() returned {type(model).__name__}, not a torch.nn.Module")
+    if config.source.weights:
+        _load_weights(model, config.path(config.source.weights))
+    return model.eval()
+
+
+def _load_weights(model: Any, path: Path) -> None:
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # never unpickle code
+    except Exception as e:
+        raise ModelError(f"{path}: cannot read weights as a state_dict ({e})",
+                         hint="save with torch.save(model.state_dict(), path)") from e
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise ModelError(f"{path}: weights do not fit the model: {first}") from e
+
+
+def run_torch(model: Any, feeds: dict[str, Any], input_names: list[str]) -> list[Any]:
+    """Torch outputs as numpy arrays, flattened in output order."""
+    import torch
+
+    with torch.inference_mode():
+        out = model(*(torch.from_numpy(feeds[n]) for n in input_names))
+    flat = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [t.detach().numpy() for t in flat]
