@@ -36,9 +36,7 @@ class RichReporter:
         self.console = console or Console(stderr=True)
 
     def event(self, name: str, **fields: Any) -> None:
-        if name == "stage_start":
-            self.console.print(f"[bold]{fields['stage']}[/] …", highlight=False)
-        elif name == "stage_end":
+        if name == "stage_end":  # the start is implied: long work inside a stage shows its own bar
             colour = {"ran": "green", "reused": "cyan", "failed": "red"}.get(fields["status"], "white")
             self.console.print(f"[bold]{fields['stage']}[/] [{colour}]{fields['status']}[/] "
                                f"{fields['seconds']:.2f}s {fields.get('digest', '')[:12]}", highlight=False)

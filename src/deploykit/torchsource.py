@@ -25,19 +25,43 @@ def _importable_from(folder: Path) -> Iterator[None]:
             sys.path.remove(str(folder))
 
 
+def _local_module_file(config: Config) -> Path | None:
+    """The factory module's file when it lives under the config's folder (the usual case)."""
+    rel = config.source.factory.split(":")[0].replace(".", "/")  # type: ignore[union-attr]
+    for candidate in (config.base_dir / f"{rel}.py", config.base_dir / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def _find_module_file(config: Config) -> Path:
+    local = _local_module_file(config)
+    if local is not None:
+        return local
     module = config.source.factory.split(":")[0]  # type: ignore[union-attr]
-    with _importable_from(config.base_dir):
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError) as e:
-            spec, err = None, e
-        else:
-            err = None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        raise ConfigError(f"source.factory: module {module!r} not found (searched {config.base_dir} and sys.path)"
-                          + (f": {err}" if err else ""), hint="give 'module:function' importable from the config's folder")
+        raise ConfigError(f"source.factory: module {module!r} not found in {config.base_dir} or on sys.path",
+                          hint="give 'module:function' importable from the config's folder")
     return Path(spec.origin)
+
+
+def _import_factory_module(config: Config) -> Any:
+    """Import the factory's module. A module beside the config is always loaded from that file:
+    two configs may both name ``model:build``, and a notebook may have edited the file since."""
+    name = config.source.factory.split(":")[0]  # type: ignore[union-attr]
+    local = _local_module_file(config)
+    with _importable_from(config.base_dir):  # the module's own imports resolve from its folder
+        if local is None:
+            return importlib.import_module(name)
+        spec = importlib.util.spec_from_file_location(name, local)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module
 
 
 def source_fingerprint(config: Config) -> dict[str, str]:
@@ -64,16 +88,15 @@ def build_model(config: Config) -> Any:
     import torch
 
     module_name, fn_name = config.source.factory.split(":")  # type: ignore[union-attr]
-    with _importable_from(config.base_dir):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name == module_name:
-                raise ConfigError(f"source.factory: module {module_name!r} not found",
-                                  hint="give 'module:function' importable from the config's folder") from e
-            raise ModelError(f"source.factory: importing {module_name!r} failed: {e}") from e
-        except Exception as e:
-            raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {e}") from e
+    try:
+        module = _import_factory_module(config)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:
+            raise ConfigError(f"source.factory: module {module_name!r} not found in {config.base_dir} or on sys.path",
+                              hint="give 'module:function' importable from the config's folder") from e
+        raise ModelError(f"source.factory: importing {module_name!r} failed: {e}") from e
+    except Exception as e:
+        raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {e}") from e
     factory = getattr(module, fn_name, None)
     if not callable(factory):
         raise ConfigError(f"source.factory: {module_name!r} has no function {fn_name!r}")

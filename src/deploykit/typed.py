@@ -57,6 +57,12 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
 
 def _scalar(tp: Any, value: Any, path: str) -> Any:
     if tp is float:
+        if isinstance(value, str):
+            # PyYAML reads 1e-3 (no dot) as a string: accept what float() accepts.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         return float(value)

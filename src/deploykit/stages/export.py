@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +72,7 @@ def _export_with(model: Any, cfg: Config, exporter: str) -> Any:
     names = [s.name for s in cfg.inputs]
     outputs = list(cfg.outputs) or None
     buf = io.BytesIO()
-    with contextlib.redirect_stdout(io.StringIO()), torch.inference_mode(False), torch.no_grad():
+    with _quiet_exporter(), torch.no_grad():
         if exporter == "dynamo":
             program = torch.onnx.export(model, example, dynamo=True, input_names=names, output_names=outputs,
                                         opset_version=cfg.export.opset, dynamic_shapes=_dynamo_shapes(cfg),
@@ -78,6 +81,22 @@ def _export_with(model: Any, cfg: Config, exporter: str) -> Any:
         torch.onnx.export(model, example, buf, dynamo=False, input_names=names, output_names=outputs,
                           opset_version=cfg.export.opset, dynamic_axes=_dynamic_axes(cfg) or None)
     return onnx.load_model_from_string(buf.getvalue())
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The exporters print progress, warn about torchvision and log at DEBUG; keep our output readable."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "torch.fx")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def _example_inputs(cfg: Config) -> tuple[Any, ...]:

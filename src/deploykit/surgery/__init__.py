@@ -1,0 +1,1 @@
+"""Graph surgery: passes, their registry and the runner that checks them."""

@@ -1,0 +1,99 @@
+"""Shared fixtures: a tiny torch model defined in code, its config, and a store that already holds
+its export (dynamo export takes seconds; tests copy that store instead of exporting again)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TINY_MODEL = '''
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.head(y), y.mean(dim=(2, 3))
+
+
+def build():
+    torch.manual_seed(0)
+    return Tiny().eval()
+'''
+
+TINY_CONFIG = '''
+name: tiny
+source: {factory: "tiny_model:build"}
+inputs:
+  - {name: x, shape: [batch, 3, 16, 16]}
+dims: {batch: {min: 1, opt: 1, max: 3}}
+outputs: [features, pooled]
+export: {exporter: EXPORTER}
+parity: {samples: 1}
+gate:
+  warmup: 2
+  iterations: 10
+  targets:
+    default: {fps: 1}
+'''
+
+
+def write_tiny(folder: Path, exporter: str = "dynamo") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny_model.py").write_text(textwrap.dedent(TINY_MODEL))
+    cfg = folder / "deploykit.yaml"
+    cfg.write_text(TINY_CONFIG.replace("EXPORTER", exporter))
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(config, workdir) after one full convert of the tiny model."""
+    import deploykit
+
+    root = tmp_path_factory.mktemp("tiny")
+    cfg = write_tiny(root / "model")
+    deploykit.convert(cfg, workdir=root / "store")
+    sys.modules.pop("tiny_model", None)  # each test imports the factory afresh
+    return cfg, root / "store"
+
+
+@pytest.fixture
+def tiny(tiny_store: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """A private copy of the tiny model's folder and its populated store."""
+    cfg, store = tiny_store
+    shutil.copytree(cfg.parent, tmp_path / "model")
+    shutil.copytree(store, tmp_path / "store")
+    return tmp_path / "model" / "deploykit.yaml", tmp_path / "store"
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run ``deploykit`` in-process; return (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from deploykit import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.argv
+    sys.argv = ["deploykit", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.argv = old
+    return code, out.getvalue(), err.getvalue()
