@@ -1,0 +1,35 @@
+# deploykit: `make demo` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-all bench lint plugins gpu-check clean
+
+# torch==2.13.0 first: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev,quant]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/deploykit convert examples/detector/deploykit.yaml --report-dir reports/detector
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-all: $(STAMP)
+	$(PY) -m pytest -m ""
+
+bench: $(STAMP)
+	$(PY) bench/bench_pipeline.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+
+clean:
+	rm -rf .deploykit reports build bench/results
