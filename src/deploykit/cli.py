@@ -114,10 +114,13 @@ def _print_table(result: Any) -> None:
 def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .onnx file)")],
             workdir: Workdir = Path(".deploykit"), set_: Sets = None, rerun: Rerun = None, backend: Backend = None,
             dim: Dims = None, report_dir: ReportDir = None,
+            precision: Annotated[Optional[str], typer.Option(help="fp32 | fp16 | int8 | fp8 (sets quantize.precision)")] = None,
             allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
             log_format: LogFormat = "human") -> None:
-    """Run every stage: export -> surgery -> build -> parity -> gate."""
-    extra = {"gate.allow_missing_target": True} if allow_missing_target else {}
+    """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
+    extra: dict[str, Any] = {"gate.allow_missing_target": True} if allow_missing_target else {}
+    if precision:
+        extra["quantize.precision"] = precision
     _run(config, None, workdir, set_, rerun, backend, dim, report_dir, log_format, extra)
 
 
@@ -189,6 +192,9 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
     """Benchmark the engine against the FPS/latency target for this platform."""
     extra = {"gate.targets": {"default": {"fps": fps}}} if fps is not None else {}
     _run(model, None, workdir, set_, None, backend, dim, report_dir, log_format, extra)
+
+
+# Commands that live in their own modules register below (one line each).
 
 
 @config_app.command("show")

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from deploykit.data import DataConfig
 from deploykit.errors import ConfigError
+from deploykit.quant.config import QuantizeConfig
 from deploykit.typed import from_value
 
 @dataclass(frozen=True)
@@ -143,6 +145,9 @@ class Config:
     outputs: tuple[str, ...] = ()  # output names to give the exported model (torch sources)
     export: ExportConfig = ExportConfig()
     surgery: SurgeryConfig = SurgeryConfig()
+    quantize: QuantizeConfig = QuantizeConfig()
+    calibration: DataConfig | None = None  # samples for quantization; random inputs are refused there
+    validation: DataConfig | None = None  # samples for parity; random inputs when absent (the report says so)
     build: BuildConfig = BuildConfig()
     parity: ParityConfig = ParityConfig()
     gate: GateConfig = GateConfig()

@@ -1,0 +1,1 @@
+"""Quantization: calibration statistics, Q/DQ writing, TensorRT caches, the precision-repair loop."""
