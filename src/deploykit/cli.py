@@ -23,6 +23,7 @@ Workdir = Annotated[Path, typer.Option("--workdir", "-w", help="Artifact store; 
 Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: --set gate.iterations=50")]
 Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", help="Run this stage even if its artifact exists.")]
 Backend = Annotated[Optional[str], typer.Option("--backend", help="Build backend (overrides build.backend).")]
+Provider = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu | cuda | tensorrt")]
 Dims = Annotated[Optional[list[str]], typer.Option("--dim", help="Dynamic dim of an ONNX input: --dim batch=1,4,8")]
 ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", help="Copy parity/gate reports (JSON, JUnit, Markdown) here.")]
 LogFormat = Annotated[str, typer.Option("--log-format", help="human | json")]
@@ -113,7 +114,7 @@ def _print_table(result: Any) -> None:
 @app.command()
 def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .onnx file)")],
             workdir: Workdir = Path(".deploykit"), set_: Sets = None, rerun: Rerun = None, backend: Backend = None,
-            dim: Dims = None, report_dir: ReportDir = None,
+            dim: Dims = None, report_dir: ReportDir = None, provider: Provider = None,
             precision: Annotated[Optional[str], typer.Option(help="fp32 | fp16 | int8 | fp8 (sets quantize.precision)")] = None,
             allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
             log_format: LogFormat = "human") -> None:
@@ -121,6 +122,8 @@ def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .
     extra: dict[str, Any] = {"gate.allow_missing_target": True} if allow_missing_target else {}
     if precision:
         extra["quantize.precision"] = precision
+    if provider:
+        extra["build.provider"] = provider
     _run(config, None, workdir, set_, rerun, backend, dim, report_dir, log_format, extra)
 
 
@@ -170,10 +173,11 @@ def _pass_spec(text: str) -> Any:
 
 @app.command()
 def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-          backend: Backend = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None,
-          log_format: LogFormat = "human") -> None:
+          backend: Backend = None, provider: Provider = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None,
+          dim: Dims = None, log_format: LogFormat = "human") -> None:
     """Build an engine for a backend."""
-    _copy_out(_run(model, "build", workdir, set_, None, backend, dim, None, log_format), "engine", output)
+    extra = {"build.provider": provider} if provider else {}
+    _copy_out(_run(model, "build", workdir, set_, None, backend, dim, None, log_format, extra), "engine", output)
 
 
 @app.command()

@@ -6,7 +6,15 @@ optimized for; loading it runs that graph as saved, with no further graph rewrit
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +23,66 @@ import numpy as np
 from deploykit.backends.base import Availability, TensorSpec
 from deploykit.config import BuildConfig
 from deploykit.environment import device_fingerprint, onnxruntime_version
-from deploykit.errors import ModelError
+from deploykit.errors import BackendUnavailable, ModelError
 
 ENGINE_MODEL = "model.onnx"
 ENGINE_JSON = "engine.json"
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 _LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
            "all": "ORT_ENABLE_ALL"}
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64",
                "tensor(int32)": "int32", "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(bool)": "bool",
                "tensor(double)": "float64"}
+
+
+@functools.cache
+def provider_status(provider: str) -> Availability:
+    """Whether an execution provider really starts here.
+
+    onnxruntime-gpu lists the CUDA and TensorRT providers even where their libraries or the GPU are
+    missing, then silently falls back to the CPU; so start a one-node session and see what it got.
+    """
+    import onnxruntime as ort
+
+    name = PROVIDERS[provider]
+    if name not in ort.get_available_providers():
+        return Availability(False, f"this onnxruntime build has no {name} (install onnxruntime-gpu)")
+    if provider == "cpu":
+        return Availability(True, version=ort.__version__)
+    with _captured_stderr() as log, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        session = ort.InferenceSession(_identity_model(), providers=[name, "CPUExecutionProvider"])
+    if session.get_providers()[0] == name:
+        return Availability(True, version=ort.__version__)
+    lines = [ln for ln in log[0].splitlines() if "error" in ln.lower()]
+    detail = re.sub(r"\x1b\[[0-9;]*m", "", lines[0]).split("FAIL : ")[-1].strip() if lines else "it did not start"
+    return Availability(False, f"{name} cannot start: {detail[:300]}")
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """ORT's C++ logger writes to file descriptor 2; capture it to read the reason a provider failed."""
+    out: list[str] = []
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            out.append(f.read().decode(errors="replace"))
+
+
+def _identity_model() -> bytes:
+    from onnx import TensorProto, helper
+
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in ("x", "y")]
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", vi[:1], vi[1:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
 
 
 def session_options(level: str, threads: int = 0) -> Any:
@@ -36,12 +95,13 @@ def session_options(level: str, threads: int = 0) -> Any:
     return opts
 
 
-def open_session(path: Path, level: str = "disabled", threads: int = 0) -> Any:
-    """An ONNX Runtime CPU session; errors name the file and say what ORT rejected."""
+def open_session(path: Path, level: str = "disabled", threads: int = 0, provider: str = "cpu") -> Any:
+    """An ONNX Runtime session; errors name the file and say what ORT rejected."""
     import onnxruntime as ort
 
+    providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
     try:
-        return ort.InferenceSession(str(path), session_options(level, threads), providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(path), session_options(level, threads), providers=providers)
     except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{path}: ONNX Runtime cannot load the model: {first}",
@@ -82,7 +142,11 @@ class OnnxRuntimeBackend:
         return Availability(True, version=ort.__version__)
 
     def build_fingerprint(self, options: BuildConfig) -> dict[str, Any]:
-        env: dict[str, Any] = {"onnxruntime": onnxruntime_version()}
+        status = provider_status(options.provider)
+        if not status.available:
+            raise BackendUnavailable(f"onnxruntime provider {options.provider!r}: {status.reason}",
+                                     hint="use build.provider: cpu, or run `deploykit doctor`")
+        env: dict[str, Any] = {"onnxruntime": onnxruntime_version(), "provider": options.provider}
         if options.optimization_level == "all":
             # ORT_ENABLE_ALL writes layout (NCHWc) nodes chosen for this CPU: not portable.
             env["device"] = device_fingerprint()
@@ -91,7 +155,9 @@ class OnnxRuntimeBackend:
     def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path) -> dict[str, Any]:
         import onnxruntime as ort
 
-        opts = session_options(options.optimization_level, options.intra_op_threads)
+        # GPU providers rewrite the graph for themselves at load time: save only portable rewrites.
+        level = options.optimization_level if options.provider == "cpu" else "basic"
+        opts = session_options(level, options.intra_op_threads)
         opts.optimized_model_filepath = str(out_dir / ENGINE_MODEL)
         try:
             ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
@@ -99,16 +165,22 @@ class OnnxRuntimeBackend:
             first = str(e).strip().splitlines()[0]
             raise ModelError(f"{onnx_path}: ONNX Runtime cannot build the model: {first}",
                              hint="check the opset and custom ops with `deploykit inspect`") from e
-        engine = {"backend": self.name, "onnxruntime": ort.__version__, "provider": "CPUExecutionProvider",
-                  "optimization_level": options.optimization_level, "intra_op_threads": options.intra_op_threads}
+        engine = {"backend": self.name, "onnxruntime": ort.__version__, "provider": options.provider,
+                  "optimization_level": level, "intra_op_threads": options.intra_op_threads}
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
     def load(self, engine_dir: Path) -> OnnxRuntimeSession:
         engine = json.loads((engine_dir / ENGINE_JSON).read_text())
-        # The saved graph is already optimized: run it as written.
-        session = open_session(engine_dir / ENGINE_MODEL, "disabled", engine["intra_op_threads"])
-        return OnnxRuntimeSession(session, f"onnxruntime {engine['onnxruntime']} CPU "
+        provider = engine["provider"]
+        if provider == "cpu":  # the saved graph is already optimized: run it as written
+            session = open_session(engine_dir / ENGINE_MODEL, "disabled", engine["intra_op_threads"])
+        else:
+            status = provider_status(provider)
+            if not status.available:
+                raise BackendUnavailable(f"{engine_dir}: engine needs onnxruntime provider {provider!r}: {status.reason}")
+            session = open_session(engine_dir / ENGINE_MODEL, "all", engine["intra_op_threads"], provider)
+        return OnnxRuntimeSession(session, f"onnxruntime {engine['onnxruntime']} {PROVIDERS[provider]} "
                                            f"(optimized offline at {engine['optimization_level']})")
 
 

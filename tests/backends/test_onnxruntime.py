@@ -1,0 +1,47 @@
+"""The ONNX Runtime backend: offline optimization, loading, and providers that cannot start."""
+
+import json
+
+import numpy as np
+import pytest
+
+from deploykit.backends import get_backend
+from deploykit.backends.onnxruntime import provider_status, reference_session
+from deploykit.config import BuildConfig
+from deploykit.errors import BackendUnavailable
+from tests.conftest import run_cli
+from tests.stages.test_ingest import small_onnx
+
+
+@pytest.mark.parametrize("level", ["disabled", "basic", "extended", "all"])
+def test_built_engine_matches_the_graph_as_written(tmp_path, level):
+    model = small_onnx(tmp_path / "model.onnx")
+    backend = get_backend("onnxruntime")
+    (tmp_path / "engine").mkdir()
+    summary = backend.build(model, BuildConfig(optimization_level=level), tmp_path / "engine")
+    assert summary["optimization_level"] == level
+    assert json.loads((tmp_path / "engine" / "engine.json").read_text())["provider"] == "cpu"
+    session = backend.load(tmp_path / "engine")
+    x = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    expected = reference_session(model).infer(x)["y"]
+    np.testing.assert_allclose(session.infer(x)["y"], expected, rtol=1e-6, atol=1e-6)
+    assert session.outputs[0].name == "y" and session.inputs[0].shape == ("N", 4)
+
+
+def test_level_all_is_keyed_to_this_cpu():
+    backend = get_backend("onnxruntime")
+    assert "device" in backend.build_fingerprint(BuildConfig(optimization_level="all"))
+    assert "device" not in backend.build_fingerprint(BuildConfig(optimization_level="extended"))
+
+
+@pytest.mark.parametrize("provider", ["cuda", "tensorrt"])
+def test_gpu_provider_that_cannot_start_exits_3_with_the_reason(tmp_path, provider):
+    status = provider_status(provider)
+    if status.available:
+        pytest.skip(f"{provider} provider works on this machine")
+    with pytest.raises(BackendUnavailable, match="cannot start|has no"):
+        get_backend("onnxruntime").build_fingerprint(BuildConfig(provider=provider))
+    model = small_onnx(tmp_path / "model.onnx")
+    code, _, err = run_cli("build", str(model), "--provider", provider, "-w", str(tmp_path / "store"))
+    assert code == 3
+    assert "ExecutionProvider" in err
