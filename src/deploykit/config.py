@@ -12,6 +12,7 @@ from deploykit.errors import ConfigError
 from deploykit.quant.config import QuantizeConfig
 from deploykit.typed import from_value
 
+
 @dataclass(frozen=True)
 class Source:
     """Where the model comes from: a torch factory ``module:function`` or an ONNX file."""

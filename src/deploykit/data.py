@@ -113,8 +113,9 @@ class DataSource:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         count = 0
-        for count, (where, sample) in enumerate(itertools.islice(self._raw(), self.cfg.samples), 1):
+        for where, sample in itertools.islice(self._raw(), self.cfg.samples):
             yield self._check(sample, where)
+            count += 1
         if count < self.cfg.samples:
             warnings.warn(f"{self.what}: {count} samples available, {self.cfg.samples} requested; using {count}",
                           stacklevel=2)
@@ -171,7 +172,7 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
     if arr.dtype.name != info.dtype:
         raise DataError(f"{where}: input {info.name!r} has dtype {arr.dtype.name}, the model expects {info.dtype}",
                         hint="convert the data or fix the preprocessing dtype")
-    if arr.ndim != len(info.shape) or any(isinstance(d, int) and d != a for d, a in zip(info.shape, arr.shape)):
+    if arr.ndim != len(info.shape) or any(isinstance(d, int) and d != a for d, a in zip(info.shape, arr.shape, strict=True)):
         raise DataError(f"{where}: input {info.name!r} has shape {list(arr.shape)}, the model expects "
                         f"{list(info.shape)}", hint="fix the preprocessing (resize/crop/layout) or the data")
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
