@@ -36,6 +36,13 @@ bench: $(STAMP)
 plugins:
 	cmake -S plugins -B build/plugins -DTENSORRT_INCLUDE_DIR=$(abspath $(dir $(TRT_HEADERS))) && cmake --build build/plugins -j2
 
+# On a machine with an NVIDIA GPU (and TensorRT for the engine rows): plugin kernels vs the CPU
+# reference with timings, then real TensorRT engines built, checked against ONNX Runtime and timed.
+gpu-check: $(STAMP) $(TRT_HEADERS)
+	mkdir -p build/gpu-check
+	plugins/tools/gpu_check.sh build/gpu-check/plugins.json; \
+	$(PY) scripts/gpu_check.py --json build/gpu-check/tensorrt.json
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 

@@ -72,3 +72,10 @@ def test_bad_config_exit_code_is_2_and_message_is_one_line(tmp_path):
     assert code == 2
     assert err.startswith("error:") and "warmpu" in err and "hint:" in err
     assert not (tmp_path / "store").exists()  # nothing was written for a bad config
+
+
+def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
+    path = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "auto").replace("[batch, 3, 16, 16]", "[batch, 3, 16, [bold]]"))
+    code, _, err = run_cli("convert", str(path), "-w", str(tmp_path / "store"))
+    assert code == 2 and "['bold']" in err  # rich must not swallow it as markup
+    assert "expected an integer or a string" in err

@@ -94,6 +94,7 @@ def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None,
 
 def _print_table(result: Any) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"deploykit: {result.name}", title_justify="left")
@@ -101,7 +102,7 @@ def _print_table(result: Any) -> None:
         table.add_column(col, overflow="fold")
     colour = {"ran": "green", "reused": "cyan", "failed": "red"}
     for stage, status, seconds, digest, note in result.rows():
-        table.add_row(stage, f"[{colour.get(status, 'white')}]{status}[/]", seconds, digest, note)
+        table.add_row(stage, f"[{colour.get(status, 'white')}]{status}[/]", seconds, digest, escape(note))
     console = Console()
     console.print(table)
     gate = result.gate
@@ -111,15 +112,26 @@ def _print_table(result: Any) -> None:
                       f"p99 {lat['p99_ms']:.2f} ms) on {gate['platform']}", highlight=False)
 
 
+BaselineOpt = Annotated[Optional[Path], typer.Option(
+    "--baseline", help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.")]
+
+
+def _gate_flags(allow_missing_target: bool, baseline: Path | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"gate.allow_missing_target": True} if allow_missing_target else {}
+    if baseline is not None:
+        out["gate.baseline"] = str(baseline.resolve())  # relative to where the command runs, not the config
+    return out
+
+
 @app.command()
 def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .onnx file)")],
             workdir: Workdir = Path(".deploykit"), set_: Sets = None, rerun: Rerun = None, backend: Backend = None,
             dim: Dims = None, report_dir: ReportDir = None, provider: Provider = None,
             precision: Annotated[Optional[str], typer.Option(help="fp32 | fp16 | int8 | fp8 (sets quantize.precision)")] = None,
             allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-            log_format: LogFormat = "human") -> None:
+            baseline: BaselineOpt = None, log_format: LogFormat = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
-    extra: dict[str, Any] = {"gate.allow_missing_target": True} if allow_missing_target else {}
+    extra: dict[str, Any] = _gate_flags(allow_missing_target, baseline)
     if precision:
         extra["quantize.precision"] = precision
     if provider:
@@ -153,10 +165,18 @@ def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], outpu
 
 
 @app.command()
-def surgery(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
+def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml or model.onnx")] = None, output: Out = None,
             pass_: Annotated[Optional[list[str]], typer.Option("--pass", help="A pass: name or name={json params}")] = None,
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human") -> None:
+            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human",
+            list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False) -> None:
     """Run graph surgery passes (default: the config's, else sanitize)."""
+    if list_:
+        from deploykit.surgery.registry import format_passes
+
+        typer.echo(format_passes())
+        return
+    if model is None:
+        raise UsageError("surgery: give a deploykit.yaml or model.onnx (or --list)")
     extra = {"surgery.passes": [_pass_spec(p) for p in pass_]} if pass_ else {}
     _copy_out(_run(model, "surgery", workdir, set_, None, None, dim, None, log_format, extra), "model", output)
 
@@ -174,9 +194,12 @@ def _pass_spec(text: str) -> Any:
 @app.command()
 def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
           backend: Backend = None, provider: Provider = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None,
-          dim: Dims = None, log_format: LogFormat = "human") -> None:
+          dim: Dims = None, plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="TensorRT plugin library (repeatable).")] = None,
+          log_format: LogFormat = "human") -> None:
     """Build an engine for a backend."""
-    extra = {"build.provider": provider} if provider else {}
+    extra: dict[str, Any] = {"build.provider": provider} if provider else {}
+    if plugins:
+        extra["build.plugins"] = [str(Path(p).resolve()) for p in plugins]
     _copy_out(_run(model, "build", workdir, set_, None, backend, dim, None, log_format, extra), "engine", output)
 
 
@@ -192,13 +215,52 @@ def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.o
 def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], backend: Backend = None,
          workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
          fps: Annotated[Optional[float], typer.Option(help="Target FPS (sets gate.targets.default.fps).")] = None,
-         log_format: LogFormat = "human") -> None:
-    """Benchmark the engine against the FPS/latency target for this platform."""
-    extra = {"gate.targets": {"default": {"fps": fps}}} if fps is not None else {}
+         allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
+         baseline: BaselineOpt = None, log_format: LogFormat = "human") -> None:
+    """Benchmark the engine against the FPS/latency target for this platform (and a baseline report)."""
+    extra = _gate_flags(allow_missing_target, baseline)
+    if fps is not None:
+        extra["gate.targets"] = {"default": {"fps": fps}}
     _run(model, None, workdir, set_, None, backend, dim, report_dir, log_format, extra)
 
 
 # Commands that live in their own modules register below (one line each).
+
+
+@app.command()
+def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output for CI.")] = False) -> None:
+    """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from deploykit import doctor as doctor_module
+
+    report = doctor_module.collect(plugin_paths=plugins or ())
+    if as_json:
+        typer.echo(report.to_json())
+        return
+    table = Table(title="deploykit doctor", title_justify="left")
+    for col in ("component", "status", "detail"):
+        table.add_column(col, overflow="fold")
+    colour = {"ok": "green", "warn": "yellow", "missing": "red"}
+    for row in report.rows:
+        table.add_row(escape(row.component), f"[{colour.get(row.status, 'white')}]{row.status}[/]", escape(row.detail))
+    Console().print(table)
+app.add_typer(__import__("deploykit.plugins.cli", fromlist=["app"]).app, name="plugins")
+app.command("inspect")(__import__("deploykit.inspect", fromlist=["command"]).command)
+
+
+@app.command()
+def report(run: Annotated[str, typer.Argument(help="A run name (the config's name) or an artifact digest.")],
+           output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+           workdir: Workdir = Path(".deploykit"),
+           plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True) -> None:
+    """Write one self-contained HTML report: stages, lineage, parity, latency, platform and tools."""
+    from deploykit.report import write_html
+
+    typer.echo(f"wrote {write_html(workdir, run, output, with_plots=plots)}")
 
 
 @config_app.command("show")
@@ -281,8 +343,10 @@ def main() -> None:
 
 
 def _fail(e: DeployKitError) -> None:
-    console = _console()
-    console.print(f"[bold red]error:[/] {e.message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    console = _console()  # messages quote shapes and extras like [tensorrt]: never read them as markup
+    console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
     if e.hint:
-        console.print(f"[yellow]hint:[/] {e.hint}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
     sys.exit(e.exit_code)

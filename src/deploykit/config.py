@@ -78,6 +78,8 @@ class TensorRTOptions:
     timing_cache: bool = True  # persist the timing cache as its own artifact
     error_on_timing_cache_miss: bool = False
     cuda_graphs: bool = True  # replay a captured CUDA graph when benchmarking
+    # TensorRT runs FP32 convolutions/GEMMs in TF32 unless told not to: off keeps FP32 parity strict.
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.builder_optimization_level <= 5:
@@ -100,22 +102,141 @@ class BuildConfig:
 
 @dataclass(frozen=True)
 class Tolerance:
-    max_abs: float = 1e-3
-    mean_abs: float = 1e-4
-    rel_l2: float = 1e-4
-    cosine: float = 0.9999  # a minimum
+    """Elementwise limits for one output.
+
+    A field left out inherits: ``parity.outputs.<name>`` -> ``parity.default`` -> the preset for
+    ``quantize.precision`` (``parity_preset``). A field still unset after that is reported but
+    not checked; to switch a preset check off write ``.inf`` (``-.inf`` for the minimums cosine
+    and snr_db).
+    """
+
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    rel_l2: float | None = None
+    cosine: float | None = None  # a minimum
+    snr_db: float | None = None  # a minimum; the same measure as rel_l2 (snr = -20 log10 rel_l2)
+    max_rel: float | None = None  # on elements with |ref| >= rel_floor * max|ref|
+    rel_floor: float | None = None  # a fraction of the output's max |ref|
+
+    def over(self, base: Tolerance) -> Tolerance:
+        """This tolerance with its unset fields taken from ``base``."""
+        mine = dataclasses.asdict(self)
+        return Tolerance(**{k: base_v if mine[k] is None else mine[k] for k, base_v in dataclasses.asdict(base).items()})
+
+
+# FP32 builds (surgery, ORT graph optimizations) reach these on real data. Quantized builds default
+# to the quantize stage's own tolerance for their precision (quantize.tolerances), so parity and the
+# repair loop judge by the same numbers; see parity_preset.
+FP32_TOLERANCE = Tolerance(max_abs=1e-3, mean_abs=1e-4, rel_l2=1e-4, cosine=0.9999, rel_floor=1e-2)
+
+
+def parity_preset(quantize: QuantizeConfig) -> Tolerance:
+    """The tolerance parity uses for what ``parity.default`` and ``parity.outputs`` leave unset."""
+    if quantize.precision == "fp32":
+        return FP32_TOLERANCE
+    q = quantize.tolerance()
+    # max_abs/mean_abs depend on each output's scale: the quantize config leaves them at inf (off).
+    finite = {k: getattr(q, k) for k in ("max_abs", "mean_abs") if getattr(q, k) != float("inf")}
+    return Tolerance(rel_l2=q.rel_l2, cosine=q.cosine, rel_floor=1e-2, **finite)
+
+
+@dataclass(frozen=True)
+class ClassificationCheck:
+    """Top-1 and top-k agreement of a score/logit output; tied scores count as agreeing."""
+
+    output: str
+    k: int = 5
+    axis: int = -1  # the class axis
+    min_top1: float = 0.99  # fraction of rows whose top-1 class agrees
+    min_topk: float = 0.95  # mean overlap of the top-k sets
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+
+
+@dataclass(frozen=True)
+class DetectionCheck:
+    """Boxes matched by IoU between reference and candidate, independent of their order."""
+
+    boxes: str  # output (..., N, 4)
+    scores: str  # output (..., N) or (..., N, classes)
+    classes: str | None = None  # output (..., N) of class ids, when scores hold one score per box
+    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"
+    score_threshold: float = 0.3  # boxes scoring below it on both sides are ignored
+    score_margin: float = 0.05  # a box just under the threshold on one side may still match
+    match_iou: float = 0.5  # pairs below this IoU are no match
+    min_matched: float = 0.95  # matched boxes / boxes above threshold, both sides counted
+    min_mean_iou: float = 0.9
+    max_score_delta: float = 0.05  # mean |score difference| over matched pairs
+    max_class_flips: float = 0.0  # fraction of matched pairs whose class differs
+
+
+@dataclass(frozen=True)
+class SegmentationCheck:
+    """Pixel agreement and mIoU of the two argmax maps of a (..., classes, H, W) output."""
+
+    output: str
+    axis: int = 1  # the class axis
+    min_pixel_agreement: float = 0.99
+    min_miou: float = 0.95
+
+
+@dataclass(frozen=True)
+class DepthCheck:
+    """AbsRel and the delta < 1.25 accuracy of a depth output against the reference depth."""
+
+    output: str
+    min_depth: float = 1e-3  # reference pixels below this are invalid and ignored
+    max_abs_rel: float = 0.01
+    min_delta1: float = 0.99
+
+
+@dataclass(frozen=True)
+class TrajectoryCheck:
+    """ADE/FDE between trajectories (..., T, 2 or 3), in the output's units."""
+
+    output: str
+    max_ade: float = 0.05
+    max_fde: float = 0.1
+
+
+@dataclass(frozen=True)
+class ProbabilityMapCheck:
+    """IoU of the thresholded maps; elementwise max_abs is not checked for this output."""
+
+    output: str
+    threshold: float = 0.5
+    min_iou: float = 0.95
+
+
+@dataclass(frozen=True)
+class TaskChecks:
+    classification: tuple[ClassificationCheck, ...] = ()
+    detection: tuple[DetectionCheck, ...] = ()
+    segmentation: tuple[SegmentationCheck, ...] = ()
+    depth: tuple[DepthCheck, ...] = ()
+    trajectory: tuple[TrajectoryCheck, ...] = ()
+    probability_map: tuple[ProbabilityMapCheck, ...] = ()
 
 
 @dataclass(frozen=True)
 class ParityConfig:
-    samples: int = 4
+    samples: int = 4  # random samples per input shape, when no validation data is configured
     seed: int = 1
     torch_reference: bool = True  # also compare against torch when the source is a torch factory
-    default: Tolerance = Tolerance()
+    default: Tolerance = Tolerance()  # unset fields: parity_preset(quantize), by precision
     outputs: dict[str, Tolerance] = field(default_factory=dict)
+    tasks: TaskChecks = TaskChecks()
+    vacuous_below: float = 1e-6  # a reference output whose max |value| is below this proves nothing
+    inconclusive: Literal["fail", "warn"] = "fail"  # what a comparison that proves nothing does
+    diagnose: bool = True  # on failure, compare the two ONNX graphs tensor by tensor
+    diagnose_top: int = 10
 
-    def tolerance(self, output: str) -> Tolerance:
-        return self.outputs.get(output, self.default)
+    def tolerance(self, output: str, preset: Tolerance = FP32_TOLERANCE) -> Tolerance:
+        """The resolved tolerance of one output; ``preset`` fills what the config leaves unset
+        (``parity_preset(config.quantize)``)."""
+        return self.outputs.get(output, Tolerance()).over(self.default.over(preset))
 
 
 @dataclass(frozen=True)
@@ -123,18 +244,36 @@ class Target:
     fps: float | None = None
     latency_ms_p99: float | None = None
     batch: int = 1
+    precision: Literal["any", "fp32", "fp16", "int8", "fp8", "int4"] = "any"  # the build this target is for
 
     def __post_init__(self) -> None:
         if self.fps is None and self.latency_ms_p99 is None:
             raise ValueError("a target needs 'fps' or 'latency_ms_p99'")
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
 
 
 @dataclass(frozen=True)
 class GateConfig:
-    warmup: int = 20
-    iterations: int = 200
+    warmup: int = 20  # warm-up runs at least this many iterations ...
+    warmup_s: float = 0.25  # ... and for at least this long (clocks, caches, allocator)
+    iterations: int = 200  # per trial
+    trials: int = 5  # the report gives the median of trials and their spread
+    batches: tuple[int, ...] = ()  # extra batch sizes to measure throughput at (batch x FPS)
+    concurrency: int = 1  # > 1: also measure throughput with this many sessions in parallel
     targets: dict[str, Target] = field(default_factory=dict)
     allow_missing_target: bool = False
+    baseline: str | None = None  # a previous gate.json to compare against
+    regression_threshold: float = 0.10  # slowdown allowed vs the baseline, on top of the measured spread
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "trials", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0 or self.warmup_s < 0:
+            raise ValueError("warmup and warmup_s must be >= 0")
+        if any(b < 1 for b in self.batches):
+            raise ValueError(f"batches must be >= 1, got {list(self.batches)}")
 
 
 @dataclass(frozen=True)

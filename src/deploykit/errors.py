@@ -8,6 +8,7 @@
     │   └── ConfigError               config file missing, malformed, unknown key, bad value
     ├── EnvironmentProblem (3)        the machine cannot do what was asked
     │   ├── BackendUnavailable        backend library, driver or device missing
+    │   ├── EngineIncompatible        a TensorRT plan built for another TensorRT version or GPU
     │   └── WorkdirError              artifact store not writable
     ├── InvalidInput (4)              a model, data file or artifact is not what it should be
     │   ├── ModelError                ONNX file or torch factory unusable
@@ -58,6 +59,10 @@ class EnvironmentProblem(DeployKitError):
 
 
 class BackendUnavailable(EnvironmentProblem):
+    pass
+
+
+class EngineIncompatible(EnvironmentProblem):
     pass
 
 

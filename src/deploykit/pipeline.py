@@ -36,22 +36,31 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         if name not in known:
             raise InternalError(f"no stage named {name!r} (stages: {', '.join(known)})")
     run = _Run(StageContext(config, store, reporter or SilentReporter()))
-    for stage in stages:
-        if not stage.applies(run.ctx):
-            continue
+    planned = _planned(stages, run.ctx, until)
+    for stage in planned:
+        stage.preflight(run.ctx)
+    for stage in planned:
         try:
             _run_stage(run, stage, force=stage.name in rerun)
         except DeployKitError as e:
             e.result = _result(run, config)  # type: ignore[attr-defined]
             raise
-        if stage.name == until:
-            break
     result = _result(run, config)
     store.name_run(config.name, {role: a.digest for role, a in run.roles.items()})
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]
         raise run.failures[0]
     return result
+
+
+def _planned(stages: Sequence[Stage], ctx: StageContext, until: str | None) -> list[Stage]:
+    out = []
+    for stage in stages:
+        if stage.applies(ctx):
+            out.append(stage)
+        if stage.name == until:
+            break
+    return out
 
 
 def _run_stage(run: _Run, stage: Stage, force: bool) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,14 +57,21 @@ class RunResult:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        colour = {"ran": "#1a7f37", "reused": "#0969da", "failed": "#cf222e"}
-        rows = "".join(
-            f"<tr><td>{html.escape(s)}</td><td style='color:{colour.get(st, '#000')}'>{st}</td><td>{t}</td>"
-            f"<td><code>{d}</code></td><td>{html.escape(n)}</td></tr>" for s, st, t, d, n in self.rows())
-        gate = self.gate
-        extra = (f"<p>FPS {gate['fps']:.1f} at batch {gate['batch']}, p99 {gate['latency']['p99_ms']:.2f} ms "
-                 f"on <code>{html.escape(gate['platform'])}</code></p>") if gate else ""
-        verdict = "<b style='color:#1a7f37'>passed</b>" if self.passed else "<b style='color:#cf222e'>failed</b>"
-        return (f"<div><h4>deploykit run <code>{html.escape(self.name)}</code>: {verdict}</h4>"
-                "<table><tr><th>stage</th><th>status</th><th>time</th><th>artifact</th><th>note</th></tr>"
-                f"{rows}</table>{extra}</div>")
+        """The report's summary (stages, lineage, parity and gate tables, platform) for notebooks."""
+        from deploykit.report.collect import from_result
+        from deploykit.report.html import render_fragment
+
+        return render_fragment(from_result(self), with_plots=False)
+
+    def report_html(self, path: str | Path | None = None, with_plots: bool = True) -> str:
+        """The full report with plots as HTML; also written to ``path`` when given.
+
+        In a notebook: ``IPython.display.HTML(result.report_html())``.
+        """
+        from deploykit.report.collect import from_result
+        from deploykit.report.html import render_fragment, render_page
+
+        data = from_result(self)
+        if path is not None:
+            Path(path).write_text(render_page(data, with_plots), encoding="utf-8")
+        return render_fragment(data, with_plots)

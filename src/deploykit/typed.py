@@ -40,7 +40,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 return _convert(arg, value, path)
             except ConfigError as e:
                 errors.append(e.message)
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of the allowed forms")
+        if len(errors) == 1:
+            raise ConfigError(errors[0])
+        names = " or ".join(_describe(a) for a in args if a is not type(None))
+        raise ConfigError(f"{path}: expected {names}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {type(value).__name__} {value!r}")
@@ -53,6 +56,13 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is Any:
         return value
     return _scalar(tp, value, path)
+
+
+def _describe(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    if tp in names:
+        return names[tp]
+    return "a mapping" if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict else "a list"
 
 
 def _scalar(tp: Any, value: Any, path: str) -> Any:

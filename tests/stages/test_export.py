@@ -30,7 +30,7 @@ CONFIG = '''
 name: m
 source: {factory: "FACTORY"}
 inputs: [{name: x, shape: [2, 5]}]
-gate: {warmup: 1, iterations: 3, targets: {default: {fps: 1}}}
+gate: {warmup: 1, iterations: 3, targets: {default: {fps: 1, batch: 2}}}
 '''
 
 

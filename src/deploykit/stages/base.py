@@ -37,6 +37,9 @@ class Stage:
         """Whether this stage runs for this config (e.g. export only for torch sources)."""
         return True
 
+    def preflight(self, ctx: StageContext) -> None:
+        """Fail before any stage runs when this one cannot (backend missing, no gate target)."""
+
     def key_config(self, ctx: StageContext) -> Any:
         """The config fields that change this stage's output (they enter the recipe key)."""
         raise NotImplementedError

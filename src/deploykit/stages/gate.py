@@ -1,8 +1,13 @@
-"""gate: latency and FPS of the built engine against the target for this platform."""
+"""gate: latency and FPS of the built engine against the target for this platform.
+
+Measurement: warm-up by count *and* time, then ``trials`` x ``iterations`` timed runs; each trial
+gets its own p50/p90/p99 and the report gives the median over trials with their spread. Optional:
+a batch sweep (throughput = batch x FPS), parallel sessions, and a noise-aware comparison against a
+baseline report. Nothing but the inference call sits between the two clock reads of an iteration.
+"""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -14,13 +19,15 @@ from deploykit.artifacts import Artifact
 from deploykit.config import Config, Target
 from deploykit.environment import device_fingerprint, platform_names, tool_versions
 from deploykit.errors import ConfigError, TargetMissed
-from deploykit.metrics import summarize
+from deploykit.metrics.latency import aggregate_trials, fps_trials
 from deploykit.onnxio import random_feeds
-from deploykit.report import junit, markdown
+from deploykit.report import baseline as baselines
+from deploykit.report import jsonio, junit, markdown
 from deploykit.stages.base import Stage, StageContext
 from deploykit.stages.build import load_engine
 
 REPORT = "gate.json"
+SCHEMA = "deploykit.gate/2"
 
 
 def select_target(cfg: Config) -> tuple[str, Target | None]:
@@ -28,7 +35,11 @@ def select_target(cfg: Config) -> tuple[str, Target | None]:
     for name in platform_names():
         if name in cfg.gate.targets:
             target = cfg.gate.targets[name]
-            _check_batch(cfg, name, target)
+            _check_batch(cfg, f"gate.targets.{name}.batch", target.batch)
+            if target.precision not in ("any", cfg.quantize.precision):
+                raise ConfigError(f"gate.targets.{name} is for {target.precision} builds; this run builds "
+                                  f"{cfg.quantize.precision}", hint="set the target's precision, or build that "
+                                  "precision (--precision)")
             return name, target
     if cfg.gate.allow_missing_target:
         return platform_names()[0], None
@@ -37,52 +48,66 @@ def select_target(cfg: Config) -> tuple[str, Target | None]:
                       hint="add that key or a 'default' target, or pass --allow-missing-target")
 
 
-def _check_batch(cfg: Config, key: str, target: Target) -> None:
+def _check_batch(cfg: Config, where: str, batch: int) -> None:
     for spec in cfg.inputs:
         lead = spec.shape[0] if spec.shape else None
         lo, hi = (cfg.dims[lead].min, cfg.dims[lead].max) if isinstance(lead, str) else (lead, lead)
-        if lead is not None and not lo <= target.batch <= hi:
-            raise ConfigError(f"gate.targets.{key}.batch: {target.batch} is outside input {spec.name!r}'s "
-                              f"batch range [{lo}, {hi}]", hint="change the target's batch or the dims")
+        if lead is not None and not lo <= batch <= hi:
+            raise ConfigError(f"{where}: {batch} is outside input {spec.name!r}'s batch range [{lo}, {hi}]",
+                              hint="change the batch or the dims")
 
 
 class GateStage(Stage):
     name = "gate"
-    version = 1
+    version = 2
     inputs = {"engine": "engine"}
     output_kind = "bench-report"
     output_roles = ("gate",)
 
+    def preflight(self, ctx: StageContext) -> None:
+        """A missing target, a sweep batch outside the dims or an unusable baseline fail before export."""
+        self._resolve(ctx.config)
+
+    def _resolve(self, cfg: Config) -> tuple[str, Target | None, dict[str, Any] | None]:
+        key, target = select_target(cfg)
+        for b in cfg.gate.batches:
+            _check_batch(cfg, "gate.batches", b)
+        return key, target, _baseline(cfg, key, target)
+
     def key_config(self, ctx: StageContext) -> Any:
-        key, target = select_target(ctx.config)
-        g = ctx.config.gate
-        return {"warmup": g.warmup, "iterations": g.iterations, "platform": key,
-                "target": asdict(target) if target else None, "inputs": ctx.config.inputs, "dims": ctx.config.dims}
+        cfg = ctx.config
+        key, target, base = self._resolve(cfg)
+        g = {k: v for k, v in asdict(cfg.gate).items() if k not in ("targets", "baseline", "allow_missing_target")}
+        return {**g, "platform": key, "target": asdict(target) if target else None, "inputs": cfg.inputs,
+                "dims": cfg.dims, "precision": cfg.quantize.precision, "baseline": base["digest"] if base else None}
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         # A measurement belongs to the machine and toolchain that made it.
         return {"device": device_fingerprint(), "tools": tool_versions()}
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
-        cfg = ctx.config
+        cfg, g = ctx.config, ctx.config.gate
         platform, target = select_target(cfg)
         batch = target.batch if target else 1
         session = load_engine(inputs["engine"])
-        run = session.timed_runner(random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch))
-        latencies = measure(run, cfg.gate.warmup, cfg.gate.iterations, ctx.reporter)
-        stats = summarize(latencies)
-        fps = batch * 1000.0 / stats["p50_ms"]
-        checks = _checks(target, fps, stats)
-        report = {"model": cfg.name, "platform": platform, "device": device_fingerprint(),
-                  "evaluator": session.evaluator, "batch": batch, "warmup": cfg.gate.warmup,
-                  "latency": stats, "fps": fps, "fps_definition": "batch / median latency",
-                  "target": asdict(target) if target else None, "checks": checks,
-                  "passed": all(c["passed"] for c in checks), "note": "" if target else "no target for this platform"}
-        (out / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True))
+        main = measure_batch(session, cfg, batch, ctx.reporter)
+        report = {"schema": SCHEMA, "model": cfg.name, "platform": platform, "device": device_fingerprint(),
+                  "evaluator": session.evaluator, "precision": cfg.quantize.precision, "batch": batch,
+                  **main, "fps_definition": "batch / median latency (median over trials)",
+                  "sweep": [measure_batch(session, cfg, b, ctx.reporter, keep_raw=False)
+                            for b in sorted(set(g.batches) - {batch})],
+                  "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
+                  "target": asdict(target) if target else None, "note": "" if target else "no target for this platform"}
+        report["checks"] = target_checks(target, report["fps"], report["latency"])
+        base = _baseline(cfg, platform, target)
+        report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
+        checks = report["checks"] + (report["baseline"]["checks"] if base else [])
+        report["passed"] = all(c["passed"] for c in checks)
+        jsonio.write(out / REPORT, report)
         (out / "junit.xml").write_text(junit.render(report))
         (out / "summary.md").write_text(markdown.render_gate(report))
-        return {"passed": report["passed"], "fps": fps, "p99_ms": stats["p99_ms"], "platform": platform,
-                "failures": [c["message"] for c in checks if not c["passed"]]}
+        return {"passed": report["passed"], "fps": report["fps"], "p99_ms": report["latency"]["p99_ms"],
+                "platform": platform, "failures": [c["message"] for c in checks if not c["passed"]]}
 
     def verdict(self, artifact: Artifact) -> None:
         if not artifact.manifest.summary["passed"]:
@@ -90,24 +115,85 @@ class GateStage(Stage):
                                hint=f"see {artifact.file('summary.md')}")
 
 
-def measure(run: Any, warmup: int, iterations: int, reporter: Any) -> list[float]:
-    """Per-iteration wall times in ms; nothing but the call sits between the two clock reads."""
-    for _ in range(warmup):
-        run()
-    out = [0.0] * iterations
-    clock = time.perf_counter_ns
-    with reporter.task("timing", iterations) as advance:
-        step = max(1, iterations // 20)  # advance the bar outside the timed region, rarely
-        for i in range(iterations):
-            t0 = clock()
-            run()
-            out[i] = (clock() - t0) / 1e6
-            if (i + 1) % step == 0:
-                advance(step)
+def _baseline(cfg: Config, platform: str, target: Target | None) -> dict[str, Any] | None:
+    if cfg.gate.baseline is None:
+        return None
+    return baselines.load(cfg.path(cfg.gate.baseline), model=cfg.name, platform=platform,
+                          device=device_fingerprint(), batch=target.batch if target else 1)
+
+
+def measure_batch(session: Any, cfg: Config, batch: int, reporter: Any, keep_raw: bool = True) -> dict[str, Any]:
+    """Warm up, then ``trials`` x ``iterations`` timed runs at one batch size."""
+    g = cfg.gate
+    run = session.timed_runner(random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch))
+    warm_n, warm_s = warm_up(run, g.warmup, g.warmup_s)
+    trials = []
+    with reporter.task(f"timing batch {batch}", g.trials) as advance:
+        for _ in range(g.trials):
+            trials.append(time_iterations(run, g.iterations))
+            advance()  # between trials: never inside the timed loop
+    stats = aggregate_trials(trials)
+    per_trial_fps = fps_trials(stats["trials"], batch)
+    out = {**stats, "batch": batch, "fps": batch * 1000.0 / stats["latency"]["p50_ms"], "fps_trials": per_trial_fps,
+           "warmup": {"iterations": warm_n, "seconds": round(warm_s, 4), "min_iterations": g.warmup,
+                      "min_seconds": g.warmup_s}, "trials_count": g.trials, "iterations": g.iterations}
+    if keep_raw:
+        out["trials_ms"] = [[round(t, 5) for t in trial] for trial in trials]
     return out
 
 
-def _checks(target: Target | None, fps: float, stats: dict[str, float]) -> list[dict[str, Any]]:
+def warm_up(run: Any, count: int, seconds: float) -> tuple[int, float]:
+    """Run until both ``count`` runs and ``seconds`` have passed; return (runs, seconds) spent."""
+    clock = time.perf_counter
+    start = clock()
+    end, n = start + seconds, 0
+    while n < count or clock() < end:
+        run()
+        n += 1
+    return n, clock() - start
+
+
+def time_iterations(run: Any, n: int) -> list[float]:
+    """Per-iteration wall times in ms. The loop body is the call and two clock reads, nothing else:
+    no logging, no progress, no allocation (the list exists before the first iteration)."""
+    clock = time.perf_counter_ns
+    out = [0] * n
+    for i in range(n):
+        t0 = clock()
+        run()
+        out[i] = clock() - t0
+    return [t / 1e6 for t in out]
+
+
+def measure_concurrent(engine: Artifact, cfg: Config, batch: int) -> dict[str, Any]:
+    """Throughput with ``concurrency`` sessions running in parallel threads (backends release the GIL)."""
+    import threading
+
+    g = cfg.gate
+    runs = [load_engine(engine).timed_runner(random_feeds(cfg, "opt", np.random.default_rng(i), batch=batch))
+            for i in range(g.concurrency)]
+    barrier, latencies = threading.Barrier(g.concurrency + 1), [None] * g.concurrency
+
+    def worker(i: int) -> None:
+        warm_up(runs[i], g.warmup, 0.0)
+        barrier.wait()
+        latencies[i] = time_iterations(runs[i], g.iterations)  # type: ignore[call-overload]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(g.concurrency)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    p50 = float(np.median(np.concatenate([np.asarray(x) for x in latencies])))
+    return {"streams": g.concurrency, "batch": batch, "iterations_per_stream": g.iterations, "seconds": wall,
+            "throughput": g.concurrency * g.iterations * batch / wall, "p50_ms": p50}
+
+
+def target_checks(target: Target | None, fps: float, latency: dict[str, float]) -> list[dict[str, Any]]:
+    """The target's fps / p99 checks against the median over trials."""
     if target is None:
         return []
     checks = []
@@ -116,7 +202,11 @@ def _checks(target: Target | None, fps: float, stats: dict[str, float]) -> list[
         checks.append({"name": "fps", "target": target.fps, "measured": fps, "passed": ok,
                        "message": f"fps {fps:.1f} {'>=' if ok else '<'} target {target.fps:g}"})
     if target.latency_ms_p99 is not None:
-        ok = stats["p99_ms"] <= target.latency_ms_p99
-        checks.append({"name": "latency_ms_p99", "target": target.latency_ms_p99, "measured": stats["p99_ms"],
-                       "passed": ok, "message": f"p99 {stats['p99_ms']:.2f} ms {'<=' if ok else '>'} target {target.latency_ms_p99:g} ms"})
+        p99 = latency["p99_ms"]
+        ok = p99 <= target.latency_ms_p99
+        checks.append({"name": "latency_ms_p99", "target": target.latency_ms_p99, "measured": p99, "passed": ok,
+                       "message": f"p99 {p99:.2f} ms {'<=' if ok else '>'} target {target.latency_ms_p99:g} ms"})
     return checks
+
+
+__all__ = ["GateStage", "measure_batch", "select_target", "time_iterations", "warm_up"]

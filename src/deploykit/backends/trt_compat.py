@@ -1,0 +1,142 @@
+"""TensorRT versions: importing it, what this code supports, and whether a plan can run here.
+
+deploykit supports TensorRT 10.12+ and 11.x. Every TensorRT name the backend uses exists in both
+(checked by ``tests/backends/test_tensorrt.py`` against the real 10.13 and 11.4 bindings); the one
+behaviour that differs is the strongly typed network, which :func:`network_creation_flags` handles.
+Nothing here imports TensorRT at module import time.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+from deploykit.errors import EngineIncompatible
+
+__all__ = ["EngineIncompatible"]  # raised here; part of the error tree in deploykit.errors
+
+MIN_VERSION = (10, 12)
+INSTALL_HINT = "install it with `pip install 'deploykit[tensorrt]'` on a Linux machine with an NVIDIA GPU"
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"10.13.3.9"`` -> ``(10, 13, 3, 9)``; trailing non-numeric parts (``"11.0.0rc1"``) are dropped."""
+    parts = []
+    for piece in str(text).split("."):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+    return tuple(parts)
+
+
+def import_tensorrt() -> tuple[ModuleType | None, str]:
+    """Import ``tensorrt``; return ``(module, "")`` or ``(None, why it failed and what to do)``."""
+    try:
+        import tensorrt
+    except ModuleNotFoundError as e:
+        if e.name and e.name != "tensorrt":
+            return None, f"TensorRT failed to import: a module it needs is missing ({e}); reinstall tensorrt"
+        return None, f"TensorRT is not importable (no module named 'tensorrt'); {INSTALL_HINT}"
+    except (ImportError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None, (f"TensorRT is installed but its libraries failed to load ({first}); reinstall the "
+                      "tensorrt wheel matching your CUDA major version (tensorrt-cu12 or tensorrt-cu13)")
+    return tensorrt, ""
+
+
+def version_problem(version: str) -> str:
+    """Why this TensorRT version is not supported, or "" when it is."""
+    parsed = parse_version(version)
+    if len(parsed) < 2 or parsed[:2] < MIN_VERSION:
+        return (f"TensorRT {version} is too old: deploykit needs TensorRT "
+                f"{MIN_VERSION[0]}.{MIN_VERSION[1]}+ or 11.x (strongly typed networks); upgrade tensorrt")
+    return ""
+
+
+def major(trt: Any) -> int:
+    """The major version of an imported TensorRT module."""
+    return parse_version(trt.__version__)[0]
+
+
+def network_creation_flags(trt: Any) -> int:
+    """Flags for ``builder.create_network``: a strongly typed network on every supported version.
+
+    TensorRT 11 builds only strongly typed networks (the flag is accepted and ignored there), so it is
+    passed on 10.x only: precision then comes from the ONNX graph (casts, Q/DQ) on both versions.
+    """
+    if major(trt) >= 11:
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+
+
+def tensorrt_cuda_flavour() -> str:
+    """Which CUDA major the installed TensorRT wheels target ("cu12", "cu13"), or "" if unknown."""
+    for dist in ("tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu13-libs", "tensorrt-cu12-libs",
+                 "tensorrt_cu13_libs", "tensorrt_cu12_libs"):
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return "cu13" if "cu13" in dist else "cu12"
+    return ""
+
+
+def parse_compute_capability(text: str) -> tuple[int, int]:
+    """``"8.6"`` -> ``(8, 6)``."""
+    major_s, _, minor_s = str(text).partition(".")
+    return int(major_s), int(minor_s or 0)
+
+
+def check_engine_compatible(recorded: dict[str, Any], here: dict[str, Any], where: str) -> None:
+    """Raise :class:`EngineIncompatible` when the plan described by ``recorded`` cannot run ``here``.
+
+    TensorRT itself only says "the version tag does not match"; this names both sides and the fix.
+
+    Args:
+        recorded: ``engine.json`` of the plan (keys ``tensorrt``, ``compute_capability``, ``gpu``,
+            ``version_compatible``, ``hardware_compatibility``).
+        here: the current environment (keys ``tensorrt``, ``compute_capability``, ``gpu``).
+        where: the engine folder, for the message.
+    """
+    _check_tensorrt_version(recorded, here, where)
+    _check_device(recorded, here, where)
+
+
+def _check_tensorrt_version(recorded: dict[str, Any], here: dict[str, Any], where: str) -> None:
+    built, current = str(recorded["tensorrt"]), str(here["tensorrt"])
+    rebuild = ("rebuild the engine on this machine (rerun `deploykit build`, or pass "
+               "--rebuild-incompatible)")
+    if recorded.get("version_compatible"):
+        # Version-compatible plans run on the same or a later TensorRT of the same major version.
+        b, c = parse_version(built), parse_version(current)
+        if b[:1] != c[:1] or c < b:
+            raise EngineIncompatible(
+                f"{where}: the plan was built version-compatible with TensorRT {built}, which runs only "
+                f"on TensorRT {b[0]}.x at or after {built}; this machine has TensorRT {current}", hint=rebuild)
+        return
+    if built != current:
+        raise EngineIncompatible(
+            f"{where}: the plan was built with TensorRT {built} but this machine has TensorRT {current}; "
+            "a TensorRT plan runs only on the exact version that built it",
+            hint=rebuild + ", or build with build.tensorrt.version_compatible: true")
+
+
+def _check_device(recorded: dict[str, Any], here: dict[str, Any], where: str) -> None:
+    built_cc = parse_compute_capability(recorded["compute_capability"])
+    current_cc = parse_compute_capability(here["compute_capability"])
+    level = recorded.get("hardware_compatibility", "none")
+    gpus = (f"built on {recorded.get('gpu', '?')} (compute capability {recorded['compute_capability']}), "
+            f"this machine has {here.get('gpu', '?')} (compute capability {here['compute_capability']})")
+    if level == "ampere_plus":
+        if current_cc < (8, 0):
+            raise EngineIncompatible(f"{where}: the plan is hardware-compatible with Ampere and newer GPUs only; "
+                                     + gpus, hint="rebuild the engine on this machine")
+        return
+    if built_cc != current_cc:
+        raise EngineIncompatible(
+            f"{where}: the plan was {gpus}; a plan runs only on the compute capability it was built for",
+            hint="rebuild the engine on this machine, or build with "
+                 "build.tensorrt.hardware_compatibility: ampere_plus")

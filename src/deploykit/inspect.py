@@ -1,0 +1,244 @@
+"""``deploykit inspect model.onnx``: what a model holds and whether ONNX Runtime can run it.
+
+Inputs and outputs with shapes, op histogram, opsets, parameter count and size, custom-domain nodes,
+model-local functions, structural problems (dangling inputs, cycles), the ONNX checker's verdict,
+and the nodes ONNX Runtime cannot run: when a session for the whole model fails, each distinct
+(op, input types) is tried alone so that every unsupported node is named, not just the first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def inspect_model(path: Path, *, check_runtime: bool = True) -> dict[str, Any]:
+    """Describe the ONNX file at ``path`` as a JSON-ready dict (see the module docstring)."""
+    from deploykit.onnxio import external_data_files, load_model
+    from deploykit.surgery.graph import STANDARD_DOMAINS, graph_problems, op_histogram
+
+    model = load_model(path, load_external=False)
+    g = model.graph
+    weights = {t.name for t in g.initializer}
+    params, nbytes = _parameters(model)
+    local = {(f.domain, f.name) for f in model.functions}
+    custom = [{"name": n.name, "op": n.op_type, "domain": n.domain, "has_body": (n.domain, n.op_type) in local}
+              for n in g.node if n.domain not in STANDARD_DOMAINS]
+    info: dict[str, Any] = {
+        "path": str(path),
+        "file_bytes": path.stat().st_size + sum(f.stat().st_size for f in external_data_files(model, path)),
+        "ir_version": model.ir_version,
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+        "inputs": [_value(vi) for vi in g.input if vi.name not in weights],
+        "outputs": [_value(vi) for vi in g.output],
+        "nodes": len(g.node),
+        "ops": op_histogram(g),
+        "parameters": params,
+        "parameter_bytes": nbytes,
+        "custom_nodes": custom,
+        "functions": [f"{f.domain}::{f.name}" for f in model.functions],
+        "problems": graph_problems(g),
+        "checker": _checker(model, path),
+        "tensors": [o for n in g.node for o in n.output if o],
+    }
+    if check_runtime:
+        info["onnxruntime"] = runtime_support(model, path)
+    return info
+
+
+def _value(vi: onnx.ValueInfoProto) -> dict[str, Any]:
+    from onnx import helper
+
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        return {"name": vi.name, "type": t.WhichOneof("value") or "unknown", "shape": None}
+    tt = t.tensor_type
+    dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else "unknown"
+    shape = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+             if tt.HasField("shape") else None)
+    return {"name": vi.name, "type": dtype, "shape": shape}
+
+
+def _parameters(model: onnx.ModelProto) -> tuple[int, int]:
+    """Elements and bytes of initializers and Constant-node tensors (without loading external data)."""
+    import numpy as np
+    from onnx import helper
+
+    tensors = list(model.graph.initializer)
+    tensors += [a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+    count = size = 0
+    for t in tensors:
+        n = int(np.prod(t.dims)) if t.dims else 1
+        count += n
+        try:
+            size += n * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, ValueError, TypeError):  # strings, 4-bit types: count the stored bytes
+            size += len(t.raw_data)
+    return count, size
+
+
+def _checker(model: onnx.ModelProto, path: Path) -> str:
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path))
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        return str(e).strip().splitlines()[0]
+    return "ok"
+
+
+def runtime_support(model: onnx.ModelProto, path: Path) -> dict[str, Any]:
+    """Whether an ONNX Runtime CPU session loads the model; if not, the nodes it cannot run."""
+    try:
+        _session(str(path))
+    except Exception as e:
+        return {"loads": False, "error": _first_line(e), "unsupported": _probe_nodes(model)}
+    return {"loads": True, "error": "", "unsupported": []}
+
+
+def _session(source: str | bytes) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 4
+    return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+
+
+def _probe_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
+    """Try each distinct (domain, op, input types, attributes) alone; return the nodes that fail."""
+    import onnx
+
+    from deploykit.surgery.graph import STANDARD_DOMAINS, subgraphs
+
+    try:
+        types = {vi.name: vi.type for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # without inferred types the probe still runs, with untyped inner tensors
+        types = {}
+    types |= {vi.name: vi.type for vi in [*model.graph.input, *model.graph.output]}
+    types |= {t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in model.graph.initializer}
+    verdicts: dict[bytes, str] = {}
+    failing = []
+    local = {(f.domain, f.name) for f in model.functions}
+    for index, node in enumerate(model.graph.node):
+        if node.domain not in STANDARD_DOMAINS and (node.domain, node.op_type) not in local:
+            failing.append({"node": node.name or f"#{index}", "op": node.op_type, "domain": node.domain,
+                            "error": "custom op with no ONNX body: needs its custom-op library (or lower_plugins)"})
+            continue
+        if any(True for _ in subgraphs(node)):
+            continue  # a body reads outer tensors: it cannot be tried alone
+        probe = _single_node_model(model, node, types)
+        if probe is None:
+            continue
+        key = probe.SerializeToString(deterministic=True)
+        if key not in verdicts:
+            try:
+                _session(key)
+                verdicts[key] = ""
+            except Exception as e:
+                verdicts[key] = _first_line(e)
+        if verdicts[key]:
+            failing.append({"node": node.name or f"#{index}", "op": node.op_type, "domain": node.domain,
+                            "error": verdicts[key]})
+    return failing
+
+
+def _single_node_model(model: onnx.ModelProto, node: onnx.NodeProto, types: dict[str, Any]) -> onnx.ModelProto | None:
+    from onnx import helper
+
+    inputs = []
+    for k, name in enumerate(node.input):
+        if not name:
+            continue
+        if name not in types or not types[name].HasField("tensor_type"):
+            return None  # an input we cannot type (a sequence, an unknown tensor): not probed
+        tt = types[name].tensor_type
+        inputs.append(helper.make_tensor_value_info(f"in{k}", tt.elem_type, None))
+    renamed = helper.make_node(node.op_type, [f"in{k}" if n else "" for k, n in enumerate(node.input)],
+                               [f"out{k}" if n else "" for k, n in enumerate(node.output)], domain=node.domain)
+    renamed.attribute.extend(node.attribute)
+    outputs = [_untyped(f"out{k}") for k, n in enumerate(node.output) if n]
+    graph = helper.make_graph([renamed], "probe", inputs, outputs)
+    probe = helper.make_model(graph, opset_imports=list(model.opset_import), functions=list(model.functions))
+    probe.ir_version = model.ir_version
+    return probe
+
+
+def _untyped(name: str) -> onnx.ValueInfoProto:
+    import onnx
+
+    vi = onnx.ValueInfoProto()
+    vi.name = name  # untyped: ONNX Runtime infers it
+    return vi
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def render(info: dict[str, Any]) -> None:
+    """Print the inspection as tables (rich)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
+    console.print(f"[bold]{info['path']}[/]  {info['file_bytes'] / 2**20:.2f} MiB, IR {info['ir_version']}, "
+                  f"opsets: {opsets}, producer: {info['producer'] or '?'}", highlight=False)
+    console.print(f"{info['nodes']} nodes, {info['parameters']:,} parameters "
+                  f"({info['parameter_bytes'] / 2**20:.2f} MiB)", highlight=False)
+    io = Table(title="inputs and outputs", title_justify="left")
+    for col in ("", "name", "type", "shape"):
+        io.add_column(col)
+    for kind in ("inputs", "outputs"):
+        for v in info[kind]:
+            shape = "?" if v["shape"] is None else "[" + ", ".join(map(str, v["shape"])) + "]"
+            io.add_row(kind[:-1], escape(v["name"]), v["type"], escape(shape))
+    console.print(io)
+    ops = Table(title="ops", title_justify="left")
+    ops.add_column("op")
+    ops.add_column("count", justify="right")
+    for op, n in sorted(info["ops"].items(), key=lambda kv: (-kv[1], kv[0])):
+        ops.add_row(escape(op), str(n))
+    console.print(ops)
+    for c in info["custom_nodes"]:
+        body = "has an ONNX body" if c["has_body"] else "no body: needs a plugin or custom-op library"
+        console.print(f"custom node {c['name'] or '?'!r}: {c['domain']}::{c['op']} ({body})", highlight=False)
+    for p in info["problems"]:
+        console.print(f"[red]problem:[/] {p}", highlight=False)
+    if info["checker"] != "ok":
+        console.print(f"[red]ONNX checker:[/] {info['checker']}", highlight=False)
+    _render_runtime(console, info.get("onnxruntime"))
+
+
+def _render_runtime(console: Any, ort_info: dict[str, Any] | None) -> None:
+    if ort_info is None:
+        return
+    if ort_info["loads"]:
+        console.print("ONNX Runtime (CPU): [green]loads[/]")
+        return
+    console.print(f"ONNX Runtime (CPU): [red]cannot load[/]: {ort_info['error']}", highlight=False)
+    for n in ort_info["unsupported"]:
+        op = f"{n['domain']}::{n['op']}" if n["domain"] else n["op"]
+        console.print(f"  node {n['node']!r} ({op}): {n['error']}", highlight=False)
+
+
+def command(model: Annotated[Path, typer.Argument(help="An ONNX file.")],
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+            runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True) -> None:
+    """Show a model's inputs, outputs, ops, opsets, parameters and the nodes ONNX Runtime cannot run."""
+    info = inspect_model(model, check_runtime=runtime)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        render(info)

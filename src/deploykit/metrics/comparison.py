@@ -1,0 +1,110 @@
+"""One parity comparison: every output against every reference, elementwise and by task, folded over
+samples into the report the parity stage writes.
+
+Each entry ends in one of three statuses: ``fail`` (a limit is exceeded), ``inconclusive`` (the
+reference makes the check vacuous: constant, all zeros, tiny, no boxes...), or ``pass``. A failure
+wins over inconclusive: a NaN against an all-zero reference is still a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from deploykit.config import ParityConfig, Tolerance
+from deploykit.metrics.elementwise import ErrorAccumulator, vacuity, violations
+from deploykit.metrics.tasks import TaskMetric, build_tasks, max_abs_exempt
+
+
+class Comparison:
+    """Accumulates (reference name, output) -> errors and (reference name, task) -> task sums."""
+
+    def __init__(self, parity: ParityConfig, preset: Tolerance, precision: str = "fp32") -> None:
+        self.parity, self.preset, self.precision = parity, preset, precision
+        self.elementwise: dict[tuple[str, str], ErrorAccumulator] = {}
+        self.tasks: dict[str, list[TaskMetric]] = {}
+        self.samples = 0
+
+    def add(self, expected: dict[str, dict[str, np.ndarray]], got: dict[str, np.ndarray]) -> float:
+        """Fold one sample (reference name -> outputs; candidate outputs); return its worst rel-L2."""
+        worst = 0.0
+        for ref_name, outputs in expected.items():
+            for out_name, ref in outputs.items():
+                cand = _output(got, out_name)
+                key = (ref_name, out_name)
+                if key not in self.elementwise:
+                    floor = self.parity.tolerance(out_name, self.preset).rel_floor or 0.0
+                    self.elementwise[key] = ErrorAccumulator(floor)
+                try:
+                    worst = max(worst, self.elementwise[key].add(ref, cand)["rel_l2"])
+                except ValueError as e:
+                    from deploykit.errors import DataError
+
+                    raise DataError(f"output {out_name!r}: {e}") from e
+            if ref_name not in self.tasks:
+                self.tasks[ref_name] = build_tasks(self.parity.tasks)
+            for task in self.tasks[ref_name]:
+                task.add(outputs, got)
+        self.samples += 1
+        return worst
+
+    def check_outputs(self, names: list[str]) -> None:
+        """Tolerances named for outputs the model lacks are a config mistake, not something to ignore."""
+        from deploykit.errors import ConfigError
+
+        unknown = sorted(set(self.parity.outputs) - set(names))
+        if unknown:
+            raise ConfigError(f"parity.outputs names {', '.join(map(repr, unknown))}, which the model does not "
+                              f"have; its outputs are: {', '.join(names)}", hint="fix the output names in the config")
+
+    def report(self) -> dict[str, Any]:
+        """The verdict and every number behind it (JSON-ready except for non-finite floats)."""
+        exempt = max_abs_exempt(self.parity.tasks)
+        outputs: dict[str, dict[str, Any]] = {}
+        for (ref_name, out_name), acc in sorted(self.elementwise.items()):
+            outputs.setdefault(out_name, {})[ref_name] = self._elementwise_entry(out_name, acc, out_name in exempt)
+        tasks = [{**t.result(), "reference": ref_name} for ref_name, ts in sorted(self.tasks.items()) for t in ts]
+        for t in tasks:
+            t["status"] = _status(t["violations"], t["inconclusive"])
+            t["passed"] = t["status"] == "pass"
+        failures, vacuous = [], []
+        for out_name, refs in outputs.items():
+            for ref_name, e in refs.items():
+                failures += [f"{out_name} vs {ref_name}: {v}" for v in e["violations"]]
+                if e["status"] == "inconclusive":
+                    vacuous.append(f"{out_name} vs {ref_name}: {e['inconclusive']}")
+        for t in tasks:
+            failures += [f"{t['label']} vs {t['reference']}: {v}" for v in t["violations"]]
+            if t["status"] == "inconclusive":
+                vacuous.append(f"{t['label']} vs {t['reference']}: {t['inconclusive']}")
+        status = "fail" if failures else "inconclusive" if vacuous else "pass"
+        passed = status == "pass" or (status == "inconclusive" and self.parity.inconclusive == "warn")
+        return {"status": status, "passed": passed, "failures": failures, "inconclusive": vacuous,
+                "outputs": outputs, "tasks": tasks, "precision": self.precision, "preset": asdict(self.preset),
+                "samples": self.samples}
+
+    def _elementwise_entry(self, out_name: str, acc: ErrorAccumulator, exempt: bool) -> dict[str, Any]:
+        tol = self.parity.tolerance(out_name, self.preset)
+        result = acc.result()
+        skip = ("max_abs",) if exempt else ()
+        bad = violations(result["metrics"], tol, skip)
+        why = vacuity(result["metrics"], self.parity.vacuous_below)
+        status = _status(bad, why)
+        return {**result, "tolerance": asdict(tol), "violations": bad, "inconclusive": why, "status": status,
+                "passed": status == "pass",
+                "not_checked": ["max_abs (probability map: see its thresholded IoU)"] if exempt else []}
+
+
+def _status(violations_: list[str], inconclusive: str) -> str:
+    return "fail" if violations_ else "inconclusive" if inconclusive else "pass"
+
+
+def _output(got: dict[str, np.ndarray], name: str) -> np.ndarray:
+    if name not in got:
+        from deploykit.errors import DataError
+
+        raise DataError(f"the engine has no output {name!r} (it has: {', '.join(got)})",
+                        hint="surgery renamed or removed an output; keep the model's outputs")
+    return got[name]

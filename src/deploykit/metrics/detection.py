@@ -1,0 +1,132 @@
+"""Detection parity: boxes matched by IoU between reference and candidate, independent of order.
+
+Runtimes legitimately reorder boxes with tied scores (and NMS output order follows scores), so
+boxes are never compared by index: every reference box is paired with the candidate box it
+overlaps most (greedy on IoU, highest first), and the pairs are then compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def to_xyxy(boxes: np.ndarray, fmt: str) -> np.ndarray:
+    """(N, 4) boxes in ``xyxy``, ``xywh`` (corner + size) or ``cxcywh`` (centre + size) -> xyxy."""
+    b = boxes.astype(np.float64)
+    if fmt == "xyxy":
+        return b
+    if fmt == "xywh":
+        return np.concatenate([b[:, :2], b[:, :2] + b[:, 2:]], axis=1)
+    if fmt == "cxcywh":
+        return np.concatenate([b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2], axis=1)
+    raise ValueError(f"unknown box format {fmt!r}")
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU matrix (len(a), len(b)) of xyxy boxes; a zero-area box matches only an identical one."""
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
+    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
+    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    # Zero-area boxes have no IoU; two identical ones are still the same box (padding rows, points).
+    same = (union <= 0) & np.all(a[:, None, :] == b[None, :, :], axis=2)
+    return np.where(same, 1.0, iou)
+
+
+def match_boxes(a: np.ndarray, b: np.ndarray, min_iou: float) -> list[tuple[int, int, float]]:
+    """Greedy one-to-one matching by IoU, highest first: (index in a, index in b, IoU).
+
+    The result does not depend on the order of the boxes (ties in IoU are broken by position, but
+    tied pairs have the same IoU, so every metric computed from the pairs is the same).
+    """
+    if len(a) == 0 or len(b) == 0:
+        return []
+    iou = box_iou(a, b)
+    ia, ib = np.nonzero(iou >= min_iou)
+    order = np.argsort(-iou[ia, ib], kind="stable")
+    used_a, used_b, pairs = set(), set(), []
+    for i, j in zip(ia[order].tolist(), ib[order].tolist(), strict=True):
+        if i not in used_a and j not in used_b:
+            used_a.add(i)
+            used_b.add(j)
+            pairs.append((i, j, float(iou[i, j])))
+    return pairs
+
+
+def split_images(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray | None) -> list[tuple]:
+    """Per image (boxes (N, 4), score (N,), class (N,)); leading dims are images.
+
+    ``scores`` is (..., N) with ``classes`` (..., N) given, or (..., N, C) per-class scores, reduced
+    to the best class and its score.
+    """
+    lead = boxes.shape[:-2]
+    n = boxes.shape[-2]
+    b = boxes.reshape(-1, n, 4)
+    if classes is None and scores.ndim == boxes.ndim:  # (..., N, C)
+        s = scores.reshape(-1, n, scores.shape[-1])
+        cls, best = s.argmax(axis=-1), s.max(axis=-1)
+    else:
+        best = scores.reshape(-1, n)
+        cls = classes.reshape(-1, n) if classes is not None else np.zeros_like(best, dtype=np.int64)
+    assert b.shape[0] == int(np.prod(lead, dtype=np.int64)) == best.shape[0]
+    return [(b[i], best[i].astype(np.float64), cls[i]) for i in range(b.shape[0])]
+
+
+@dataclass
+class DetectionTally:
+    """Running totals over images; ``result`` turns them into the reported metrics."""
+
+    ref_boxes: int = 0
+    cand_boxes: int = 0
+    ref_unmatched: int = 0
+    cand_unmatched: int = 0
+    pairs: int = 0
+    iou_sum: float = 0.0
+    score_delta_sum: float = 0.0
+    score_delta_max: float = 0.0
+    class_flips: int = 0
+    images: int = 0
+    images_without_boxes: int = 0
+
+    def add_image(self, ref: tuple, cand: tuple, fmt: str, threshold: float, margin: float, min_iou: float) -> None:
+        """Match one image's boxes; boxes scoring >= threshold count, >= threshold - margin may match."""
+        (rb, rs, rc), (cb, cs, cc) = ref, cand
+        self.images += 1
+        r_keep, c_keep = rs >= threshold - margin, cs >= threshold - margin
+        r_idx, c_idx = np.nonzero(r_keep)[0], np.nonzero(c_keep)[0]
+        pairs = match_boxes(to_xyxy(rb[r_idx], fmt), to_xyxy(cb[c_idx], fmt), min_iou)
+        r_counted, c_counted = rs[r_idx] >= threshold, cs[c_idx] >= threshold
+        matched_r = np.zeros(len(r_idx), bool)
+        matched_c = np.zeros(len(c_idx), bool)
+        for i, j, iou in pairs:
+            if not (r_counted[i] or c_counted[j]):
+                continue  # both under the threshold: neither side reports this box
+            matched_r[i] = matched_c[j] = True
+            delta = abs(float(rs[r_idx[i]] - cs[c_idx[j]]))
+            self.pairs += 1
+            self.iou_sum += iou
+            self.score_delta_sum += delta
+            self.score_delta_max = max(self.score_delta_max, delta)
+            self.class_flips += int(rc[r_idx[i]] != cc[c_idx[j]])
+        self.ref_boxes += int(r_counted.sum())
+        self.cand_boxes += int(c_counted.sum())
+        self.ref_unmatched += int((r_counted & ~matched_r).sum())
+        self.cand_unmatched += int((c_counted & ~matched_c).sum())
+        self.images_without_boxes += int(not r_counted.any())
+
+    def result(self) -> dict[str, float]:
+        counted = self.ref_boxes + self.cand_boxes
+        matched = counted - self.ref_unmatched - self.cand_unmatched
+        return {"matched": matched / counted if counted else 1.0,
+                "mean_iou": self.iou_sum / self.pairs if self.pairs else (0.0 if counted else 1.0),
+                "mean_score_delta": self.score_delta_sum / self.pairs if self.pairs else 0.0,
+                "max_score_delta": self.score_delta_max,
+                "class_flips": self.class_flips / self.pairs if self.pairs else 0.0,
+                "reference_boxes": self.ref_boxes, "candidate_boxes": self.cand_boxes,
+                "missing": self.ref_unmatched, "extra": self.cand_unmatched, "pairs": self.pairs,
+                "images": self.images, "images_without_reference_boxes": self.images_without_boxes}

@@ -1,0 +1,184 @@
+"""Elementwise parity metrics between a reference output and a candidate output.
+
+Everything is computed in float64 on the elements both sides hold as finite numbers; NaN/Inf are
+counted separately, because one NaN would otherwise turn every metric into NaN and hide the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from deploykit.config import Tolerance
+
+SNR_CAP_DB = 200.0  # identical outputs: an infinite SNR is stored as this (JSON has no infinity)
+# abs-error histogram bins: decades 1e-12 .. 1e4, four bins per decade; exact zeros counted apart.
+HIST_EDGES = tuple(10.0 ** (e / 4) for e in range(-48, 17))
+_MINIMUMS = ("cosine", "snr_db")  # checks where larger is better
+
+
+def compare(ref: np.ndarray, got: np.ndarray, rel_floor: float = 1e-2) -> dict[str, float]:
+    """max/mean abs, rel-L2, cosine, SNR (dB), max relative error above a magnitude floor, NaN/Inf.
+
+    Args:
+        ref: the reference output.
+        got: the candidate output, same shape.
+        rel_floor: ``max_rel`` looks only at elements with ``|ref| >= rel_floor * max|ref|``; near
+            zero a relative error means nothing.
+    """
+    if ref.shape != got.shape:
+        raise ValueError(f"shape {got.shape} differs from the reference's {ref.shape}")
+    r, g = _as_f64(ref), _as_f64(got)
+    finite_r, finite_g = np.isfinite(r), np.isfinite(g)
+    both = finite_r & finite_g
+    out = {"nonfinite": int(np.count_nonzero(finite_r & ~finite_g)),
+           "ref_nonfinite": int(np.count_nonzero(~finite_r)), "elements": int(r.size)}
+    r, g = r[both], g[both]
+    if r.size == 0:
+        return {**out, "max_abs": 0.0, "mean_abs": 0.0, "rel_l2": 0.0, "cosine": 1.0, "snr_db": SNR_CAP_DB,
+                "max_rel": 0.0, "ref_absmax": 0.0, "ref_range": 0.0}
+    diff = np.abs(r - g)
+    ref_norm, got_norm, err_norm = (float(np.linalg.norm(v)) for v in (r, g, r - g))
+    ref_absmax = float(np.max(np.abs(r)))
+    out.update(max_abs=float(diff.max()), mean_abs=float(diff.mean()),
+               rel_l2=_ratio(err_norm, ref_norm), cosine=_cosine(r, g, ref_norm, got_norm),
+               snr_db=_snr_db(ref_norm, err_norm), max_rel=_max_rel(r, diff, rel_floor * ref_absmax),
+               ref_absmax=ref_absmax, ref_range=float(r.max() - r.min()))
+    return out
+
+
+def _as_f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float64, copy=False).ravel()
+
+
+def _ratio(num: float, den: float) -> float:
+    if den > 0:
+        return num / den
+    return 0.0 if num == 0 else math.inf
+
+
+def _cosine(r: np.ndarray, g: np.ndarray, ref_norm: float, got_norm: float) -> float:
+    if ref_norm > 0 and got_norm > 0:
+        return float(np.clip(np.dot(r, g) / (ref_norm * got_norm), -1.0, 1.0))
+    return 1.0 if ref_norm == got_norm else 0.0
+
+
+def _snr_db(ref_norm: float, err_norm: float) -> float:
+    if err_norm == 0:
+        return SNR_CAP_DB
+    if ref_norm == 0:
+        return -SNR_CAP_DB
+    return float(min(SNR_CAP_DB, 20.0 * math.log10(ref_norm / err_norm)))
+
+
+def _max_rel(r: np.ndarray, diff: np.ndarray, floor: float) -> float:
+    mask = np.abs(r) >= max(floor, np.finfo(np.float64).tiny)
+    return float(np.max(diff[mask] / np.abs(r[mask]))) if mask.any() else 0.0
+
+
+def abs_error_histogram(ref: np.ndarray, got: np.ndarray) -> tuple[int, list[int]]:
+    """(exact zeros, counts per HIST_EDGES bin) of |ref - got| over finite elements; for plots."""
+    r, g = _as_f64(ref), _as_f64(got)
+    ok = np.isfinite(r) & np.isfinite(g)
+    diff = np.abs(r[ok] - g[ok])
+    zeros = int(np.count_nonzero(diff == 0))
+    clipped = np.clip(diff[diff > 0], HIST_EDGES[0], HIST_EDGES[-1] * 0.999)
+    counts, _ = np.histogram(clipped, bins=np.asarray(HIST_EDGES))
+    return zeros, counts.astype(int).tolist()
+
+
+class ErrorAccumulator:
+    """Worst case over samples of one (reference, output) pair, plus what the plots need."""
+
+    _WORST_MAX = ("max_abs", "mean_abs", "rel_l2", "max_rel", "ref_absmax", "ref_range")
+
+    def __init__(self, rel_floor: float) -> None:
+        self.rel_floor = rel_floor
+        self.worst: dict[str, float] | None = None
+        self.per_sample_rel_l2: list[float] = []
+        self.zeros, self.hist = 0, [0] * (len(HIST_EDGES) - 1)
+        self.worst_sample = 0
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
+        """Fold one sample in; return its metrics."""
+        m = compare(ref, got, self.rel_floor)
+        m.update(topk_agreement(ref, got))
+        zeros, counts = abs_error_histogram(ref, got)
+        self.zeros += zeros
+        self.hist = [a + b for a, b in zip(self.hist, counts, strict=True)]
+        if self.worst is None or m["rel_l2"] > max(self.per_sample_rel_l2):
+            self.worst_sample = len(self.per_sample_rel_l2)
+        self.per_sample_rel_l2.append(m["rel_l2"])
+        self.worst = m if self.worst is None else _merge(self.worst, m)
+        return m
+
+    def result(self) -> dict[str, Any]:
+        assert self.worst is not None, "no sample was added"
+        return {"metrics": dict(self.worst), "per_sample_rel_l2": list(self.per_sample_rel_l2),
+                "worst_sample": self.worst_sample,
+                "abs_error_histogram": {"edges": list(HIST_EDGES), "counts": self.hist, "zeros": self.zeros}}
+
+
+def _merge(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    out = {k: max(a[k], b[k]) for k in ErrorAccumulator._WORST_MAX}
+    out.update(cosine=min(a["cosine"], b["cosine"]), snr_db=min(a["snr_db"], b["snr_db"]))
+    for k in ("nonfinite", "ref_nonfinite", "elements"):
+        out[k] = a[k] + b[k]
+    for k in ("top1", "topk"):
+        if k in a:
+            out[k] = min(a[k], b[k])
+    if "k" in a:
+        out["k"] = a["k"]
+    return out
+
+
+def topk_agreement(ref: np.ndarray, got: np.ndarray, k: int = 5) -> dict[str, float]:
+    """For (rows, classes) float outputs: tie-aware top-1 and top-k agreement (reported, not checked)."""
+    if ref.ndim != 2 or ref.shape[1] < 2 or not np.issubdtype(ref.dtype, np.floating):
+        return {}
+    if not (np.all(np.isfinite(ref)) and np.all(np.isfinite(got))):
+        return {}
+    from deploykit.metrics.dense import topk_sums
+
+    k = min(k, ref.shape[1])
+    s = topk_sums(ref, got, k, axis=-1)
+    return {"top1": s["top1"] / s["rows"], "topk": s["topk"] / s["rows"], "k": k}
+
+
+def violations(metrics: dict[str, float], tol: Tolerance, skip: tuple[str, ...] = ()) -> list[str]:
+    """The checks a metric set fails, as readable strings; empty when it passes.
+
+    Args:
+        metrics: from :func:`compare` (or the worst case over samples).
+        tol: a resolved tolerance; fields that are None are not checked.
+        skip: checks not to apply (e.g. max_abs on a probability map).
+    """
+    out = []
+    if metrics["nonfinite"] > 0:
+        out.append(f"{int(metrics['nonfinite'])} NaN/Inf values the reference does not have")
+    for key in ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db"):
+        limit = getattr(tol, key)
+        if limit is None or key in skip:
+            continue
+        value = metrics[key]
+        if key in _MINIMUMS:
+            if not value >= limit:  # written so NaN fails
+                out.append(f"{key} {value:.6g} < {limit:g}")
+        elif not value <= limit:
+            out.append(f"{key} {value:.3g} > {limit:.3g}")
+    return out
+
+
+def vacuity(metrics: dict[str, float], vacuous_below: float) -> str:
+    """Why comparing against this reference proves nothing ('' when it is a real check)."""
+    if metrics["ref_nonfinite"] > 0:
+        return f"the reference itself has {int(metrics['ref_nonfinite'])} NaN/Inf values"
+    if metrics["ref_absmax"] == 0:
+        return "the reference output is all zeros"
+    if metrics["ref_range"] == 0:
+        return f"the reference output is constant ({metrics['ref_absmax']:.3g} everywhere)"
+    if metrics["ref_absmax"] < vacuous_below:
+        return f"the reference output is tiny (max |ref| {metrics['ref_absmax']:.3g} < {vacuous_below:g})"
+    return ""

@@ -1,0 +1,259 @@
+"""The task checks configured under ``parity.tasks``: one accumulator per check.
+
+An accumulator checks the shapes of the outputs it reads on the first sample (a wrong output fails
+with the check's config path), folds every sample into exact sums, and at the end reports its
+metrics, the limits they are held to, the violations, and whether the check proved anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.config import TaskChecks
+from deploykit.errors import DataError
+from deploykit.metrics import dense
+from deploykit.metrics.detection import DetectionTally, split_images
+
+Limit = tuple[str, str, float]  # (metric, ">=" or "<=", value)
+
+
+class TaskMetric:
+    """Base: a configured check over one or more outputs."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, check: Any, index: int) -> None:
+        self.check, self.label = check, f"{self.kind}[{index}]"
+        self.sums: Any = None
+        self._checked = False
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (self.check.output,)
+
+    def add(self, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
+        """Fold one sample in (reference and candidate outputs by name)."""
+        if not self._checked:
+            for name in self.outputs:
+                if name not in ref:
+                    raise self._error(f"names output {name!r}, which the model does not have "
+                                      f"(outputs: {', '.join(ref)})")
+            self.check_shapes({n: ref[n] for n in self.outputs})
+            self._checked = True
+        self.sums = self.fold(self.sums, {n: ref[n] for n in self.outputs}, {n: got[n] for n in self.outputs})
+
+    def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
+        return dense.add_sums(sums, self.sample_sums(ref[self.check.output], got[self.check.output]))
+
+    def result(self) -> dict[str, Any]:
+        metrics = self.metrics(self.sums)
+        limits = self.limits()
+        bad = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in limits
+               if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        return {"kind": self.kind, "label": self.label, "outputs": list(self.outputs), "metrics": metrics,
+                "limits": [{"metric": m, "op": op, "value": v} for m, op, v in limits],
+                "violations": bad, "inconclusive": self.inconclusive(self.sums, metrics)}
+
+    def _error(self, what: str) -> DataError:
+        return DataError(f"parity.tasks.{self.label} {what}",
+                         hint=f"point parity.tasks.{self.kind} at the right output, or remove the check")
+
+    # -- per kind --------------------------------------------------------------------------------
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def metrics(self, sums: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def limits(self) -> list[Limit]:
+        raise NotImplementedError
+
+    def inconclusive(self, sums: Any, metrics: dict[str, Any]) -> str:
+        return ""
+
+
+class Classification(TaskMetric):
+    kind = "classification"
+
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        a = ref[self.check.output]
+        if a.ndim == 0 or not -a.ndim <= self.check.axis < a.ndim:
+            raise self._error(f"has axis {self.check.axis}, but output {self.check.output!r} has shape {list(a.shape)}")
+        if a.shape[self.check.axis] < max(self.check.k, 2):
+            raise self._error(f"needs at least {max(self.check.k, 2)} classes on axis {self.check.axis}; output "
+                              f"{self.check.output!r} has shape {list(a.shape)}")
+
+    def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+        return dense.topk_sums(ref, got, self.check.k, self.check.axis)
+
+    def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
+        return {"top1": s["top1"] / s["rows"], "topk": s["topk"] / s["rows"], "k": self.check.k, "rows": s["rows"]}
+
+    def limits(self) -> list[Limit]:
+        return [("top1", ">=", self.check.min_top1), ("topk", ">=", self.check.min_topk)]
+
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+        return "every reference score ties in every row" if s["tied_rows"] == s["rows"] else ""
+
+
+class Detection(TaskMetric):
+    kind = "detection"
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        c = self.check
+        return (c.boxes, c.scores) + ((c.classes,) if c.classes else ())
+
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        c = self.check
+        boxes, scores = ref[c.boxes], ref[c.scores]
+        if boxes.ndim < 2 or boxes.shape[-1] != 4:
+            raise self._error(f"expects boxes (..., N, 4); output {c.boxes!r} has shape {list(boxes.shape)}")
+        per_box = scores.shape == boxes.shape[:-1]
+        per_class = scores.ndim == boxes.ndim and scores.shape[:-1] == boxes.shape[:-1]
+        if not (per_box or per_class) or (c.classes and not per_box):
+            want = "(..., N)" if c.classes else "(..., N) or (..., N, classes)"
+            raise self._error(f"expects scores {want} for boxes {list(boxes.shape)}; output {c.scores!r} has shape "
+                              f"{list(scores.shape)}")
+        if c.classes and ref[c.classes].shape != boxes.shape[:-1]:
+            raise self._error(f"expects classes (..., N) for boxes {list(boxes.shape)}; output {c.classes!r} has "
+                              f"shape {list(ref[c.classes].shape)}")
+
+    def fold(self, tally: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
+        c = self.check
+        tally = tally or DetectionTally()
+        images = [split_images(d[c.boxes], d[c.scores], d.get(c.classes) if c.classes else None) for d in (ref, got)]
+        for r, g in zip(*images, strict=True):
+            tally.add_image(r, g, c.box_format, c.score_threshold, c.score_margin, c.match_iou)
+        return tally
+
+    def metrics(self, tally: DetectionTally) -> dict[str, Any]:
+        return tally.result()
+
+    def limits(self) -> list[Limit]:
+        c = self.check
+        return [("matched", ">=", c.min_matched), ("mean_iou", ">=", c.min_mean_iou),
+                ("mean_score_delta", "<=", c.max_score_delta), ("class_flips", "<=", c.max_class_flips)]
+
+    def inconclusive(self, tally: DetectionTally, metrics: dict[str, Any]) -> str:
+        if tally.ref_boxes == 0:
+            return (f"no reference box scores >= {self.check.score_threshold:g} in {tally.images} image(s): "
+                    "nothing was compared")
+        return ""
+
+
+class Segmentation(TaskMetric):
+    kind = "segmentation"
+
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        a = ref[self.check.output]
+        if a.ndim < 2 or not -a.ndim <= self.check.axis < a.ndim or a.shape[self.check.axis] < 2:
+            raise self._error(f"expects class scores with >= 2 classes on axis {self.check.axis}; output "
+                              f"{self.check.output!r} has shape {list(a.shape)} (one channel: use probability_map)")
+
+    def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+        return dense.segmentation_sums(ref, got, self.check.axis)
+
+    def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
+        present = s["union"] > 0
+        ious = s["inter"][present] / s["union"][present]
+        return {"pixel_agreement": s["agree"] / s["pixels"], "miou": float(ious.mean()) if present.any() else 1.0,
+                "classes_present": int(present.sum()), "pixels": s["pixels"]}
+
+    def limits(self) -> list[Limit]:
+        return [("pixel_agreement", ">=", self.check.min_pixel_agreement), ("miou", ">=", self.check.min_miou)]
+
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+        classes = np.nonzero(s["ref_classes"])[0]
+        return f"the reference argmax is class {int(classes[0])} everywhere" if len(classes) == 1 else ""
+
+
+class Depth(TaskMetric):
+    kind = "depth"
+
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        a = ref[self.check.output]
+        if a.ndim == 4 and a.shape[1] != 1 or a.ndim > 4 or a.ndim < 2:
+            raise self._error(f"expects a depth map (N, H, W) or (N, 1, H, W); output {self.check.output!r} has "
+                              f"shape {list(a.shape)}")
+
+    def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+        return dense.depth_sums(ref, got, self.check.min_depth)
+
+    def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
+        n = s["pixels"]
+        return {"abs_rel": s["abs_rel"] / n if n else 0.0, "delta1": s["delta1"] / n if n else 1.0, "valid_pixels": n}
+
+    def limits(self) -> list[Limit]:
+        return [("abs_rel", "<=", self.check.max_abs_rel), ("delta1", ">=", self.check.min_delta1)]
+
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+        return f"no reference depth above min_depth {self.check.min_depth:g}" if s["pixels"] == 0 else ""
+
+
+class Trajectory(TaskMetric):
+    kind = "trajectory"
+
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        a = ref[self.check.output]
+        if a.ndim < 2 or a.shape[-1] not in (2, 3):
+            raise self._error(f"expects trajectories (..., T, 2 or 3); output {self.check.output!r} has shape "
+                              f"{list(a.shape)}")
+
+    def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+        return dense.trajectory_sums(ref, got)
+
+    def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
+        return {"ade": s["ade"] / s["steps"], "fde": s["fde"] / s["agents"], "agents": s["agents"]}
+
+    def limits(self) -> list[Limit]:
+        return [("ade", "<=", self.check.max_ade), ("fde", "<=", self.check.max_fde)]
+
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+        return "every reference trajectory point is zero" if s["ref_moving"] == 0 else ""
+
+
+class ProbabilityMap(TaskMetric):
+    kind = "probability_map"
+
+    def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
+        a = np.asarray(ref[self.check.output], np.float64)
+        if a.size and (np.nanmin(a) < 0 or np.nanmax(a) > 1):
+            raise self._error(f"expects probabilities in [0, 1]; output {self.check.output!r} ranges "
+                              f"{np.nanmin(a):.3g}..{np.nanmax(a):.3g} (logits? use segmentation, or apply sigmoid)")
+
+    def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+        return dense.mask_sums(ref, got, self.check.threshold)
+
+    def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
+        return {"iou": s["inter"] / s["union"] if s["union"] else 1.0, "flipped_pixels": s["flipped"],
+                "reference_on": s["ref_on"] / s["pixels"]}
+
+    def limits(self) -> list[Limit]:
+        return [("iou", ">=", self.check.min_iou)]
+
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+        if s["ref_on"] == 0:
+            return f"no reference pixel reaches the threshold {self.check.threshold:g}"
+        if s["ref_on"] == s["pixels"]:
+            return f"every reference pixel reaches the threshold {self.check.threshold:g}"
+        return ""
+
+
+KINDS: dict[str, type[TaskMetric]] = {c.kind: c for c in (Classification, Detection, Segmentation, Depth,
+                                                             Trajectory, ProbabilityMap)}
+
+
+def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:
+    """One accumulator per configured check, in config order."""
+    return [KINDS[kind](check, i) for kind in KINDS for i, check in enumerate(getattr(tasks, kind))]
+
+
+def max_abs_exempt(tasks: TaskChecks) -> set[str]:
+    """Outputs whose elementwise max_abs is not checked: probability maps, where one flipped pixel is 1.0."""
+    return {c.output for c in tasks.probability_map}

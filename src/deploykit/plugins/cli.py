@@ -1,0 +1,95 @@
+"""``deploykit plugins build|list|check``: thin commands over :mod:`deploykit.plugins`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Build, list and check the custom-op plugins (plugins/<op>/).")
+
+BuildDir = Annotated[Optional[Path], typer.Option("--build-dir", help="Build folder (default: build/plugins "
+                                                                      "beside the plugin sources).")]
+
+
+@app.command("build")
+def build(build_dir: BuildDir = None,
+          cuda: Annotated[bool, typer.Option(help="Build the CUDA kernels (and the TensorRT plugin) where nvcc is found.")] = True,
+          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (else CMake "
+                                                                        "searches TENSORRT_ROOT).")] = None,
+          cuda_archs: Annotated[str, typer.Option(help="CMAKE_CUDA_ARCHITECTURES, e.g. '87;90' (default: the project's).")] = "",
+          force: Annotated[bool, typer.Option(help="Rebuild even when the sources are unchanged.")] = False) -> None:
+    """Configure and build the plugin libraries with CMake; a rerun with unchanged sources does nothing."""
+    from rich.console import Console
+
+    from deploykit.plugins.build import BuildOptions, build_plugins
+
+    options = BuildOptions(cuda=cuda, tensorrt_include_dir=str(tensorrt_include.resolve()) if tensorrt_include else "",
+                           cuda_architectures=cuda_archs)
+    result = build_plugins(build_dir, options, force=force)
+    console = Console()
+    state = "up to date" if result.reused else "built"
+    console.print(f"plugins {state} in {result.build_dir} (source digest {result.digest[:12]})", highlight=False, soft_wrap=True)
+    for part, path in sorted(result.outputs.items()):
+        console.print(f"  {part:15} {path}", highlight=False, soft_wrap=True)
+    if "tensorrt" not in result.outputs:
+        console.print("  (no TensorRT plugin library: it needs nvcc and TensorRT headers; see plugins/README.md)",
+                      highlight=False)
+
+
+@app.command("list")
+def list_(build_dir: BuildDir = None) -> None:
+    """The ops, their plugin names and versions, and which parts are built."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from deploykit.plugins.build import OUTPUTS, built_outputs, default_build_dir, is_current
+    from deploykit.plugins.descriptions import descriptions, plugins_source
+
+    folder = build_dir or default_build_dir()
+    built = built_outputs(folder)
+    source = plugins_source()
+    table = Table(title=f"plugins in {source}", title_justify="left")
+    for col in ("op (plugin)", "version", "namespace", "torch op", "attributes", "cpu", "cuda", "tensorrt"):
+        table.add_column(col, overflow="fold")
+    for op in descriptions().values():
+        parts = []
+        for part, suffix in (("cpu", "_cpu.cpp"), ("cuda", ".cu"), ("tensorrt", "_trt.cpp")):
+            has_source = (source / op.folder / f"{op.folder}{suffix}").is_file()
+            parts.append("built" if has_source and part in built else "source only" if has_source else "-")
+        attributes = ", ".join(f"{a.name} ({a.describe()})" for a in op.attributes)
+        table.add_row(op.plugin_name, op.plugin_version, op.plugin_namespace,
+                      f"torch.ops.{op.torch_name.replace('::', '.')}", attributes, *parts)
+    console = Console()
+    console.print(table)
+    current = is_current(folder, source)
+    state = {None: "no deploykit build there (run `deploykit plugins build`)",
+             True: "built from the current sources", False: "stale: the sources changed since (rebuild)"}[current]
+    console.print(f"build folder {folder}: {state}", highlight=False, soft_wrap=True)
+    for part in OUTPUTS:
+        console.print(f"  {part:15} {built.get(part, '(not built)')}", highlight=False, soft_wrap=True)
+
+
+@app.command("check")
+def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin library, e.g. build/plugins/libdeploykit_plugins.so")]) -> None:
+    """Check that a plugin library exports getCreators and registers the creators the op descriptions name."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from deploykit.errors import InvalidInput
+    from deploykit.plugins.library_check import check_library
+
+    report = check_library(library)
+    table = Table(title=f"{library} (creators read by: {report.method})", title_justify="left")
+    for col in ("check", "status", "detail"):
+        table.add_column(col, overflow="fold")
+    colour = {"ok": "green", "failed": "red", "not checked": "yellow"}
+    for f in report.findings:
+        table.add_row(f.check, f"[{colour[f.status]}]{f.status}[/]", f.detail)
+    Console().print(table)
+    if not report.passed:
+        failed = [f"{f.check}: {f.detail}" for f in report.findings if f.status == "failed"]
+        raise InvalidInput(f"{library}: plugin library check failed: {failed[0]}"
+                           + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+                           hint="rebuild with `deploykit plugins build` where nvcc and TensorRT headers exist")

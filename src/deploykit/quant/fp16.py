@@ -1,0 +1,78 @@
+"""FP16 for the non-quantized rest of a graph, without silent overflow.
+
+ModelOpt's default FP16 high precision turned a BatchNorm running variance of ~1e8 into inf and
+the model into an all-zero map, with nothing but a numpy warning. Before converting, every weight
+and every calibrated activation is checked against ``fp16_limit``; the nodes that read or write an
+out-of-range tensor stay in FP32 (or the stage refuses, naming them). The conversion itself is
+ModelOpt's AutoCast (``convert_to_mixed_precision``) with those nodes excluded by exact name.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deploykit.errors import ModelError
+from deploykit.quant.ranges import TensorRange
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def overflow_nodes(model: onnx.ModelProto, ranges: dict[str, TensorRange], limit: float) -> dict[str, str]:
+    """Node name -> why it must stay FP32: it reads a weight, or reads/writes an activation, beyond ``limit``."""
+    from onnx import numpy_helper
+
+    from deploykit.quant.graph import consumers, producers
+
+    out: dict[str, str] = {}
+    readers = consumers(model)
+    for init in model.graph.initializer:
+        if init.data_type != 1:  # FLOAT only; integer/shape tensors are not converted
+            continue
+        peak = float(np.max(np.abs(numpy_helper.to_array(init)))) if np.prod(init.dims) else 0.0
+        if peak > limit:
+            for node in readers.get(init.name, []):
+                out.setdefault(node.name, f"weight {init.name!r} reaches {peak:.3g} (FP16 limit {limit:g})")
+    made_by = producers(model)
+    for tensor, r in ranges.items():
+        if r.absmax <= limit:
+            continue
+        why = f"activation {tensor!r} reaches {r.absmax:.3g} on the calibration data (FP16 limit {limit:g})"
+        if tensor in made_by:
+            out.setdefault(made_by[tensor].name, why)
+        for node in readers.get(tensor, []):
+            out.setdefault(node.name, why)
+    return out
+
+
+def refuse(nodes: dict[str, str]) -> None:
+    """The ``fp16_overflow: refuse`` policy: an error that names every offending node."""
+    listed = "; ".join(f"{n}: {why}" for n, why in sorted(nodes.items())[:8])
+    more = f" (and {len(nodes) - 8} more)" if len(nodes) > 8 else ""
+    raise ModelError(f"FP16 would overflow in {len(nodes)} node(s): {listed}{more}",
+                     hint="set quantize.fp16_overflow: keep_fp32, or quantize.high_precision: fp32")
+
+
+def to_fp16(model: onnx.ModelProto, keep_fp32: list[str], opset: int | None = None) -> onnx.ModelProto:
+    """Convert float tensors to FP16 except in ``keep_fp32`` nodes; graph inputs/outputs keep their type."""
+    import onnx
+    from modelopt.onnx.autocast.convert import convert_to_mixed_precision
+
+    from deploykit.quant.modelopt_flavour import _quiet, ort_patch_guard
+
+    with tempfile.TemporaryDirectory(prefix="deploykit-fp16-") as tmp, ort_patch_guard(), _quiet():
+        path = Path(tmp) / "model.onnx"
+        onnx.save_model(model, str(path))
+        try:
+            return convert_to_mixed_precision(
+                str(path), low_precision_type="fp16", nodes_to_exclude=[f"^{re.escape(n)}$" for n in keep_fp32],
+                data_max=np.inf, init_max=np.inf, keep_io_types=True, opset=opset)
+        except Exception as e:  # AutoCast raises bare Exceptions
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"FP16 conversion failed: {first}",
+                             hint="set quantize.high_precision: fp32, or keep the node it names in FP32") from e

@@ -1,0 +1,214 @@
+"""Inspect and prepare an FP32 ONNX graph for quantization.
+
+Both quantizers see only what the graph shows them: weights held in ``Constant`` nodes are
+invisible (0 of 62 convolutions quantized on a real opset-12 detector), per-channel Q/DQ needs
+opset 13 (TensorRT's rules: 19), and exclusions need node names. :func:`prepare` fixes all of
+that and says what it did.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploykit.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnx
+
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+# Ops that show a model was quantized already (static QOperator or dynamic quantization).
+QUANTIZED_OPS = QDQ_OPS | {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear",
+                           "QLinearAdd", "QLinearMul", "MatMulNBits", "QGemm"}
+# Outputs in a fixed range: entropy or percentile calibration would clip them (a probability map
+# capped at 0.063 measured here), so they get max calibration or stay unquantized.
+BOUNDED_OPS = frozenset({"Sigmoid", "Softmax", "Tanh", "HardSigmoid", "LogSoftmax"})
+FLOAT_TYPES = frozenset({1, 10, 16})  # FLOAT, FLOAT16, BFLOAT16
+
+
+@dataclass
+class Preparation:
+    """What :func:`prepare` changed, for the artifact's summary."""
+
+    opset_from: int = 0
+    opset_to: int = 0
+    constants_folded: int = 0
+    nodes_named: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"opset_from": self.opset_from, "opset_to": self.opset_to, "constants_to_initializers":
+                self.constants_folded, "nodes_named": self.nodes_named, "notes": list(self.notes)}
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def quantized_nodes(model: onnx.ModelProto) -> Counter[str]:
+    """Op-type counts of nodes that show the model is quantized already."""
+    return Counter(n.op_type for n in model.graph.node if n.op_type in QUANTIZED_OPS)
+
+
+def prepare(model: onnx.ModelProto, min_opset: int, where: Path | str) -> tuple[onnx.ModelProto, Preparation]:
+    """Constants -> initializers, every node named, opset >= ``min_opset``, shapes inferred."""
+    import onnx
+
+    prep = Preparation(opset_from=opset_of(model))
+    model = onnx.ModelProto.FromString(model.SerializeToString())  # never modify the caller's model
+    prep.constants_folded = constants_to_initializers(model)
+    prep.nodes_named = name_nodes(model)
+    if prep.opset_from < min_opset:
+        model = upgrade_opset(model, min_opset, where)
+        prep.notes.append(f"opset upgraded {prep.opset_from} -> {min_opset} (per-channel Q/DQ needs it)")
+    prep.opset_to = opset_of(model)
+    if prep.constants_folded:
+        prep.notes.append(f"{prep.constants_folded} Constant nodes turned into initializers "
+                          "(quantizers only see initializer weights)")
+    return infer_shapes(model, prep), prep
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Move tensor-valued ``Constant`` nodes into initializers; return how many."""
+    from onnx import helper, numpy_helper
+
+    graph, keep, moved = model.graph, [], 0
+    for node in graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and set(attrs) == {"value"}:
+            tensor = numpy_helper.from_array(numpy_helper.to_array(helper.get_attribute_value(attrs["value"])),
+                                             node.output[0])
+            graph.initializer.append(tensor)
+            moved += 1
+        else:
+            keep.append(node)
+    if moved:
+        del graph.node[:]
+        graph.node.extend(keep)
+    return moved
+
+
+def name_nodes(model: onnx.ModelProto) -> int:
+    """Give every unnamed node a unique name (exclusions and diagnoses refer to nodes by name)."""
+    used = {n.name for n in model.graph.node if n.name}
+    named = 0
+    for i, node in enumerate(model.graph.node):
+        if node.name:
+            continue
+        candidate = f"{node.op_type}_{i}"
+        while candidate in used:
+            candidate += "_"
+        node.name = candidate
+        used.add(candidate)
+        named += 1
+    return named
+
+
+def upgrade_opset(model: onnx.ModelProto, target: int, where: Path | str) -> onnx.ModelProto:
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, target)
+    except Exception as e:  # the converter raises bare RuntimeErrors/ValidationErrors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{where}: cannot upgrade opset {opset_of(model)} -> {target}: {first}",
+                         hint="re-export the model at a newer opset") from e
+
+
+def infer_shapes(model: onnx.ModelProto, prep: Preparation | None = None) -> onnx.ModelProto:
+    """ONNX shape inference; a graph it cannot complete goes on without (calibration does not need it)."""
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception as e:  # inference failures are data, not a reason to stop
+        if prep is not None:
+            prep.notes.append(f"shape inference failed, continuing without it: {str(e).splitlines()[0]}")
+        return model
+
+
+def float_tensors(model: onnx.ModelProto) -> list[str]:
+    """Float activations: graph inputs and node outputs of a float type, in graph order."""
+    types = tensor_types(model)
+    initializers = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in initializers]
+    names += [o for n in model.graph.node for o in n.output if o]
+    return [t for t in dict.fromkeys(names) if types.get(t) in FLOAT_TYPES]
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor the graph declares (inputs, outputs, value_info, initializers)."""
+    g = model.graph
+    out = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]
+           if v.type.HasField("tensor_type")}
+    out.update({i.name: i.data_type for i in g.initializer})
+    for node in g.node:  # Constant outputs are often missing from value_info
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    out[node.output[0]] = a.t.data_type
+    return out
+
+
+def producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    return {o: n for n in model.graph.node for o in n.output if o}
+
+
+def consumers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    out: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            if name:
+                out.setdefault(name, []).append(node)
+    return out
+
+
+def bounded_tensors(model: onnx.ModelProto) -> set[str]:
+    """Outputs of ops whose range is fixed by the op (Sigmoid, Softmax, Tanh, ...)."""
+    return {n.output[0] for n in model.graph.node if n.op_type in BOUNDED_OPS and n.output}
+
+
+def resolve_exclusions(model: onnx.ModelProto, names: tuple[str, ...], op_types: tuple[str, ...],
+                       patterns: tuple[str, ...], where: Path | str) -> dict[str, str]:
+    """Node name -> why it is excluded; a name the graph lacks is an error that lists close matches."""
+    nodes = {n.name: n for n in model.graph.node}
+    out: dict[str, str] = {}
+    for name in names:
+        if name not in nodes:
+            close = difflib.get_close_matches(name, list(nodes), n=3)
+            raise ModelError(f"{where}: quantize.exclude_nodes names {name!r}, which the model does not have"
+                             + (f" (close: {', '.join(close)})" if close else ""),
+                             hint="`deploykit inspect` lists node names; exclude_patterns takes regular expressions")
+        out[name] = "excluded by name"
+    for node in model.graph.node:
+        if node.op_type in op_types:
+            out.setdefault(node.name, f"excluded op type {node.op_type}")
+        hit = next((p for p in patterns if re.search(p, node.name)), None)
+        if hit is not None:
+            out.setdefault(node.name, f"excluded by pattern {hit!r}")
+    return out
+
+
+def unmatched_patterns(model: onnx.ModelProto, patterns: tuple[str, ...]) -> list[str]:
+    return [p for p in patterns if not any(re.search(p, n.name) for n in model.graph.node)]
+
+
+def quantized_node_names(model: onnx.ModelProto) -> set[str]:
+    """Compute nodes that read a DequantizeLinear output (directly or through a Cast)."""
+    made_by = producers(model)
+    out = set()
+    for node in model.graph.node:
+        if node.op_type in QDQ_OPS or node.op_type == "Cast":
+            continue
+        for name in node.input:
+            src = made_by.get(name)
+            while src is not None and src.op_type == "Cast":
+                src = made_by.get(src.input[0])
+            if src is not None and src.op_type == "DequantizeLinear":
+                out.add(node.name)
+                break
+    return out

@@ -1,0 +1,132 @@
+"""The ``tensorrt`` flavour: NVIDIA ModelOpt's ONNX PTQ places the Q/DQ nodes TensorRT fuses.
+
+ModelOpt runs on the CPU (``calibration_eps=['cpu']``) and emits symmetric INT8 (per-channel
+weights, per-tensor activations, no bias quantization) or FP8 E4M3 at opset >= 19. deploykit asks
+it for an FP32-high-precision graph calibrated on one replayed sample, then writes its own streamed
+ranges into the activation scales (:mod:`deploykit.quant.scales`) and does the FP16 conversion
+itself (:mod:`deploykit.quant.fp16`), so overflowing nodes can be kept in FP32 by name.
+
+ModelOpt patches ONNX Runtime's quantization modules process-wide (it deletes Relu, Sigmoid and
+others from ORT's QDQ registry and replaces calibrator methods); :func:`ort_patch_guard` restores
+them, so the ``onnxruntime`` flavour gives the same result whether ModelOpt ran before it or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deploykit.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *, exclude: list[str],
+             block_size: int = 128) -> onnx.ModelProto:
+    """A Q/DQ graph (FP32 elsewhere) from ModelOpt; ``exclude`` are node names left unquantized.
+
+    Args:
+        model: the prepared FP32 graph (opset >= 19 for int8/fp8, 21 for int4).
+        mode: ``int8``, ``fp8`` or ``int4`` (weight-only, MatMul/Gemm, round-to-nearest).
+        sample: one calibration sample; the activation scales are overwritten afterwards.
+        exclude: exact node names.
+        block_size: the INT4 block size.
+    """
+    import onnx
+
+    from deploykit.quant.reader import replay_reader
+
+    with tempfile.TemporaryDirectory(prefix="deploykit-modelopt-") as tmp:
+        src, dst = Path(tmp) / "model.onnx", Path(tmp) / "quantized.onnx"
+        onnx.save_model(model, str(src))  # ModelOpt writes intermediates beside its input
+        kwargs: dict[str, Any] = {"quantize_mode": mode, "calibration_eps": ["cpu"], "output_path": str(dst),
+                                  "nodes_to_exclude": [f"{re.escape(n)}$" for n in exclude],
+                                  "high_precision_dtype": "fp32", "log_level": "CRITICAL"}
+        if mode == "int4":
+            kwargs.update(calibration_method="rtn", block_size=block_size,
+                          calibration_data_reader=replay_reader([sample]))
+        else:
+            kwargs.update(calibration_method="max", calibration_data_reader=replay_reader([sample]))
+        _run(str(src), kwargs)
+        if not dst.is_file():
+            raise ModelError("ModelOpt wrote no quantized model", hint="rerun with DEPLOYKIT_DEBUG=1 and report it")
+        return onnx.load(str(dst))
+
+
+def _run(path: str, kwargs: dict[str, Any]) -> None:
+    from modelopt.onnx.quantization import quantize as modelopt_quantize
+
+    with ort_patch_guard(), _quiet():
+        try:
+            modelopt_quantize(path, **kwargs)
+        except Exception as e:  # ModelOpt raises bare ValueError/AssertionError/RuntimeError
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"ModelOpt could not quantize the model: {first}",
+                             hint="exclude the node it names (quantize.exclude_nodes) or try --target onnxruntime") from e
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """ModelOpt logs an ERROR for the missing GPU on every call, onnx-graphsurgeon warns about
+    colours and FP8 numpy types; deploykit reports what matters itself."""
+    from onnx_graphsurgeon.logger import G_LOGGER
+
+    loggers = [logging.getLogger(n) for n in ("modelopt", "modelopt.onnx", "modelopt.onnx.autocast")]
+    levels, severity = [lg.level for lg in loggers], G_LOGGER.severity
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    G_LOGGER.severity = G_LOGGER.ERROR
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+        G_LOGGER.severity = severity
+
+
+@contextlib.contextmanager
+def ort_patch_guard() -> Iterator[None]:
+    """Restore ``onnxruntime.quantization`` (module attributes, class attributes, registries) on exit."""
+    import onnxruntime.quantization  # noqa: F401  (load the modules whose state is saved)
+
+    saved = [_snapshot(m) for name, m in list(sys.modules.items())
+             if name.startswith("onnxruntime.quantization") and m is not None]
+    try:
+        yield
+    finally:
+        for restore in saved:
+            restore()
+
+
+def _snapshot(module: Any) -> Any:
+    attrs = dict(vars(module))
+    dicts = {k: dict(v) for k, v in attrs.items() if type(v) is dict}
+    classes = {k: dict(vars(v)) for k, v in attrs.items() if isinstance(v, type) and v.__module__ == module.__name__}
+
+    def restore() -> None:
+        for key in [k for k, v in vars(module).items() if k not in attrs and not isinstance(v, type(sys))]:
+            delattr(module, key)  # submodules imported meanwhile stay reachable
+        for key, value in attrs.items():
+            if vars(module).get(key) is not value:
+                setattr(module, key, value)
+        for key, content in dicts.items():  # registries are mutated in place
+            attrs[key].clear()
+            attrs[key].update(content)
+        for key, members in classes.items():
+            cls = attrs[key]
+            for name in [n for n in vars(cls) if n not in members]:
+                delattr(cls, name)
+            for name, value in members.items():
+                if name not in ("__dict__", "__weakref__") and vars(cls).get(name) is not value:
+                    setattr(cls, name, value)
+
+    return restore

@@ -1,0 +1,305 @@
+"""Quantize an FP32 ONNX graph: prepare, calibrate (streaming), place Q/DQ, FP16, check, repair.
+
+:func:`quantize_model` is the whole quantize stage without the artifact store; the stage and the
+benchmark call it. Which evaluator checks the result depends on the target flavour:
+
+* ``tensorrt``: the graph as written (:func:`deploykit.quant.evaluate.open_as_written`), which is
+  what TensorRT computes up to kernel rounding;
+* ``onnxruntime``: what ONNX Runtime's CPU kernels compute at the build's optimization level
+  (:func:`deploykit.quant.evaluate.open_as_ort_computes`), since that is what ships.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from deploykit.errors import ModelError
+from deploykit.quant import graph as g
+from deploykit.quant.check import Check, Reference, check
+from deploykit.quant.config import Flavour, QuantizeConfig
+from deploykit.quant.ranges import RangeSettings, TensorRange, collect_ranges
+from deploykit.quant.reader import SampleStream
+
+if TYPE_CHECKING:
+    import onnx
+
+    from deploykit.quant.repair import RepairResult
+
+MAX_NONFINITE_FIXES = 4
+
+
+@dataclass
+class Job:
+    """What to quantize, how, and from which samples."""
+
+    model: onnx.ModelProto
+    cfg: QuantizeConfig
+    flavour: Flavour
+    samples: SampleStream | None  # None: FP16 without calibration data (weights checked only)
+    where: str = "model.onnx"
+    ort_level: str = "extended"  # the onnxruntime build level the check predicts
+    reduce_range: bool = False  # resolved by the caller (see ort_flavour.resolve_reduce_range)
+    task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
+    tolerance: Callable[[str], Any] | None = None  # output -> parity Tolerance; default parity_preset(cfg)
+
+
+@dataclass
+class Result:
+    model: onnx.ModelProto
+    reference: onnx.ModelProto  # the FP32 graph the ranges were computed on (tensor names align)
+    ranges: dict[str, TensorRange]
+    settings: RangeSettings
+    excluded: dict[str, str]  # nodes kept out of quantization -> why
+    fp32: dict[str, str]  # nodes kept in FP32 where the rest is FP16 -> why
+    check: Check | None
+    preparation: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    repair: RepairResult | None = None
+    passthrough: bool = False
+
+
+def quantize_model(job: Job) -> Result:
+    """Run the quantize stage's work; see the module docstring."""
+    cfg = job.cfg
+    if _already_quantized(job):
+        return Result(job.model, job.model, {}, RangeSettings(), {}, {}, None, {},
+                      ["the model already contains quantization nodes: passed through unchanged "
+                       "(quantize.already_quantized: pass)"], passthrough=True)
+    _check_int4(job)
+    model, prep = g.prepare(job.model, _min_opset(job), job.where)
+    notes = prep.notes
+    excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
+    notes += [f"exclude_patterns {p!r} matches no node" for p in g.unmatched_patterns(model, cfg.exclude_patterns)]
+    fp32 = _configured_fp32(model, cfg, job.where)
+    if job.flavour == "onnxruntime" and cfg.precision in ("int8", "fp8"):
+        from deploykit.quant.ort_flavour import preprocess
+
+        model = g.infer_shapes(preprocess(model, notes))
+        excluded = _still_present(model, excluded, notes)
+    settings = _settings(cfg, job.flavour)
+    ranges = _calibrate(job, model, settings)
+    if cfg.bounded == "exclude":
+        excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
+    fp32.update({k: v for k, v in _fp16_guard(job, model, ranges).items() if k not in fp32})
+    result = _quantize_and_check(job, model, ranges, excluded, fp32, notes)
+    result.preparation, result.settings = prep.to_dict(), settings
+    return result
+
+
+def _already_quantized(job: Job) -> bool:
+    found = g.quantized_nodes(job.model)
+    if not found:
+        return False
+    if job.cfg.already_quantized == "pass":
+        return True
+    listed = ", ".join(f"{n} {op}" for op, n in sorted(found.items()))
+    raise ModelError(f"{job.where}: the model is already quantized ({listed}); refusing to quantize it again",
+                     hint="give the FP32 model, or set quantize.already_quantized: pass to keep it as it is")
+
+
+def _check_int4(job: Job) -> None:
+    if job.cfg.precision != "int4":
+        return
+    if not any(n.op_type in ("MatMul", "Gemm") for n in job.model.graph.node):
+        ops = sorted({n.op_type for n in job.model.graph.node})
+        raise ModelError(f"{job.where}: int4 quantizes MatMul/Gemm weights, and the model has none "
+                         f"(its ops: {', '.join(ops[:12])})", hint="use --precision int8 or fp8 for this model")
+    if job.flavour != "tensorrt":
+        raise ModelError("int4 weight-only quantization is made by ModelOpt for TensorRT",
+                         hint="set quantize.target: tensorrt")
+
+
+def _min_opset(job: Job) -> int:
+    p, flavour = job.cfg.precision, job.flavour
+    if p == "int4":
+        return 21
+    if p == "fp16" or (p == "int8" and flavour == "onnxruntime"):
+        return 13  # per-channel Q/DQ (and AutoCast) need 13
+    return 19  # TensorRT's explicit quantization; FP8 Q/DQ
+
+
+def _configured_fp32(model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> dict[str, str]:
+    names = {n.name for n in model.graph.node}
+    for name in cfg.keep_fp32_nodes:
+        if name not in names:
+            raise ModelError(f"{where}: quantize.keep_fp32_nodes names {name!r}, which the model does not have",
+                             hint="`deploykit inspect` lists node names")
+    return dict.fromkeys(cfg.keep_fp32_nodes, "kept FP32 by configuration")
+
+
+def _still_present(model: onnx.ModelProto, excluded: dict[str, str], notes: list[str]) -> dict[str, str]:
+    names = {n.name for n in model.graph.node}
+    gone = sorted(set(excluded) - names)
+    if gone:
+        notes.append(f"excluded node(s) {', '.join(gone)} fused away by ONNX Runtime's pre-processing")
+    return {k: v for k, v in excluded.items() if k in names}
+
+
+def _settings(cfg: QuantizeConfig, flavour: Flavour) -> RangeSettings:
+    method = cfg.method if cfg.precision in ("int8", "fp8") else "max"
+    return RangeSettings(method, cfg.percentile, cfg.num_bins, "fp8" if cfg.precision == "fp8" else "int8")
+
+
+def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings) -> dict[str, TensorRange]:
+    if job.samples is None:
+        return {}
+    total = (job.samples.limit or 0) * (1 if settings.method == "max" else 2)
+    with (job.task or _no_task)(f"calibrating ({settings.method})", total) as advance:
+        return collect_ranges(model, job.samples, settings, bounded=g.bounded_tensors(model), progress=advance)
+
+
+class _no_task:  # noqa: N801 (used like the Reporter.task context manager)
+    def __init__(self, *_: Any) -> None:
+        pass
+
+    def __enter__(self) -> Callable[..., None]:
+        return lambda n=1: None
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
+def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
+    readers = g.consumers(model)
+    return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
+            for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
+
+
+def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
+    from deploykit.quant import fp16
+
+    if not _uses_fp16(job):
+        return {}
+    nodes = fp16.overflow_nodes(model, ranges, job.cfg.fp16_limit)
+    if nodes and job.cfg.fp16_overflow == "refuse":
+        fp16.refuse(nodes)
+    return nodes
+
+
+def _uses_fp16(job: Job) -> bool:
+    p = job.cfg.precision
+    return p == "fp16" or (job.flavour == "tensorrt" and p in ("int8", "fp8") and job.cfg.high_precision == "fp16")
+
+
+def _quantize_and_check(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str],
+                        fp32: dict[str, str], notes: list[str]) -> Result:
+    samples = list(itertools.islice(job.samples, max(job.cfg.check_samples, job.cfg.repair.samples))) \
+        if job.samples is not None else _random_samples(model)
+    reference = Reference(model, samples[: job.cfg.check_samples])
+    opener = _opener(job)
+    evaluate = partial(check, reference, opener=opener, tolerance=job.tolerance or _preset(job.cfg))
+    for _ in range(MAX_NONFINITE_FIXES):
+        build = partial(_build, job, model, ranges, fp32=dict(fp32), sample=samples[0])
+        result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
+        if not result.check or not result.check.nonfinite:
+            result.fp32, result.notes = fp32, notes
+            return result
+        _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
+    raise ModelError("the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
+                     hint="set quantize.high_precision: fp32")
+
+
+def _preset(cfg: QuantizeConfig) -> Callable[[str], Any]:
+    from deploykit.config import parity_preset
+
+    preset = parity_preset(cfg)
+    return lambda _name: preset
+
+
+def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
+    """Inputs for checking an FP16 conversion when no calibration data is configured."""
+    import numpy as np
+
+    from deploykit.quant.evaluate import open_as_written
+
+    rng = np.random.default_rng(0)
+    specs = open_as_written(model).inputs
+    return [{s.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in s.shape]).astype(s.dtype)
+             for s in specs} for _ in range(2)]
+
+
+def _run_or_repair(job: Job, model: onnx.ModelProto, build: Callable[..., onnx.ModelProto],
+                   evaluate: Callable[[onnx.ModelProto], Check], excluded: dict[str, str],
+                   samples: list[dict[str, Any]], opener: Callable[..., Any]) -> Result:
+    from deploykit.quant.repair import repair_loop
+
+    cfg = job.cfg
+    if cfg.repair.enabled and cfg.precision in ("int8", "fp8", "int4"):
+        rank = partial(_rank, model, samples=samples, opener=opener, threshold=cfg.repair.threshold)
+        rep = repair_loop(build, evaluate, rank, cfg.repair, excluded)
+        return Result(rep.model, model, {}, RangeSettings(), rep.excluded, {}, rep.check, {}, repair=rep)
+    candidate = build(excluded)
+    return Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, evaluate(candidate), {})
+
+
+def _rank(reference: onnx.ModelProto, candidate: onnx.ModelProto, excluded: dict[str, str], *,
+          samples: list[dict[str, Any]], opener: Callable[..., Any], threshold: float) -> list[Any]:
+    """The candidate's quantized nodes by the error they add, worst first."""
+    from deploykit.diagnose import diagnose
+
+    report = diagnose(reference, candidate, samples, threshold, top=10**6, candidate_opener=opener)
+    quantized = g.quantized_node_names(candidate)
+    return [t for t in report.top_growth if t.node in quantized and t.node not in excluded and t.growth > 0]
+
+
+def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
+                   samples: list[dict[str, Any]], opener: Callable[..., Any]) -> None:
+    """Find the first node whose output goes NaN/Inf; keep it in FP32 or refuse, naming it."""
+    from deploykit.diagnose import diagnose
+
+    report = diagnose(model, result.model, samples, candidate_opener=opener)
+    bad = next((t for t in report.tensors if t.nonfinite), None)
+    outputs = ", ".join(result.check.nonfinite) if result.check else ""
+    if bad is None or not _uses_fp16(job) or job.cfg.fp16_overflow == "refuse" or bad.node in fp32:
+        where = f" first at node {bad.node!r} ({bad.op_type}, tensor {bad.tensor!r})" if bad else ""
+        raise ModelError(f"the quantized model computes NaN/Inf in output(s) {outputs}{where}",
+                         hint="keep that node in FP32 (quantize.keep_fp32_nodes) or exclude it from quantization")
+    fp32[bad.node] = f"produced NaN/Inf in FP16 (tensor {bad.tensor!r})"
+
+
+def _opener(job: Job) -> Callable[..., Any]:
+    from deploykit.quant.evaluate import open_as_ort_computes, open_as_written
+
+    if job.flavour == "onnxruntime":
+        return partial(open_as_ort_computes, level=job.ort_level)
+    return open_as_written
+
+
+def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str], *,
+           fp32: dict[str, str], sample: dict[str, Any]) -> onnx.ModelProto:
+    """One candidate: Q/DQ (or FP16) with ``excluded`` nodes left out of quantization."""
+    cfg = job.cfg
+    if cfg.precision == "fp16":
+        from deploykit.quant.fp16 import to_fp16
+
+        return to_fp16(model, sorted(fp32))
+    names = sorted(excluded)
+    if job.flavour == "onnxruntime":
+        from deploykit.quant import ort_flavour
+
+        return ort_flavour.quantize(model, cfg.precision, sample, ranges, exclude=names, per_channel=cfg.per_channel,
+                                    reduce_range=job.reduce_range)
+    return _build_tensorrt(job, model, ranges, names, sample, fp32)
+
+
+def _build_tensorrt(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
+                    sample: Any, fp32: dict[str, str]) -> onnx.ModelProto:
+    from deploykit.quant import modelopt_flavour
+    from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
+
+    cfg = job.cfg
+    out = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
+    if cfg.precision == "int4":
+        return out
+    fp16 = cfg.high_precision == "fp16"
+    set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if fp16 else 1e-30)
+    if not fp16:
+        return out
+    from deploykit.quant.fp16 import to_fp16
+
+    # TensorRT takes FP8 with FP16 scales from opset 21 (TENSORRT.md).
+    return to_fp16(out, sorted(fp32), opset=21 if cfg.precision == "fp8" else None)

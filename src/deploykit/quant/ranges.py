@@ -1,0 +1,178 @@
+"""Per-tensor calibration ranges, computed by deploykit while streaming the samples.
+
+Pass 1 runs the FP32 graph (every float tensor exposed as an output) over the samples one at a
+time and keeps min/max per tensor. For entropy, percentile and MSE a second pass fills a fixed
+histogram of |x| over [0, max|x|] per tensor; the threshold comes from that histogram
+(:mod:`deploykit.quant.thresholds`). Memory is one sample's activations plus ``num_bins`` counts
+per tensor, whatever the sample count.
+
+Entropy is computed here because ``onnxruntime.quantization.quantize_static`` gives its entropy
+calibrator 128 bins for 128 quantized levels, so its "entropy" range is the max range.
+Bounded tensors (Sigmoid/Softmax/Tanh outputs) always get max calibration: entropy capped a
+Sigmoid probability map at 0.063 on a real detector.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deploykit.errors import ModelError
+from deploykit.quant import thresholds
+
+if TYPE_CHECKING:
+    import onnx
+
+RANGES_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class TensorRange:
+    """Observed min/max, and the calibrated range the quantizers use.
+
+    ``amax`` is the symmetric threshold (tensorrt: scale = amax / 127 or / 448); ``lo``/``hi`` the
+    asymmetric range (onnxruntime: uint8 with a zero point), ``[max(min, -amax), min(max, amax)]``.
+    """
+
+    min: float
+    max: float
+    amax: float
+    method: str  # the method that set amax ("max" for bounded tensors whatever was asked)
+
+    @property
+    def lo(self) -> float:
+        return max(self.min, -self.amax)
+
+    @property
+    def hi(self) -> float:
+        return min(self.max, self.amax)
+
+    @property
+    def absmax(self) -> float:
+        return max(abs(self.min), abs(self.max))
+
+
+@dataclass(frozen=True)
+class RangeSettings:
+    method: str = "max"
+    percentile: float = 99.99
+    num_bins: int = 2048
+    grid: str = "int8"  # the quantized grid MSE measures error on: int8 | fp8 | uint8
+
+
+def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
+                   *, tensors: list[str] | None = None, bounded: set[str] | frozenset[str] = frozenset(),
+                   progress: Any = None) -> dict[str, TensorRange]:
+    """Calibrate every float tensor of ``model`` (or ``tensors``) on ``samples``, streaming.
+
+    Args:
+        model: the FP32 graph (shapes inferred, nodes named).
+        samples: a re-iterable of feeds; read once for ``max``, twice otherwise.
+        settings: method, percentile, histogram bins and the grid MSE uses.
+        tensors: tensor names to calibrate (default: every float activation).
+        bounded: tensors that always get max calibration.
+        progress: called with 1 per sample read (a Reporter task's ``advance``).
+    """
+    from deploykit.quant.graph import float_tensors
+
+    names = tensors if tensors is not None else float_tensors(model)
+    tap = _Tap(model, names)
+    lo = {n: math.inf for n in names}
+    hi = {n: -math.inf for n in names}
+    for sample in samples:
+        for name, value in tap.run(sample).items():
+            _check_finite(value, name, tap)
+            if value.size:
+                lo[name] = min(lo[name], float(value.min()))
+                hi[name] = max(hi[name], float(value.max()))
+        if progress:
+            progress(1)
+    absmax = {n: max(abs(lo[n]), abs(hi[n])) if math.isfinite(lo[n]) else 0.0 for n in names}
+    if settings.method == "max":
+        amax = dict(absmax)
+        methods = dict.fromkeys(names, "max")
+    else:
+        calibrated = [n for n in names if n not in bounded and absmax[n] > 0]
+        amax, methods = dict(absmax), dict.fromkeys(names, "max")
+        hists = _histograms(tap, samples, calibrated, absmax, settings.num_bins, progress)
+        for name in calibrated:
+            amax[name] = _threshold(hists[name], absmax[name], settings)
+            methods[name] = settings.method
+    return {n: TensorRange(_finite(lo[n]), _finite(hi[n]), amax[n], methods[n]) for n in names}
+
+
+def _finite(v: float) -> float:
+    return v if math.isfinite(v) else 0.0
+
+
+def _histograms(tap: _Tap, samples: Iterable[dict[str, np.ndarray]], names: list[str], absmax: dict[str, float],
+                bins: int, progress: Any) -> dict[str, np.ndarray]:
+    hists = {n: np.zeros(bins, np.int64) for n in names}
+    wanted = set(names)
+    for sample in samples:
+        for name, value in tap.run(sample).items():
+            if name in wanted:
+                hists[name] += thresholds.abs_histogram(value, absmax[name], bins)
+        if progress:
+            progress(1)
+    return hists
+
+
+def _threshold(hist: np.ndarray, absmax: float, s: RangeSettings) -> float:
+    if s.method == "entropy":
+        return thresholds.entropy(hist, absmax)
+    if s.method == "percentile":
+        return thresholds.percentile(hist, absmax, s.percentile)
+    if s.method == "mse":
+        return thresholds.mse(hist, absmax, s.grid)
+    raise ValueError(f"unknown calibration method {s.method!r}")
+
+
+def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> None:
+    if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
+        node = tap.producer(name)
+        raise ModelError(f"the FP32 model computes NaN/Inf in tensor {name!r}"
+                         + (f" (node {node!r})" if node else "") + " on the calibration data",
+                         hint="fix the model or the data; a range cannot be calibrated from NaN/Inf")
+
+
+class _Tap:
+    """The graph with the wanted tensors exposed, run as written (no graph optimizations)."""
+
+    def __init__(self, model: onnx.ModelProto, names: list[str]) -> None:
+        from deploykit.quant.evaluate import open_as_written
+        from deploykit.quant.graph import producers
+
+        self._producers = {t: n.name for t, n in producers(model).items()}
+        inputs = {i.name for i in model.graph.input}
+        self.session = open_as_written(model, expose=tuple(n for n in names if n not in inputs))
+        self.names = set(names)
+
+    def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self.session.run_all(sample)
+        out.update({k: v for k, v in sample.items() if k in self.names})  # graph inputs are tensors too
+        return {k: v for k, v in out.items() if k in self.names}
+
+    def producer(self, tensor: str) -> str:
+        return self._producers.get(tensor, "")
+
+
+def ranges_to_json(ranges: dict[str, TensorRange], settings: RangeSettings, extra: dict[str, Any]) -> dict[str, Any]:
+    """The ranges file: schema, settings, and per tensor min/max/amax/method."""
+    return {"schema": RANGES_SCHEMA, "settings": asdict(settings), **extra,
+            "tensors": {k: asdict(v) for k, v in sorted(ranges.items())}}
+
+
+def write_ranges(path: Path, ranges: dict[str, TensorRange], settings: RangeSettings, extra: dict[str, Any]) -> None:
+    path.write_text(json.dumps(ranges_to_json(ranges, settings, extra), indent=1, sort_keys=True))
+
+
+def read_ranges(path: Path) -> dict[str, TensorRange]:
+    data = json.loads(path.read_text())
+    return {k: TensorRange(**v) for k, v in data["tensors"].items()}

@@ -1,0 +1,238 @@
+"""The HTML report: one self-contained file (inline CSS, plots as base64 PNG), and the same summary as
+a fragment for notebooks (``RunResult._repr_html_``)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from deploykit.report import plots
+from deploykit.report.collect import ReportData
+from deploykit.report.markdown import fmt
+
+CSS = """
+.dk-report { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; max-width: 1100px; }
+.dk-report h1 { font-size: 22px; margin: 0 0 4px; } .dk-report h2 { font-size: 17px; margin: 26px 0 8px;
+  border-bottom: 1px solid #d0d7de; padding-bottom: 4px; } .dk-report h3 { font-size: 14px; margin: 16px 0 6px; }
+.dk-report table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13px; }
+.dk-report th, .dk-report td { border: 1px solid #d0d7de; padding: 3px 8px; text-align: left; vertical-align: top; }
+.dk-report th { background: #f6f8fa; }
+.dk-report td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dk-report code { font-size: 12px; background: #f6f8fa; padding: 0 3px; border-radius: 3px; }
+.dk-report .pass { color: #1a7f37; font-weight: 600; } .dk-report .fail { color: #cf222e; font-weight: 600; }
+.dk-report .inconclusive, .dk-report .reused { color: #9a6700; font-weight: 600; }
+.dk-report .badge { display: inline-block; padding: 2px 10px; border-radius: 12px; color: #fff; font-weight: 600; }
+.dk-report .badge.pass { background: #1a7f37; color: #fff; } .dk-report .badge.fail { background: #cf222e; color: #fff; }
+.dk-report .bar { background: #0969da; height: 10px; border-radius: 2px; min-width: 1px; }
+.dk-report .note { color: #59636e; font-size: 13px; } .dk-report img { max-width: 100%; }
+.dk-report ul.lineage { list-style: none; padding-left: 0; font-size: 13px; }
+"""
+
+
+def e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _status(status: str) -> str:
+    return f"<span class='{e(status)}'>{e(status)}</span>"
+
+
+def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+    """Cells are HTML already; columns in ``numeric`` are right-aligned."""
+    th = "".join(f"<th>{e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td class='num'>{c}</td>" if i in numeric else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _img(render: Any, *args: Any) -> str:
+    return f"<img alt='plot' src='{render(*args)}'>"
+
+
+def render_page(data: ReportData, with_plots: bool = True) -> str:
+    """A complete HTML document."""
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{e(data.title)}</title></head><body>{render_fragment(data, with_plots)}</body></html>\n")
+
+
+def render_fragment(data: ReportData, with_plots: bool = False) -> str:
+    """The report body (with its CSS) for embedding, e.g. in a notebook cell."""
+    with_plots = with_plots and plots.available()
+    verdict = "pass" if data.passed else "fail"
+    parts = [f"<style>{CSS}</style><div class='dk-report'>",
+             f"<h1>{e(data.title)} <span class='badge {verdict}'>{'passed' if data.passed else 'failed'}</span></h1>",
+             _headline(data), _timeline(data), _lineage(data)]
+    if data.parity:
+        parts.append(_parity(data.parity, with_plots))
+    if data.gate:
+        parts.append(_gate(data.gate, with_plots))
+    parts.append(_environment(data))
+    if not with_plots and (data.parity or data.gate):
+        parts.append("<p class='note'>Plots: <code>deploykit report</code> or <code>result.report_html()</code> "
+                     "(needs matplotlib).</p>")
+    return "".join(parts) + "</div>"
+
+
+def _headline(data: ReportData) -> str:
+    bits = []
+    if data.parity:
+        bits.append(f"parity {_status(data.parity.get('status', 'pass' if data.parity['passed'] else 'fail'))}")
+    if data.gate:
+        g = data.gate
+        bits.append(f"{g['fps']:.1f} FPS at batch {g['batch']}, p99 {g['latency']['p99_ms']:.2f} ms on "
+                    f"<code>{e(g['platform'])}</code>")
+    return f"<p>{' · '.join(bits)}</p>" if bits else ""
+
+
+def _timeline(data: ReportData) -> str:
+    longest = max((s["seconds"] for s in data.stages), default=0.0) or 1.0
+    rows = [[e(s["stage"]), _status(s["status"]), f"{s['seconds']:.2f} s",
+             f"<div class='bar' style='width:{max(1, int(240 * s['seconds'] / longest))}px'></div>",
+             f"<code>{e(s['digest'][:12])}</code>", e(s["kind"]), e(s["note"])] for s in data.stages]
+    return "<h2>Stages</h2>" + _table(["stage", "status", "time", "", "artifact", "kind", "note"], rows, {2})
+
+
+def _lineage(data: ReportData) -> str:
+    items = "".join(
+        f"<li style='margin-left:{18 * r['depth']}px'>{e(r['role'] + ': ' if r['role'] else '')}"
+        f"<code>{e(r['digest'][:12])}</code> {e(r['kind'])} <span class='note'>(stage {e(r['stage'])} "
+        f"v{e(r['version'])}, {e(r['created'])}){' — see above' if r.get('repeat') else ''}</span></li>"
+        for r in data.lineage)
+    where = f" <span class='note'>store: {e(data.workdir)}</span>" if data.workdir else ""
+    return f"<h2>Artifact lineage</h2>{where}<ul class='lineage'>{items}</ul>"
+
+
+def _parity(p: dict[str, Any], with_plots: bool) -> str:
+    status = p.get("status", "pass" if p["passed"] else "fail")
+    out = [f"<h2>Parity: {_status(status)}</h2>",
+           f"<p>Candidate: {e(p['candidate_evaluator'])}. References: "
+           f"{e(', '.join(f'{k} ({v})' for k, v in p['references'].items()))}.<br>"
+           f"Data: {e(p['data']['note'])}; {p.get('samples', p['data'].get('samples', '?'))} samples; "
+           f"tolerance preset: {e(p.get('precision', 'fp32'))}.</p>"]
+    if p["data"].get("warning"):
+        out.append(f"<p class='inconclusive'>{e(p['data']['warning'])}</p>")
+    rows = []
+    for name, refs in p["outputs"].items():
+        for ref, r in refs.items():
+            m, tol = r["metrics"], r["tolerance"]
+            rows.append([e(name), e(ref), *(f"{fmt(m.get(k))}<br><span class='note'>{_limit(tol.get(k), k)}</span>"
+                                             for k in ("max_abs", "mean_abs", "rel_l2", "max_rel")),
+                         f"{fmt(m['cosine'], '.6f')}<br><span class='note'>{_limit(tol.get('cosine'), 'cosine')}</span>",
+                         fmt(m.get("snr_db"), ".1f"), str(m["nonfinite"]),
+                         _status(r.get("status", "pass" if r["passed"] else "fail")) + _why(r)])
+    out.append(_table(["output", "reference", "max abs", "mean abs", "rel L2", "max rel", "cosine", "SNR dB",
+                       "NaN/Inf", "result"], rows, {2, 3, 4, 5, 6, 7, 8}))
+    out.append(_tasks(p.get("tasks", [])))
+    if with_plots:
+        out += [_img(plots.parity_output, name, refs) for name, refs in p["outputs"].items()]
+    out.append(_diagnosis(p.get("diagnosis"), with_plots))
+    return "".join(out)
+
+
+def _limit(value: Any, key: str) -> str:
+    if value is None:
+        return "not checked"
+    return f"≥ {value:g}" if key in ("cosine", "snr_db") else f"≤ {value:g}"
+
+
+def _why(entry: dict[str, Any]) -> str:
+    reasons = list(entry.get("violations", [])) + ([entry["inconclusive"]] if entry.get("inconclusive") else [])
+    reasons += entry.get("not_checked", [])
+    m = entry.get("metrics", {})
+    if "top1" in m and "k" in m:
+        reasons.append(f"top-1 agreement {m['top1']:.1%}, top-{m['k']} {m['topk']:.1%}")
+    return "".join(f"<br><span class='note'>{e(r)}</span>" for r in reasons)
+
+
+def _tasks(tasks: list[dict[str, Any]]) -> str:
+    if not tasks:
+        return ""
+    rows = []
+    for t in tasks:
+        shown = "<br>".join(f"{e(k)} {fmt(v, '.4g') if isinstance(v, float) else e(v)}" for k, v in t["metrics"].items())
+        limits = "<br>".join(f"{e(lim['metric'])} {e(lim['op'])} {lim['value']:g}" for lim in t["limits"])
+        rows.append([e(t["label"]), e(", ".join(t["outputs"])), e(t["reference"]), shown, limits,
+                     _status(t["status"]) + _why(t)])
+    return "<h3>Task metrics</h3>" + _table(["check", "outputs", "reference", "metrics", "limits", "result"], rows)
+
+
+def _diagnosis(d: dict[str, Any] | None, with_plots: bool) -> str:
+    if not d:
+        return ""
+    if d.get("status") != "ran":
+        return f"<h3>Per-layer diagnosis</h3><p class='note'>{e(d.get('status'))}: {e(d.get('reason', ''))}</p>"
+    out = [f"<h3>Per-layer diagnosis</h3><p>Compared with {e(d.get('candidate', ''))}.</p>"]
+    for title, key in (("First tensors over the threshold", "first"), ("Largest error growth", "top")):
+        rows = [[e(t.get("name")), e(t.get("op_type", "")), fmt(t.get("rel_l2")), fmt(t.get("max_abs")),
+                 fmt(t.get("growth"))] for t in d.get(key, [])]
+        if rows:
+            out.append(f"<h3>{title}</h3>" + _table(["tensor", "op", "rel L2", "max abs", "growth"], rows, {2, 3, 4}))
+    if with_plots and d.get("tensors"):
+        out.append(_img(plots.per_layer, d["tensors"], d.get("threshold")))
+    return "".join(out)
+
+
+def _gate(g: dict[str, Any], with_plots: bool) -> str:
+    out = [f"<h2>Gate: {_status('pass' if g['passed'] else 'fail')}</h2>",
+           f"<p>Platform <code>{e(g['platform'])}</code>, batch {g['batch']}, precision {e(g.get('precision', '?'))}, "
+           f"{g.get('trials_count', 1)} trials × {g.get('iterations', g['latency']['n'])} iterations after "
+           f"{_warmup(g)}; evaluator: {e(g['evaluator'])}.</p>"]
+    if g["checks"]:
+        out.append(_table(["check", "target", "measured", "result"],
+                          [[e(c["name"]), f"{c['target']:g}", f"{c['measured']:.3f}", _status("pass" if c["passed"]
+                                                                                          else "fail")]
+                           for c in g["checks"]], {1, 2}))
+    else:
+        out.append(f"<p class='note'>{e(g.get('note') or 'no target')}: measured only.</p>")
+    spread = g.get("spread", {})
+    rows = [[k.removesuffix("_ms"), f"{g['latency'][k]:.3f}",
+             f"{spread[k]['min']:.3f} – {spread[k]['max']:.3f} ({spread[k]['rel'] * 100:.1f}%)" if k in spread else ""]
+            for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")]
+    rows.insert(0, ["FPS", f"{g['fps']:.1f}", _fps_range(g)])
+    out.append("<h3>Latency (ms)</h3>" + _table(["statistic", "median of trials", "trial range"], rows, {1}))
+    out.append(_sweep(g) + _baseline(g.get("baseline")))
+    if with_plots:
+        out += [_img(plots.latency_histogram, g), _img(plots.percentile_bars, g)]
+        if g.get("sweep"):
+            out.append(_img(plots.batch_sweep, g))
+    return "".join(out)
+
+
+def _warmup(g: dict[str, Any]) -> str:
+    w = g["warmup"]
+    return f"{w['iterations']} warm-up runs ({w['seconds']:.2f} s)" if isinstance(w, dict) else f"{w} warm-up runs"
+
+
+def _fps_range(g: dict[str, Any]) -> str:
+    f = g.get("fps_trials")
+    return f"{min(f):.1f} – {max(f):.1f}" if f else ""
+
+
+def _sweep(g: dict[str, Any]) -> str:
+    rows = [[str(r["batch"]), f"{r['latency']['p50_ms']:.3f}", f"{r['latency']['p99_ms']:.3f}", f"{r['fps']:.1f}"]
+            for r in sorted([g, *g.get("sweep", [])], key=lambda r: r["batch"])]
+    c = g.get("concurrency")
+    if c:
+        rows.append([f"{c['batch']} × {c['streams']} sessions", f"{c['p50_ms']:.3f}", "", f"{c['throughput']:.1f}"])
+    if len(rows) < 2:
+        return ""
+    return "<h3>Throughput</h3>" + _table(["batch", "p50 ms", "p99 ms", "samples/s"], rows, {1, 2, 3})
+
+
+def _baseline(b: dict[str, Any] | None) -> str:
+    if not b:
+        return ""
+    rows = [[e(c["metric"]), f"{c['baseline']:.4g}", f"{c['measured']:.4g}", f"{c['slowdown'] * 100:+.1f}%",
+             f"{c['slowdown_at_least'] * 100:+.1f}%", f"{c['spread'] * 100:.1f}%",
+             _status("pass" if c["passed"] else "fail")] for c in b["checks"]]
+    return (f"<h3>Against baseline</h3><p class='note'>{e(b['path'])}; a regression needs every pairing of trials "
+            f"to be more than {b['threshold'] * 100:g}% slower.</p>"
+            + _table(["metric", "baseline", "now", "slower by (median)", "at least", "spread", "result"], rows,
+                     {1, 2, 3, 4, 5}))
+
+
+def _environment(data: ReportData) -> str:
+    d = data.device
+    device = ", ".join(f"{k}: {v if not isinstance(v, list) else ' '.join(map(str, v))}" for k, v in d.items())
+    tools = [[e(k), e(v)] for k, v in sorted(data.tools.items())]
+    return f"<h2>Platform and tools</h2><p>{e(device)}</p>" + _table(["tool", "version"], tools)

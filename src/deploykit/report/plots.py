@@ -1,0 +1,132 @@
+"""Report plots as base64 PNG, drawn with matplotlib (imported here only, when a report renders).
+
+Each function takes a report dict (or a part of it) and returns a ``data:image/png;base64,...`` URI,
+so the HTML file stays self-contained.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+_PASS, _FAIL, _GREY, _BLUE = "#1a7f37", "#cf222e", "#6e7781", "#0969da"
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _figure(width: float = 7.0, height: float = 2.8, cols: int = 1) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display, no GUI toolkit: reports render in CI
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, cols, figsize=(width, height), dpi=110, layout="constrained")
+    return fig, axes
+
+
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def parity_output(name: str, entries: dict[str, dict[str, Any]]) -> str:
+    """One output: |error| distribution per reference (log x) and rel-L2 per sample vs its tolerance."""
+    fig, (hist_ax, sample_ax) = _figure(cols=2)
+    for i, (ref, e) in enumerate(sorted(entries.items())):
+        h = e["abs_error_histogram"]
+        edges, counts = h["edges"], h["counts"]
+        colour = (_BLUE, "#bf8700", _GREY)[i % 3]
+        hist_ax.stairs(counts, edges, label=f"vs {ref} ({h['zeros']} exact)", color=colour, fill=i == 0, alpha=0.6)
+        rel = [max(v, 1e-12) if v is not None else float("nan") for v in e["per_sample_rel_l2"]]
+        exact = " (exact: drawn at 1e-12)" if not any(e["per_sample_rel_l2"]) else ""
+        sample_ax.plot(range(len(rel)), rel, "o-", color=colour, label=f"vs {ref}{exact}", ms=3)
+    tol = next(iter(entries.values()))["tolerance"]
+    if tol.get("max_abs") is not None:
+        hist_ax.axvline(tol["max_abs"], color=_FAIL, ls="--", lw=1, label=f"max_abs ≤ {tol['max_abs']:g}")
+    if tol.get("rel_l2") is not None:
+        sample_ax.axhline(tol["rel_l2"], color=_FAIL, ls="--", lw=1, label=f"rel_l2 ≤ {tol['rel_l2']:g}")
+    hist_ax.set(xscale="log", xlabel="|candidate − reference|", ylabel="elements", title=f"{name}: error distribution")
+    sample_ax.set(yscale="log", xlabel="sample", ylabel="relative L2 error", title=f"{name}: per sample")
+    for ax in (hist_ax, sample_ax):
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def per_layer(tensors: list[dict[str, Any]], threshold: float | None, metric: str = "rel_l2") -> str:
+    """Error of each compared intermediate tensor in graph order; the first over the threshold marked."""
+    fig, ax = _figure(height=3.0)
+    values = [max(t.get(metric) or 0.0, 1e-12) for t in tensors]
+    colours = [_FAIL if threshold is not None and v > threshold else _BLUE for v in values]
+    ax.bar(range(len(values)), values, color=colours)
+    if threshold is not None:
+        ax.axhline(threshold, color=_FAIL, ls="--", lw=1, label=f"threshold {threshold:g}")
+        ax.legend(fontsize=7)
+    step = max(1, len(tensors) // 20)
+    ax.set_xticks(range(0, len(tensors), step), [tensors[i]["name"][-24:] for i in range(0, len(tensors), step)],
+                  rotation=60, ha="right", fontsize=6)
+    ax.set(yscale="log", ylabel=metric.replace("_", " "), title="per-layer error (graph order)")
+    ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+def latency_histogram(gate: dict[str, Any]) -> str:
+    """Every timed iteration, one colour per trial, with the median-of-trials p50 and p99."""
+    fig, ax = _figure()
+    trials = gate.get("trials_ms") or []
+    everything = sorted(v for t in trials for v in t)
+    if everything:
+        lo, hi = everything[0], everything[min(len(everything) - 1, int(len(everything) * 0.999))]
+        bins = [lo + (hi - lo) * i / 40 for i in range(41)] if hi > lo else 10
+        for i, t in enumerate(trials):
+            ax.hist(t, bins=bins, histtype="step", lw=1.2, label=f"trial {i + 1}")
+    lat = gate["latency"]
+    ax.axvline(lat["p50_ms"], color=_PASS, lw=1.2, label=f"p50 {lat['p50_ms']:.3f} ms")
+    ax.axvline(lat["p99_ms"], color=_FAIL, lw=1.2, label=f"p99 {lat['p99_ms']:.3f} ms")
+    ax.set(xlabel="latency (ms)", ylabel="iterations", title=f"latency at batch {gate['batch']}")
+    ax.legend(fontsize=7, ncols=2)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def percentile_bars(gate: dict[str, Any]) -> str:
+    """p50/p90/p99 as the median over trials, whiskers spanning the fastest to slowest trial."""
+    fig, ax = _figure(width=5.0)
+    keys = ("p50_ms", "p90_ms", "p99_ms", "mean_ms")
+    med = [gate["latency"][k] for k in keys]
+    spread = gate.get("spread", {})
+    err = [[m - spread[k]["min"] for k, m in zip(keys, med, strict=True)],
+           [spread[k]["max"] - m for k, m in zip(keys, med, strict=True)]] if spread else None
+    ax.bar([k.removesuffix("_ms") for k in keys], med, yerr=err, capsize=4, color=_BLUE, alpha=0.8)
+    target = (gate.get("target") or {}).get("latency_ms_p99")
+    if target:
+        ax.axhline(target, color=_FAIL, ls="--", lw=1, label=f"p99 target {target:g} ms")
+        ax.legend(fontsize=7)
+    ax.set(ylabel="ms", title="percentiles (median of trials, range of trials)")
+    ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+def batch_sweep(gate: dict[str, Any]) -> str:
+    """Throughput (batch x FPS) against batch size."""
+    fig, ax = _figure(width=5.0)
+    rows = sorted([gate, *gate.get("sweep", [])], key=lambda r: r["batch"])
+    xs = [r["batch"] for r in rows]
+    ax.plot(xs, [r["fps"] for r in rows], "o-", color=_BLUE)
+    for r in rows:
+        lo, hi = min(r["fps_trials"]), max(r["fps_trials"])
+        ax.vlines(r["batch"], lo, hi, color=_BLUE, alpha=0.5)
+    ax.set(xlabel="batch", ylabel="samples / s", title="throughput by batch size", xticks=xs)
+    ax.grid(alpha=0.3)
+    return _png(fig)

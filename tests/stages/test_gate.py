@@ -1,0 +1,201 @@
+"""The gate stage: trials and spread, sweep, targets, baseline comparison, CI outputs."""
+
+import json
+import shutil
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import deploykit
+from deploykit.errors import ConfigError, TargetMissed, UsageError
+from deploykit.stages.gate import time_iterations, warm_up
+from tests.conftest import run_cli
+
+CONFIG = """
+name: m
+source: {onnx: model.onnx}
+inputs: [{name: x, shape: [batch, 8]}]
+dims: {batch: {min: 1, opt: 1, max: 4}}
+parity: {samples: 1}
+gate: {warmup: 3, warmup_s: 0.01, iterations: 20, trials: 3, targets: {default: {fps: 1}}}
+"""
+
+
+@pytest.fixture
+def model(tmp_path):
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "model.onnx")
+    (tmp_path / "deploykit.yaml").write_text(CONFIG)
+    return tmp_path / "deploykit.yaml"
+
+
+def gate(cfg, **kw):
+    return deploykit.convert(cfg, workdir=cfg.parent / "store", **kw)
+
+
+def test_trials_give_median_and_spread_after_timed_warmup(model):
+    g = gate(model).gate
+    assert len(g["trials"]) == 3 and len(g["trials_ms"]) == 3 and all(len(t) == 20 for t in g["trials_ms"])
+    p50s = sorted(t["p50_ms"] for t in g["trials"])
+    assert g["latency"]["p50_ms"] == p50s[1]  # the median trial
+    assert g["spread"]["p50_ms"]["min"] == p50s[0] and g["spread"]["p50_ms"]["max"] == p50s[2]
+    assert g["fps"] == pytest.approx(1000.0 / g["latency"]["p50_ms"])
+    assert g["warmup"]["iterations"] >= 3 and g["warmup"]["seconds"] >= 0.01
+    assert g["schema"] == "deploykit.gate/2" and g["latency"]["n"] == 60
+
+
+def test_batch_sweep_and_concurrency(model):
+    g = gate(model, gate__batches=[2, 4], gate__concurrency=2).gate
+    assert [s["batch"] for s in g["sweep"]] == [2, 4]
+    for s in g["sweep"]:
+        assert s["fps"] == pytest.approx(s["batch"] * 1000.0 / s["latency"]["p50_ms"])  # throughput = batch x FPS
+        assert "trials_ms" not in s
+    assert g["concurrency"]["streams"] == 2 and g["concurrency"]["throughput"] > 0
+
+
+def test_sweep_batch_outside_the_dims_is_a_config_error(model):
+    with pytest.raises(ConfigError, match=r"gate.batches: 8 is outside input 'x''s batch range \[1, 4\]"):
+        gate(model, gate__batches=[8])
+
+
+def test_timing_loop_holds_only_the_call():
+    calls = []
+    out = time_iterations(lambda: calls.append(1), 50)
+    assert len(out) == 50 == len(calls) and all(t >= 0 for t in out)
+    n, seconds = warm_up(lambda: None, 5, 0.02)
+    assert n >= 5 and seconds >= 0.02
+
+
+def test_progress_is_reported_between_trials_only(model):
+    events = []
+
+    class Spy:
+        def event(self, name, **fields):
+            pass
+
+        def task(self, description, total):
+            import contextlib
+
+            @contextlib.contextmanager
+            def cm():
+                yield lambda n=1: events.append((description, n))
+            return cm()
+
+    gate(model, reporter=Spy())
+    assert [e for e in events if e[0].startswith("timing")] == [("timing batch 1", 1)] * 3
+
+
+# -- targets -------------------------------------------------------------------------------------------
+
+def test_latency_target_and_junit_has_one_testcase_per_model_and_target(model, tmp_path):
+    with pytest.raises(TargetMissed, match=r"p99 \d+\.\d+ ms > target 1e-06 ms"):
+        gate(model, gate__targets={"default": {"latency_ms_p99": 1e-6, "fps": 1}})
+    code, _, _ = run_cli("gate", str(model), "-w", str(tmp_path / "store"), "--set",
+                         "gate.targets.default.latency_ms_p99=1e-6", "--report-dir", str(tmp_path / "r"))
+    assert code == 1
+    suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
+    [case] = suite.findall("testcase")
+    assert case.get("name") == "default batch 1" and case.get("classname") == "deploykit.gate.m"
+    assert suite.get("tests") == "1" and suite.get("failures") == "1"
+    assert "p99" in case.find("failure").get("message") and "fps" not in case.find("failure").get("message")
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "**FAIL**" in summary and "trial range" in summary
+
+
+def test_target_with_neither_fps_nor_latency_exits_2(model):
+    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
+                           "gate.targets={cpu: {batch: 2}}")
+    assert code == 2 and "gate.targets.cpu: a target needs 'fps' or 'latency_ms_p99'" in err
+
+
+def test_missing_target_is_an_error_unless_allowed(model):
+    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
+                           "gate.targets={nvidia-h200: {fps: 1}}")
+    assert code == 2 and "no target for this platform" in err and "--allow-missing-target" in err
+    code, _, _ = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
+                         "gate.targets={nvidia-h200: {fps: 1}}", "--allow-missing-target",
+                         "--report-dir", str(model.parent / "r"))
+    assert code == 0
+    assert ET.parse(model.parent / "r" / "junit.xml").getroot().get("skipped") == "1"
+
+
+def test_target_for_another_precision_is_refused(model):
+    with pytest.raises(ConfigError, match="gate.targets.default is for int8 builds; this run builds fp32"):
+        gate(model, gate__targets={"default": {"fps": 1, "precision": "int8"}})
+
+
+# -- baseline ------------------------------------------------------------------------------------------
+
+def baseline_from(model, tmp_path, edit=None):
+    report = gate(model).gate
+    if edit:
+        edit(report)
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_baseline_from_the_same_model_is_compared_and_recorded(model, tmp_path):
+    path = baseline_from(model, tmp_path)
+    try:
+        g = gate(model, gate__baseline=str(path), gate__batches=[2]).gate
+    except TargetMissed as e:  # a microsecond model can drift between two runs on a shared machine
+        g = e.result.gate
+    assert g["baseline"]["path"] == str(path) and len(g["baseline"]["digest"]) == 64
+    assert [c["metric"] for c in g["baseline"]["checks"]] == ["fps", "p99 latency"]  # the baseline had no sweep
+    for c in g["baseline"]["checks"]:
+        assert c["slowdown_at_least"] <= c["slowdown"] and c["message"].startswith(c["metric"])
+
+
+def test_regression_beyond_the_spread_fails_and_says_by_how_much(model, tmp_path):
+    def ten_times_faster(r):
+        r["fps_trials"] = [f * 10 for f in r["fps_trials"]]
+        for t in r["trials"]:
+            t["p99_ms"] /= 10
+
+    path = baseline_from(model, tmp_path, ten_times_faster)
+    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--baseline", str(path),
+                           "--report-dir", str(tmp_path / "r"))
+    assert code == 1
+    assert "gate failed: fps" in err and "% slower, at least" in err
+    suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
+    assert [c.get("name") for c in suite.findall("testcase")] == ["default batch 1", "baseline"]
+    assert suite.get("failures") == "1"
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda r: r.update(model="other"), "it measured model 'other', this run is 'm'"),
+    (lambda r: r.update(platform="cpu:Other CPU"), "it measured platform 'cpu:Other CPU'"),
+    (lambda r: r["device"].update(model="Other CPU"), "it was measured on cpu 'Other CPU'"),
+    (lambda r: r.update(batch=4), "it measured batch 4, this run measures batch 1"),
+    (lambda r: r.pop("schema"), "not a deploykit.gate/2 report"),
+])
+def test_baseline_from_another_model_or_platform_is_refused(model, tmp_path, edit, reason):
+    path = baseline_from(model, tmp_path, edit)
+    with pytest.raises(UsageError, match="cannot be compared|not a deploykit") as e:
+        gate(model, gate__baseline=str(path))
+    assert reason in str(e.value)
+
+
+def test_missing_baseline_file_exits_2(model, tmp_path):
+    code, _, err = run_cli("gate", str(model), "-w", str(tmp_path / "store"), "--baseline", str(tmp_path / "no.json"))
+    assert code == 2 and "no.json: no such file" in err
+
+
+def test_reports_are_strict_json(model):
+    result = gate(model)
+    text = result.artifacts["gate"].file("gate.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    shutil.rmtree(model.parent / "store")
+
+
+def test_a_missing_target_fails_before_any_stage_runs(model):
+    with pytest.raises(ConfigError, match="no target for this platform"):
+        gate(model, gate__targets={"nvidia-h200": {"fps": 1}})
+    assert not list((model.parent / "store" / "objects").iterdir())  # nothing was ingested or built
