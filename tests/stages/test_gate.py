@@ -199,3 +199,27 @@ def test_a_missing_target_fails_before_any_stage_runs(model):
     with pytest.raises(ConfigError, match="no target for this platform"):
         gate(model, gate__targets={"nvidia-h200": {"fps": 1}})
     assert not list((model.parent / "store" / "objects").iterdir())  # nothing was ingested or built
+
+
+def test_sessions_with_an_engine_only_runner_report_both_timings(tiny):
+    """A session that can time the engine alone (TensorRT) gets both numbers; targets use end to end."""
+    import time as _time
+
+    from deploykit.config import load_config
+    from deploykit.progress import SilentReporter
+    from deploykit.stages.gate import measure_batch
+
+    class TwoClocks:
+        runner_info = {"mode": "cuda-graph"}
+
+        def timed_runner(self, feeds):
+            return lambda: _time.sleep(0.002)
+
+        def engine_timed_runner(self, feeds):
+            return lambda: _time.sleep(0.0005)
+
+    cfg, _ = tiny
+    out = measure_batch(TwoClocks(), load_config(cfg, {"gate.trials": 2, "gate.iterations": 5}), 1, SilentReporter())
+    assert out["engine_only"]["latency"]["p50_ms"] < out["latency"]["p50_ms"]
+    assert out["engine_only"]["runner"] == {"mode": "cuda-graph"}
+    assert out["fps"] < out["engine_only"]["fps"]

@@ -139,7 +139,19 @@ def measure_batch(session: Any, cfg: Config, batch: int, reporter: Any, keep_raw
                       "min_seconds": g.warmup_s}, "trials_count": g.trials, "iterations": g.iterations}
     if keep_raw:
         out["trials_ms"] = [[round(t, 5) for t in trial] for trial in trials]
+    if hasattr(session, "engine_timed_runner"):  # TensorRT: also the engine alone, as trtexec's GPU compute time
+        out["engine_only"] = _engine_only(session, cfg, batch)
     return out
+
+
+def _engine_only(session: Any, cfg: Config, batch: int) -> dict[str, Any]:
+    """Latency without host<->device copies; the gate's targets stay on end-to-end time (what an app sees)."""
+    g = cfg.gate
+    run = session.engine_timed_runner(random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch))
+    warm_up(run, g.warmup, g.warmup_s)
+    stats = aggregate_trials([time_iterations(run, g.iterations) for _ in range(g.trials)])
+    return {"latency": stats["latency"], "fps": batch * 1000.0 / stats["latency"]["p50_ms"],
+            "runner": dict(getattr(session, "runner_info", {}))}
 
 
 def warm_up(run: Any, count: int, seconds: float) -> tuple[int, float]:
