@@ -28,8 +28,9 @@ def test_publish_is_content_addressed_and_found_by_recipe(tmp_path):
     assert set(a.manifest.files) == {"model.onnx", "sub/extra.txt"}
     assert store.lookup("k1").digest == a.digest
     assert store.lookup("k2") is None
-    b = publish(store, "k2", b"abc")  # same content, other recipe: same object
-    assert b.digest == a.digest
+    assert publish(store, "k1", b"abc").digest == a.digest  # same recipe, same bytes: the same artifact
+    b = publish(store, "k2", b"abc")  # same bytes from another recipe: its own artifact and manifest
+    assert b.digest != a.digest and b.manifest.recipe_key == "k2" and a.manifest.recipe_key == "k1"
     assert publish(store, "k3", b"abd").digest != a.digest
     assert list((tmp_path / "tmp").iterdir()) == []
 

@@ -8,8 +8,8 @@ Layout under the workdir::
     tmp/<stage>-<pid>-<rand>/   artifacts being written; renamed into objects/ when complete
     lock                        held while publishing, so concurrent runs never interleave
 
-The **content digest** (identity) hashes the artifact's kind and every file's digest; the **recipe
-key** hashes what produced it. A rerun whose recipe key exists reuses the artifact after verifying
+The **content digest** (identity) hashes every file's digest with the artifact's kind, stage and
+recipe key; the **recipe key** hashes what produced it. A rerun whose recipe key exists reuses the artifact after verifying
 every file against the manifest: a mismatch is an error, never a silent rebuild.
 """
 
@@ -84,8 +84,12 @@ class Artifact:
         return self.path / name
 
 
-def content_digest(kind: str, files: dict[str, str]) -> str:
-    return digest_value({"kind": kind, "files": files})
+def content_digest(manifest: Manifest, files: dict[str, str]) -> str:
+    """Identity: the files' digests plus what made them. Two stages that write the same bytes (a
+    surgery pass that changed nothing) get two artifacts, each keeping its own manifest and report;
+    a rerun of the same recipe that writes the same bytes gets the same artifact."""
+    return digest_value({"kind": manifest.kind, "stage": manifest.stage, "recipe_key": manifest.recipe_key,
+                         "files": files})
 
 
 class Store:
@@ -144,7 +148,7 @@ class Store:
                     f"{f}: content changed after the artifact was written (sha256 {actual[:12]}, manifest says {expected[:12]})",
                     hint=f"delete {path} and rerun; deploykit never trusts an edited artifact",
                 )
-        if content_digest(manifest.kind, manifest.files) != path.name or manifest.digest != path.name:
+        if content_digest(manifest, manifest.files) != path.name or manifest.digest != path.name:
             raise ArtifactCorrupt(
                 f"{path / MANIFEST}: manifest does not match the artifact's digest",
                 hint=f"delete {path} and rerun",
@@ -176,7 +180,7 @@ class Store:
             for p in sorted(tmp.rglob("*"))
             if p.is_file() and p.name != MANIFEST
         }
-        digest = content_digest(manifest.kind, files)
+        digest = content_digest(manifest, files)
         manifest = Manifest(**{**asdict(manifest), "files": files, "digest": digest,
                                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         _write_atomic(tmp / MANIFEST, json.dumps(asdict(manifest), indent=2, sort_keys=True))

@@ -66,6 +66,12 @@ def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     """Run the ONNX checker and strict shape inference; return the model with inferred shapes."""
     import onnx
 
+    from deploykit.surgery.graph import graph_problems
+
+    problems = graph_problems(model.graph)  # the checker's own message for these loses the node name
+    if problems:
+        raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
+                         "`deploykit inspect` shows the graph")
     try:
         if model.ByteSize() < _2GB:
             onnx.checker.check_model(model, full_check=False)

@@ -95,3 +95,13 @@ def test_unknown_backend_and_unknown_pass(tmp_path):
         deploykit.convert(path, workdir=tmp_path / "store", build__backend="tensorflow")
     with pytest.raises(ConfigError, match="unknown pass 'sanitise'; did you mean sanitize"):
         deploykit.convert(path, workdir=tmp_path / "store", surgery__passes=["sanitise"])
+
+
+def test_dangling_input_names_the_node(tmp_path):
+    path = small_onnx(tmp_path / "model.onnx")
+    model = onnx.load(path)
+    model.graph.node[1].input[1] = "nowhere"
+    onnx.save(model, path)
+    code, _, err = run_cli("build", str(path), "-w", str(tmp_path / "store"))
+    assert code == 4
+    assert "'nowhere'" in err and "MatMul" in err

@@ -41,7 +41,7 @@ def test_broken_model_from_the_cli_exits_4(tmp_path, build):
     onnx.save(build(), path)
     code, _, err = run_cli("surgery", str(path), "-w", str(tmp_path / "s"))
     assert code == 4, err
-    assert "model.onnx" in err and ("'c'" in err or "'ghost'" in err)
+    assert "model.onnx" in err and ("'relu_c' (Relu)" in err or "'ghost'" in err)
 
 
 class Scale(Pass):
@@ -167,3 +167,15 @@ def test_config_form_from_convert(user_passes):
     model = onnx.load(result.artifacts["model"].file("model.onnx"))
     assert [o.name for o in model.graph.output] == ["fc_48"]
     assert np.prod([d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]) == 2 * 3 * 32 * 32
+
+
+class Liar(Scale):
+    name = "liar"
+
+    def run(self, model):
+        return PassResult(super().run(model).model, False)
+
+
+def test_a_pass_claiming_no_change_is_held_to_it():
+    with pytest.raises(ConfigError, match=r"pass 'liar' reported no change but changed nodes"):
+        run_passes(legacy_detector(), [Liar()], {}, atol=1e-4, rtol=1e-3, where="m.onnx")

@@ -15,7 +15,7 @@ from deploykit.stages.export import MODEL
 
 class SurgeryStage(Stage):
     name = "surgery"
-    version = 1
+    version = 2
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
@@ -28,7 +28,7 @@ class SurgeryStage(Stage):
 
         s = ctx.config.surgery
         # Resolve passes now: an unknown name fails before any work, and defaults enter the key.
-        passes = [{"name": p.name, "params": p.params} for p in map(instantiate, s.passes)]
+        passes = [{"name": p.name, "version": p.version, "params": p.params} for p in map(instantiate, s.passes)]
         return {"passes": passes, "check_atol": s.check_atol, "check_rtol": s.check_rtol}
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
