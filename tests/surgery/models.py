@@ -167,3 +167,8 @@ def apply(model: onnx.ModelProto, *specs, feeds=None, atol: float = 1e-5, rtol: 
 
 def ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
+
+
+def dims(vi: onnx.ValueInfoProto) -> list:
+    """A value's dims: sizes, names, or '' for unknown."""
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]

@@ -6,8 +6,7 @@ import pytest
 
 from deploykit.errors import ConfigError
 from tests.conftest import run_cli
-from tests.surgery.models import apply, feeds_for, legacy_detector, ops, ort_run
-from tests.surgery.test_set_dims import dims
+from tests.surgery.models import apply, dims, feeds_for, legacy_detector, ops, ort_run
 
 
 def test_cut_at_inner_tensor_drops_the_tail_and_matches_the_tensor():

@@ -5,13 +5,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from deploykit.errors import ConfigError, ModelError
-from tests.surgery.models import apply, feeds_for, make, ort_run
+from tests.surgery.models import apply, dims, feeds_for, make, ort_run
 
 F = TensorProto.FLOAT
-
-
-def dims(vi):
-    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]
 
 
 def batch_agnostic():

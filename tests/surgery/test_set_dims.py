@@ -7,13 +7,9 @@ from onnx import TensorProto, helper
 
 from deploykit.errors import ConfigError
 from tests.conftest import run_cli
-from tests.surgery.models import apply, feeds_for, legacy_detector, make, ort_run
+from tests.surgery.models import apply, dims, feeds_for, legacy_detector, make, ort_run
 
 F = TensorProto.FLOAT
-
-
-def dims(vi):
-    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]
 
 
 def test_shorthand_pins_the_input_and_outputs_follow():

@@ -15,9 +15,16 @@ Importing this package imports neither torch nor onnx.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-__all__ = ["attach_bodies", "description", "descriptions", "load_torch_ops", "plugin_nodes"]
+__all__ = ["attach_bodies", "description", "descriptions", "export_code_files", "load_torch_ops", "plugin_nodes"]
+
+
+def export_code_files() -> list[Path]:
+    """The modules whose code decides what a plugin op exports to (they enter the export's cache key)."""
+    here = Path(__file__).parent
+    return [here / "onnx_export.py", here / "onnx_functions.py", here / "torch_ops.py"]
 
 
 def load_torch_ops() -> Any:

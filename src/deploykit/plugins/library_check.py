@@ -156,8 +156,9 @@ def _compare_creators(report: LibraryReport, ops: dict[str, OpDescription], exac
             if fields != expected:
                 report.add(label, "failed", f"fields {fields} but the description's attributes are {expected}")
                 continue
-        note = "" if exact_fields else " (fields not listed by this method: not checked)"
-        report.add(label, "ok", f"version {got[0]!r}, namespace {got[1]!r}{note}")
+        fields = (f", fields {', '.join(a.name for a in op.attributes)}" if exact_fields
+                  else " (fields not listed this way: not checked)")
+        report.add(label, "ok", f"version {got[0]!r}, namespace {got[1]!r}{fields}")
     for name in sorted(by_name):
         report.add(f"creator {name}", "failed", "registered by the library but described by no plugins/*/*.yaml")
 

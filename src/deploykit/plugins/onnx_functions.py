@@ -16,6 +16,9 @@ naming the node (``check_ranks_depth`` ...) and the bad value; negative indices,
 wrap around, are first moved out of range so they fail too. Unlike the C++ reference, only the
 points some interval covers (and the live pillars) are checked, and negative interval lengths and
 ``num_pillars`` outside [0, P] are clamped as on CUDA.
+
+Two ways in: :func:`attach_bodies` (the export hook; checks every node first) and
+:func:`body_builder`, registered by :func:`register_bodies` with the ``lower_plugins`` surgery pass.
 """
 
 from __future__ import annotations

@@ -17,22 +17,29 @@ calibrates, quantizes and converts a graph of standard ops only, told to leave t
 nodes back, FP32 at their inputs and outputs (Casts where the graph around became FP16; TensorRT
 folds them), with their bodies rebuilt for the quantized graph's opset. The calibration ranges of
 the tensors around a plugin come from the inlined body, which computes exactly what the plugin
-does, so they carry over unchanged. In the quantize stage (``deploykit.quant``)::
+does, so they carry over unchanged.
 
-    inlined = inline_plugins(model)            # first: prepare()'s opset upgrade would drop the bodies
-    model, prep = prepare(inlined.model, ...)  # collect ranges on this graph as usual
-    exclude = [*exclude, *inlined.node_names]  # ModelOpt nodes_to_exclude / ORT nodes_to_exclude
-    keep_fp32 = [*keep_fp32, *inlined.node_names]  # to_fp16(); else EXCLUDE_FP16_OP_TYPES by op type
-    ...
-    quantized = restore_plugins(quantized, inlined)  # last, before saving
+deploykit's quantize stage wraps its whole job in one call, :func:`quantize_keeping_plugins`::
 
-A graph without plugin nodes passes through both unchanged (``inlined.plugins == ()``).
+    result = quantize_keeping_plugins(job, quantize_model)   # instead of quantize_model(job)
+
+which amounts to the following, for any other quantizer::
+
+    inlined = inline_plugins(model)            # first: an opset upgrade would drop the bodies
+    exclude = [*exclude, *inlined.node_names]  # ModelOpt / ORT nodes_to_exclude
+    keep_fp32 = [*keep_fp32, *inlined.node_names]  # FP16 conversion; else EXCLUDE_FP16_OP_TYPES
+    quantized = restore_plugins(quantize(inlined.model, ...), inlined)
+
+A graph without plugin nodes passes through unchanged (``inlined.plugins == ()``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import ModelError
 from deploykit.plugins.onnx_functions import attach_bodies, function_body, plugin_nodes
@@ -63,6 +70,27 @@ class InlinedPlugins:
     # Initializers the plugin nodes read (ranks, intervals): a constant folder may fold the body's
     # index arithmetic away together with them; restore_plugins puts back what went missing.
     initializers: tuple[onnx.TensorProto, ...] = field(default=())
+
+
+def quantize_keeping_plugins(job: Any, quantize_model: Callable[[Any], Any]) -> Any:
+    """``quantize_model(job)`` (:func:`deploykit.quant.quantize.quantize_model`) around the plugin nodes.
+
+    The quantizer gets the inlined graph with the bodies excluded from quantization (a pattern on
+    their prefix) and kept FP32 where the rest becomes FP16; the result's model gets its plugin
+    nodes back. ``job`` is a ``deploykit.quant.quantize.Job`` (a dataclass with ``model`` and a
+    ``QuantizeConfig`` as ``cfg``); a graph without plugin nodes goes straight through.
+    """
+    inlined = inline_plugins(job.model)
+    if not inlined.plugins:
+        return quantize_model(job)
+    # Constant nodes of the bodies become initializers in the quantizer's preparation: name the rest.
+    computing = tuple(n.name for n in inlined.model.graph.node
+                      if n.name.startswith(PREFIX + "/") and n.op_type != "Constant")
+    cfg = dataclasses.replace(job.cfg, exclude_patterns=(*job.cfg.exclude_patterns, f"^{re.escape(PREFIX)}/"),
+                              keep_fp32_nodes=(*job.cfg.keep_fp32_nodes, *computing))
+    result = quantize_model(dataclasses.replace(job, model=inlined.model, cfg=cfg))
+    result.model = restore_plugins(result.model, inlined)
+    return result
 
 
 def plugin_node_names(model: onnx.ModelProto) -> list[str]:

@@ -18,6 +18,7 @@ from deploykit.environment import tool_versions
 from deploykit.errors import ModelError
 from deploykit.onnxio import distinct_shapes, random_feeds, save_model
 from deploykit.stages.base import Stage, StageContext
+from deploykit.hashing import digest_file
 from deploykit.torchsource import build_model, run_torch, source_fingerprint
 
 MODEL = "model.onnx"
@@ -47,7 +48,12 @@ class ExportStage(Stage):
                 "export": c.export}
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
-        return {"torch": tool_versions().get("torch", "absent")}
+        # The plugin ops' export code shapes the ONNX of any model that uses them. Hash the files, not
+        # the registered hooks: those exist only once the factory has run, and the key comes first.
+        from deploykit.plugins import export_code_files
+
+        return {"torch": tool_versions().get("torch", "absent"),
+                "plugin_export_code": {f.name: digest_file(f) for f in export_code_files()}}
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
         cfg = ctx.config

@@ -31,7 +31,10 @@ import onnx
 BodyBuilder = Callable[[onnx.NodeProto, int], onnx.FunctionProto]
 
 # Bodies shipped with deploykit, imported on first use: op_type -> "module:attr" (a BodyBuilder).
-BUILTIN_BODIES: dict[str, str] = {}
+BUILTIN_BODIES: dict[str, str] = {
+    "BEVPoolV2": "deploykit.plugins.onnx_functions:body_builder",
+    "PillarScatter": "deploykit.plugins.onnx_functions:body_builder",
+}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deploykit.errors import ConfigError, DeployKitError, ModelError
+from deploykit.errors import ConfigError, DeployKitError, InternalError, ModelError
 from deploykit.surgery import ortcheck
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
 from deploykit.surgery.graph import diff_nodes, graph_problems, op_histogram, real_inputs
@@ -73,6 +73,7 @@ def _apply(p: Pass, model: onnx.ModelProto, where: Path | str) -> PassResult:
             raise ConfigError(f"{where}: pass {p.name!r} returned {got}, not a PassResult holding an onnx.ModelProto",
                               hint="a pass returns PassResult(model, modified); a user function returns the model")
         p.ensures(result.model)
+        _check_declared_change(p, model, result, where, user)
     except PassConfigError as e:
         raise ConfigError(f"{where}: pass {p.name!r}: {_own(e, p)}", hint=e.hint or "fix the pass's parameters") from e
     except PassError as e:
@@ -86,6 +87,17 @@ def _apply(p: Pass, model: onnx.ModelProto, where: Path | str) -> PassResult:
         raise ModelError(f"{where}: pass {p.name!r} raised {type(e).__name__}: {e}",
                          hint="a bug in the pass or a graph it does not support; remove the pass or report it") from e
     return result
+
+
+def _check_declared_change(p: Pass, model: onnx.ModelProto, result: PassResult, where: Path | str, user: bool) -> None:
+    """A pass that says it changed nothing must hand back the graph it got (its nodes, at least)."""
+    if result.modified or result.model is model:
+        return
+    changes = diff_nodes(model.graph, result.model.graph)
+    if any(changes.values()):
+        error = ConfigError if user else InternalError
+        raise error(f"{where}: pass {p.name!r} reported no change but changed nodes ({changes})",
+                    hint="a pass returns PassResult(model, modified=True) when it changes the graph")
 
 
 def _report(p: Pass, before: onnx.ModelProto, result: PassResult, seconds: float, numerics: str) -> dict[str, Any]:

@@ -60,8 +60,9 @@ class Sanitize(Pass):
         out = onnx.shape_inference.infer_shapes(out)
         modified = _signature(out) != before
         details: dict[str, object] = {**stats, **({"fallback": fallback} if fallback else {})}
-        return PassResult(out, modified, "" if modified else "graph already clean: nothing to fold or remove",
-                          details)
+        if not modified:
+            return PassResult(model, False, "graph already clean: nothing to fold or remove", details)
+        return PassResult(out, True, details=details)
 
     def _own_round(self, model: onnx.ModelProto, stats: dict[str, int]) -> int:
         """Reshape targets and duplicates (what onnx-graphsurgeon does not do); return how many changed."""
