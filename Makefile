@@ -30,8 +30,10 @@ test: $(STAMP) $(TRT_HEADERS)
 test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""
 
+# Each benchmark prints a table and writes bench/results/<name>.json; ratios are measured in one run.
+BENCHES := pipeline surgery quantize plugins gate
 bench: $(STAMP)
-	$(PY) bench/bench_pipeline.py
+	for b in $(BENCHES); do $(PY) bench/bench_$$b.py || exit 1; done
 
 plugins:
 	cmake -S plugins -B build/plugins -DTENSORRT_INCLUDE_DIR=$(abspath $(dir $(TRT_HEADERS))) && cmake --build build/plugins -j2

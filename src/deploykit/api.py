@@ -124,3 +124,37 @@ surgery = _stage_function("surgery")
 build = _stage_function("build")
 parity = _stage_function("parity")
 gate = _stage_function("gate")
+
+
+def quantize(source: str | Path | Config, *, calib_data: str | Path | None = None, workdir: str | Path = DEFAULT_WORKDIR,
+             rerun: tuple[str, ...] = (), reporter: Reporter | None = None,
+             dims: dict[str, tuple[int, int, int]] | None = None, **overrides: Any) -> RunResult:
+    """Run the pipeline up to and including the quantize stage; the artifact is ``result.artifacts["model"]``.
+
+    Args:
+        source: a deploykit.yaml path, an .onnx path, or a Config.
+        calib_data: a folder of images or .npy/.npz files, or one such file (sets ``calibration``).
+        workdir: the artifact store.
+        rerun: stages to run even when their artifact exists.
+        reporter: progress and events (silent by default).
+        dims: min/opt/max for an ONNX source's dynamic dims.
+        **overrides: config fields, dots written as ``__`` (``quantize__precision="int8"``).
+    """
+    config = _quantize_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims, calib_data)
+    return convert(config, workdir=workdir, until="quantize", rerun=rerun, reporter=reporter)
+
+
+def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dims: Any, calib_data: Any) -> Config:
+    if calib_data is not None:
+        from deploykit.config import apply_overrides
+        from deploykit.quant.calib_source import calibration_section
+
+        calib = {k: v for k, v in overrides.items() if k.startswith("calibration.")}
+        rest = {k: v for k, v in overrides.items() if k not in calib}
+        section = calibration_section(Path(calib_data), resolve_config(source, rest, dims))
+        overrides = {**rest, "calibration": apply_overrides({"calibration": section}, calib)["calibration"]}
+    config = resolve_config(source, overrides, dims)
+    if not config.quantize.enabled:
+        raise UsageError("quantize needs a precision: the config says quantize.precision fp32",
+                         hint="pass --precision int8 (or fp16, fp8, int4)")
+    return config

@@ -146,8 +146,10 @@ def _copy_out(result: Any, role: str, out: Path | None) -> None:
 
     artifact = result.artifacts[role]
     if role in ("model", "reference"):
+        from deploykit.onnxio import copy_model
+
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(artifact.file("model.onnx"), out)
+        copy_model(artifact.file("model.onnx"), out)  # with its .data file, when it has one
     else:
         shutil.copytree(artifact.path, out, dirs_exist_ok=True)
     typer.echo(f"wrote {out}")
@@ -225,6 +227,52 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
 
 
 # Commands that live in their own modules register below (one line each).
+
+
+@app.command()
+def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
+             precision: Annotated[Optional[str], typer.Option(help="fp16 | int8 | fp8 | int4")] = None,
+             target: Annotated[Optional[str], typer.Option(help="tensorrt | onnxruntime | auto (follows the backend)")] = None,
+             calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
+             method: Annotated[Optional[str], typer.Option(help="auto | max | entropy | percentile | mse")] = None,
+             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
+             workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human") -> None:
+    """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
+    from deploykit import api
+
+    extra = {k: v for k, v in {"quantize.precision": precision, "quantize.target": target, "quantize.method": method,
+                                "quantize.repair.enabled": True if auto_repair else None}.items() if v is not None}
+    overrides = {k.replace(".", "__"): v for k, v in (parse_sets(set_) | extra).items()}
+    try:
+        result = api.quantize(model, calib_data=calib_data, workdir=workdir, dims=parse_dims(dim),
+                              reporter=_reporter(log_format), **overrides)
+    except DeployKitError as e:
+        if getattr(e, "result", None) is not None:
+            _print_table(e.result)  # type: ignore[attr-defined]
+        raise
+    _print_table(result)
+    _print_quantize(result.artifacts["model"].manifest.summary)
+    if output is not None:
+        import shutil
+
+        shutil.copytree(result.artifacts["model"].path, output, dirs_exist_ok=True)
+        typer.echo(f"wrote {output}")
+
+
+def _print_quantize(summary: dict[str, Any]) -> None:
+    lines = [f"quantize: {summary['precision']} for {summary['flavour']}, {summary['method']} calibration on "
+             f"{summary['samples']} samples, {summary['quantized_nodes']} nodes quantized"]
+    for name, m in (summary.get("check") or {}).get("metrics", {}).items():
+        lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({summary['evaluator']})")
+    if summary["excluded"] or summary["kept_fp32"]:
+        lines.append(f"  kept out of quantization: {', '.join(summary['excluded']) or '-'}; "
+                     f"kept FP32: {', '.join(summary['kept_fp32']) or '-'}")
+    repair = summary.get("repair")
+    if repair:
+        lines.append(f"  repair: {repair['iterations']} iteration(s), excluded {', '.join(repair['excluded_nodes']) or '-'}"
+                     f" ({repair['stopped']})")
+    notes = [f"  note: {n}" for n in summary["notes"]] + [f"  warning: {w}" for w in summary["warnings"]]
+    typer.echo("\n".join(lines + notes))
 
 
 @app.command()

@@ -7,8 +7,11 @@ the source has a fingerprint that enters recipe keys: changed data recalibrates,
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import itertools
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -88,13 +91,24 @@ class DataSource:
         if cfg.function:
             from deploykit.hashing import canonical
 
-            module = importlib.util.find_spec(cfg.function.split(":")[0])
-            origin = Path(module.origin) if module and module.origin else None
-            return {"function": cfg.function, "module": digest_file(origin) if origin and origin.is_file() else "",
+            origin = self._function_module_file()
+            return {"function": cfg.function, "module": digest_file(origin) if origin else "",
                     "samples": cfg.samples, "input": cfg.input, "preprocess": canonical(cfg.preprocess)}
         files = self._files()
-        return {"files": {f.name: digest_file(f) for f in files}, "samples": cfg.samples, "seed": cfg.seed,
-                "input": cfg.input, "preprocess": cfg.preprocess if cfg.folder else None}
+        root = self.path(cfg.folder or cfg.files)  # type: ignore[arg-type]
+        # Keyed by the path under the root: two sub-folders may both hold img_0001.jpg.
+        return {"files": {_relative(f, root): digest_file(f) for f in files}, "samples": cfg.samples,
+                "seed": cfg.seed, "input": cfg.input, "preprocess": cfg.preprocess if cfg.folder else None}
+
+    def _function_module_file(self) -> Path | None:
+        module = self.cfg.function.split(":")[0]  # type: ignore[union-attr]
+        with _importable_from(self.base_dir):
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                spec = None
+        origin = Path(spec.origin) if spec and spec.origin else None
+        return origin if origin and origin.is_file() else None
 
     def _files(self) -> list[Path]:
         cfg = self.cfg
@@ -116,6 +130,8 @@ class DataSource:
         for where, sample in itertools.islice(self._raw(), self.cfg.samples):
             yield self._check(sample, where)
             count += 1
+        if count == 0:
+            raise DataError(f"{self.what}: the source yields no samples", hint="check the data source in the config")
         if count < self.cfg.samples:
             warnings.warn(f"{self.what}: {count} samples available, {self.cfg.samples} requested; using {count}",
                           stacklevel=2)
@@ -135,10 +151,18 @@ class DataSource:
     def _from_function(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         module_name, _, fn_name = self.cfg.function.partition(":")  # type: ignore[union-attr]
         try:
-            fn = getattr(importlib.import_module(module_name), fn_name)
+            with _importable_from(self.base_dir):  # a module beside the config, like source.factory
+                fn = getattr(importlib.import_module(module_name), fn_name)
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"{self.what}.function: cannot load {self.cfg.function!r}: {e}") from e
-        for i, item in enumerate(fn()):
+        items = iter(_call(fn, self.cfg.function))
+        for i in itertools.count():
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            except Exception as e:  # the user's code failed: name it, do not look like a deploykit bug
+                raise DataError(f"{self.cfg.function}: raised {type(e).__name__} at sample {i}: {e}") from e
             if not isinstance(item, dict):
                 item = {self._single_input(): item}
             yield f"{self.cfg.function}[{i}]", {k: np.asarray(v) for k, v in item.items()}
@@ -180,9 +204,11 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
 
 
 def _from_array_file(path: Path, default_input: str) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    import zipfile
+
     try:
         data = np.load(path, allow_pickle=False)  # arrays only: never unpickle objects from a data file
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npy/.npz file ({e})") from e
     if isinstance(data, np.ndarray):
         yield str(path), {default_input: data}
@@ -201,7 +227,7 @@ def load_image(path: Path, p: Preprocess) -> np.ndarray:
             if p.resize:
                 im = im.resize((p.resize[1], p.resize[0]), Image.BILINEAR)
             arr = np.asarray(im)
-    except (UnidentifiedImageError, OSError) as e:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(f"{path}: cannot decode image ({e})", hint="remove or replace the file") from e
     if p.crop:
         h, w = arr.shape[:2]
@@ -221,3 +247,27 @@ def load_image(path: Path, p: Preprocess) -> np.ndarray:
 def inputs_from_config(config: Any) -> list[InputInfo]:
     """The model's inputs as the config declares them (dynamic dims by name)."""
     return [InputInfo(s.name, tuple(s.shape), s.dtype) for s in config.inputs]
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+
+
+@contextlib.contextmanager
+def _importable_from(folder: Path) -> Iterator[None]:
+    sys.path.insert(0, str(folder))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(folder))
+
+
+def _call(fn: Any, name: str) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # the user's code failed: name it
+        raise DataError(f"{name}: raised {type(e).__name__}: {e}") from e

@@ -40,6 +40,7 @@ class TensorError:
     tensor: str
     node: str  # the producing node in the reference graph
     op_type: str
+    candidate_node: str  # the node computing it in the candidate (through Q/DQ/Cast); what to exclude
     order: int  # position of that node in the reference graph
     rel_l2: float
     cosine: float
@@ -123,7 +124,7 @@ def diagnose(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto
             if name in r and name in c and r[name].shape == c[name].shape:
                 acc.setdefault(name, _Acc()).add(r[name], c[name])
         samples += 1
-    rows = _rows(ref_model, acc)
+    rows = _rows(ref_model, acc, _compute_producers(cand_model))
     broken = [t for t in rows if not t.rel_l2 <= threshold]  # written so NaN counts as broken
     return LayerReport(threshold, samples, tuple(rows), tuple(broken[:first]),
                        tuple(sorted(rows, key=lambda t: -_finite(t.growth))[:top]),
@@ -168,11 +169,41 @@ class _Acc:
         return rel, cos
 
 
-def _rows(ref: onnx.ModelProto, acc: dict[str, _Acc]) -> list[TensorError]:
+def _compute_producers(model: onnx.ModelProto) -> dict[str, str]:
+    """Tensor -> the node that computes it, looking through Q/DQ pairs and Casts a quantizer or an
+    FP16 conversion put in front of the name (ORT renames a Conv's output to the Relu it fused)."""
+    made_by = {o: n for n in model.graph.node for o in n.output}
+    out = {}
+    for name, node in made_by.items():
+        while node.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast") and node.input[0] in made_by:
+            node = made_by[node.input[0]]
+        out[name] = node.name
+    return out
+
+
+def _upstream(ref: onnx.ModelProto, err: dict[str, float]) -> Callable[[str], float]:
+    """The worst compared error among a tensor's nearest compared ancestors (0 at inputs/weights)."""
+    made_by = {o: n for n in ref.graph.node for o in n.output}
+    memo: dict[str, float] = {}
+
+    def worst(tensor: str) -> float:
+        if tensor in err:
+            return err[tensor]
+        if tensor not in memo:
+            memo[tensor] = 0.0  # cycles cannot occur in a valid graph; this also bounds recursion
+            node = made_by.get(tensor)
+            memo[tensor] = max((worst(i) for i in node.input if i), default=0.0) if node is not None else 0.0
+        return memo[tensor]
+
+    return worst
+
+
+def _rows(ref: onnx.ModelProto, acc: dict[str, _Acc], computed_by: dict[str, str]) -> list[TensorError]:
     err = {name: a.metrics()[0] for name, a in acc.items()}
+    worst = _upstream(ref, err)
     rows = []
     for order, node in enumerate(ref.graph.node):
-        upstream = max((err[i] for i in node.input if i in err), default=0.0)
+        upstream = max((worst(i) for i in node.input if i), default=0.0)
         for out in node.output:
             if out not in acc:
                 continue
@@ -181,10 +212,18 @@ def _rows(ref: onnx.ModelProto, acc: dict[str, _Acc]) -> list[TensorError]:
                 growth = rel - upstream
             else:  # the first non-finite tensor on a path is where the error comes from
                 growth = math.inf if math.isfinite(upstream) else 0.0
-            rows.append(TensorError(out, node.name, node.op_type, order, rel, cos, acc[out].max_abs, growth,
-                                    acc[out].nonfinite))
+            rows.append(TensorError(out, node.name, node.op_type, computed_by.get(out, node.name), order, rel, cos,
+                                    acc[out].max_abs, growth, acc[out].nonfinite))
     return rows
 
 
 def _finite(v: float) -> float:
     return v if not math.isnan(v) else -math.inf
+
+
+def compare_graphs(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto | str | Path,
+                   feeds: dict[str, np.ndarray] | Iterable[dict[str, np.ndarray]], *, threshold: float = 0.05,
+                   top: int = 10, candidate_opener: Opener | None = None) -> LayerReport:
+    """:func:`diagnose` on one sample (a feeds dict, e.g. parity's worst) or on several."""
+    samples = [feeds] if isinstance(feeds, dict) else feeds
+    return diagnose(reference, candidate, samples, threshold, top=top, candidate_opener=candidate_opener)

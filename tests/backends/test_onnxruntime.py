@@ -45,3 +45,20 @@ def test_gpu_provider_that_cannot_start_exits_3_with_the_reason(tmp_path, provid
     code, _, err = run_cli("build", str(model), "--provider", provider, "-w", str(tmp_path / "store"))
     assert code == 3
     assert "ExecutionProvider" in err
+
+
+@pytest.mark.parametrize("level", ["extended", "all"])
+def test_fp8_engine_keeps_the_relu_before_an_fp8_quantizer(tmp_path, level):
+    """ORT's ReluQuantRewrite drops that Relu; the build must disable it for FP8 graphs."""
+    import onnx
+
+    from tests.quant.test_evaluate import fp8_relu_graph
+
+    onnx.save(fp8_relu_graph(), tmp_path / "fp8.onnx")
+    (tmp_path / "engine").mkdir()
+    backend = get_backend("onnxruntime")
+    summary = backend.build(tmp_path / "fp8.onnx", BuildConfig(optimization_level=level), tmp_path / "engine")
+    assert summary["disabled_optimizers"] == ["ReluQuantRewrite"]
+    x = {"x": np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)}
+    y = backend.load(tmp_path / "engine").infer(x)["y"]
+    assert y.min() >= 0 and np.count_nonzero(y) > 10

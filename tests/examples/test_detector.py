@@ -14,7 +14,7 @@ def test_detector_example_converts_and_passes(tmp_path):
     parity = result.parity
     assert set(parity["outputs"]) == {"boxes", "scores"}
     assert parity["outputs"]["scores"]["torch"]["metrics"]["max_abs"] < 1e-4
-    assert parity["data"]["shapes"] == ["opt", "max"]  # batch 1 and 4
+    assert parity["data"]["kind"] == "validation" and parity["data"]["samples"] == 8
     assert {p.name for p in (tmp_path / "reports").iterdir()} == {"parity.json", "gate.json", "junit.xml", "summary.md"}
     again = deploykit.convert(EXAMPLE, workdir=tmp_path / "store")
     assert [r.status for r in again.stages] == ["reused"] * 5

@@ -19,5 +19,5 @@ def test_notebook_runs_headless():
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     text = "".join(o.get("text", "") for o in outputs)
     assert "<table>" in html and "data:image/png;base64," in html  # the summary, then the full report
-    assert "pass - random normal inputs" in text and "FPS" in text
+    assert "pass - validation data" in text and "FPS" in text
     assert not [o for o in outputs if o.output_type == "error"]

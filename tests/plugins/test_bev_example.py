@@ -87,7 +87,5 @@ def test_bev_example_converts_to_int8_keeping_the_plugin_in_fp32(fp32_run, tmp_p
 
 
 @needs_quantize
-@pytest.mark.xfail(reason="the quantize stage does not call deploykit.plugins.quantize.quantize_keeping_plugins "
-                          "yet: ONNX Runtime's pre-processing inlines the plugin node", strict=False)
 def test_the_quantize_stage_keeps_the_plugin_node(fp32_run, tmp_path):
     _check_int8(_convert_int8(fp32_run, tmp_path))

@@ -159,14 +159,17 @@ class OnnxRuntimeBackend:
         level = options.optimization_level if options.provider == "cpu" else "basic"
         opts = session_options(level, options.intra_op_threads)
         opts.optimized_model_filepath = str(out_dir / ENGINE_MODEL)
+        disabled = _unsafe_optimizers(onnx_path)
         try:
-            ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=list(disabled))
         except Exception as e:
             first = str(e).strip().splitlines()[0]
             raise ModelError(f"{onnx_path}: ONNX Runtime cannot build the model: {first}",
                              hint="check the opset and custom ops with `deploykit inspect`") from e
         engine = {"backend": self.name, "onnxruntime": ort.__version__, "provider": options.provider,
-                  "optimization_level": level, "intra_op_threads": options.intra_op_threads}
+                  "optimization_level": level, "intra_op_threads": options.intra_op_threads,
+                  "disabled_optimizers": list(disabled)}
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
@@ -182,6 +185,15 @@ class OnnxRuntimeBackend:
             session = open_session(engine_dir / ENGINE_MODEL, "all", engine["intra_op_threads"], provider)
         return OnnxRuntimeSession(session, f"onnxruntime {engine['onnxruntime']} {PROVIDERS[provider]} "
                                            f"(optimized offline at {engine['optimization_level']})")
+
+
+def _unsafe_optimizers(onnx_path: Path) -> tuple[str, ...]:
+    """ORT rewrites that compute FP8 graphs wrongly (ReluQuantRewrite drops a Relu before an FP8 quantizer)."""
+    import onnx
+
+    from deploykit.quant.evaluate import ort_disabled_optimizers
+
+    return ort_disabled_optimizers(onnx.load(str(onnx_path), load_external_data=False))
 
 
 def reference_session(path: Path) -> OnnxRuntimeSession:

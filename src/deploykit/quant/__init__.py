@@ -1,1 +1,20 @@
-"""Quantization: calibration statistics, Q/DQ writing, TensorRT caches, the precision-repair loop."""
+"""Quantization: calibration statistics, Q/DQ writing, TensorRT caches, the precision-repair loop.
+
+Modules (each imports its heavy libraries lazily):
+
+    config        QuantizeConfig, RepairConfig, per-precision tolerances
+    graph         inspect and prepare an FP32 graph (Constant weights, opset, names, exclusions)
+    reader        sample streams and the CalibrationDataReaders handed to quantizers
+    ranges        deploykit's streamed calibration (max / entropy / percentile / MSE / auto)
+    thresholds    the clipping thresholds, pure functions on histograms
+    scales        write calibrated ranges into a symmetric Q/DQ graph's activation scales
+    modelopt_flavour   the tensorrt flavour (NVIDIA ModelOpt places Q/DQ)
+    ort_flavour   the onnxruntime flavour (ONNX Runtime's own QDQ, uint8 activations)
+    fp16          FP16 for the rest of the graph, overflowing nodes kept FP32
+    evaluate      run a graph as written (TensorRT's numerics) or as ONNX Runtime computes it
+    check         compare a quantized graph with its FP32 graph on a few samples
+    repair        the precision-repair loop
+    trt_cache     the legacy TensorRT INT8 calibration cache
+    calib_source  --calib-data PATH -> a calibration config section
+    quantize      quantize_model(): all of the above, what the quantize stage runs
+"""

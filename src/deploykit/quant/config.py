@@ -63,8 +63,9 @@ class QuantizeConfig:
     """What the quantize stage writes into the ONNX graph, and from which calibration statistics."""
 
     precision: Precision = "fp32"  # fp32 skips the stage
-    target: Literal["auto", "tensorrt", "onnxruntime"] = "auto"  # auto: follows build.backend
-    method: Literal["max", "entropy", "percentile", "mse"] = "percentile"
+    target: Literal["auto", "tensorrt", "onnxruntime"] = "auto"  # auto: follows build.backend (fp8/int4: tensorrt)
+    # auto: max, percentile and MSE ranges from the same passes; the one whose quantized model checks best
+    method: Literal["auto", "max", "entropy", "percentile", "mse"] = "auto"
     percentile: float = 99.99  # of |x| (tensorrt) or of each tail (onnxruntime)
     num_bins: int = 2048  # histogram bins for entropy / percentile / mse
     bounded: Literal["max", "exclude"] = "max"  # Sigmoid/Softmax/Tanh outputs: max calibration, or unquantized
@@ -79,7 +80,7 @@ class QuantizeConfig:
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
     keep_fp32_nodes: tuple[str, ...] = ()  # node names kept in FP32 even where the rest is FP16
     int4_block_size: int = 128
-    check_samples: int = 8  # calibration samples the final parity check runs on
+    check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
     repair: RepairConfig = RepairConfig()
     tolerances: QuantTolerances = QuantTolerances()
 
@@ -107,10 +108,13 @@ class QuantizeConfig:
         return getattr(self.tolerances, self.precision)
 
     def flavour(self, backend: str) -> Flavour:
-        """The target flavour: as configured, or the build backend's (tensorrt, else onnxruntime)."""
+        """The target flavour: as configured, else the build backend's; FP8 and INT4 exist only as
+        the tensorrt flavour (ONNX Runtime's CPU kernels have no FP8 or INT4 convolution)."""
         if self.target != "auto":
             return self.target
-        return "tensorrt" if backend == "tensorrt" else "onnxruntime"
+        if backend == "tensorrt" or self.precision in ("fp8", "int4"):
+            return "tensorrt"
+        return "onnxruntime"
 
 
 __all__ = ["Flavour", "Precision", "QuantTolerance", "QuantTolerances", "QuantizeConfig", "RepairConfig"]

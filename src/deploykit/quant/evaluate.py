@@ -87,7 +87,6 @@ class GraphSession:
 
 
 def load(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
-    import onnx
 
     if isinstance(model, (str, Path)):
         from deploykit.onnxio import load_model
@@ -151,6 +150,19 @@ def open_as_ort_computes(model: onnx.ModelProto | str | Path, level: str = "exte
     return GraphSession(_session(graph, level, threads, disabled),
                         f"onnxruntime {ort.__version__} CPU kernels at optimization level {level}{note}",
                         _declared_dtypes(model))
+
+
+def open_for_target(model: onnx.ModelProto | str | Path, flavour: str, level: str = "extended",
+                    threads: int = 0) -> GraphSession:
+    """The evaluator parity should use for a quantized graph of a target flavour.
+
+    ``tensorrt``: as written (what TensorRT computes); ``onnxruntime``: what ORT's CPU kernels compute
+    at the build's optimization ``level``. The quantize artifact's summary names its flavour
+    (``summary["flavour"]``) and this choice (``summary["evaluate"]``).
+    """
+    if flavour == "tensorrt":
+        return open_as_written(model, threads)
+    return open_as_ort_computes(model, level, threads)
 
 
 def ort_disabled_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *
 
     Args:
         model: the prepared FP32 graph (opset >= 19 for int8/fp8, 21 for int4).
-        mode: ``int8``, ``fp8`` or ``int4`` (weight-only, MatMul/Gemm, round-to-nearest).
+        mode: ``int8``, ``fp8`` or ``int4`` (weight-only MatMul/Gemm, round-to-nearest, DQ-only).
         sample: one calibration sample; the activation scales are overwritten afterwards.
         exclude: exact node names.
         block_size: the INT4 block size.
@@ -52,7 +52,9 @@ def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *
                                   "nodes_to_exclude": [f"{re.escape(n)}$" for n in exclude],
                                   "high_precision_dtype": "fp32", "log_level": "CRITICAL"}
         if mode == "int4":
-            kwargs.update(calibration_method="rtn", block_size=block_size,
+            # DQ-only (INT4 weights + DequantizeLinear with axis/block_size): ModelOpt 0.47's Q/DQ
+            # variant writes blocked scales without the block_size attribute, an invalid graph.
+            kwargs.update(calibration_method="rtn_dq", block_size=block_size,
                           calibration_data_reader=replay_reader([sample]))
         else:
             kwargs.update(calibration_method="max", calibration_data_reader=replay_reader([sample]))

@@ -5,17 +5,27 @@ CNN), signed symmetric per-channel weights, ``reduce_range`` on CPUs without VNN
 kernels saturate otherwise: rel-L2 0.19 as computed vs 0.016 as written). The activation ranges
 are deploykit's streamed ranges, handed over as ``TensorQuantOverrides`` (rmin/rmax), so ORT
 derives scales, zero points and the int32 bias scales consistently from them; its own calibration
-runs on one replayed sample only.
+runs on one replayed sample only. ORT drops a Relu in front of an asymmetric uint8 QuantizeLinear,
+which is exact there (the zero point clamps); for a symmetric FP8 type it would not be, which is
+one reason FP8 exists only as the tensorrt flavour (the other: ORT's QLinearConv rejects float8).
 
-FP8 (E4M3): ORT's quantizer removes Relu/Clip in front of an FP8 QuantizeLinear unless
-``QDQKeepRemovableActivations`` is set, which is wrong for a symmetric float type: it is always set.
-Scales are written from the ranges afterwards (bias left in float, so nothing depends on them).
+ModelOpt patches ``onnxruntime.quantization`` process-wide (its registries and calibrators), and
+code outside deploykit may call it without restoring anything; this flavour therefore runs on a
+private import of the package (:func:`private_ort_quantization`) that no patch reaches, so its
+result does not depend on what ran before it in the process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,13 +49,50 @@ def resolve_reduce_range(setting: str) -> bool:
     return x86 and not features & {"avx512_vnni", "avx_vnni", "amx_int8"}
 
 
+@functools.cache
+def private_ort_quantization() -> ModuleType:
+    """A fresh import of ``onnxruntime.quantization``, kept out of ``sys.modules`` (and so out of
+    reach of ModelOpt's monkey patches); the public package is left exactly as it was."""
+    import onnxruntime
+
+    def ours(name: str) -> bool:
+        return name == "onnxruntime.quantization" or name.startswith("onnxruntime.quantization.")
+
+    public = {k: v for k, v in sys.modules.items() if ours(k)}
+    attribute = getattr(onnxruntime, "quantization", None)
+    for name in public:
+        del sys.modules[name]
+    try:
+        fresh = importlib.import_module("onnxruntime.quantization")
+    finally:
+        for name in [k for k in sys.modules if ours(k)]:
+            del sys.modules[name]
+        sys.modules.update(public)
+        if attribute is not None:
+            onnxruntime.quantization = attribute
+        elif hasattr(onnxruntime, "quantization"):
+            del onnxruntime.quantization
+    return fresh
+
+
+@contextlib.contextmanager
+def _working_dir(path: Path) -> Iterator[None]:
+    previous = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     """ORT's quant_pre_process (symbolic shapes, basic graph fusions); symbolic inference is
     skipped where it fails (dims it cannot merge), and the note says so."""
     import onnx
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp:
+    quant_pre_process = private_ort_quantization().quant_pre_process
+    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, _working_dir(Path(tmp)):
+        # ORT's symbolic shape inference writes sym_shape_infer_temp.onnx into the working directory.
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save_model(model, str(src))
         try:
@@ -61,13 +108,12 @@ def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
         return onnx.load(str(dst))
 
 
-def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], ranges: dict[str, TensorRange], *,
+def quantize(model: onnx.ModelProto, sample: dict[str, np.ndarray], ranges: dict[str, TensorRange], *,
              exclude: list[str], per_channel: bool, reduce_range: bool) -> onnx.ModelProto:
-    """A QDQ graph from ``onnxruntime.quantization.quantize_static`` with deploykit's ranges.
+    """An INT8 QDQ graph from ``onnxruntime.quantization.quantize_static`` with deploykit's ranges.
 
     Args:
         model: the pre-processed FP32 graph the ranges were computed on.
-        mode: ``int8`` or ``fp8``.
         sample: one calibration sample (ORT insists on calibrating; the ranges override it).
         ranges: calibrated ranges by tensor name.
         exclude: node names left unquantized.
@@ -75,42 +121,30 @@ def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], r
         reduce_range: 7-bit weights (see :func:`resolve_reduce_range`).
     """
     import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from deploykit.quant.modelopt_flavour import ort_patch_guard
     from deploykit.quant.reader import replay_reader
 
-    fp8 = mode == "fp8"
-    qtype = QuantType.QFLOAT8E4M3FN if fp8 else None
-    extra = _extra_options(ranges, model, fp8)
-    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, ort_patch_guard():
+    ortq = private_ort_quantization()
+    quantize_static, QuantType = ortq.quantize_static, ortq.QuantType  # noqa: N806 (ORT's enum)
+    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp:
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save_model(model, str(src))
         try:
-            quantize_static(str(src), str(dst), replay_reader([sample]), quant_format=QuantFormat.QDQ,
-                            per_channel=per_channel, reduce_range=reduce_range and not fp8,
-                            activation_type=qtype or QuantType.QUInt8, weight_type=qtype or QuantType.QInt8,
-                            nodes_to_exclude=list(exclude), extra_options=extra,
-                            calibrate_method=CalibrationMethod.Distribution if fp8 else CalibrationMethod.MinMax,
+            quantize_static(str(src), str(dst), replay_reader([sample]), quant_format=ortq.QuantFormat.QDQ,
+                            per_channel=per_channel, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                            extra_options=overrides(ranges, model), calibrate_method=ortq.CalibrationMethod.MinMax,
                             calibration_providers=["CPUExecutionProvider"])
         except Exception as e:  # ORT raises bare ValueError/RuntimeError
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModelError(f"ONNX Runtime's quantizer failed: {first}",
                              hint="exclude the node it names (quantize.exclude_nodes) or try --target tensorrt") from e
-        out = onnx.load(str(dst))
-    if fp8:
-        from deploykit.quant.scales import set_activation_scales
-
-        set_activation_scales(out, ranges)
-    return out
+        return onnx.load(str(dst))
 
 
-def _extra_options(ranges: dict[str, TensorRange], model: onnx.ModelProto, fp8: bool) -> dict[str, Any]:
-    if fp8:
-        # Symmetric float type: Relu/Clip must stay (ORT would drop them); bias stays float, so
-        # rewriting the activation scales afterwards leaves nothing inconsistent.
-        return {"QDQKeepRemovableActivations": True, "QuantizeBias": False, "ActivationSymmetric": True}
+def overrides(ranges: dict[str, TensorRange], model: onnx.ModelProto) -> dict[str, Any]:
+    """ORT's extra_options: asymmetric activations whose ranges are deploykit's (rmin <= 0 <= rmax)."""
     inits = {i.name for i in model.graph.initializer}
-    overrides = {name: [{"rmin": np.float32(min(r.lo, 0.0)), "rmax": np.float32(max(r.hi, 0.0))}]
-                 for name, r in ranges.items() if name not in inits}
-    return {"TensorQuantOverrides": overrides, "ActivationSymmetric": False, "WeightSymmetric": True}
+    per_tensor = {name: [{"rmin": np.float32(min(r.lo, 0.0)), "rmax": np.float32(max(r.hi, 0.0))}]
+                  for name, r in ranges.items() if name not in inits}
+    return {"TensorQuantOverrides": per_tensor, "ActivationSymmetric": False, "WeightSymmetric": True}

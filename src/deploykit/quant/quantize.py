@@ -11,17 +11,19 @@ benchmark call it. Which evaluator checks the result depends on the target flavo
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import ModelError
+from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
 from deploykit.quant.check import Check, Reference, check
 from deploykit.quant.config import Flavour, QuantizeConfig
-from deploykit.quant.ranges import RangeSettings, TensorRange, collect_ranges
+from deploykit.quant.ranges import AUTO_METHODS, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     repair: RepairResult | None = None
     passthrough: bool = False
+    unquantized: dict[str, str] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
 
 
 def quantize_model(job: Job) -> Result:
@@ -69,25 +72,54 @@ def quantize_model(job: Job) -> Result:
         return Result(job.model, job.model, {}, RangeSettings(), {}, {}, None, {},
                       ["the model already contains quantization nodes: passed through unchanged "
                        "(quantize.already_quantized: pass)"], passthrough=True)
-    _check_int4(job)
+    _check_combination(job)
     model, prep = g.prepare(job.model, _min_opset(job), job.where)
     notes = prep.notes
     excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
     notes += [f"exclude_patterns {p!r} matches no node" for p in g.unmatched_patterns(model, cfg.exclude_patterns)]
     fp32 = _configured_fp32(model, cfg, job.where)
-    if job.flavour == "onnxruntime" and cfg.precision in ("int8", "fp8"):
+    if job.flavour == "onnxruntime" and cfg.precision == "int8":
         from deploykit.quant.ort_flavour import preprocess
 
         model = g.infer_shapes(preprocess(model, notes))
         excluded = _still_present(model, excluded, notes)
     settings = _settings(cfg, job.flavour)
-    ranges = _calibrate(job, model, settings)
+    calibration = _calibrate(job, model, settings, notes)
+    range_sets = calibration.sets
     if cfg.bounded == "exclude":
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
-    fp32.update({k: v for k, v in _fp16_guard(job, model, ranges).items() if k not in fp32})
-    result = _quantize_and_check(job, model, ranges, excluded, fp32, notes)
-    result.preparation, result.settings = prep.to_dict(), settings
+    any_set = next(iter(range_sets.values()))  # observed min/max are the same in every set
+    fp32.update({k: v for k, v in _fp16_guard(job, model, any_set).items() if k not in fp32})
+    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes)
+    result.preparation = prep.to_dict()
+    result.settings = dataclasses.replace(settings, method=_method_of(result.ranges, range_sets))
+    result.unquantized = _skipped_by_quantizer(model, result, job)
     return result
+
+
+def _method_of(ranges: dict[str, TensorRange], range_sets: dict[str, dict[str, TensorRange]]) -> str:
+    return next((m for m, r in range_sets.items() if r is ranges), "max")
+
+
+COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def _skipped_by_quantizer(model: onnx.ModelProto, result: Result, job: Job) -> dict[str, str]:
+    """Compute nodes neither quantized nor excluded by deploykit: the quantizer's placement rules
+    left them in high precision (ModelOpt skips convolutions TensorRT would not run faster)."""
+    if result.model is model or not any(n.op_type in g.QDQ_OPS for n in result.model.graph.node):
+        return {}  # passed through, or FP16 only
+    quantized = g.quantized_node_names(result.model)
+    shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    tool = "ModelOpt" if job.flavour == "tensorrt" else "ONNX Runtime's quantizer"
+    ops = ("MatMul", "Gemm") if job.cfg.precision == "int4" else COMPUTE_OPS
+    out = {}
+    for node in model.graph.node:
+        if node.op_type in ops and node.name not in quantized and node.name not in result.excluded:
+            w = shapes.get(node.input[1]) if len(node.input) > 1 else None
+            shape = f" (weight {list(w)})" if w else ""
+            out[node.name] = f"{node.op_type}{shape} left unquantized by {tool}'s placement rules"
+    return out
 
 
 def _already_quantized(job: Job) -> bool:
@@ -101,16 +133,18 @@ def _already_quantized(job: Job) -> bool:
                      hint="give the FP32 model, or set quantize.already_quantized: pass to keep it as it is")
 
 
-def _check_int4(job: Job) -> None:
-    if job.cfg.precision != "int4":
-        return
-    if not any(n.op_type in ("MatMul", "Gemm") for n in job.model.graph.node):
+def _check_combination(job: Job) -> None:
+    p = job.cfg.precision
+    if p in ("fp8", "int4") and job.flavour == "onnxruntime":
+        raise ConfigError(f"quantize.precision {p} with target onnxruntime: ONNX Runtime's CPU kernels have no "
+                          f"{p.upper()} convolution (QLinearConv rejects float8 inputs at optimization level "
+                          "extended), so the model would be slower and not run as built",
+                          hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit checks that "
+                               "graph as written on the CPU")
+    if p == "int4" and not any(n.op_type in ("MatMul", "Gemm") for n in job.model.graph.node):
         ops = sorted({n.op_type for n in job.model.graph.node})
         raise ModelError(f"{job.where}: int4 quantizes MatMul/Gemm weights, and the model has none "
                          f"(its ops: {', '.join(ops[:12])})", hint="use --precision int8 or fp8 for this model")
-    if job.flavour != "tensorrt":
-        raise ModelError("int4 weight-only quantization is made by ModelOpt for TensorRT",
-                         hint="set quantize.target: tensorrt")
 
 
 def _min_opset(job: Job) -> int:
@@ -144,23 +178,34 @@ def _settings(cfg: QuantizeConfig, flavour: Flavour) -> RangeSettings:
     return RangeSettings(method, cfg.percentile, cfg.num_bins, "fp8" if cfg.precision == "fp8" else "int8")
 
 
-def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings) -> dict[str, TensorRange]:
+def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes: list[str]) -> Calibration:
+    """Range sets by method (every AUTO_METHODS one for ``auto``, from the same two passes), the
+    first samples held out for the check."""
+    methods = AUTO_METHODS if settings.method == "auto" else (settings.method,)
     if job.samples is None:
-        return {}
-    total = (job.samples.limit or 0) * (1 if settings.method == "max" else 2)
-    with (job.task or _no_task)(f"calibrating ({settings.method})", total) as advance:
-        return collect_ranges(model, job.samples, settings, bounded=g.bounded_tensors(model), progress=advance)
+        return Calibration({methods[0]: {}}, [], 0)
+    total = (job.samples.limit or 0) * (1 if methods == ("max",) else 2)
+    task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
+    with task as advance:
+        result = calibrate(model, job.samples, settings, methods, hold_out=_check_count(job.cfg),
+                           bounded=_max_calibrated(model), progress=advance)
+    if result.held_out:
+        notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
+                     f"{len(result.held_out)} are held out for the check")
+    else:
+        notes.append(f"only {result.seen} calibration samples: the check runs on samples the ranges saw (optimistic)")
+    return result
 
 
-class _no_task:  # noqa: N801 (used like the Reporter.task context manager)
-    def __init__(self, *_: Any) -> None:
-        pass
+def _check_count(cfg: QuantizeConfig) -> int:
+    return max(cfg.check_samples, cfg.repair.samples if cfg.repair.enabled else 0)
 
-    def __enter__(self) -> Callable[..., None]:
-        return lambda n=1: None
 
-    def __exit__(self, *_: Any) -> None:
-        return None
+def _max_calibrated(model: onnx.ModelProto) -> set[str]:
+    """Tensors that keep max calibration whatever the method: bounded outputs (Sigmoid, Softmax: a
+    clipped probability map loses its confident values) and the model's own outputs (the onnxruntime
+    flavour quantizes them; clipping one is error in the result itself)."""
+    return g.bounded_tensors(model) | {o.name for o in model.graph.output}
 
 
 def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
@@ -185,22 +230,43 @@ def _uses_fp16(job: Job) -> bool:
     return p == "fp16" or (job.flavour == "tensorrt" and p in ("int8", "fp8") and job.cfg.high_precision == "fp16")
 
 
-def _quantize_and_check(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str],
+def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
                         fp32: dict[str, str], notes: list[str]) -> Result:
-    samples = list(itertools.islice(job.samples, max(job.cfg.check_samples, job.cfg.repair.samples))) \
-        if job.samples is not None else _random_samples(model)
+    range_sets = calibration.sets
+    if calibration.held_out:
+        samples = calibration.held_out
+    elif job.samples is not None:
+        samples = list(itertools.islice(job.samples, _check_count(job.cfg)))
+    else:
+        samples = _random_samples(model)
     reference = Reference(model, samples[: job.cfg.check_samples])
     opener = _opener(job)
     evaluate = partial(check, reference, opener=opener, tolerance=job.tolerance or _preset(job.cfg))
+    ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], evaluate, notes)
     for _ in range(MAX_NONFINITE_FIXES):
         build = partial(_build, job, model, ranges, fp32=dict(fp32), sample=samples[0])
         result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
         if not result.check or not result.check.nonfinite:
-            result.fp32, result.notes = fp32, notes
+            result.fp32, result.notes, result.ranges = fp32, notes, ranges
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
     raise ModelError("the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
                      hint="set quantize.high_precision: fp32")
+
+
+def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
+                   excluded: dict[str, str], fp32: dict[str, str], sample: dict[str, Any],
+                   evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]) -> dict[str, TensorRange]:
+    """Method ``auto``: quantize with each method's ranges, keep the one the check likes best."""
+    if len(range_sets) == 1:
+        return next(iter(range_sets.values()))
+    scores = {}
+    for method, ranges in range_sets.items():
+        scores[method] = evaluate(_build(job, model, ranges, excluded, fp32=fp32, sample=sample)).typical()
+    best = min(scores, key=lambda m: scores[m])  # ties: the first (max) wins
+    listed = ", ".join(f"{m} {v:.4g}" for m, v in scores.items())
+    notes.append(f"calibration method auto: mean rel-L2 on the held-out check samples {listed} -> {best}")
+    return range_sets[best]
 
 
 def _preset(cfg: QuantizeConfig) -> Callable[[str], Any]:
@@ -243,7 +309,13 @@ def _rank(reference: onnx.ModelProto, candidate: onnx.ModelProto, excluded: dict
 
     report = diagnose(reference, candidate, samples, threshold, top=10**6, candidate_opener=opener)
     quantized = g.quantized_node_names(candidate)
-    return [t for t in report.top_growth if t.node in quantized and t.node not in excluded and t.growth > 0]
+    picks, seen = [], set()
+    for t in report.top_growth:
+        node = t.candidate_node
+        if node in quantized and node not in excluded and node not in seen and t.growth > 0:
+            picks.append(dataclasses.replace(t, node=node))
+            seen.add(node)
+    return picks
 
 
 def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
@@ -281,7 +353,7 @@ def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], exc
     if job.flavour == "onnxruntime":
         from deploykit.quant import ort_flavour
 
-        return ort_flavour.quantize(model, cfg.precision, sample, ranges, exclude=names, per_channel=cfg.per_channel,
+        return ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=cfg.per_channel,
                                     reduce_range=job.reduce_range)
     return _build_tensorrt(job, model, ranges, names, sample, fp32)
 

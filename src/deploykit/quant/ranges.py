@@ -6,6 +6,9 @@ histogram of |x| over [0, max|x|] per tensor; the threshold comes from that hist
 (:mod:`deploykit.quant.thresholds`). Memory is one sample's activations plus ``num_bins`` counts
 per tensor, whatever the sample count.
 
+Method ``auto`` computes the max, percentile and MSE ranges from the same two passes; the quantize
+stage keeps whichever gives the quantized model the smallest error on its check samples.
+
 Entropy is computed here because ``onnxruntime.quantization.quantize_static`` gives its entropy
 calibrator 128 bins for 128 quantized levels, so its "entropy" range is the max range.
 Bounded tensors (Sigmoid/Softmax/Tanh outputs) always get max calibration: entropy capped a
@@ -14,6 +17,8 @@ Sigmoid probability map at 0.063 on a real detector.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Iterable
@@ -60,10 +65,22 @@ class TensorRange:
 
 @dataclass(frozen=True)
 class RangeSettings:
-    method: str = "max"
+    method: str = "max"  # max | entropy | percentile | mse | auto (see AUTO_METHODS)
     percentile: float = 99.99
     num_bins: int = 2048
     grid: str = "int8"  # the quantized grid MSE measures error on: int8 | fp8 | uint8
+
+
+AUTO_METHODS = ("max", "percentile", "mse")  # what method "auto" tries (entropy: slower, rarely better)
+
+
+@dataclass
+class Calibration:
+    """Range sets by method, and the samples held out of them for checking the quantized model."""
+
+    sets: dict[str, dict[str, TensorRange]]
+    held_out: list[dict[str, np.ndarray]]  # the first samples of the stream; ranges never saw them
+    seen: int  # samples the stream produced
 
 
 def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
@@ -74,37 +91,68 @@ def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarra
     Args:
         model: the FP32 graph (shapes inferred, nodes named).
         samples: a re-iterable of feeds; read once for ``max``, twice otherwise.
-        settings: method, percentile, histogram bins and the grid MSE uses.
+        settings: method (not ``auto``), percentile, histogram bins and the grid MSE uses.
         tensors: tensor names to calibrate (default: every float activation).
         bounded: tensors that always get max calibration.
         progress: called with 1 per sample read (a Reporter task's ``advance``).
+    """
+    result = calibrate(model, samples, settings, (settings.method,), tensors=tensors, bounded=bounded,
+                       progress=progress)
+    return result.sets[settings.method]
+
+
+def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
+              methods: tuple[str, ...], *, hold_out: int = 0, tensors: list[str] | None = None,
+              bounded: set[str] | frozenset[str] = frozenset(), progress: Any = None) -> Calibration:
+    """Ranges for several methods from the same two passes (min/max, then histograms).
+
+    The first ``hold_out`` samples stay out of the statistics (at most a quarter of the stream:
+    a short stream gives some back), so a check on them measures what unseen inputs get; judged
+    on its own calibration samples, max calibration never clips and always looks best.
     """
     from deploykit.quant.graph import float_tensors
 
     names = tensors if tensors is not None else float_tensors(model)
     tap = _Tap(model, names)
-    lo = {n: math.inf for n in names}
-    hi = {n: -math.inf for n in names}
+    lo, hi = {n: math.inf for n in names}, {n: -math.inf for n in names}
+    first: list[dict[str, np.ndarray]] = []
+    seen = 0
     for sample in samples:
-        for name, value in tap.run(sample).items():
-            _check_finite(value, name, tap)
-            if value.size:
-                lo[name] = min(lo[name], float(value.min()))
-                hi[name] = max(hi[name], float(value.max()))
+        seen += 1
+        if len(first) < hold_out:
+            first.append(sample)
+        else:
+            _update_min_max(tap, sample, lo, hi)
         if progress:
             progress(1)
+    held = min(hold_out, seen // 4)
+    for sample in first[held:]:  # a short stream: these go back into the statistics
+        _update_min_max(tap, sample, lo, hi)
     absmax = {n: max(abs(lo[n]), abs(hi[n])) if math.isfinite(lo[n]) else 0.0 for n in names}
-    if settings.method == "max":
-        amax = dict(absmax)
-        methods = dict.fromkeys(names, "max")
-    else:
-        calibrated = [n for n in names if n not in bounded and absmax[n] > 0]
-        amax, methods = dict(absmax), dict.fromkeys(names, "max")
-        hists = _histograms(tap, samples, calibrated, absmax, settings.num_bins, progress)
+    calibrated = [n for n in names if n not in bounded and absmax[n] > 0]
+    hists = _histograms(tap, itertools.islice(samples, held, None), calibrated, absmax, settings.num_bins,
+                        progress) if any(m != "max" for m in methods) else {}
+    sets = {m: _range_set(m, names, calibrated, lo, hi, absmax, hists, settings) for m in methods}
+    return Calibration(sets, first[:held], seen)
+
+
+def _range_set(method: str, names: list[str], calibrated: list[str], lo: dict[str, float], hi: dict[str, float],
+               absmax: dict[str, float], hists: dict[str, np.ndarray], settings: RangeSettings
+               ) -> dict[str, TensorRange]:
+    amax, used = dict(absmax), dict.fromkeys(names, "max")
+    if method != "max":
         for name in calibrated:
-            amax[name] = _threshold(hists[name], absmax[name], settings)
-            methods[name] = settings.method
-    return {n: TensorRange(_finite(lo[n]), _finite(hi[n]), amax[n], methods[n]) for n in names}
+            amax[name] = _threshold(hists[name], absmax[name], dataclasses.replace(settings, method=method))
+            used[name] = method
+    return {n: TensorRange(_finite(lo[n]), _finite(hi[n]), amax[n], used[n]) for n in names}
+
+
+def _update_min_max(tap: _Tap, sample: dict[str, np.ndarray], lo: dict[str, float], hi: dict[str, float]) -> None:
+    for name, value in tap.run(sample).items():
+        _check_finite(value, name, tap)
+        if value.size:
+            lo[name] = min(lo[name], float(value.min()))
+            hi[name] = max(hi[name], float(value.max()))
 
 
 def _finite(v: float) -> float:

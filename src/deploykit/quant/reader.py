@@ -34,7 +34,8 @@ class SampleStream:
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         items = self._source() if callable(self._source) else self._source
         count = 0
-        for count, sample in enumerate(itertools.islice(items, self.limit), 1):
+        for sample in itertools.islice(items, self.limit):
+            count += 1
             yield sample
         if count == 0:
             raise DataError(f"{self.what}: no samples", hint="point the calibration section at a non-empty source")

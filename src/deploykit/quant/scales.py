@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 QMAX = {3: 127.0, 17: 448.0, 22: 7.0}  # INT8, FLOAT8E4M3FN, INT4 (by zero-point element type)
 FP16_MIN_NORMAL = 2.0**-14
+RENAMED = "_QuantizeLinear_Input"
 
 
 def activation_quantizers(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
@@ -59,6 +60,8 @@ def set_activation_scales(model: onnx.ModelProto, ranges: dict[str, TensorRange]
             dq_by_input.setdefault(node.input[0], []).append(node)
     wanted: dict[str, float] = {}
     for q, source in activation_quantizers(model):
+        if source not in ranges and source.endswith(RENAMED):
+            source = source[: -len(RENAMED)]  # ORT keeps a graph output's name for the DQ after it
         if source not in ranges:
             raise InternalError(f"quantizer {q.name!r} quantizes {source!r}, which calibration did not see",
                                 hint="report this model: the quantizer renamed a tensor")

@@ -37,10 +37,14 @@ def entropy(hist: np.ndarray, absmax: float, quant_bins: int = QUANT_BINS, strid
     Candidates are the bin edges from ``quant_bins`` to all bins, every ``stride`` bins (default:
     bins // 512, so 2048 bins try 480 thresholds).
     """
-    hist = np.asarray(hist, dtype=np.float64)
+    hist = np.array(hist, dtype=np.float64)
     bins = len(hist)
     if hist[1:].sum() == 0:
         return absmax
+    # Relu outputs put about half their values at exactly 0, which every grid represents exactly;
+    # left in, that spike dominates the divergence and drags the threshold down (relu outputs
+    # clipped to half their range were measured here). pytorch-quantization does the same.
+    hist[0] = hist[1]
     stride = stride or max(1, bins // 512)
     candidates = list(range(quant_bins, bins + 1, stride))
     if candidates[-1] != bins:

@@ -11,11 +11,12 @@ def default_stages() -> list[Stage]:
     from deploykit.stages.gate import GateStage
     from deploykit.stages.ingest import IngestStage
     from deploykit.stages.parity import ParityStage
+    from deploykit.stages.quantize import QuantizeStage
     from deploykit.stages.surgery import SurgeryStage
 
-    return [ExportStage(), IngestStage(), SurgeryStage(), BuildStage(), ParityStage(), GateStage()]
+    return [ExportStage(), IngestStage(), SurgeryStage(), QuantizeStage(), BuildStage(), ParityStage(), GateStage()]
 
 
-STAGE_NAMES = ("export", "ingest", "surgery", "build", "parity", "gate")
+STAGE_NAMES = ("export", "ingest", "surgery", "quantize", "build", "parity", "gate")
 
 __all__ = ["STAGE_NAMES", "Stage", "StageContext", "default_stages"]

@@ -1,0 +1,183 @@
+"""quantize: FP32 ONNX -> Q/DQ ONNX (or FP16), with ranges, a TensorRT cache and the precision patch.
+
+The work lives in :mod:`deploykit.quant.quantize`; this stage resolves the config, streams the
+calibration data, and writes one artifact:
+
+* ``model.onnx`` — the quantized graph (the ``model`` role the build reads);
+* ``ranges.json`` — per-tensor observed min/max and the calibrated threshold, with the method;
+* ``calibration.cache`` — TensorRT's legacy INT8 cache (INT8, tensorrt flavour);
+* ``precision.json`` — every node kept out of quantization or in FP32 and why, the repair
+  steps (the "precision patch"), the final check against the FP32 graph and its evaluator.
+
+Skipped for ``precision: fp32``. The check runs on calibration samples held out of the ranges
+(``quantize.check_samples``) with the parity tolerances for the precision, through the evaluator of
+the target flavour (``summary["evaluate"]``: ``as_written`` or ``onnxruntime``). It is a gate: a
+quantized model that misses its tolerance fails here (the artifact and its report are kept).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+from deploykit.artifacts import Artifact
+from deploykit.environment import onnxruntime_version, tool_versions
+from deploykit.errors import ConfigError, ParityFailed
+from deploykit.onnxio import load_model, save_model
+from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.export import MODEL
+
+RANGES = "ranges.json"
+CACHE = "calibration.cache"
+PRECISION = "precision.json"
+TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cache is for <= 10
+
+
+class QuantizeStage(Stage):
+    name = "quantize"
+    version = 1
+    inputs = {"model": "onnx"}
+    output_kind = "onnx"
+    output_roles = ("model",)
+
+    def applies(self, ctx: StageContext) -> bool:
+        return ctx.config.quantize.enabled
+
+    def key_config(self, ctx: StageContext) -> Any:
+        c = ctx.config
+        q, flavour = c.quantize, c.quantize.flavour(c.build.backend)
+        source = _calibration(ctx)
+        return {"quantize": q, "flavour": flavour, "reduce_range": _reduce_range(ctx) if flavour == "onnxruntime" else None,
+                "calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims,
+                "ort_level": c.build.optimization_level if flavour == "onnxruntime" else None,
+                "parity": {"default": c.parity.default, "outputs": c.parity.outputs}, "trt_cache": TRT_CACHE_VERSION}
+
+    def key_env(self, ctx: StageContext) -> dict[str, Any]:
+        return {"onnxruntime": onnxruntime_version(), "modelopt": tool_versions().get("nvidia-modelopt", "absent")}
+
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+        from deploykit.plugins.quantize import quantize_keeping_plugins
+        from deploykit.quant.quantize import Job, quantize_model
+        from deploykit.quant.reader import SampleStream
+
+        c = ctx.config
+        source = _calibration(ctx)
+        stream = SampleStream(source, limit=c.calibration.samples, what="calibration") if source else None
+        flavour = c.quantize.flavour(c.build.backend)
+        job = Job(load_model(inputs["model"].file(MODEL)), c.quantize, flavour, stream,
+                  where=str(inputs["model"].file(MODEL)), ort_level=c.build.optimization_level,
+                  reduce_range=_reduce_range(ctx) if flavour == "onnxruntime" else False,
+                  task=ctx.reporter.task, tolerance=_tolerance(ctx))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
+            result = quantize_keeping_plugins(job, quantize_model)
+        notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        for note in notes:  # recorded in the summary and still shown to the user
+            warnings.warn(note, UserWarning, stacklevel=2)
+        return write_artifact(out, result, job, notes)
+
+    def verdict(self, artifact: Artifact) -> None:
+        check = artifact.manifest.summary.get("check")
+        if check and not check["passed"]:
+            raise ParityFailed("quantized model misses its tolerance against the FP32 graph on held-out "
+                               "calibration samples: " + "; ".join(check["violations"][:4]),
+                               hint=f"see {artifact.file(PRECISION)}; enable quantize.repair (--auto-repair) or "
+                                    "exclude the nodes the diagnosis names")
+
+
+def _calibration(ctx: StageContext) -> Any:
+    """The calibration DataSource, or None (FP16 may run without); int8/fp8/int4 require one."""
+    from deploykit.data import DataSource, inputs_from_config
+
+    c = ctx.config
+    if c.calibration is None:
+        if c.quantize.precision == "fp16":
+            return None
+        raise ConfigError(f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
+                          "no 'calibration' section",
+                          hint="add calibration: {folder: images/} (or files:/function:), or pass --calib-data")
+    return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration")
+
+
+def _reduce_range(ctx: StageContext) -> bool:
+    from deploykit.quant.ort_flavour import resolve_reduce_range
+
+    return resolve_reduce_range(ctx.config.quantize.reduce_range)
+
+
+def _tolerance(ctx: StageContext) -> Any:
+    """The parity stage's tolerance per output, so this check and parity judge alike."""
+    from deploykit.config import parity_preset
+
+    c = ctx.config
+    preset = parity_preset(c.quantize)
+    return lambda output: c.parity.tolerance(output, preset)
+
+
+def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> dict[str, Any]:
+    """Write model, ranges, cache and precision report into ``out``; return the manifest summary."""
+    from deploykit.quant import trt_cache
+    from deploykit.quant.graph import quantized_node_names
+    from deploykit.quant.ranges import write_ranges
+
+    save_model(result.model, out / MODEL)
+    samples = job.samples.seen if job.samples is not None else 0
+    if result.ranges:
+        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples})
+    if job.cfg.precision == "int8" and job.flavour == "tensorrt" and result.ranges:
+        trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
+    report = _finite(_precision_report(result, job))
+    (out / PRECISION).write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
+    check = result.check.to_dict() if result.check else None
+    method = result.settings.method
+    if job.cfg.method == "auto" and job.cfg.precision in ("int8", "fp8") and result.ranges:
+        method = f"auto ({method})"
+    return _finite({"precision": job.cfg.precision, "flavour": job.flavour, "method": method,
+            "samples": samples, "quantized_nodes": len(quantized_node_names(result.model)),
+            "excluded": sorted(result.excluded), "kept_fp32": sorted(result.fp32),
+            "unquantized": sorted(result.unquantized), "check": _short(check),
+            "evaluate": "onnxruntime" if job.flavour == "onnxruntime" else "as_written",
+            "evaluator": result.check.evaluator if result.check else "",
+            "repair": _repair_summary(result.repair), "notes": result.notes,
+            "warnings": warnings_ + (result.check.warnings if result.check else []),
+            "passthrough": result.passthrough})
+
+
+def _precision_report(result: Any, job: Any) -> dict[str, Any]:
+    return {"precision": job.cfg.precision, "flavour": job.flavour, "high_precision": job.cfg.high_precision,
+            "excluded_from_quantization": result.excluded, "kept_fp32": result.fp32,
+            "left_unquantized_by_quantizer": result.unquantized,
+            "repair": result.repair.to_dict() if result.repair else None,
+            "check": result.check.to_dict() if result.check else None, "preparation": result.preparation,
+            "notes": result.notes, "passthrough": result.passthrough}
+
+
+def _short(check: dict[str, Any] | None) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    keys = ("rel_l2", "cosine", "max_abs", "nonfinite", "signal_rel_l2", "error_to_signal")
+    metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
+    return {"passed": check["passed"], "violations": check["violations"], "metrics": metrics,
+            "samples": check["samples"]}
+
+
+def _repair_summary(repair: Any) -> dict[str, Any] | None:
+    if repair is None:
+        return None
+    return {"passed": repair.check.passed, "iterations": len(repair.steps), "excluded_nodes": repair.added,
+            "stopped": repair.stopped, "worst_rel_l2": [round(s.check.worst(), 6) for s in repair.steps]}
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: non-finite floats become None (the report says what they mean)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,161 @@
+"""Small ONNX models built in code for the quantization tests, each with one trait to test.
+
+Weights come from a seeded generator with He-style scaling, so activations keep a signal through
+the layers (an output that ignores its input would pass any tolerance).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+INPUT = "x"
+
+
+def _conv(name: str, x: str, w: np.ndarray, b: np.ndarray, inits: list, pads: int | None = None) -> onnx.NodeProto:
+    k = w.shape[-1]
+    inits += [numpy_helper.from_array(w.astype(np.float32), f"{name}.weight"),
+              numpy_helper.from_array(b.astype(np.float32), f"{name}.bias")]
+    pad = k // 2 if pads is None else pads
+    return helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}_out"], name=name,
+                            pads=[pad] * 4, kernel_shape=[k, k])
+
+
+def he(rng: np.random.Generator, cout: int, cin: int, k: int) -> np.ndarray:
+    return rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))
+
+
+def cnn(channels: tuple[int, ...] = (8, 16), *, size: int = 16, opset: int = 17, seed: int = 0,
+        head: str = "none", outlier: float = 0.0, batch: str | int = "N") -> onnx.ModelProto:
+    """Conv/Relu stack then a 1x1 head conv; ``head='sigmoid'`` ends in a Sigmoid (a bounded output).
+
+    ``outlier`` > 0 multiplies channel 0 of the first conv by that factor and divides what the
+    second conv reads from it: the same FP32 function, but per-tensor activation quantization of the
+    second conv's input now crushes every other channel (an outlier-sensitive layer).
+    """
+    rng = np.random.default_rng(seed)
+    nodes, inits, x, cin = [], [], INPUT, 3
+    for i, cout in enumerate(channels):
+        w, b = he(rng, cout, cin, 3), rng.standard_normal(cout) * 0.1
+        if outlier and i == 0:
+            w[0] *= outlier
+            b[0] = abs(b[0]) * outlier + outlier  # channel 0 stays positive and large after Relu
+        if outlier and i == 1:
+            w[:, 0] /= outlier
+        nodes += [_conv(f"conv{i}", x, w, b, inits), helper.make_node("Relu", [f"conv{i}_out"], [f"relu{i}"],
+                                                                     name=f"relu{i}")]
+        x, cin = f"relu{i}", cout
+    nodes.append(_conv("head", x, he(rng, 4, cin, 1), rng.standard_normal(4) * 0.1, inits))
+    out = "head_out"
+    if head == "sigmoid":
+        nodes.append(helper.make_node("Sigmoid", [out], ["y"], name="sigmoid"))
+        out = "y"
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [batch, 3, size, size])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    return _model(graph, opset)
+
+
+def _model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def with_constant_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model with every initializer held in a Constant node (old exporters, paddle2onnx)."""
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    constants = [helper.make_node("Constant", [], [i.name], value=i, name=f"const_{i.name}") for i in out.graph.initializer]
+    del out.graph.initializer[:]
+    nodes = constants + list(out.graph.node)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def batchnorm_overflow(size: int = 16, var: float = 1e8) -> onnx.ModelProto:
+    """Conv -> BatchNormalization with a channel whose running variance overflows FP16 -> Relu -> Conv."""
+    rng = np.random.default_rng(1)
+    inits: list = []
+    conv0 = _conv("conv0", INPUT, he(rng, 8, 3, 3) * 1e4, np.zeros(8), inits)  # big pre-BN activations
+    scale, bias = np.ones(8, np.float32), np.full(8, 0.1, np.float32)
+    mean, variance = np.zeros(8, np.float32), np.full(8, 1e8 * 0 + var, np.float32)
+    inits += [numpy_helper.from_array(a, n) for a, n in ((scale, "bn.scale"), (bias, "bn.bias"), (mean, "bn.mean"),
+                                                         (variance, "bn.var"))]
+    bn = helper.make_node("BatchNormalization", ["conv0_out", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["bn_out"],
+                          name="bn", epsilon=1e-5)
+    relu = helper.make_node("Relu", ["bn_out"], ["relu"], name="relu")
+    head = _conv("head", "relu", he(rng, 4, 8, 1), np.zeros(4), inits)
+    graph = helper.make_graph([conv0, bn, relu, head], "bn", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
+                                                                                           ["N", 3, size, size])],
+                              [helper.make_tensor_value_info("head_out", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
+def activation_overflow(size: int = 16) -> onnx.ModelProto:
+    """Conv whose output reaches ~1e5 (inf in FP16; every weight in range) -> Relu -> Conv scaled back."""
+    rng = np.random.default_rng(5)
+    inits: list = []
+    weight = 6000.0 * (0.5 + rng.random((8, 3, 3, 3)))  # < the 16384 weight limit; 27 taps sum to ~1e5
+    conv0 = _conv("conv0", INPUT, weight, np.full(8, 1e4), inits)
+    relu = helper.make_node("Relu", ["conv0_out"], ["relu"], name="relu")
+    head = _conv("head", "relu", he(rng, 4, 8, 1) * 1e-4, np.zeros(4), inits)
+    graph = helper.make_graph([conv0, relu, head], "big", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
+                                                                                         ["N", 3, size, size])],
+                              [helper.make_tensor_value_info("head_out", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
+def matmul_mlp(opset: int = 17) -> onnx.ModelProto:
+    """x[N, 64] -> MatMul(64x64) -> Relu -> MatMul(64x16): for int4 weight-only."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(np.float32), "w0"),
+             numpy_helper.from_array((rng.standard_normal((64, 16)) / 8).astype(np.float32), "w1")]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h"], name="mm0"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w1"], ["y"], name="mm1")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return _model(graph, opset)
+
+
+def conv_integer() -> onnx.ModelProto:
+    """A model that already carries dynamic quantization (DynamicQuantizeLinear + ConvInteger)."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-20, 20, (4, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.int8(0), "w_zp")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xzp"], name="dq"),
+             helper.make_node("ConvInteger", ["xq", "w", "xzp", "w_zp"], ["ci"], name="convint", pads=[1] * 4),
+             helper.make_node("Cast", ["ci"], ["cf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["cf", "xs"], ["y"], name="rescale")]
+    graph = helper.make_graph(nodes, "ci", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 13)
+
+
+def unmergeable_dims() -> onnx.ModelProto:
+    """Two inputs with differently named dims that an Add broadcasts together: ORT's symbolic shape
+    inference cannot merge 'a' and 'b' and fails (unless skipped)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8)) / 3).astype(np.float32), "w")]
+    nodes = [helper.make_node("Add", ["x", "z"], ["s"], name="add"), helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "dims", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", 8]),
+                                              helper.make_tensor_value_info("z", TensorProto.FLOAT, ["b", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path
+
+
+def images(n: int, size: int = 16, seed: int = 0, batch: int = 1) -> list[dict[str, np.ndarray]]:
+    """Fresh image-like samples in [0, 1]: smooth blobs plus noise, so channels correlate as in photos."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        base = rng.random((batch, 3, size // 4, size // 4)).repeat(4, axis=2).repeat(4, axis=3)
+        out.append({INPUT: np.clip(base + rng.normal(0, 0.05, base.shape), 0, 1).astype(np.float32)})
+    return out

@@ -1,0 +1,94 @@
+"""The onnxruntime flavour: ORT's own QDQ (uint8 activations) with deploykit's ranges, checked as ORT computes."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from deploykit.errors import ConfigError
+from deploykit.quant import ort_flavour
+from deploykit.quant.config import QuantizeConfig
+from deploykit.quant.quantize import Job, quantize_model
+from deploykit.quant.reader import SampleStream
+from tests.quant import models
+
+
+def quantize(model, samples=None, **cfg):
+    return quantize_model(Job(model, QuantizeConfig(precision="int8", **cfg), "onnxruntime",
+                              SampleStream(samples or models.images(16)), reduce_range=False))
+
+
+@pytest.mark.parametrize("features, machine, expected", [
+    (["avx2", "fma"], "x86_64", True),  # AVX2 without VNNI: u8s8 saturates unless 7-bit weights
+    (["avx2", "avx512_vnni"], "x86_64", False),
+    (["avx2", "avx_vnni"], "x86_64", False),
+    ([], "aarch64", False),
+])
+def test_reduce_range_follows_the_cpu(monkeypatch, features, machine, expected):
+    import deploykit.environment as env
+
+    monkeypatch.setattr(env, "cpu_info", lambda: {"features": features, "machine": machine, "model": "x", "cores": 1})
+    assert ort_flavour.resolve_reduce_range("auto") is expected
+    assert ort_flavour.resolve_reduce_range("on") is True and ort_flavour.resolve_reduce_range("off") is False
+
+
+def test_activation_scales_and_zero_points_come_from_deploykit_ranges():
+    result = quantize(models.cnn((8, 16)), method="entropy")
+    inits = {i.name: numpy_helper.to_array(i) for i in result.model.graph.initializer}
+    checked = 0
+    for node in result.model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in inits:
+            continue
+        r = result.ranges[node.input[0].removesuffix("_QuantizeLinear_Input")]
+        lo, hi = min(r.lo, 0.0), max(r.hi, 0.0)
+        assert inits[node.input[2]].dtype == np.uint8  # unsigned asymmetric activations
+        assert float(inits[node.input[1]]) == pytest.approx((hi - lo) / 255, rel=1e-5)
+        assert int(inits[node.input[2]]) == round(-lo / ((hi - lo) / 255))
+        checked += 1
+    assert checked >= 3
+    assert "onnxruntime" in result.check.evaluator and "optimization level extended" in result.check.evaluator
+    assert result.check.passed
+
+
+def test_symbolic_shape_inference_failure_is_skipped_and_said():
+    samples = [{"x": np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32),
+                "z": np.random.default_rng(i + 99).standard_normal((2, 8)).astype(np.float32)} for i in range(64)]
+    result = quantize(models.unmergeable_dims(), samples)
+    assert any("symbolic shape inference failed" in n for n in result.notes)
+    assert {n.op_type for n in result.model.graph.node} >= {"QuantizeLinear", "Add", "MatMul"}
+    assert result.check.metrics["y"]["cosine"] > 0.98  # held-out samples a little outside the ranges
+
+
+def test_fp8_is_refused_for_the_onnxruntime_target_and_auto_picks_tensorrt():
+    with pytest.raises(ConfigError, match="fp8 with target onnxruntime.*QLinearConv"):
+        quantize_model(Job(models.cnn((8,)), QuantizeConfig(precision="fp8"), "onnxruntime",
+                           SampleStream(models.images(2))))
+    assert QuantizeConfig(precision="fp8").flavour("onnxruntime") == "tensorrt"
+    assert QuantizeConfig(precision="int8").flavour("onnxruntime") == "onnxruntime"
+    assert QuantizeConfig(precision="int8").flavour("tensorrt") == "tensorrt"
+
+
+def test_relus_fused_into_uint8_quantizers_are_exact():
+    """ORT removes Relu in front of an asymmetric uint8 QuantizeLinear (its zero point clamps)."""
+    result = quantize(models.cnn((8, 16)))
+    assert not any(n.op_type == "Relu" for n in result.model.graph.node)
+    assert any(i.data_type == TensorProto.UINT8 for i in result.model.graph.initializer)
+    assert result.check.metrics["head_out"]["cosine"] > 0.999
+
+
+def test_result_does_not_depend_on_modelopt_having_patched_onnxruntime_before():
+    """ModelOpt patches onnxruntime.quantization process-wide; code that calls it without restoring
+    (another module, a user's notebook) must not change what the onnxruntime flavour produces."""
+    from modelopt.onnx.quantization.ort_patching import patch_ort_modules
+    from onnxruntime.quantization import calibrate
+    from onnxruntime.quantization.registry import QDQRegistry
+
+    from deploykit.quant.modelopt_flavour import ort_patch_guard
+
+    before = quantize(models.cnn((8, 16))).model.SerializeToString()
+    registry = dict(QDQRegistry)
+    with ort_patch_guard():  # undo the deliberate patch below when the test ends
+        patch_ort_modules()
+        QDQRegistry.pop("Relu", None)
+        assert calibrate.MinMaxCalibrater.compute_data.__module__.startswith("modelopt")
+        assert quantize(models.cnn((8, 16))).model.SerializeToString() == before
+    assert dict(QDQRegistry) == registry

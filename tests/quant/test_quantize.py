@@ -1,0 +1,104 @@
+"""quantize_model on models from other exporters and on bad input: clear errors, named things."""
+
+import numpy as np
+import pytest
+
+from deploykit.errors import ConfigError, ModelError
+from deploykit.quant.config import QuantizeConfig
+from deploykit.quant.quantize import Job, quantize_model
+from deploykit.quant.reader import SampleStream
+from tests.quant import models
+
+
+def job(model, flavour="tensorrt", samples=None, **cfg):
+    cfg.setdefault("precision", "int8")
+    return Job(model, QuantizeConfig(**cfg), flavour, SampleStream(samples or models.images(8)))
+
+
+def test_a_model_with_qdq_is_refused_naming_what_it_holds():
+    qdq = quantize_model(job(models.cnn((8,)), high_precision="fp32")).model
+    with pytest.raises(ModelError, match=r"already quantized \(\d+ DequantizeLinear, \d+ QuantizeLinear\)"):
+        quantize_model(job(qdq))
+
+
+def test_a_model_with_dynamic_quantization_is_refused_or_passed_through():
+    model = models.conv_integer()
+    samples = [{"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}]
+    with pytest.raises(ModelError, match="1 ConvInteger, 1 DynamicQuantizeLinear"):
+        quantize_model(job(model, samples=samples))
+    result = quantize_model(job(model, samples=samples, already_quantized="pass"))
+    assert result.passthrough and result.model is model and "passed through unchanged" in result.notes[0]
+
+
+def test_int4_on_a_model_without_matmul_names_the_problem():
+    with pytest.raises(ModelError, match="int4 quantizes MatMul/Gemm weights, and the model has none.*Conv"):
+        quantize_model(job(models.cnn((8,)), precision="int4"))
+
+
+def test_exclusion_of_a_missing_node_lists_close_names():
+    with pytest.raises(ModelError, match="exclude_nodes names 'conv_1', which the model does not have.*close: conv1"):
+        quantize_model(job(models.cnn((8, 16)), exclude_nodes=("conv_1",)))
+    with pytest.raises(ModelError, match="keep_fp32_nodes names 'nope'"):
+        quantize_model(job(models.cnn((8, 16)), keep_fp32_nodes=("nope",)))
+
+
+def quantized_weights(model):
+    """Nodes whose weight input comes out of a DequantizeLinear (they compute quantized)."""
+    made_by = {o: n.op_type for n in model.graph.node for o in n.output}
+    return {n.name for n in model.graph.node if len(n.input) > 1 and made_by.get(n.input[1]) == "DequantizeLinear"}
+
+
+@pytest.mark.parametrize("flavour", ["tensorrt", "onnxruntime"])
+def test_exclusions_by_name_op_type_and_pattern_stay_unquantized(flavour):
+    from deploykit.quant.graph import quantized_node_names
+
+    model = models.cnn((16, 16, 16))
+    result = quantize_model(job(model, flavour, exclude_nodes=("conv0",), exclude_patterns=("^conv2$", "nomatch"),
+                                high_precision="fp32"))
+    assert {"conv0", "conv2"}.isdisjoint(quantized_weights(result.model))
+    assert {"conv1", "head"} <= quantized_weights(result.model)
+    if flavour == "tensorrt":  # ModelOpt also leaves the inputs of an excluded node in float
+        assert {"conv0", "conv2"}.isdisjoint(quantized_node_names(result.model))
+    assert result.excluded["conv0"] == "excluded by name" and "pattern '^conv2$'" in result.excluded["conv2"]
+    assert "exclude_patterns 'nomatch' matches no node" in result.notes
+    by_type = quantize_model(job(model, flavour, exclude_op_types=("Conv",)))
+    assert not quantized_weights(by_type.model)
+
+
+def test_bounded_exclude_keeps_sigmoid_readers_out_of_quantization():
+    from onnx import TensorProto, helper
+
+    model = models.cnn((8,), head="sigmoid")
+    # a consumer of the Sigmoid output that a quantizer would quantize
+    w = helper.make_tensor("w2", TensorProto.FLOAT, [4, 4, 1, 1], np.eye(4, dtype=np.float32).ravel())
+    model.graph.initializer.append(w)
+    model.graph.node.append(helper.make_node("Conv", ["y", "w2"], ["z"], name="after_sigmoid"))
+    model.graph.output[0].name = "z"
+    result = quantize_model(job(model, "onnxruntime", bounded="exclude"))
+    assert "bounded output 'y'" in result.excluded["after_sigmoid"]
+    assert result.ranges["y"].method == "max"
+
+
+def test_precision_fp16_without_calibration_checks_on_random_inputs():
+    result = quantize_model(Job(models.cnn((8,)), QuantizeConfig(precision="fp16"), "tensorrt", None))
+    assert result.check.passed and result.check.samples == 2
+    assert not result.ranges
+
+
+def test_missing_activation_in_the_config_combination_is_a_config_error():
+    with pytest.raises(ConfigError, match="int4 with target onnxruntime"):
+        quantize_model(job(models.matmul_mlp(), "onnxruntime", precision="int4"))
+
+
+@pytest.mark.parametrize("flavour", ["tensorrt", "onnxruntime"])
+def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour):
+    result = quantize_model(job(models.cnn((16, 16)), flavour, samples=models.images(64)))
+    note = next(n for n in result.notes if n.startswith("calibration method auto"))
+    listed = note.split(": mean rel-L2 on the held-out check samples ")[1].split(" -> ")[0]
+    scores = {m: float(v) for m, v in (item.split() for item in listed.split(", "))}
+    assert set(scores) == {"max", "percentile", "mse"}
+    chosen = result.settings.method
+    assert scores[chosen] == min(scores.values())
+    assert result.check.typical() == pytest.approx(scores[chosen], rel=1e-3)
+    assert "the first 16 are held out" in " ".join(result.notes)
+    assert {r.method for r in result.ranges.values()} <= {chosen, "max"}  # bounded/outputs stay at max

@@ -1,0 +1,93 @@
+"""Streaming calibration ranges: exact min/max, real entropy, bounded tensors, NaN found by name."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from deploykit.errors import ModelError
+from deploykit.quant.ranges import RangeSettings, collect_ranges, read_ranges, write_ranges
+from tests.quant import models
+
+
+def identity_model(op="Identity"):
+    node = helper.make_node(op, ["x"], ["y"], name="op")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def heavy_tailed(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_t(2.5, (1, 64)).astype(np.float32) * 3} for _ in range(n)]
+
+
+def test_max_ranges_equal_numpy_over_all_samples():
+    model = models.cnn((8,))
+    samples = models.images(6, seed=5)
+    ranges = collect_ranges(model, samples, RangeSettings("max"))
+    from deploykit.quant.evaluate import open_as_written
+
+    session = open_as_written(model, expose=("relu0",))
+    values = np.concatenate([session.run_all(s)["relu0"].ravel() for s in samples])
+    assert ranges["relu0"].min == pytest.approx(values.min()) and ranges["relu0"].max == pytest.approx(values.max())
+    assert ranges["x"].max == pytest.approx(max(float(s["x"].max()) for s in samples))
+    assert ranges["relu0"].amax == ranges["relu0"].absmax and ranges["relu0"].method == "max"
+
+
+def test_entropy_range_differs_from_max_on_a_heavy_tailed_tensor():
+    # onnxruntime's quantize_static gives its entropy calibrator as many bins as quantized levels,
+    # so its "entropy" equals max; deploykit's is computed here and must clip the tail.
+    samples = heavy_tailed()
+    entropy = collect_ranges(identity_model(), samples, RangeSettings("entropy"))["y"]
+    maximum = collect_ranges(identity_model(), samples, RangeSettings("max"))["y"]
+    assert entropy.method == "entropy"
+    assert entropy.amax < 0.5 * maximum.amax
+    assert entropy.lo == pytest.approx(max(maximum.min, -entropy.amax))
+
+
+def test_bounded_outputs_keep_max_calibration_whatever_the_method():
+    samples = heavy_tailed()
+    ranges = collect_ranges(identity_model("Sigmoid"), samples, RangeSettings("entropy"), bounded={"y"})
+    assert ranges["y"].method == "max" and ranges["y"].amax == pytest.approx(ranges["y"].max)
+    assert ranges["x"].method == "entropy"
+
+
+def test_calibration_reads_a_generator_factory_twice_for_histograms():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return iter(heavy_tailed(5))
+
+    from deploykit.quant.reader import SampleStream
+
+    collect_ranges(identity_model(), SampleStream(factory), RangeSettings("percentile"))
+    assert len(calls) == 2
+
+
+def test_nan_in_an_activation_names_the_tensor_and_node():
+    node = helper.make_node("Log", ["x"], ["y"], name="the_log")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match="NaN/Inf in tensor 'y' \\(node 'the_log'\\)"):
+        collect_ranges(model, [{"x": np.array([[1, 2, -1, 3]], np.float32)}], RangeSettings("max"))
+
+
+def test_ranges_file_round_trips(tmp_path):
+    ranges = collect_ranges(identity_model(), heavy_tailed(4), RangeSettings("max"))
+    write_ranges(tmp_path / "r.json", ranges, RangeSettings("max"), {"samples": 4})
+    assert read_ranges(tmp_path / "r.json") == ranges
+
+
+def test_held_out_samples_stay_out_of_the_ranges():
+    from deploykit.quant.ranges import calibrate
+
+    samples = heavy_tailed(40)
+    samples[0] = {"x": np.full((1, 64), 1000.0, np.float32)}  # an extreme first sample
+    result = calibrate(identity_model(), samples, RangeSettings("percentile"), ("max", "percentile"), hold_out=4)
+    assert [s["x"][0, 0] for s in result.held_out][0] == 1000.0 and len(result.held_out) == 4
+    assert result.sets["max"]["y"].max < 1000.0 and result.seen == 40
+    short = calibrate(identity_model(), samples[:8], RangeSettings("max"), ("max",), hold_out=8)
+    assert len(short.held_out) == 2  # at most a quarter of a short stream is held out
+    assert short.sets["max"]["y"].max < 1000.0

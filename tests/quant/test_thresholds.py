@@ -1,0 +1,63 @@
+"""Clipping thresholds on distributions whose answer is known."""
+
+import numpy as np
+import pytest
+
+from deploykit.quant import thresholds
+
+
+def hist_of(x, bins=2048):
+    amax = float(np.abs(x).max())
+    return thresholds.abs_histogram(x, amax, bins), amax
+
+
+def test_abs_histogram_counts_every_value_and_clips_into_the_last_bin():
+    x = np.array([0.0, -0.5, 0.5, 1.0, -1.0, 3.0])
+    h = thresholds.abs_histogram(x, 1.0, 4)
+    assert h.tolist() == [1, 0, 2, 3]  # 3.0 lands in the last bin with the two 1.0s
+    assert h.sum() == x.size
+
+
+def test_entropy_clips_a_heavy_tail_that_max_keeps():
+    x = np.random.default_rng(0).standard_t(3, 200_000)
+    h, amax = hist_of(x)
+    t = thresholds.entropy(h, amax)
+    assert t < 0.4 * amax  # the tail holds a few far outliers: entropy cuts them
+    assert t > np.quantile(np.abs(x), 0.99)  # ... but keeps the bulk
+
+
+def test_entropy_keeps_the_full_range_of_a_uniform_tensor():
+    x = np.random.default_rng(1).uniform(-1, 1, 100_000)
+    h, amax = hist_of(x)
+    assert thresholds.entropy(h, amax) == pytest.approx(amax, rel=0.01)
+
+
+def test_percentile_matches_numpy_quantile_of_abs():
+    x = np.random.default_rng(2).standard_normal(500_000)
+    h, amax = hist_of(x)
+    assert thresholds.percentile(h, amax, 99.0) == pytest.approx(np.quantile(np.abs(x), 0.99), abs=2 * amax / 2048)
+    assert thresholds.percentile(h, amax, 100.0) == pytest.approx(amax)
+
+
+def test_mse_threshold_beats_max_and_a_tight_clip_on_its_own_objective():
+    x = np.random.default_rng(3).laplace(size=200_000)
+    h, amax = hist_of(x)
+    t = thresholds.mse(h, amax)
+
+    def err(threshold):
+        return float(np.mean((thresholds._fake_quant(np.abs(x), threshold, "int8") - np.abs(x)) ** 2))
+
+    assert amax * 0.2 < t < amax
+    assert err(t) < err(amax) and err(t) < err(amax * 0.1)
+
+
+def test_mse_on_the_fp8_grid_clips_less_than_on_the_int8_grid():
+    # E4M3 keeps relative precision for small values, so clipping pays off less than for INT8.
+    x = np.random.default_rng(4).standard_t(4, 200_000)
+    h, amax = hist_of(x)
+    assert thresholds.mse(h, amax, "fp8") > thresholds.mse(h, amax, "int8")
+
+
+def test_all_zero_tensor_keeps_its_zero_range():
+    h = thresholds.abs_histogram(np.zeros(10), 0.0, 2048)
+    assert thresholds.entropy(h, 0.0) == 0.0 and thresholds.percentile(h, 0.0, 99.9) == 0.0

@@ -1,0 +1,169 @@
+"""The quantize stage in the pipeline and on the command line: outputs, caching, bad input."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import deploykit
+from tests.conftest import run_cli
+from tests.quant import models
+
+
+def write_images(folder: Path, n: int, size: int = 16, seed: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, sample in enumerate(models.images(n, size=size, seed=seed)):
+        pixels = (sample["x"][0].transpose(1, 2, 0) * 255).round().astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"img_{i:03d}.png")
+    return folder
+
+
+def write_arrays(folder: Path, arrays: list[np.ndarray]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, a in enumerate(arrays):
+        np.save(folder / f"s{i:03d}.npy", a)
+    return folder
+
+
+@pytest.fixture
+def onnx_model(tmp_path):
+    return models.save(models.cnn((16, 16)), tmp_path / "model.onnx")
+
+
+def quantize_artifacts(store: Path) -> list[dict]:
+    manifests = [json.loads(p.read_text()) for p in (store / "objects").glob("*/manifest.json")] \
+        if (store / "objects").is_dir() else []
+    return [m for m in manifests if m["stage"] == "quantize"]
+
+
+def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, onnx_model):
+    calib = write_images(tmp_path / "calib", 12)
+    code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "tensorrt",
+                             "--calib-data", str(calib), "-o", str(tmp_path / "out"), "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    files = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"model.onnx", "ranges.json", "calibration.cache", "precision.json", "manifest.json"} <= files
+    assert (tmp_path / "out" / "calibration.cache").read_text().startswith("TRT-101200-EntropyCalibration2\n")
+    ranges = json.loads((tmp_path / "out" / "ranges.json").read_text())
+    assert ranges["samples"] == 12 and ranges["tensors"]["x"]["max"] <= 1.0
+    summary = json.loads((tmp_path / "out" / "manifest.json").read_text())["summary"]
+    assert summary["flavour"] == "tensorrt" and summary["check"]["passed"] and summary["evaluate"] == "as_written"
+    assert "quantize: int8 for tensorrt" in out and "head_out: rel-L2" in out
+
+
+def test_unchanged_data_reuses_the_artifact_and_changed_data_recalibrates(tmp_path, onnx_model):
+    calib = write_arrays(tmp_path / "calib", [s["x"] for s in models.images(6)])
+    kwargs = {"workdir": tmp_path / "store", "calib_data": calib, "quantize__precision": "int8",
+              "quantize__target": "onnxruntime"}
+    from deploykit import api
+
+    first = api.quantize(onnx_model, **kwargs)
+    again = api.quantize(onnx_model, **kwargs)
+    assert [r.status for r in again.stages][-1] == "reused"
+    np.save(calib / "s000.npy", models.images(1, seed=99)[0]["x"])
+    changed = api.quantize(onnx_model, **kwargs)
+    assert [r.status for r in changed.stages][-1] == "ran"
+    assert changed.artifacts["model"].digest != first.artifacts["model"].digest
+
+
+def test_convert_runs_quantize_between_surgery_and_build_and_parity_passes(tmp_path, onnx_model):
+    write_images(tmp_path / "calib", 16)
+    write_images(tmp_path / "val", 4, seed=50)
+    cfg = tmp_path / "deploykit.yaml"
+    cfg.write_text("""
+name: q
+source: {onnx: model.onnx}
+inputs: [{name: x, shape: [N, 3, 16, 16]}]
+dims: {N: {min: 1, opt: 1, max: 2}}
+calibration: {folder: calib, samples: 16}
+validation: {folder: val, samples: 4}
+quantize: {precision: int8}
+gate: {warmup: 1, iterations: 5, allow_missing_target: true}
+""")
+    result = deploykit.convert(cfg, workdir=tmp_path / "store")
+    assert [r.stage for r in result.stages] == ["ingest", "surgery", "quantize", "build", "parity", "gate"]
+    assert result.parity["passed"], result.parity.get("failures")
+    fp32 = deploykit.convert(cfg, workdir=tmp_path / "store", quantize__precision="fp32")
+    assert "quantize" not in [r.stage for r in fp32.stages]
+
+
+def test_fewer_samples_than_requested_warns_and_proceeds(tmp_path, onnx_model):
+    calib = write_images(tmp_path / "calib", 5)
+    with pytest.warns(UserWarning, match="5 samples available, 50 requested"):
+        code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--calib-data", str(calib),
+                                 "--set", "calibration.samples=50", "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
+    assert summary["samples"] == 5
+    assert any("5 samples available, 50 requested" in w for w in summary["warnings"])
+    assert "5 samples available, 50 requested" in out
+
+
+def test_int8_without_calibration_data_is_a_config_error(tmp_path, onnx_model):
+    code, _, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "-w", str(tmp_path / "store"))
+    assert code == 2 and "needs calibration data" in err and "--calib-data" in err
+    code, _, err = run_cli("quantize", str(onnx_model), "-w", str(tmp_path / "store"))
+    assert code == 2 and "quantize needs a precision" in err
+
+
+def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(tmp_path):
+    model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
+    calib = write_images(tmp_path / "calib", 16)
+    args = ["quantize", str(model), "--precision", "int8", "--target", "tensorrt", "--calib-data", str(calib),
+            "-w", str(tmp_path / "store")]
+    code, _, err = run_cli(*args)
+    assert code == 1 and "misses its tolerance" in err and "--auto-repair" in err
+    code, out, err = run_cli(*args, "--auto-repair", "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    assert "repair: 2 iteration(s), excluded conv1 (passed)" in out
+    report = json.loads((tmp_path / "out" / "precision.json").read_text())
+    assert report["repair"]["excluded_nodes"] == ["conv1"] and len(report["repair"]["steps"]) == 2
+
+
+def _garbage_images(folder: Path) -> Path:
+    write_images(folder, 3)
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    return folder
+
+
+BAD_INPUTS = {
+    "empty folder": (lambda d: (d / "calib").mkdir() or d / "calib", [], "holds no"),
+    "undecodable image": (lambda d: _garbage_images(d / "calib"), [], "broken.png: cannot decode image"),
+    "wrong shape": (lambda d: write_arrays(d / "calib", [np.zeros((1, 3, 8, 8), np.float32)]), [],
+                    "has shape [1, 3, 8, 8], the model expects ['N', 3, 16, 16]"),
+    "wrong dtype": (lambda d: write_arrays(d / "calib", [np.zeros((1, 3, 16, 16), np.float64)]), [],
+                    "has dtype float64, the model expects float32"),
+    "nan": (lambda d: write_arrays(d / "calib", [np.full((1, 3, 16, 16), np.nan, np.float32)]), [],
+            "contains NaN or Inf"),
+    "missing excluded node": (lambda d: write_images(d / "calib", 4), ["--set", "quantize.exclude_nodes=[conv9]"],
+                              "exclude_nodes names 'conv9', which the model does not have"),
+    "int4 without matmul": (lambda d: write_images(d / "calib", 4), ["--precision", "int4"],
+                            "int4 quantizes MatMul/Gemm weights, and the model has none"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_exits_4_naming_the_thing_and_writes_nothing(tmp_path, onnx_model, case):
+    make, extra, message = BAD_INPUTS[case]
+    calib = make(tmp_path)
+    args = ["quantize", str(onnx_model), "--precision", "int8", "--calib-data", str(calib),
+            "-w", str(tmp_path / "store"), "-o", str(tmp_path / "out"), *extra]
+    if "--precision" in extra:
+        args[2:4] = []
+    code, _, err = run_cli(*args)
+    assert code == 4, err
+    assert message in " ".join(err.split())
+    assert not quantize_artifacts(tmp_path / "store")
+    assert not any((tmp_path / "store" / "tmp").iterdir()) and not (tmp_path / "out").exists()
+
+
+def test_a_model_with_qdq_is_refused_with_exit_4(tmp_path):
+    calib = write_images(tmp_path / "calib", 4)
+    model = models.save(models.cnn((16, 16)), tmp_path / "model.onnx")
+    args = ["--calib-data", str(calib), "-w", str(tmp_path / "store"), "--target", "tensorrt"]
+    code, _, err = run_cli("quantize", str(model), "--precision", "int8", "-o", str(tmp_path / "q"), *args)
+    assert code == 0, err
+    code, _, err = run_cli("quantize", str(tmp_path / "q" / "model.onnx"), "--precision", "int8", *args)
+    assert code == 4 and "already quantized" in err and "already_quantized: pass" in err
