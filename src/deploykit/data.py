@@ -7,11 +7,9 @@ the source has a fingerprint that enters recipe keys: changed data recalibrates,
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import itertools
-import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ import numpy as np
 
 from deploykit.errors import ConfigError, DataError
 from deploykit.hashing import digest_file
+from deploykit.usercode import importable_from
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp")
 ARRAY_SUFFIXES = (".npy", ".npz")
@@ -102,7 +101,7 @@ class DataSource:
 
     def _function_module_file(self) -> Path | None:
         module = self.cfg.function.split(":")[0]  # type: ignore[union-attr]
-        with _importable_from(self.base_dir):
+        with importable_from(self.base_dir):
             try:
                 spec = importlib.util.find_spec(module)
             except (ImportError, ValueError):
@@ -151,7 +150,7 @@ class DataSource:
     def _from_function(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         module_name, _, fn_name = self.cfg.function.partition(":")  # type: ignore[union-attr]
         try:
-            with _importable_from(self.base_dir):  # a module beside the config, like source.factory
+            with importable_from(self.base_dir):  # a module beside the config, like source.factory
                 fn = getattr(importlib.import_module(module_name), fn_name)
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"{self.what}.function: cannot load {self.cfg.function!r}: {e}") from e
@@ -254,16 +253,6 @@ def _relative(path: Path, root: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return path.name
-
-
-@contextlib.contextmanager
-def _importable_from(folder: Path) -> Iterator[None]:
-    sys.path.insert(0, str(folder))
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(str(folder))
 
 
 def _call(fn: Any, name: str) -> Any:

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from deploykit.config import Config
 from deploykit.errors import ConfigError, ModelError
 from deploykit.hashing import digest_file
-
-
-@contextlib.contextmanager
-def _importable_from(folder: Path) -> Iterator[None]:
-    sys.path.insert(0, str(folder))
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(str(folder))
+from deploykit.usercode import importable_from
 
 
 def _local_module_file(config: Config) -> Path | None:
@@ -54,7 +43,7 @@ def _import_factory_module(config: Config) -> Any:
     two configs may both name ``model:build``, and a notebook may have edited the file since."""
     name = config.source.factory.split(":")[0]  # type: ignore[union-attr]
     local = _local_module_file(config)
-    with _importable_from(config.base_dir):  # the module's own imports resolve from its folder
+    with importable_from(config.base_dir):  # the module's own imports resolve from its folder
         if local is None:
             return importlib.import_module(name)
         spec = importlib.util.spec_from_file_location(name, local)

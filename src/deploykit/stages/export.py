@@ -16,9 +16,9 @@ from deploykit.artifacts import Artifact
 from deploykit.config import Config
 from deploykit.environment import tool_versions
 from deploykit.errors import ModelError
+from deploykit.hashing import digest_file
 from deploykit.onnxio import distinct_shapes, random_feeds, save_model
 from deploykit.stages.base import Stage, StageContext
-from deploykit.hashing import digest_file
 from deploykit.torchsource import build_model, run_torch, source_fingerprint
 
 MODEL = "model.onnx"

@@ -9,7 +9,6 @@ report is written before the verdict raises, so a failed check always leaves its
 from __future__ import annotations
 
 import importlib
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
