@@ -175,7 +175,8 @@ def modelopt_default(model_path: Path, mode: str, samples: list[dict], out: Path
 
     name = next(iter(samples[0]))
     data = {name: np.concatenate([s[name] for s in samples])}
-    with ort_patch_guard(), _quiet():
+    # ModelOpt leaves external-data files (<uuid>.data) in the working directory: keep them in out's folder.
+    with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent):
         quantize(str(model_path), quantize_mode=mode, calibration_data=data, calibration_eps=["cpu"],
                  output_path=str(out), log_level="CRITICAL")
     return out
