@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.errors import ArtifactCorrupt, UsageError, WorkdirError
-from deploykit.hashing import canonical_json, digest_file, digest_value
+from deploykit.hashing import digest_file, digest_value
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -266,4 +266,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["Artifact", "Manifest", "Store", "canonical_json", "recipe_key"]
+__all__ = ["Artifact", "Manifest", "Store", "recipe_key"]

@@ -11,7 +11,6 @@ import pytest
 from onnx import helper
 
 import deploykit
-from deploykit.stages import STAGE_NAMES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bev" / "deploykit.yaml"
 
@@ -70,10 +69,8 @@ def _check_int8(result: deploykit.RunResult) -> None:
     assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 8
 
 
-needs_quantize = pytest.mark.skipif("quantize" not in STAGE_NAMES, reason="no quantize stage in this deploykit")
 
 
-@needs_quantize
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
 def test_bev_example_converts_to_int8_keeping_the_plugin_in_fp32(fp32_run, tmp_path, monkeypatch, target):
     """The quantize job wrapped in deploykit.plugins.quantize.quantize_keeping_plugins (harmless if the
@@ -86,6 +83,5 @@ def test_bev_example_converts_to_int8_keeping_the_plugin_in_fp32(fp32_run, tmp_p
     _check_int8(_convert_int8(fp32_run, tmp_path, target))
 
 
-@needs_quantize
 def test_the_quantize_stage_keeps_the_plugin_node(fp32_run, tmp_path):
     _check_int8(_convert_int8(fp32_run, tmp_path))

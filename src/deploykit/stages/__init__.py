@@ -17,6 +17,4 @@ def default_stages() -> list[Stage]:
     return [ExportStage(), IngestStage(), SurgeryStage(), QuantizeStage(), BuildStage(), ParityStage(), GateStage()]
 
 
-STAGE_NAMES = ("export", "ingest", "surgery", "quantize", "build", "parity", "gate")
-
-__all__ = ["STAGE_NAMES", "Stage", "StageContext", "default_stages"]
+__all__ = ["Stage", "StageContext", "default_stages"]

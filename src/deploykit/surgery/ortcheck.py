@@ -62,9 +62,9 @@ def session(model: onnx.ModelProto) -> Any:
     """A CPU session with graph optimizations off: we check the graph as written, not ORT's rewrite."""
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
+    from deploykit.backends.onnxruntime import session_options
+
+    opts = session_options("disabled")
     try:
         if uses_file(model):
             with as_file(model) as path:
