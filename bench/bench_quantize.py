@@ -2,9 +2,9 @@
 calibration cost. One run, one machine; ratios are what to compare.
 
 1. Accuracy, 256 calibration images, 32 held-out validation images, on three models: the example
-   detector as shipped, the same detector with BatchNorm statistics taken from image data (the
-   shipped one's outputs barely depend on its input, see the "signal" column), and a wider CNN
-   (64/128/256 channels). Rows: deploykit INT8 (tensorrt and onnxruntime flavours) and FP8, each
+   detector as shipped (trained, examples/detector/weights.pt), the same network with random
+   weights and BatchNorm statistics taken from image data (the hard case: it amplifies early-layer
+   noise), and a wider CNN (64/128/256 channels). Rows: deploykit INT8 (tensorrt and onnxruntime flavours) and FP8, each
    calibration method and the default (auto), against
    ModelOpt's ``quantize`` and ONNX Runtime's ``quantize_static`` called with their defaults.
    TensorRT-bound graphs are evaluated as written (FP16 emulated), ORT-bound graphs as ONNX
@@ -46,15 +46,19 @@ SPEED_ROUNDS, SPEED_ITERS = 5, 40
 
 # -- models ------------------------------------------------------------------------------------------
 
-def export_detector(path: Path, data_bn: bool) -> Path:
-    """The example detector exported with TorchScript; ``data_bn`` sets BatchNorm statistics from images."""
+def export_detector(path: Path, trained: bool) -> Path:
+    """The example detector exported with TorchScript: its trained weights, or random weights with
+    BatchNorm statistics taken from images (random statistics would leave outputs that barely
+    depend on the input)."""
     import torch
 
     sys.path.insert(0, str(ROOT / "examples" / "detector"))
     from model import build  # examples/detector/model.py
 
     model = build()
-    if data_bn:
+    if trained:
+        model.load_state_dict(torch.load(ROOT / "examples" / "detector" / "weights.pt", weights_only=True))
+    else:
         x = torch.from_numpy(np.stack([s["images"][0] for s in image_arrays(16, 7, 128, "images")]))
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -406,16 +410,16 @@ def main() -> None:
 
     logging.getLogger().setLevel(logging.ERROR)  # ORT's quantize_static asks for pre-processing on every call
     tmp = Path(tempfile.mkdtemp(prefix="deploykit-bench-q-"))
-    models = {"detector (example)": (export_detector(tmp / "det.onnx", data_bn=False), 128),
-              "detector (data BN)": (export_detector(tmp / "det_bn.onnx", data_bn=True), 128),
+    models = {"detector (example, trained)": (export_detector(tmp / "det.onnx", trained=True), 128),
+              "detector (random weights)": (export_detector(tmp / "det_random.onnx", trained=False), 128),
               "wide CNN 64/128/256": (wide_cnn(tmp / "wide.onnx"), 96)}
     results: dict[str, Any] = {"machine": cpu_info(), "tools": tool_versions(), "reduce_range": _reduce_range()}
     results["accuracy"] = accuracy(models, tmp)
     print("repair …", file=sys.stderr, flush=True)
     results["repair"] = repair_demo(tmp)
     print("speed …", file=sys.stderr, flush=True)
-    results["speed"] = speed({k: models[k] for k in ("detector (data BN)", "wide CNN 64/128/256")}, tmp)
-    results["calibration"] = calibration_cost(models["detector (example)"][0], tmp)
+    results["speed"] = speed({k: models[k] for k in ("detector (example, trained)", "wide CNN 64/128/256")}, tmp)
+    results["calibration"] = calibration_cost(models["detector (example, trained)"][0], tmp)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
     print(table(results))

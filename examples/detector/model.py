@@ -1,6 +1,8 @@
 """A small single-stage detector: conv backbone, FPN-style neck, box/class head.
 
-Weights come from a fixed seed, so every run exports the same model (and the cache can reuse it).
+Trained on synthetic scenes by train.py (the weights are weights.pt beside this file). Outputs per
+cell of the stride-8 grid and per anchor: ``boxes`` (dx, dy, log w, log h) relative to the cell
+centre and the anchor size, ``scores`` one sigmoid per class.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-NUM_CLASSES = 8
+NUM_CLASSES = 8  # the synthetic scenes use the first three: rectangle, ellipse, triangle
 ANCHORS = 3
+ANCHOR_SIZES = (16.0, 32.0, 64.0)  # pixels
+STRIDE = 8
 
 
 def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
@@ -41,26 +45,7 @@ class Detector(nn.Module):
         return boxes, scores
 
 
-def _image_like(generator: torch.Generator, n: int) -> torch.Tensor:
-    """Smooth blobs in [0, 1], like the calibration images: inputs whose content changes the outputs."""
-    coarse = torch.rand(n, 3, 8, 8, generator=generator)
-    return F.interpolate(coarse, size=(128, 128), mode="bilinear", align_corners=False)
-
-
 def build() -> Detector:
-    """The example detector with seeded weights and BatchNorm statistics measured on image-like data.
-
-    Random BatchNorm statistics would leave outputs that barely depend on the image (0.25 % apart
-    between an image and a black frame), and any quantization error would then look small.
-    """
+    """The example detector, seeded; deploykit.yaml loads the trained weights (weights.pt, from train.py)."""
     torch.manual_seed(0)
-    model = Detector()
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.momentum = None  # cumulative average over the batches below
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    with torch.no_grad():
-        for _ in range(4):
-            model(_image_like(generator, 8))
-    return model.eval()
+    return Detector().eval()

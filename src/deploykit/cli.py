@@ -267,6 +267,10 @@ def _print_quantize(summary: dict[str, Any]) -> None:
     if summary["excluded"] or summary["kept_fp32"]:
         lines.append(f"  kept out of quantization: {', '.join(summary['excluded']) or '-'}; "
                      f"kept FP32: {', '.join(summary['kept_fp32']) or '-'}")
+    speed = summary.get("cpu_speed")
+    if speed:
+        lines.append(f"  CPU: FP32 {speed['fp32_ms']:.3f} ms, {summary['precision'].upper()} {speed['quantized_ms']:.3f} ms "
+                     f"at batch {speed['batch']} ({speed['speedup']:.2f}x)")
     repair = summary.get("repair")
     if repair:
         lines.append(f"  repair: {repair['iterations']} iteration(s), excluded {', '.join(repair['excluded_nodes']) or '-'}"

@@ -92,3 +92,51 @@ def test_result_does_not_depend_on_modelopt_having_patched_onnxruntime_before():
         assert calibrate.MinMaxCalibrater.compute_data.__module__.startswith("modelopt")
         assert quantize(models.cnn((8, 16))).model.SerializeToString() == before
     assert dict(QDQRegistry) == registry
+
+
+def test_an_excluded_node_reads_float_tensors_while_its_neighbours_stay_quantized():
+    """ORT's nodes_to_exclude alone leaves the Q/DQ pairs its quantized neighbours put on shared tensors
+    feeding the excluded node; deploykit rewires it to the float tensors (as the tensorrt flavour)."""
+    import onnx
+
+    from deploykit.quant.graph import producers, quantized_node_names
+
+    result = quantize(models.cnn((8, 16, 16)), exclude_nodes=("conv1",))
+    model = result.model
+    onnx.checker.check_model(model, full_check=True)
+    made_by = producers(model)
+    conv1 = next(n for n in model.graph.node if n.name == "conv1")
+    assert all(made_by[i].op_type != "DequantizeLinear" for i in conv1.input if i in made_by)
+    assert "conv1" not in quantized_node_names(model)
+    assert {"conv0", "conv2", "head"} <= quantized_node_names(model)
+    # conv1's output still reaches conv2 through a Q/DQ pair: the neighbour decides its own inputs
+    conv2 = next(n for n in model.graph.node if n.name == "conv2")
+    assert made_by[conv2.input[0]].op_type == "DequantizeLinear"
+    # no Q/DQ is left that nothing reads, and no scale or zero point without a reader
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    assert all(o in read for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+               for o in n.output)
+    assert {i.name for i in model.graph.initializer} <= read
+    assert result.check.passed
+
+
+def test_read_float_inputs_restores_a_relu_that_onnxruntime_fused_into_its_quantizer():
+    """conv0 -> relu0 -> Q: ORT drops relu0 (uint8 clamps) and names conv0's output relu0, so conv1
+    excluded must get a Relu back, or it would read conv0's negative outputs."""
+    result = quantize(models.cnn((8, 16)))
+    model, reference = result.model, result.reference
+    assert not any(n.op_type == "Relu" for n in model.graph.node)
+    dq_before = sum(n.op_type == "DequantizeLinear" for n in model.graph.node)
+    assert ort_flavour.read_float_inputs(model, reference, ["no-such-node"]) == 0
+    assert ort_flavour.read_float_inputs(model, reference, ["conv1"]) == 1  # the activation; weights stay
+    relus = [n for n in model.graph.node if n.op_type == "Relu"]
+    assert [(r.input[0], r.output[0]) for r in relus] == [("relu0", "relu0__float")]
+    assert next(n for n in model.graph.node if n.name == "conv1").input[0] == "relu0__float"
+    assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) == dq_before - 1
+
+    from deploykit.quant.evaluate import open_as_ort_computes, open_as_written
+
+    x = models.images(1, seed=5)[0]
+    fused = open_as_ort_computes(model).infer(x)["head_out"]
+    exact = open_as_written(reference).infer(x)["head_out"]
+    assert np.linalg.norm(fused - exact) / np.linalg.norm(exact) < 0.1

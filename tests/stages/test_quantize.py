@@ -120,6 +120,12 @@ def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(
     assert "repair: 2 iteration(s), excluded conv1 (passed)" in out
     report = json.loads((tmp_path / "out" / "precision.json").read_text())
     assert report["repair"]["excluded_nodes"] == ["conv1"] and len(report["repair"]["steps"]) == 2
+    code, _, err = run_cli("report", summary_run_name(tmp_path / "store"), "-w", str(tmp_path / "store"),
+                           "-o", str(tmp_path / "r.html"))
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "Repair loop (passed)" in page and "<h3>Precision patch</h3>" in page
+    assert "<code>conv1</code>" in page and "repair step 1: adds rel-L2" in page
 
 
 def _garbage_images(folder: Path) -> Path:
@@ -167,3 +173,42 @@ def test_a_model_with_qdq_is_refused_with_exit_4(tmp_path):
     assert code == 0, err
     code, _, err = run_cli("quantize", str(tmp_path / "q" / "model.onnx"), "--precision", "int8", *args)
     assert code == 4 and "already quantized" in err and "already_quantized: pass" in err
+
+
+def test_onnxruntime_int8_is_timed_against_fp32_and_a_slower_model_is_called_out(tmp_path, onnx_model, monkeypatch):
+    """The summary holds the CPU comparison; when INT8 is not faster the warning reaches the CLI and report."""
+    from deploykit.quant import speed
+
+    calib = write_images(tmp_path / "calib", 12)
+    args = ["quantize", str(onnx_model), "--precision", "int8", "--calib-data", str(calib)]
+    code, out, err = run_cli(*args, "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
+    assert summary["flavour"] == "onnxruntime" and summary["cpu_speed"]["fp32_ms"] > 0
+    assert "CPU: FP32" in out
+
+    slow = speed.SpeedCheck(1.0, 1.4, rounds=5, iterations=3, batch=1, evaluator="onnxruntime (test double)")
+    monkeypatch.setattr(speed, "compare", lambda *a, **k: slow)
+    with pytest.warns(UserWarning, match="INT8 is slower than FP32 on this CPU"):
+        code, out, err = run_cli(*args, "-w", str(tmp_path / "store2"))
+    assert code == 0, err
+    summary = quantize_artifacts(tmp_path / "store2")[0]["summary"]
+    assert any("INT8 is slower than FP32" in w for w in summary["warnings"])
+    code, _, err = run_cli("report", summary_run_name(tmp_path / "store2"), "-w", str(tmp_path / "store2"),
+                           "-o", str(tmp_path / "r.html"))
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "Quantization: INT8 (onnxruntime flavour)" in page and "INT8 is slower than FP32" in page
+    assert "1.400 ms" in page
+
+
+def test_tensorrt_flavour_is_not_timed_on_the_cpu(tmp_path, onnx_model):
+    calib = write_images(tmp_path / "calib", 12)
+    code, _, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "tensorrt",
+                           "--calib-data", str(calib), "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    assert quantize_artifacts(tmp_path / "store")[0]["summary"]["cpu_speed"] is None
+
+
+def summary_run_name(store: Path) -> str:
+    return next((store / "runs").glob("*.json")).stem

@@ -24,6 +24,7 @@ class Check:
     samples: int
     nonfinite: list[str] = field(default_factory=list)  # outputs with NaN/Inf the reference lacks
     warnings: list[str] = field(default_factory=list)
+    rel_l2_limits: dict[str, float] = field(default_factory=dict)  # per output, from the tolerance
 
     @property
     def passed(self) -> bool:
@@ -46,7 +47,8 @@ class Check:
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "metrics": self.metrics, "violations": self.violations,
-                "evaluator": self.evaluator, "samples": self.samples, "warnings": self.warnings}
+                "evaluator": self.evaluator, "samples": self.samples, "warnings": self.warnings,
+                "rel_l2_limits": self.rel_l2_limits}
 
 
 class Reference:
@@ -102,7 +104,10 @@ def check(reference: Reference, candidate: onnx.ModelProto, opener: Callable[...
         worst[name]["mean_rel_l2"] = float(np.mean(values))
     bad = [f"{name}: {v}" for name, m in sorted(worst.items()) for v in violations(m, tolerance(name))]
     nonfinite = [name for name, m in worst.items() if m["nonfinite"] > 0]
-    return Check(worst, bad, session.evaluator, len(reference.samples), nonfinite, _weak_signal(worst, reference))
+    limits = {name: float(limit) for name in worst
+              if (limit := getattr(tolerance(name), "rel_l2", None)) is not None and np.isfinite(limit)}
+    return Check(worst, bad, session.evaluator, len(reference.samples), nonfinite, _weak_signal(worst, reference),
+                 limits)
 
 
 SIGNAL_WARNING = 0.5  # error / signal above this: the quantized output has lost much of what the input drives

@@ -139,7 +139,89 @@ def quantize(model: onnx.ModelProto, sample: dict[str, np.ndarray], ranges: dict
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModelError(f"ONNX Runtime's quantizer failed: {first}",
                              hint="exclude the node it names (quantize.exclude_nodes) or try --target tensorrt") from e
-        return onnx.load(str(dst))
+        out = onnx.load(str(dst))
+    read_float_inputs(out, model, exclude)
+    return out
+
+
+def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes: list[str]) -> int:
+    """Rewire ``nodes`` of the quantized ``model`` to read float tensors where they read Q/DQ pairs;
+    ``reference`` is the FP32 graph it was quantized from. Return the inputs rewired.
+
+    ORT's ``nodes_to_exclude`` only keeps a node's weights and its own fusion out: a Q/DQ pair its
+    quantized neighbours put on a shared tensor still feeds it (an excluded Conv between SiLUs read
+    and wrote uint8-rounded tensors, so excluding it removed almost no error). Here an excluded node
+    computes on the float tensor, as in the tensorrt flavour; other readers keep the Q/DQ pair.
+    ORT drops a Relu/Clip in front of a uint8 QuantizeLinear (the zero point clamps) and hands its
+    output name to the producer, so the float tensor may hold pre-activation values: the activation
+    is copied back from ``reference`` for the excluded node. Pairs nobody reads are removed.
+    """
+    from deploykit.quant.graph import producers
+
+    wanted = {n.name: n for n in reference.graph.node if n.name in set(nodes)}
+    made_by, made_in_reference = producers(model), producers(reference)
+    rewired = 0
+    out: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        original = wanted.get(node.name)
+        for i, name in enumerate(node.input if original is not None and len(original.input) == len(node.input) else ()):
+            dq = made_by.get(name)
+            q = made_by.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            if q is None or q.op_type != "QuantizeLinear":
+                continue
+            source = _float_source(q.input[0], original.input[i], made_by, made_in_reference)
+            if source is None:
+                continue  # cannot tell what it held in FP32: the node keeps reading the quantized tensor
+            tensor, activation = source
+            if activation is not None and all(activation.output[0] not in n.output for n in out):
+                out.append(activation)
+            node.input[i] = activation.output[0] if activation is not None else tensor
+            rewired += 1
+        out.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    _drop_unread_qdq(model)
+    return rewired
+
+
+def _float_source(tensor: str, original: str, made_by: dict[str, onnx.NodeProto],
+                  made_in_reference: dict[str, onnx.NodeProto]) -> tuple[str, onnx.NodeProto | None] | None:
+    """What gives the FP32 value of ``original`` from the float ``tensor`` a QuantizeLinear reads:
+    the tensor itself, or the tensor through a copy of an activation ORT fused into the quantizer."""
+    import onnx
+
+    got, want = made_by.get(tensor), made_in_reference.get(original)
+    if got is None or want is None:
+        return (tensor, None) if got is None and want is None and tensor == original else None  # graph inputs
+    if got.op_type == want.op_type:
+        return tensor, None
+    before = made_in_reference.get(want.input[0]) if want.input else None
+    if want.op_type in ("Relu", "Clip") and before is not None and before.op_type == got.op_type:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(want)  # Relu/Clip of the pre-activation values restores them; Clip keeps its bounds
+        copy.input[0], copy.output[0], copy.name = tensor, f"{original}__float", f"{want.name}__float"
+        return copy.output[0], copy
+    return None
+
+
+def _drop_unread_qdq(model: onnx.ModelProto) -> None:
+    """Remove Q/DQ nodes whose outputs nothing reads (DQ first, then the Q that fed only it), and
+    the scales and zero points only they used."""
+    outputs = {o.name for o in model.graph.output}
+    dropped: set[str] = set()
+    for op in ("DequantizeLinear", "QuantizeLinear"):
+        read = {i for n in model.graph.node for i in n.input} | outputs
+        unread = [n.op_type == op and not any(o in read for o in n.output) for n in model.graph.node]
+        if any(unread):
+            dropped |= {i for n, u in zip(model.graph.node, unread, strict=True) if u for i in n.input[1:]}
+            keep = [n for n, u in zip(model.graph.node, unread, strict=True) if not u]
+            del model.graph.node[:]
+            model.graph.node.extend(keep)
+    unused = dropped - {i for n in model.graph.node for i in n.input}
+    inits = [t for t in model.graph.initializer if t.name not in unused]
+    if len(inits) != len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(inits)
 
 
 def overrides(ranges: dict[str, TensorRange], model: onnx.ModelProto) -> dict[str, Any]:

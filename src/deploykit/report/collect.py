@@ -22,6 +22,7 @@ class ReportData:
     lineage: list[dict[str, Any]]  # depth-first rows: {depth, role, digest, kind, stage, version, created}
     parity: dict[str, Any] | None = None
     gate: dict[str, Any] | None = None
+    quantize: dict[str, Any] | None = None  # the quantize artifact's summary, with its precision.json as "patch"
     tools: dict[str, str] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)
     workdir: str = ""
@@ -102,6 +103,8 @@ def _finish(title: str, stages: list[dict[str, Any]], roles: dict[str, Artifact]
     store = store or Store(workdir)
     data = ReportData(title=title, stages=stages, lineage=lineage_rows(store, roles), workdir=workdir)
     for artifact in {a.digest: a for a in roles.values()}.values():
+        if artifact.manifest.stage == "quantize":
+            data.quantize = _quantize(artifact)
         name = REPORT_FILES.get(artifact.kind)
         if name:
             setattr(data, "parity" if artifact.kind == "parity-report" else "gate",
@@ -110,6 +113,11 @@ def _finish(title: str, stages: list[dict[str, Any]], roles: dict[str, Artifact]
     if newest is not None:
         data.tools, data.device = dict(newest.manifest.tools), dict(newest.manifest.device)
     return data
+
+
+def _quantize(artifact: Artifact) -> dict[str, Any]:
+    patch = artifact.path / "precision.json"
+    return {**artifact.manifest.summary, "patch": json.loads(patch.read_text()) if patch.is_file() else {}}
 
 
 def lineage_rows(store: Store, roles: dict[str, Artifact]) -> list[dict[str, Any]]:

@@ -62,12 +62,14 @@ def render_fragment(data: ReportData, with_plots: bool = False) -> str:
     parts = [f"<style>{CSS}</style><div class='dk-report'>",
              f"<h1>{e(data.title)} <span class='badge {verdict}'>{'passed' if data.passed else 'failed'}</span></h1>",
              _headline(data), _timeline(data), _lineage(data)]
+    if data.quantize:
+        parts.append(_quantize(data.quantize, with_plots))
     if data.parity:
         parts.append(_parity(data.parity, with_plots))
     if data.gate:
         parts.append(_gate(data.gate, with_plots))
     parts.append(_environment(data))
-    if not with_plots and (data.parity or data.gate):
+    if not with_plots and (data.parity or data.gate or data.quantize):
         parts.append("<p class='note'>Plots: <code>deploykit report</code> or <code>result.report_html()</code> "
                      "(needs matplotlib).</p>")
     return "".join(parts) + "</div>"
@@ -100,6 +102,44 @@ def _lineage(data: ReportData) -> str:
         for r in data.lineage)
     where = f" <span class='note'>store: {e(data.workdir)}</span>" if data.workdir else ""
     return f"<h2>Artifact lineage</h2>{where}<ul class='lineage'>{items}</ul>"
+
+
+def _quantize(q: dict[str, Any], with_plots: bool) -> str:
+    """Precision, the check against FP32, the CPU speed, warnings, and the precision patch."""
+    check, patch = q.get("check") or {}, q.get("patch") or {}
+    status = "pass" if check.get("passed", True) else "fail"
+    out = [f"<h2>Quantization: {e(q['precision'].upper())} ({e(q['flavour'])} flavour) {_status(status)}</h2>",
+           f"<p>Method {e(q.get('method', ''))}, {q.get('samples', 0)} calibration samples, "
+           f"{q.get('quantized_nodes', 0)} quantized nodes. Checked on {check.get('samples', 0)} held-out samples "
+           f"with {e(q.get('evaluator') or 'no evaluator')}.</p>"]
+    speed = q.get("cpu_speed")
+    if speed:
+        out.append(f"<p>On this CPU: FP32 {speed['fp32_ms']:.3f} ms, {e(q['precision'].upper())} "
+                   f"{speed['quantized_ms']:.3f} ms per inference at batch {speed['batch']} "
+                   f"(<b>{speed['speedup']:.2f}×</b>, median of {speed['rounds']} interleaved rounds).</p>")
+    if q.get("warnings"):
+        out.append("<ul>" + "".join(f"<li class='inconclusive'>{e(w)}</li>" for w in q["warnings"]) + "</ul>")
+    rows = [[e(name), fmt(m.get("rel_l2")), fmt(m.get("cosine")), fmt(m.get("max_abs"))]
+            for name, m in sorted(check.get("metrics", {}).items())]
+    if rows:
+        out.append(_table(["output", "rel L2 (worst sample)", "cosine", "max abs"], rows, {1, 2, 3}))
+    if check.get("violations"):
+        out.append(f"<p class='fail'>{e('; '.join(check['violations']))}</p>")
+    kept = [[f"<code>{e(n)}</code>", what, e(why)] for key, what in (
+        ("excluded_from_quantization", "not quantized"), ("kept_fp32", "FP32"),
+        ("left_unquantized_by_quantizer", "not quantized (placement rules)"))
+        for n, why in sorted((patch.get(key) or {}).items())]
+    if kept:
+        out.append("<h3>Precision patch</h3>" + _table(["node", "kept", "why"], kept))
+    steps = (patch.get("repair") or {}).get("steps") or []
+    if len(steps) > 1:
+        rows = [[str(s["step"]), e(", ".join(a["node"] for a in s["added"]) or "—"), fmt(s["worst_rel_l2"]),
+                 _status("pass" if s["passed"] else "fail")] for s in steps]
+        out.append(f"<h3>Repair loop ({e(patch['repair'].get('stopped', ''))})</h3>"
+                   + _table(["step", "excluded before it", "worst rel L2", "check"], rows, {2}))
+        if with_plots:
+            out.append(_img(plots.repair_steps, steps, (patch.get("check") or {}).get("rel_l2_limits")))
+    return "".join(out)
 
 
 def _parity(p: dict[str, Any], with_plots: bool) -> str:

@@ -130,3 +130,20 @@ def batch_sweep(gate: dict[str, Any]) -> str:
     ax.set(xlabel="batch", ylabel="samples / s", title="throughput by batch size", xticks=xs)
     ax.grid(alpha=0.3)
     return _png(fig)
+
+
+def repair_steps(steps: list[dict[str, Any]], limits: dict[str, float] | None = None) -> str:
+    """The repair loop: each output's rel-L2 after each step (nodes excluded before it), and its limit."""
+    fig, ax = _figure(height=2.6)
+    for limit in sorted(set((limits or {}).values())):
+        ax.axhline(limit, color=_FAIL, ls="--", lw=1, label=f"rel_l2 ≤ {limit:g}")
+    outputs = sorted({name for s in steps for name in s.get("metrics", {})})
+    x = [s["step"] for s in steps]
+    for i, name in enumerate(outputs):
+        y = [s["metrics"].get(name, {}).get("rel_l2", float("nan")) for s in steps]
+        ax.plot(x, y, "o-", ms=3, color=(_BLUE, "#bf8700", _GREY, _PASS)[i % 4], label=name)
+    ax.set(xlabel="repair step", ylabel="rel L2 vs FP32 (worst sample)", title="precision repair")
+    ax.set_xticks(x)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _png(fig)

@@ -9,6 +9,9 @@ calibration data, and writes one artifact:
 * ``precision.json`` — every node kept out of quantization or in FP32 and why, the repair
   steps (the "precision patch"), the final check against the FP32 graph and its evaluator.
 
+For INT8 in the onnxruntime flavour the summary also holds ``cpu_speed``, FP32 vs INT8 timed on
+this CPU (:mod:`deploykit.quant.speed`), with a warning when INT8 is not faster.
+
 Skipped for ``precision: fp32``. The check runs on calibration samples held out of the ranges
 (``quantize.check_samples``) with the parity tolerances for the precision, through the evaluator of
 the target flavour (``summary["evaluate"]``: ``as_written`` or ``onnxruntime``). It is a gate: a
@@ -38,7 +41,7 @@ TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cac
 
 class QuantizeStage(Stage):
     name = "quantize"
-    version = 1
+    version = 2  # 2: onnxruntime-flavour exclusions read float tensors
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
@@ -76,9 +79,14 @@ class QuantizeStage(Stage):
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
             result = quantize_keeping_plugins(job, quantize_model)
         notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        speed = _cpu_speed(job, result, stream)
+        if speed is not None and speed.warning(job.cfg.precision):
+            notes.append(speed.warning(job.cfg.precision))
         for note in notes:  # recorded in the summary and still shown to the user
             warnings.warn(note, UserWarning, stacklevel=2)
-        return write_artifact(out, result, job, notes)
+        summary = write_artifact(out, result, job, notes)
+        summary["cpu_speed"] = speed.to_dict() if speed is not None else None
+        return summary
 
     def verdict(self, artifact: Artifact) -> None:
         check = artifact.manifest.summary.get("check")
@@ -101,6 +109,15 @@ def _calibration(ctx: StageContext) -> Any:
                           "no 'calibration' section",
                           hint="add calibration: {folder: images/} (or files:/function:), or pass --calib-data")
     return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration")
+
+
+def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
+    """INT8 for ONNX Runtime's CPU kernels exists to be faster: time it against FP32 (about a second)."""
+    from deploykit.quant import speed
+
+    if job.flavour != "onnxruntime" or job.cfg.precision != "int8" or result.passthrough or stream is None:
+        return None
+    return speed.compare(job.model, result.model, stream.first(), job.ort_level)
 
 
 def _reduce_range(ctx: StageContext) -> bool:

@@ -1,0 +1,38 @@
+"""The CPU speed check of the onnxruntime flavour: FP32 vs INT8, and when it warns."""
+
+import pytest
+
+from deploykit.quant import speed
+from deploykit.quant.speed import SpeedCheck
+from tests.quant import models
+
+
+@pytest.mark.parametrize(("fp32_ms", "int8_ms", "says"), [
+    (2.0, 1.0, None),  # 2x faster: nothing to say
+    (1.0, 0.95, "not faster than"),  # 1.05x is within a VM's drift
+    (1.0, 1.5, "slower than"),
+])
+def test_the_warning_says_plainly_when_int8_is_not_faster(fp32_ms, int8_ms, says):
+    check = SpeedCheck(fp32_ms, int8_ms, rounds=5, iterations=10, batch=1, evaluator="ort")
+    assert check.speedup == pytest.approx(fp32_ms / int8_ms)
+    warning = check.warning("int8")
+    if says is None:
+        assert warning is None
+    else:
+        assert warning.startswith(f"INT8 is {says} FP32") and f"{int8_ms:.3f} ms vs {fp32_ms:.3f} ms" in warning
+    assert check.to_dict()["speedup"] == pytest.approx(check.speedup)
+
+
+def test_compare_times_both_graphs_on_the_sample_within_its_budget():
+    from deploykit.quant.config import QuantizeConfig
+    from deploykit.quant.quantize import Job, quantize_model
+    from deploykit.quant.reader import SampleStream
+
+    fp32 = models.cnn((8, 16))
+    int8 = quantize_model(Job(fp32, QuantizeConfig(precision="int8"), "onnxruntime",
+                              SampleStream(models.images(16)))).model
+    sample = models.images(1, batch=2)[0]
+    check = speed.compare(fp32, int8, sample, "extended", budget_s=0.2)
+    assert check.fp32_ms > 0 and check.quantized_ms > 0
+    assert check.rounds == speed.ROUNDS and 1 <= check.iterations <= 200 and check.batch == 2
+    assert "optimization level extended" in check.evaluator
