@@ -58,6 +58,50 @@ def cnn(channels: tuple[int, ...] = (8, 16), *, size: int = 16, opset: int = 17,
     return _model(graph, opset)
 
 
+def depthwise(size: int = 32, seed: int = 0, spread: float = 1.0) -> onnx.ModelProto:
+    """A MobileNetV3-style network: stem, three inverted residual blocks (1x1 expand, 3x3 depthwise,
+    1x1 project; HardSwish), a 1x1 head and a Sigmoid probability map (a text detector's output).
+
+    The depthwise channels get gains exp(N(0, spread)), as trained depthwise layers with folded
+    BatchNorm have: their outputs then span very different ranges per channel, which per-tensor
+    activation quantization handles badly (the INT8 loss such networks show on real detectors).
+    """
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def conv(name: str, x: str, cout: int, cin: int, k: int, group: int = 1, stride: int = 1,
+             gain: np.ndarray | None = None) -> str:
+        w = he(rng, cout, cin // group, k)
+        if gain is not None:
+            w *= gain[:, None, None, None]
+        inits.extend([numpy_helper.from_array(w.astype(np.float32), f"{name}.weight"),
+                      numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"{name}.bias")])
+        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}_out"], name=name,
+                                      pads=[k // 2] * 4, kernel_shape=[k, k], group=group, strides=[stride] * 2))
+        return f"{name}_out"
+
+    def hswish(x: str, name: str) -> str:
+        nodes.append(helper.make_node("HardSwish", [x], [name], name=name))
+        return name
+
+    x, c = hswish(conv("stem", INPUT, 16, 3, 3, stride=2), "stem_act"), 16
+    for i, (expand, out) in enumerate([(48, 24), (72, 24), (96, 32)]):
+        e = hswish(conv(f"b{i}_expand", x, expand, c, 1), f"b{i}_expand_act")
+        d = hswish(conv(f"b{i}_dw", e, expand, expand, 3, group=expand, gain=np.exp(rng.normal(0, spread, expand))),
+                   f"b{i}_dw_act")
+        p = conv(f"b{i}_project", d, out, expand, 1)
+        if out == c:
+            nodes.append(helper.make_node("Add", [p, x], [f"b{i}_sum"], name=f"b{i}_add"))
+            p = f"b{i}_sum"
+        x, c = p, out
+    nodes.append(helper.make_node("Sigmoid", [conv("head", x, 1, c, 1)], ["prob"], name="sigmoid"))
+    graph = helper.make_graph(nodes, "depthwise", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
+                                                                                ["N", 3, size, size])],
+                              [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
 def _model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8

@@ -140,3 +140,23 @@ def test_read_float_inputs_restores_a_relu_that_onnxruntime_fused_into_its_quant
     fused = open_as_ort_computes(model).infer(x)["head_out"]
     exact = open_as_written(reference).infer(x)["head_out"]
     assert np.linalg.norm(fused - exact) / np.linalg.norm(exact) < 0.1
+
+
+def test_an_excluded_node_after_a_fused_clip_gets_the_clip_and_its_bounds_back():
+    """Relu6-style Clip(0, 6) in front of a uint8 quantizer is fused away with its bound initializers."""
+    import onnx
+
+    model = models.cnn((8, 16))
+    graph = model.graph
+    relu0 = next(n for n in graph.node if n.name == "relu0")
+    relu0.op_type, relu0.name = "Clip", "clip0"
+    relu0.input.extend(["clip_lo", "clip_hi"])
+    graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "clip_lo"),
+                              numpy_helper.from_array(np.array(0.5, np.float32), "clip_hi")])
+    onnx.checker.check_model(model)
+    result = quantize(model, exclude_nodes=("conv1",))
+    restored = [n for n in result.model.graph.node if n.op_type == "Clip"]
+    assert [n.name for n in restored] == ["clip0__float"]
+    assert {"clip_lo", "clip_hi"} <= {t.name for t in result.model.graph.initializer}
+    onnx.checker.check_model(result.model, full_check=True)
+    assert result.check.passed

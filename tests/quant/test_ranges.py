@@ -45,6 +45,39 @@ def test_entropy_range_differs_from_max_on_a_heavy_tailed_tensor():
     assert entropy.lo == pytest.approx(max(maximum.min, -entropy.amax))
 
 
+@pytest.mark.parametrize("method", ["entropy", "mse"])
+def test_a_tensor_far_from_zero_is_never_clipped_wholesale(method):
+    """Class logits all in [-8, -3]: entropy's KL is ~0 at a threshold below every value (all of it
+    piles into the last bin), which clipped the example detector's scores to rel-L2 14."""
+    rng = np.random.default_rng(1)
+    samples = [{"x": rng.uniform(-8.0, -4.0, (1, 64)).astype(np.float32)} for _ in range(40)]
+    # |x| spans [0, 8] in 2048 bins; a lone value in bin 783, the last bin below the candidate threshold
+    # at bin 784: clipped there, everything piles into that one bin and KL(P || Q) is 0
+    samples[0]["x"][0, :2] = (-8.0, -783.5 * 8.0 / 2048)
+    r = collect_ranges(identity_model(), samples, RangeSettings(method), tensors=["x"])["x"]
+    values = np.concatenate([s["x"].ravel() for s in samples])
+    clipped = np.mean(values < r.lo)
+    assert clipped <= 0.011 and r.hi >= values.max() - 1e-6  # at most the allowed 1 %, and only the far tail
+
+
+def test_outputs_before_their_layout_ops_keep_max_calibration():
+    """A box head's Conv output reaches the model output through Transpose/Reshape: it is the result."""
+    from deploykit.quant.graph import through_layout
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Transpose", ["a"], ["b"], name="t", perm=[1, 0]),
+             helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Reshape", ["s", "shape"], ["s2"], name="r"),
+             helper.make_node("Concat", ["b", "c"], ["y"], name="cat", axis=0),
+             helper.make_node("Neg", ["x"], ["c"], name="neg"),
+             helper.make_node("Add", ["s2", "x"], ["z"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph)
+    assert through_layout(model, {"y", "z"}, {"s"}) == {"y", "z", "b", "c", "a", "s", "s2"}
+
+
 def test_bounded_outputs_keep_max_calibration_whatever_the_method():
     samples = heavy_tailed()
     ranges = collect_ranges(identity_model("Sigmoid"), samples, RangeSettings("entropy"), bounded={"y"})

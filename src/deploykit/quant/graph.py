@@ -172,6 +172,40 @@ def bounded_tensors(model: onnx.ModelProto) -> set[str]:
     return {n.output[0] for n in model.graph.node if n.op_type in BOUNDED_OPS and n.output}
 
 
+# Ops that move values without changing them: a tensor read or written through them holds the
+# same values as its source, so it keeps the source's calibration rule.
+LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Split",
+                        "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Concat"})
+
+
+def through_layout(model: onnx.ModelProto, outputs: set[str], bounded: set[str]) -> set[str]:
+    """``outputs`` and ``bounded`` plus the tensors holding the same values through layout ops:
+    backwards from the outputs (a box head's Conv output before its Transpose/Reshape/Concat is the
+    result too), forwards from bounded tensors through single-input layout ops."""
+    nodes = [n for n in model.graph.node if n.op_type in LAYOUT_OPS]
+    made_by = {o: n for n in nodes for o in n.output}
+    result, todo = set(outputs), list(outputs)
+    while todo:
+        node = made_by.get(todo.pop())
+        for name in (node.input if node.op_type == "Concat" else node.input[:1]) if node is not None else ():
+            if name and name not in result:
+                result.add(name)
+                todo.append(name)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in nodes:
+        if n.op_type != "Concat" and n.input:
+            readers.setdefault(n.input[0], []).append(n)
+    todo = list(bounded)
+    result |= bounded
+    while todo:
+        for n in readers.get(todo.pop(), []):
+            for name in n.output:
+                if name and name not in result:
+                    result.add(name)
+                    todo.append(name)
+    return result
+
+
 def resolve_exclusions(model: onnx.ModelProto, names: tuple[str, ...], op_types: tuple[str, ...],
                        patterns: tuple[str, ...], where: Path | str) -> dict[str, str]:
     """Node name -> why it is excluded; a name the graph lacks is an error that lists close matches."""

@@ -159,6 +159,8 @@ def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes:
     from deploykit.quant.graph import producers
 
     wanted = {n.name: n for n in reference.graph.node if n.name in set(nodes)}
+    if not wanted:
+        return 0
     made_by, made_in_reference = producers(model), producers(reference)
     rewired = 0
     out: list[onnx.NodeProto] = []
@@ -174,6 +176,8 @@ def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes:
                 continue  # cannot tell what it held in FP32: the node keeps reading the quantized tensor
             tensor, activation = source
             if activation is not None and all(activation.output[0] not in n.output for n in out):
+                if not _bring_initializers(activation, model, reference):
+                    continue
                 out.append(activation)
             node.input[i] = activation.output[0] if activation is not None else tensor
             rewired += 1
@@ -202,6 +206,19 @@ def _float_source(tensor: str, original: str, made_by: dict[str, onnx.NodeProto]
         copy.input[0], copy.output[0], copy.name = tensor, f"{original}__float", f"{want.name}__float"
         return copy.output[0], copy
     return None
+
+
+def _bring_initializers(node: onnx.NodeProto, model: onnx.ModelProto, reference: onnx.ModelProto) -> bool:
+    """Copy the restored node's constant inputs (Clip bounds) that ORT dropped with it; False if one
+    is neither in ``model`` nor an initializer of ``reference``."""
+    have = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
+    have |= {o for n in model.graph.node for o in n.output}
+    spare = {t.name: t for t in reference.graph.initializer}
+    missing = [name for name in node.input[1:] if name and name not in have]
+    if any(name not in spare for name in missing):
+        return False
+    model.graph.initializer.extend(spare[name] for name in missing)
+    return True
 
 
 def _drop_unread_qdq(model: onnx.ModelProto) -> None:

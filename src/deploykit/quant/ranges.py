@@ -172,14 +172,22 @@ def _histograms(tap: _Tap, samples: Iterable[dict[str, np.ndarray]], names: list
     return hists
 
 
+# Entropy and MSE may clip at most this share of the values. Both degenerate on data far from zero:
+# class logits all in [-8, -3] got an entropy threshold of 3.05 (every value clipped; the KL of a
+# histogram piled into its last bin is ~0) and the example detector's scores went to rel-L2 14.
+MAX_CLIPPED_PERCENT = 1.0
+
+
 def _threshold(hist: np.ndarray, absmax: float, s: RangeSettings) -> float:
-    if s.method == "entropy":
-        return thresholds.entropy(hist, absmax)
     if s.method == "percentile":
         return thresholds.percentile(hist, absmax, s.percentile)
-    if s.method == "mse":
-        return thresholds.mse(hist, absmax, s.grid)
-    raise ValueError(f"unknown calibration method {s.method!r}")
+    if s.method == "entropy":
+        found = thresholds.entropy(hist, absmax)
+    elif s.method == "mse":
+        found = thresholds.mse(hist, absmax, s.grid)
+    else:
+        raise ValueError(f"unknown calibration method {s.method!r}")
+    return max(found, thresholds.percentile(hist, absmax, 100.0 - MAX_CLIPPED_PERCENT))
 
 
 def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> None:
