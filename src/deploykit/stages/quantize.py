@@ -85,7 +85,7 @@ class QuantizeStage(Stage):
         for note in notes:  # recorded in the summary and still shown to the user
             warnings.warn(note, UserWarning, stacklevel=2)
         summary = write_artifact(out, result, job, notes)
-        summary["cpu_speed"] = speed.to_dict() if speed is not None else None
+        summary["cpu_speed"] = _finite(speed.to_dict()) if speed is not None else None
         return summary
 
     def verdict(self, artifact: Artifact) -> None:
