@@ -14,7 +14,8 @@ from tests.quant import models
 
 def quantize(model, samples=None, **cfg):
     return quantize_model(Job(model, QuantizeConfig(precision="int8", **cfg), "onnxruntime",
-                              SampleStream(samples or models.images(16)), reduce_range=False))
+                              SampleStream(samples or models.images(16)),
+                              reduce_range=ort_flavour.resolve_reduce_range("auto")))
 
 
 @pytest.mark.parametrize("features, machine, expected", [
