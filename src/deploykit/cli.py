@@ -379,12 +379,12 @@ def main() -> None:
         app(standalone_mode=False)
     except DeployKitError as e:
         _fail(e)
-    except Exception as e:  # click's own usage errors first, then genuine bugs
-        import click
-
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(130)
-        if isinstance(e, click.ClickException):
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as e:  # the parser's own usage errors first, then genuine bugs
+        # typer >= 0.29 vendors click: its ClickException derives from typer.TyperException, and
+        # `import click` fails on a fresh install.
+        if isinstance(e, typer.TyperException) and hasattr(e, "show"):
             e.show()
             sys.exit(UsageError.exit_code)
         if os.environ.get("DEPLOYKIT_DEBUG"):
