@@ -38,7 +38,7 @@ def tiny_session() -> tuple[object, dict[str, np.ndarray]]:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from deploykit.backends.onnxruntime import OnnxRuntimeSession, open_session
+    from deploykit.graph.run import session_from_onnx
 
     w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "tiny",
@@ -46,7 +46,7 @@ def tiny_session() -> tuple[object, dict[str, np.ndarray]]:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
     path = Path(tempfile.mkdtemp()) / "tiny.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
-    return OnnxRuntimeSession(open_session(path, "disabled", 1), "bench"), {"x": np.ones((1, 8), np.float32)}
+    return session_from_onnx(path, "onnxruntime", level="disabled", threads=1), {"x": np.ones((1, 8), np.float32)}
 
 
 def harness_overhead() -> dict[str, float]:

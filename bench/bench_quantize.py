@@ -202,11 +202,11 @@ def ort_default(model_path: Path, samples: list[dict], out: Path) -> Path:
 
 
 def evaluate(fp32: Path, candidate: Any, opener: Any, valid: list[dict]) -> dict[str, float]:
+    from deploykit.graph.run import session_from_onnx
     from deploykit.metrics import compare
     from deploykit.quant.check import _signal
-    from deploykit.quant.evaluate import open_as_written
 
-    ref, cand = open_as_written(fp32), opener(candidate)
+    ref, cand = session_from_onnx(fp32, "as_written"), opener(candidate)
     outs = [ref.infer(s) for s in valid]
     got = [cand.infer(s) for s in valid]
     worst_rel, mean_rel, worst_cos, ratio = 0.0, 0.0, 1.0, 0.0
@@ -222,10 +222,11 @@ def evaluate(fp32: Path, candidate: Any, opener: Any, valid: list[dict]) -> dict
 
 def runs(path: Path, calib: list[dict], tmp: Path) -> list[tuple[str, str, Any, Any]]:
     """(label, precision, make the candidate, evaluator) for one model."""
+    from deploykit.graph.run import session_from_onnx
     from deploykit.quant.config import QuantizeConfig
-    from deploykit.quant.evaluate import open_as_ort_computes, open_as_written
 
-    ort_opener = partial(open_as_ort_computes, level="extended")
+    open_as_written = partial(session_from_onnx, evaluator="as_written")
+    ort_opener = partial(session_from_onnx, evaluator="onnxruntime", level="extended")
     default = QuantizeConfig().method
     out = []
     for precision, flavour, opener in (("int8", "tensorrt", open_as_written), ("int8", "onnxruntime", ort_opener),
@@ -278,7 +279,7 @@ def speed(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, Any]
     import onnx
     import onnxruntime as ort
 
-    from deploykit.backends.onnxruntime import session_options
+    from deploykit.graph.run import session_options
 
     rows = []
     for model_name, (path, size) in models.items():

@@ -36,10 +36,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # run from a checkout without installing
 
-from deploykit.backends.onnxruntime import reference_session  # noqa: E402
 from deploykit.backends.tensorrt import TensorRTBackend, profiles_from_config  # noqa: E402
 from deploykit.config import BuildConfig, TensorRTOptions  # noqa: E402
 from deploykit.errors import DeployKitError  # noqa: E402
+from deploykit.graph.run import session_from_onnx  # noqa: E402
 
 PROFILE = {"x": ((1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64))}
 TOLERANCE = {"fp32": 5e-3, "fp16": 5e-3, "int8": 5e-2, "fp8": 5e-2}  # rel-L2 vs ORT on the same graph
@@ -207,7 +207,7 @@ def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, prec
     backend = TensorRTBackend()
     summary = backend.build(model, BuildConfig(backend="tensorrt"), out, profiles=profiles)
     session = backend.load(out)
-    reference = reference_session(model)  # the same graph as written, on the CPU
+    reference = session_from_onnx(model, "onnxruntime", level="disabled")  # the same graph as written, on the CPU
     dtypes = {s.name: s.dtype for s in session.inputs}
     errors = {}
     for which, label in ((0, "min"), (1, "opt"), (2, "max")):

@@ -32,7 +32,7 @@ def resolve_config(source: str | Path | Config, overrides: dict[str, Any] | None
     path = Path(source)
     if path.suffix == ".onnx":
         from deploykit.config import apply_overrides
-        from deploykit.onnxio import load_model
+        from deploykit.graph.files import load_model
 
         raw = apply_overrides(onnx_config_dict(load_model(path, load_external=False), path, dims or {}), overrides)
         return config_from_dict(raw, Path.cwd())

@@ -146,10 +146,10 @@ def _copy_out(result: Any, role: str, out: Path | None) -> None:
 
     artifact = result.artifacts[role]
     if role in ("model", "reference"):
-        from deploykit.onnxio import copy_model
+        from deploykit.graph.files import copy_model_files
 
         out.parent.mkdir(parents=True, exist_ok=True)
-        copy_model(artifact.file("model.onnx"), out)  # with its .data file, when it has one
+        copy_model_files(artifact.file("model.onnx"), out)  # with its .data file, when it has one
     else:
         shutil.copytree(artifact.path, out, dirs_exist_ok=True)
     typer.echo(f"wrote {out}")

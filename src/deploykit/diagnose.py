@@ -28,9 +28,9 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-    from deploykit.quant.evaluate import GraphSession
+    from deploykit.graph.run import OrtSession
 
-Opener = Callable[..., "GraphSession"]  # (model, expose=(...)) -> session
+Opener = Callable[..., "OrtSession"]  # (model, expose=(...)) -> session, e.g. a partial of session_from_onnx
 
 
 @dataclass(frozen=True)
@@ -105,17 +105,19 @@ def diagnose(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto
         threshold: rel-L2 above which a tensor counts as broken.
         top: how many tensors to list by error growth.
         first: how many of the first broken tensors to list.
-        reference_opener: runs the reference (default: as written, :func:`open_as_written`).
-        candidate_opener: runs the candidate (default: as written; pass ``open_as_ort_computes``
-            for what ONNX Runtime's kernels compute — exposing tensors can disable some fusions).
+        reference_opener: runs the reference (default: :func:`~deploykit.graph.run.session_from_onnx`
+            as written).
+        candidate_opener: runs the candidate (default: as written; pass a ``session_from_onnx`` with
+            the ``onnxruntime`` evaluator for what ONNX Runtime's kernels compute — exposing tensors
+            can disable some fusions).
         tensors: restrict the comparison to these tensor names.
     """
-    from deploykit.quant.evaluate import load, open_as_written
+    from deploykit.graph.run import session_from_onnx
 
-    ref_model, cand_model = load(reference), load(candidate)
+    ref_model, cand_model = _model(reference), _model(candidate)
     names = _aligned(ref_model, cand_model, tensors)
-    ref = (reference_opener or open_as_written)(ref_model, expose=tuple(names))
-    cand = (candidate_opener or open_as_written)(cand_model, expose=tuple(names))
+    ref = (reference_opener or session_from_onnx)(ref_model, expose=tuple(names))
+    cand = (candidate_opener or session_from_onnx)(cand_model, expose=tuple(names))
     acc: dict[str, _Acc] = {}
     samples = 0
     for sample in feeds:
@@ -131,8 +133,14 @@ def diagnose(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto
                        ref.evaluator, cand.evaluator, unmatched=len(names) - len(acc))
 
 
+def _model(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
+    from deploykit.graph.files import load_model
+
+    return load_model(Path(model)) if isinstance(model, (str, Path)) else model
+
+
 def _aligned(ref: onnx.ModelProto, cand: onnx.ModelProto, only: list[str] | None) -> list[str]:
-    from deploykit.quant.graph import float_tensors
+    from deploykit.graph.proto import float_tensors
 
     inputs = {i.name for i in ref.graph.input}
     produced = {o for n in cand.graph.node for o in n.output}
@@ -172,7 +180,9 @@ class _Acc:
 def _compute_producers(model: onnx.ModelProto) -> dict[str, str]:
     """Tensor -> the node that computes it, looking through Q/DQ pairs and Casts a quantizer or an
     FP16 conversion put in front of the name (ORT renames a Conv's output to the Relu it fused)."""
-    made_by = {o: n for n in model.graph.node for o in n.output}
+    from deploykit.graph.proto import producers
+
+    made_by = producers(model)
     out = {}
     for name, node in made_by.items():
         while node.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast") and node.input[0] in made_by:
@@ -183,7 +193,9 @@ def _compute_producers(model: onnx.ModelProto) -> dict[str, str]:
 
 def _upstream(ref: onnx.ModelProto, err: dict[str, float]) -> Callable[[str], float]:
     """The worst compared error among a tensor's nearest compared ancestors (0 at inputs/weights)."""
-    made_by = {o: n for n in ref.graph.node for o in n.output}
+    from deploykit.graph.proto import producers
+
+    made_by = producers(ref)
     memo: dict[str, float] = {}
 
     def worst(tensor: str) -> float:

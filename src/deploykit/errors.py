@@ -88,3 +88,10 @@ class ArtifactCorrupt(InvalidInput):
 
 class InternalError(DeployKitError):
     exit_code = 70
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (a library's long report starts with what matters),
+    or its type's name when it has no message."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 def inspect_model(path: Path, *, check_runtime: bool = True) -> dict[str, Any]:
     """Describe the ONNX file at ``path`` as a JSON-ready dict (see the module docstring)."""
-    from deploykit.onnxio import external_data_files, load_model
-    from deploykit.surgery.graph import STANDARD_DOMAINS, graph_problems, op_histogram
+    from deploykit.graph.files import external_data_files, load_model
+    from deploykit.graph.proto import STANDARD_DOMAINS, graph_problems, op_histogram
 
     model = load_model(path, load_external=False)
     g = model.graph
@@ -97,28 +97,21 @@ def _checker(model: onnx.ModelProto, path: Path) -> str:
 
 def runtime_support(model: onnx.ModelProto, path: Path) -> dict[str, Any]:
     """Whether an ONNX Runtime CPU session loads the model; if not, the nodes it cannot run."""
+    from deploykit.graph.run import SessionError, session_from_onnx
+
     try:
-        _session(str(path))
-    except Exception as e:
-        return {"loads": False, "error": _first_line(e), "unsupported": _probe_nodes(model)}
+        session_from_onnx(path, "onnxruntime", level="disabled", quiet=True)
+    except SessionError as e:
+        return {"loads": False, "error": e.detail, "unsupported": _probe_nodes(model)}
     return {"loads": True, "error": "", "unsupported": []}
-
-
-def _session(source: str | bytes) -> Any:
-    import onnxruntime as ort
-
-    from deploykit.backends.onnxruntime import session_options
-
-    opts = session_options("disabled")
-    opts.log_severity_level = 4  # probing node by node: failures are expected and reported by us
-    return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
 
 
 def _probe_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """Try each distinct (domain, op, input types, attributes) alone; return the nodes that fail."""
     import onnx
 
-    from deploykit.surgery.graph import STANDARD_DOMAINS, subgraphs
+    from deploykit.graph.proto import STANDARD_DOMAINS, subgraphs
+    from deploykit.graph.run import SessionError, session_from_onnx
 
     try:
         types = {vi.name: vi.type for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
@@ -141,11 +134,11 @@ def _probe_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
             continue
         key = probe.SerializeToString(deterministic=True)
         if key not in verdicts:
-            try:
-                _session(key)
+            try:  # quiet: probing node by node, failures are expected and reported by us
+                session_from_onnx(probe, "onnxruntime", level="disabled", quiet=True)
                 verdicts[key] = ""
-            except Exception as e:
-                verdicts[key] = _first_line(e)
+            except SessionError as e:
+                verdicts[key] = e.detail
         if verdicts[key]:
             failing.append({"node": node.name or f"#{index}", "op": node.op_type, "domain": node.domain,
                             "error": verdicts[key]})
@@ -179,11 +172,6 @@ def _untyped(name: str) -> onnx.ValueInfoProto:
     vi = onnx.ValueInfoProto()
     vi.name = name  # untyped: ONNX Runtime infers it
     return vi
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def render(info: dict[str, Any]) -> None:

@@ -1,112 +1,28 @@
-"""Reading and writing ONNX files safely, and making inputs for them."""
+"""A configured model's inputs: the config checked against the graph, random feeds at min/opt/max.
+
+Reading and writing ONNX files moved to :mod:`deploykit.graph.files`; the names below are
+re-exported from there for branches written against this module (delete after merging, issue 11).
+"""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploykit.errors import ConfigError, ModelError
+from deploykit.choices import InputDtype, values
+from deploykit.errors import ConfigError
+from deploykit.graph.files import check_model, external_data_files, load_model, save_model  # noqa: F401
+from deploykit.graph.files import copy_model_files as copy_model  # noqa: F401
+from deploykit.graph.proto import graph_input_shapes
 
 if TYPE_CHECKING:
     import onnx
 
     from deploykit.config import Config
 
-_2GB = 2**31 - 1
-NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
-             "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
-
-
-def load_model(path: Path, *, load_external: bool = True) -> onnx.ModelProto:
-    """Parse an ONNX file; refuse external data that points outside the model's folder."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    if not path.is_file():
-        raise ModelError(f"{path}: no such ONNX file", hint="check the path in the config or on the command line")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelError(f"{path}: not a readable ONNX model ({e})",
-                         hint="the file may be truncated or not ONNX; re-export it") from e
-    if not model.graph.node and not model.graph.output:
-        raise ModelError(f"{path}: parsed as ONNX but holds no graph (truncated or not an ONNX file?)",
-                         hint="re-export the model")
-    for name in external_data_files(model, path):
-        if not name.is_file():
-            raise ModelError(f"{path}: external data file {name.name!r} is missing",
-                             hint="copy the model together with its .data file")
-    if load_external:
-        onnx.load_external_data_for_model(model, str(path.parent))
-    return model
-
-
-def external_data_files(model: onnx.ModelProto, path: Path) -> list[Path]:
-    """The external-data files a model refers to; each must lie inside the model's folder."""
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    folder = path.parent.resolve()
-    files = set()
-    for tensor in _get_all_tensors(model):
-        if not uses_external_data(tensor):
-            continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        target = (folder / location).resolve()
-        if Path(location).is_absolute() or not target.is_relative_to(folder):
-            raise ModelError(f"{path}: tensor {tensor.name!r} points to external data outside the model's "
-                             f"folder ({location!r})", hint="untrusted paths are refused; move the data beside the model")
-        files.add(target)
-    return sorted(files)
-
-
-def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
-    """Run the ONNX checker and strict shape inference; return the model with inferred shapes."""
-    import onnx
-
-    from deploykit.surgery.graph import graph_problems
-
-    problems = graph_problems(model.graph)  # the checker's own message for these loses the node name
-    if problems:
-        raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
-                         "`deploykit inspect` shows the graph")
-    try:
-        if model.ByteSize() < _2GB:
-            onnx.checker.check_model(model, full_check=False)
-            return onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        onnx.checker.check_model(str(path))
-        return model
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise ModelError(f"{path}: invalid ONNX model: {first}", hint="fix the exporter or the graph; "
-                         "`deploykit inspect` shows the graph") from e
-
-
-def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
-    """Write one self-contained file, or file + ``.data`` beside it when over 2 GB; return what was written."""
-    import onnx
-
-    if model.ByteSize() < _2GB:
-        onnx.save_model(model, str(path))
-        return [path]
-    data = path.with_suffix(".onnx.data")
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data.name, size_threshold=1024)
-    return [path, data]
-
-
-def copy_model(src: Path, dst: Path) -> None:
-    """Copy a model with its external data files, keeping their relative names."""
-    import onnx
-
-    model = onnx.load(str(src), load_external_data=False)
-    shutil.copyfile(src, dst)
-    for f in external_data_files(model, src):
-        target = dst.parent / f.relative_to(src.parent.resolve())
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(f, target)
+NP_DTYPES = {name: np.dtype(name).type for name in values(InputDtype)}
 
 
 def check_inputs(config: Config, model: onnx.ModelProto, path: Path) -> None:
@@ -126,18 +42,6 @@ def check_inputs(config: Config, model: onnx.ModelProto, path: Path) -> None:
                 if sizes != {model_dim}:
                     raise ConfigError(f"{path}: input {spec.name!r} axis {axis} is fixed to {model_dim} in the "
                                       f"model, but the config asks for {cfg_dim!r}", hint="fix the shape in the config")
-
-
-def graph_input_shapes(model: onnx.ModelProto) -> dict[str, list[int | str]]:
-    """Real graph inputs (not initializers) with their dims; unknown dims are ''."""
-    initializers = {i.name for i in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in initializers:
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        out[vi.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
-    return out
 
 
 def random_feeds(config: Config, which: str, rng: np.random.Generator, batch: int | None = None) -> dict[str, np.ndarray]:

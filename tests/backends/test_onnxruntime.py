@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from deploykit.backends import get_backend
-from deploykit.backends.onnxruntime import provider_status, reference_session
+from deploykit.backends.onnxruntime import provider_status
 from deploykit.config import BuildConfig
 from deploykit.errors import BackendUnavailable
+from deploykit.graph.run import session_from_onnx
 from tests.conftest import run_cli
 from tests.stages.test_ingest import small_onnx
 
@@ -23,7 +24,7 @@ def test_built_engine_matches_the_graph_as_written(tmp_path, level):
     assert json.loads((tmp_path / "engine" / "engine.json").read_text())["provider"] == "cpu"
     session = backend.load(tmp_path / "engine")
     x = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
-    expected = reference_session(model).infer(x)["y"]
+    expected = session_from_onnx(model, "onnxruntime", level="disabled").infer(x)["y"]
     np.testing.assert_allclose(session.infer(x)["y"], expected, rtol=1e-6, atol=1e-6)
     assert session.outputs[0].name == "y" and session.inputs[0].shape == ("N", 4)
 
@@ -52,7 +53,7 @@ def test_fp8_engine_keeps_the_relu_before_an_fp8_quantizer(tmp_path, level):
     """ORT's ReluQuantRewrite drops that Relu; the build must disable it for FP8 graphs."""
     import onnx
 
-    from tests.quant.test_evaluate import fp8_relu_graph
+    from tests.graph.test_run import fp8_relu_graph
 
     onnx.save(fp8_relu_graph(), tmp_path / "fp8.onnx")
     (tmp_path / "engine").mkdir()

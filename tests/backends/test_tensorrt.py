@@ -922,7 +922,7 @@ def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize(("variant", "tolerance"), [("fp32", 5e-3), ("fp16", 5e-3), ("int8", 5e-2)])
 def test_tensorrt_builds_and_matches_onnxruntime(tmp_path: Path, variant: str, tolerance: float) -> None:
     """A real build: TF32 (on by default) bounds FP32 error; INT8 may differ by one quantization step."""
-    from deploykit.backends.onnxruntime import reference_session
+    from deploykit.graph.run import session_from_onnx
 
     model = conv_onnx(tmp_path / "fp32.onnx", fp16=variant == "fp16")
     if variant == "int8":
@@ -932,7 +932,7 @@ def test_tensorrt_builds_and_matches_onnxruntime(tmp_path: Path, variant: str, t
     summary = backend.build(model, BuildConfig(backend="tensorrt"), tmp_path / "engine", profiles=profiles)
     assert summary["plan_bytes"] > 0 and (tmp_path / "engine" / "engine_inspector.json").is_file()
     session = backend.load(tmp_path / "engine")
-    reference = reference_session(model)  # the same graph as written, on the CPU
+    reference = session_from_onnx(model, "onnxruntime", level="disabled")  # the same graph as written, on the CPU
     for batch in (1, 4):
         x = {"x": feeds_for(batch)}
         assert rel_l2(session.infer(x)["y"], reference.infer(x)["y"]) < tolerance
@@ -992,7 +992,7 @@ def test_tensorrt_builds_fp8_qdq_from_modelopt(tmp_path: Path) -> None:
     from modelopt.onnx.quantization import quantize
     from onnx import TensorProto, helper, numpy_helper
 
-    from deploykit.backends.onnxruntime import reference_session
+    from deploykit.graph.run import session_from_onnx
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32), n)
@@ -1011,7 +1011,7 @@ def test_tensorrt_builds_fp8_qdq_from_modelopt(tmp_path: Path) -> None:
     backend.build(model, BuildConfig(backend="tensorrt"), tmp_path / "engine",
                   profiles={"x": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))})
     session, x = backend.load(tmp_path / "engine"), {"x": feeds_for(2)}
-    assert rel_l2(session.infer(x)["y"], reference_session(model).infer(x)["y"]) < 5e-2
+    assert rel_l2(session.infer(x)["y"], session_from_onnx(model, "onnxruntime", level="disabled").infer(x)["y"]) < 5e-2
     session.close()
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from deploykit.errors import ModelError
+from deploykit.graph.run import session_from_onnx
 from deploykit.quant.config import QuantizeConfig
-from deploykit.quant.evaluate import open_as_written
 from deploykit.quant.fp16 import overflow_nodes, to_fp16
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.ranges import RangeSettings, collect_ranges
@@ -20,8 +20,8 @@ def rel_l2(a, b):
 def test_a_plain_fp16_conversion_breaks_the_batchnorm_model():
     """The hazard is real: BatchNorm variance 1e8 is inf in FP16 and the output is garbage."""
     model, x = models.batchnorm_overflow(), models.images(1)[0]
-    ref = open_as_written(model).infer(x)["head_out"]
-    naive = open_as_written(to_fp16(model, [])).infer(x)["head_out"]
+    ref = session_from_onnx(model).infer(x)["head_out"]
+    naive = session_from_onnx(to_fp16(model, [])).infer(x)["head_out"]
     assert rel_l2(ref, naive) > 1.0
 
 
@@ -64,7 +64,7 @@ def test_nan_inf_that_the_range_check_missed_is_caught_and_fixed(monkeypatch):
 
     monkeypatch.setattr(fp16, "overflow_nodes", lambda *a, **k: {})
     model = models.activation_overflow()
-    assert not np.isfinite(open_as_written(to_fp16(model, [])).infer(models.images(1)[0])["head_out"]).all()
+    assert not np.isfinite(session_from_onnx(to_fp16(model, [])).infer(models.images(1)[0])["head_out"]).all()
     result = quantize_model(Job(model, QuantizeConfig(precision="fp16"), "tensorrt", SampleStream(models.images(4))))
     assert "NaN/Inf" in result.fp32["conv0"]
     assert result.check.passed and not result.check.nonfinite

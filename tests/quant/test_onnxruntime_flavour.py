@@ -135,11 +135,11 @@ def test_read_float_inputs_restores_a_relu_that_onnxruntime_fused_into_its_quant
     assert next(n for n in model.graph.node if n.name == "conv1").input[0] == "relu0__float"
     assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) == dq_before - 1
 
-    from deploykit.quant.evaluate import open_as_ort_computes, open_as_written
+    from deploykit.graph.run import session_from_onnx
 
     x = models.images(1, seed=5)[0]
-    fused = open_as_ort_computes(model).infer(x)["head_out"]
-    exact = open_as_written(reference).infer(x)["head_out"]
+    fused = session_from_onnx(model, "onnxruntime").infer(x)["head_out"]
+    exact = session_from_onnx(reference, "as_written").infer(x)["head_out"]
     assert np.linalg.norm(fused - exact) / np.linalg.norm(exact) < 0.1
 
 

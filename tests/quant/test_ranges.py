@@ -25,9 +25,9 @@ def test_max_ranges_equal_numpy_over_all_samples():
     model = models.cnn((8,))
     samples = models.images(6, seed=5)
     ranges = collect_ranges(model, samples, RangeSettings("max"))
-    from deploykit.quant.evaluate import open_as_written
+    from deploykit.graph.run import session_from_onnx
 
-    session = open_as_written(model, expose=("relu0",))
+    session = session_from_onnx(model, "as_written", expose=("relu0",))
     values = np.concatenate([session.run_all(s)["relu0"].ravel() for s in samples])
     assert ranges["relu0"].min == pytest.approx(values.min()) and ranges["relu0"].max == pytest.approx(values.max())
     assert ranges["x"].max == pytest.approx(max(float(s["x"].max()) for s in samples))

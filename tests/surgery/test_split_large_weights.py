@@ -37,9 +37,9 @@ def test_location_must_stay_beside_the_model():
 
 
 def test_runner_handles_models_over_the_protobuf_limit(monkeypatch):
-    from deploykit.surgery import ortcheck
+    from deploykit.graph import files
 
-    monkeypatch.setattr(ortcheck, "PROTO_LIMIT", 10_000)  # what a 2 GB model does, with a small one
+    monkeypatch.setattr(files, "PROTO_LIMIT", 10_000)  # what a 2 GB model does, with a small one
     model = legacy_detector(weights_as="initializer")
     assert model.ByteSize() > 10_000
     out, reports = apply(model, "remove_noops")

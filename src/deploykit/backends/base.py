@@ -1,6 +1,7 @@
 """The backend protocol: a loader that builds an engine, a session that runs it.
 
-Parity and gate talk only to :class:`Session`; each backend module implements :class:`Backend`.
+Parity and gate talk only to :class:`~deploykit.graph.run.Session` (one type for every backend,
+feeds validated the same way); each backend module implements :class:`Backend`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
+from deploykit.graph.run import Session, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -17,33 +18,6 @@ class Availability:
     available: bool
     reason: str = ""  # why not, and what to do
     version: str = ""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    dtype: str
-    shape: tuple[int | str, ...]
-
-
-class Session(Protocol):
-    """A loaded engine, ready to run."""
-
-    evaluator: str  # what computes the numbers, for reports ("onnxruntime 1.24 CPUExecutionProvider")
-
-    @property
-    def inputs(self) -> list[TensorSpec]: ...
-
-    @property
-    def outputs(self) -> list[TensorSpec]: ...
-
-    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; outputs by name, as host numpy arrays."""
-        ...
-
-    def timed_runner(self, feeds: dict[str, np.ndarray]) -> Any:
-        """A zero-argument callable that runs one inference on ``feeds`` with the least overhead."""
-        ...
 
 
 class Backend(Protocol):
@@ -63,3 +37,6 @@ class Backend(Protocol):
         ...
 
     def load(self, engine_dir: Path) -> Session: ...
+
+
+__all__ = ["Availability", "Backend", "Session", "TensorSpec"]

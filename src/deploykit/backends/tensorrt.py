@@ -207,7 +207,8 @@ def _engine_meta(env: dict[str, Any], options: BuildConfig, onnx_path: Path, bui
 
 def _onnx_dims(onnx_path: Path) -> dict[str, list[int | str]]:
     """Symbolic dims of the ONNX graph's inputs and outputs, so sessions report ``batch`` rather than -1."""
-    from deploykit.onnxio import graph_input_shapes, load_model
+    from deploykit.graph.files import load_model
+    from deploykit.graph.proto import graph_input_shapes
 
     model = load_model(onnx_path, load_external=False)
     out: dict[str, list[int | str]] = dict(graph_input_shapes(model))

@@ -30,7 +30,8 @@ def profiles_from_config(cfg: Config) -> Profiles:
 
 def onnx_input_shapes(onnx_path: Path) -> dict[str, list[int | str]]:
     """The ONNX graph's real inputs with their dims (a positive int is fixed; anything else is dynamic)."""
-    from deploykit.onnxio import graph_input_shapes, load_model
+    from deploykit.graph.files import load_model
+    from deploykit.graph.proto import graph_input_shapes
 
     return graph_input_shapes(load_model(onnx_path, load_external=False))
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.backends.base import TensorSpec
 from deploykit.backends.trt_cuda import call, require_cudart
 from deploykit.backends.trt_logger import last_lines
 from deploykit.errors import DataError, EnvironmentProblem, UsageError
+from deploykit.graph.run import Session, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _output_allocator(trt: Any, cudart: Any) -> Any:
     return OutputAllocator()
 
 
-class TensorRTSession:
+class TensorRTSession(Session):
     """A deserialized engine with its execution context, stream and buffers (the backend Session)."""
 
     def __init__(self, trt: Any, engine: Any, meta: dict[str, Any], logger: Any, *, runtime: Any = None,
@@ -241,14 +241,15 @@ class TensorRTSession:
     def _stage_inputs(self, feeds: dict[str, np.ndarray]) -> list[tuple[int, int, int]]:
         """Set input shapes and addresses, fill pinned staging; return the host-to-device copies to issue."""
         inputs = [i for i in self._io if i.is_input]
-        expected = {i.name for i in inputs}
-        if set(feeds) != expected:
-            raise DataError(f"feeds {sorted(feeds)} do not match the engine's inputs {sorted(expected)}",
-                            hint="pass exactly one array per engine input")
+        for info in inputs:
+            if info.dtype is None and info.name in feeds:
+                raise DataError(f"input {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
+                                hint="cast it to float16/float32 at the graph boundary with a surgery pass")
+        self.check_feeds(feeds)  # names, dtypes, ranks, fixed dims: as every backend's session
         copies, changed = [], False
         for info in inputs:
             array = np.ascontiguousarray(feeds[info.name])
-            self._check_input(info, array)
+            self._check_profile(info, array)
             with self._logger.capture() as records:
                 accepted = self._context.set_input_shape(info.name, array.shape)
             if not accepted:
@@ -267,19 +268,8 @@ class TensorRTSession:
         self._note_binding(changed, tuple((n, a.shape) for n, a in sorted(feeds.items())))
         return copies
 
-    def _check_input(self, info: IOInfo, array: np.ndarray) -> None:
-        if info.dtype is None:
-            raise DataError(f"input {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
-                            hint="cast it to float16/float32 at the graph boundary with a surgery pass")
-        if array.dtype != info.dtype:
-            raise DataError(f"input {info.name!r} is {array.dtype}, the engine expects {info.dtype}",
-                            hint="convert the feed (numpy .astype) to the engine's input dtype")
-        if len(array.shape) != len(info.shape):
-            raise DataError(f"input {info.name!r} has shape {list(array.shape)}, the engine expects rank "
-                            f"{len(info.shape)} ({list(info.shape)}, -1 = dynamic)")
+    def _check_profile(self, info: IOInfo, array: np.ndarray) -> None:
         for axis, (size, fixed) in enumerate(zip(array.shape, info.shape, strict=True)):
-            if fixed >= 0 and size != fixed:
-                raise DataError(f"input {info.name!r} axis {axis} is {size}, the engine was built for {fixed}")
             if fixed < 0 and info.profile and not info.profile[0][axis] <= size <= info.profile[2][axis]:
                 raise DataError(f"input {info.name!r} axis {axis} is {size}, outside the engine's profile "
                                 f"[{info.profile[0][axis]}, {info.profile[2][axis]}]",

@@ -192,7 +192,7 @@ def restore_plugins(model: onnx.ModelProto, inlined: InlinedPlugins) -> onnx.Mod
     """
     import onnx
 
-    from deploykit.surgery.graph import remove_unused, toposort
+    from deploykit.graph.proto import remove_unused, toposort
 
     if not inlined.plugins:
         return model

@@ -11,7 +11,7 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-    from deploykit.quant.evaluate import GraphSession
+    from deploykit.graph.run import OrtSession
 
 
 @dataclass
@@ -55,9 +55,9 @@ class Reference:
     """The FP32 graph's outputs on the check samples, computed once and reused for every candidate."""
 
     def __init__(self, model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]) -> None:
-        from deploykit.quant.evaluate import open_as_written
+        from deploykit.graph.run import session_from_onnx
 
-        session = open_as_written(model)
+        session = session_from_onnx(model, "as_written")
         self.samples = samples
         self.outputs = [session.infer(s) for s in samples]
         self.evaluator = session.evaluator
@@ -78,7 +78,7 @@ def _signal(values: list[np.ndarray]) -> float | None:
     return float(np.mean(dev / np.maximum(norm, 1e-30)))
 
 
-def check(reference: Reference, candidate: onnx.ModelProto, opener: Callable[..., GraphSession],
+def check(reference: Reference, candidate: onnx.ModelProto, opener: Callable[..., OrtSession],
           tolerance: Callable[[str], Any]) -> Check:
     """Run ``candidate`` (through ``opener``) on the reference's samples and compare every output.
 

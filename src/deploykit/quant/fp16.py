@@ -27,7 +27,7 @@ def overflow_nodes(model: onnx.ModelProto, ranges: dict[str, TensorRange], limit
     """Node name -> why it must stay FP32: it reads a weight, or reads/writes an activation, beyond ``limit``."""
     from onnx import numpy_helper
 
-    from deploykit.quant.graph import consumers, producers
+    from deploykit.graph.proto import consumers, producers
 
     out: dict[str, str] = {}
     readers = consumers(model)

@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
+from deploykit.graph import proto
+from deploykit.graph.proto import (  # noqa: F401  (FLOAT_TYPES, float_tensors, tensor_types, consumers re-exported)
+    FLOAT_TYPES,
+    constants_to_initializers,
+    consumers,
+    float_tensors,
+    opset_version,
+    producers,
+    tensor_types,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -27,7 +37,6 @@ QUANTIZED_OPS = QDQ_OPS | {"ConvInteger", "MatMulInteger", "QLinearConv", "QLine
 # Outputs in a fixed range: entropy or percentile calibration would clip them (a probability map
 # capped at 0.063 measured here), so they get max calibration or stay unquantized.
 BOUNDED_OPS = frozenset({"Sigmoid", "Softmax", "Tanh", "HardSigmoid", "LogSoftmax"})
-FLOAT_TYPES = frozenset({1, 10, 16})  # FLOAT, FLOAT16, BFLOAT16
 
 
 @dataclass
@@ -45,10 +54,6 @@ class Preparation:
                 self.constants_folded, "nodes_named": self.nodes_named, "notes": list(self.notes)}
 
 
-def opset_of(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
 def quantized_nodes(model: onnx.ModelProto) -> Counter[str]:
     """Op-type counts of nodes that show the model is quantized already."""
     return Counter(n.op_type for n in model.graph.node if n.op_type in QUANTIZED_OPS)
@@ -58,38 +63,18 @@ def prepare(model: onnx.ModelProto, min_opset: int, where: Path | str) -> tuple[
     """Constants -> initializers, every node named, opset >= ``min_opset``, shapes inferred."""
     import onnx
 
-    prep = Preparation(opset_from=opset_of(model))
+    prep = Preparation(opset_from=opset_version(model))
     model = onnx.ModelProto.FromString(model.SerializeToString())  # never modify the caller's model
     prep.constants_folded = constants_to_initializers(model)
     prep.nodes_named = name_nodes(model)
     if prep.opset_from < min_opset:
         model = upgrade_opset(model, min_opset, where)
         prep.notes.append(f"opset upgraded {prep.opset_from} -> {min_opset} (per-channel Q/DQ needs it)")
-    prep.opset_to = opset_of(model)
+    prep.opset_to = opset_version(model)
     if prep.constants_folded:
         prep.notes.append(f"{prep.constants_folded} Constant nodes turned into initializers "
                           "(quantizers only see initializer weights)")
     return infer_shapes(model, prep), prep
-
-
-def constants_to_initializers(model: onnx.ModelProto) -> int:
-    """Move tensor-valued ``Constant`` nodes into initializers; return how many."""
-    from onnx import helper, numpy_helper
-
-    graph, keep, moved = model.graph, [], 0
-    for node in graph.node:
-        attrs = {a.name: a for a in node.attribute}
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and set(attrs) == {"value"}:
-            tensor = numpy_helper.from_array(numpy_helper.to_array(helper.get_attribute_value(attrs["value"])),
-                                             node.output[0])
-            graph.initializer.append(tensor)
-            moved += 1
-        else:
-            keep.append(node)
-    if moved:
-        del graph.node[:]
-        graph.node.extend(keep)
-    return moved
 
 
 def name_nodes(model: onnx.ModelProto) -> int:
@@ -114,57 +99,13 @@ def upgrade_opset(model: onnx.ModelProto, target: int, where: Path | str) -> onn
     try:
         return version_converter.convert_version(model, target)
     except Exception as e:  # the converter raises bare RuntimeErrors/ValidationErrors
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"{where}: cannot upgrade opset {opset_of(model)} -> {target}: {first}",
+        raise ModelError(f"{where}: cannot upgrade opset {opset_version(model)} -> {target}: {first_line(e)}",
                          hint="re-export the model at a newer opset") from e
 
 
 def infer_shapes(model: onnx.ModelProto, prep: Preparation | None = None) -> onnx.ModelProto:
     """ONNX shape inference; a graph it cannot complete goes on without (calibration does not need it)."""
-    import onnx
-
-    try:
-        return onnx.shape_inference.infer_shapes(model)
-    except Exception as e:  # inference failures are data, not a reason to stop
-        if prep is not None:
-            prep.notes.append(f"shape inference failed, continuing without it: {str(e).splitlines()[0]}")
-        return model
-
-
-def float_tensors(model: onnx.ModelProto) -> list[str]:
-    """Float activations: graph inputs and node outputs of a float type, in graph order."""
-    types = tensor_types(model)
-    initializers = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in initializers]
-    names += [o for n in model.graph.node for o in n.output if o]
-    return [t for t in dict.fromkeys(names) if types.get(t) in FLOAT_TYPES]
-
-
-def tensor_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every tensor the graph declares (inputs, outputs, value_info, initializers)."""
-    g = model.graph
-    out = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]
-           if v.type.HasField("tensor_type")}
-    out.update({i.name: i.data_type for i in g.initializer})
-    for node in g.node:  # Constant outputs are often missing from value_info
-        if node.op_type == "Constant":
-            for a in node.attribute:
-                if a.name == "value":
-                    out[node.output[0]] = a.t.data_type
-    return out
-
-
-def producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
-    return {o: n for n in model.graph.node for o in n.output if o}
-
-
-def consumers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
-    out: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            if name:
-                out.setdefault(name, []).append(node)
-    return out
+    return proto.infer_shapes(model, prep.notes if prep is not None else None)
 
 
 def bounded_tensors(model: onnx.ModelProto) -> set[str]:

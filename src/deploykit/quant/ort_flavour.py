@@ -156,7 +156,7 @@ def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes:
     output name to the producer, so the float tensor may hold pre-activation values: the activation
     is copied back from ``reference`` for the excluded node. Pairs nobody reads are removed.
     """
-    from deploykit.quant.graph import producers
+    from deploykit.graph.proto import producers
 
     wanted = {n.name: n for n in reference.graph.node if n.name in set(nodes)}
     if not wanted:

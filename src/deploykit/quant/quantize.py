@@ -3,10 +3,13 @@
 :func:`quantize_model` is the whole quantize stage without the artifact store; the stage and the
 benchmark call it. Which evaluator checks the result depends on the target flavour:
 
-* ``tensorrt``: the graph as written (:func:`deploykit.quant.evaluate.open_as_written`), which is
-  what TensorRT computes up to kernel rounding;
+* ``tensorrt``: the graph as written (evaluator ``as_written``), which is what TensorRT computes up
+  to kernel rounding;
 * ``onnxruntime``: what ONNX Runtime's CPU kernels compute at the build's optimization level
-  (:func:`deploykit.quant.evaluate.open_as_ort_computes`), since that is what ships.
+  (evaluator ``onnxruntime``), since that is what ships.
+
+Both through :func:`deploykit.graph.run.session_from_onnx` (:func:`~deploykit.graph.run.evaluator_for`
+names the flavour's evaluator).
 """
 
 from __future__ import annotations
@@ -282,10 +285,10 @@ def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """Inputs for checking an FP16 conversion when no calibration data is configured."""
     import numpy as np
 
-    from deploykit.quant.evaluate import open_as_written
+    from deploykit.graph.run import session_from_onnx
 
     rng = np.random.default_rng(0)
-    specs = open_as_written(model).inputs
+    specs = session_from_onnx(model, "as_written").inputs
     return [{s.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in s.shape]).astype(s.dtype)
              for s in specs} for _ in range(2)]
 
@@ -336,11 +339,12 @@ def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[
 
 
 def _opener(job: Job) -> Callable[..., Any]:
-    from deploykit.quant.evaluate import open_as_ort_computes, open_as_written
+    """Sessions over candidates, computed as the target flavour's runtime will."""
+    from deploykit.graph.run import evaluator_for, session_from_onnx
 
-    if job.flavour == "onnxruntime":
-        return partial(open_as_ort_computes, level=job.ort_level)
-    return open_as_written
+    return partial(session_from_onnx, evaluator=evaluator_for(job.flavour), level=job.ort_level,
+                   failure="ONNX Runtime cannot run the quantized graph",
+                   hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32")
 
 
 def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str], *,

@@ -202,12 +202,12 @@ class _Tap:
     """The graph with the wanted tensors exposed, run as written (no graph optimizations)."""
 
     def __init__(self, model: onnx.ModelProto, names: list[str]) -> None:
-        from deploykit.quant.evaluate import open_as_written
-        from deploykit.quant.graph import producers
+        from deploykit.graph.proto import producers
+        from deploykit.graph.run import session_from_onnx
 
         self._producers = {t: n.name for t, n in producers(model).items()}
         inputs = {i.name for i in model.graph.input}
-        self.session = open_as_written(model, expose=tuple(n for n in names if n not in inputs))
+        self.session = session_from_onnx(model, "as_written", expose=tuple(n for n in names if n not in inputs))
         self.names = set(names)
 
     def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

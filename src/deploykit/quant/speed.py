@@ -56,9 +56,9 @@ def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str,
     Rounds alternate between the graphs so drift hits both alike; the iteration count is sized from
     one timed run so the whole check takes about ``budget_s`` (at least one iteration per round).
     """
-    from deploykit.quant.evaluate import open_as_ort_computes
+    from deploykit.graph.run import session_from_onnx
 
-    sessions = [open_as_ort_computes(m, level) for m in (fp32, quantized)]
+    sessions = [session_from_onnx(m, "onnxruntime", level=level) for m in (fp32, quantized)]
     runners = [s.timed_runner(sample) for s in sessions]
     single = []
     for run in runners:

@@ -16,8 +16,9 @@ from deploykit.artifacts import Artifact
 from deploykit.config import Config
 from deploykit.environment import tool_versions
 from deploykit.errors import ModelError
+from deploykit.graph.files import save_model
 from deploykit.hashing import digest_file
-from deploykit.onnxio import distinct_shapes, random_feeds, save_model
+from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.stages.base import Stage, StageContext
 from deploykit.torchsource import build_model, run_torch, source_fingerprint
 
@@ -145,9 +146,9 @@ def _dynamic_axes(cfg: Config) -> dict[str, dict[int, str]]:
 
 def check_against_torch(model: Any, cfg: Config, path: Path) -> dict[str, Any]:
     """ONNX Runtime vs torch on random inputs at each distinct min/opt/max shape; raise if they differ."""
-    from deploykit.backends.onnxruntime import reference_session
+    from deploykit.graph.run import session_from_onnx
 
-    session = reference_session(path)
+    session = session_from_onnx(path, "onnxruntime", level="disabled")  # the graph's nodes one by one
     names = [o.name for o in session.outputs]
     rng = np.random.default_rng(cfg.export.seed + 1)
     worst = {"max_abs": 0.0, "output": "", "shape": ""}

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.artifacts import Artifact
+from deploykit.graph.files import check_model, copy_model_files, external_data_files, load_model
 from deploykit.hashing import digest_file
-from deploykit.onnxio import check_inputs, check_model, copy_model, external_data_files, load_model
+from deploykit.onnxio import check_inputs
 from deploykit.stages.base import Stage, StageContext
 from deploykit.stages.export import MODEL
 
@@ -33,7 +34,7 @@ class IngestStage(Stage):
         path = self._path(ctx)
         model = check_model(load_model(path), path)
         check_inputs(ctx.config, model, path)
-        copy_model(path, out / MODEL)
+        copy_model_files(path, out / MODEL)
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
         return {"source": str(path), "opset": opset, "nodes": len(model.graph.node),
                 "producer": f"{model.producer_name} {model.producer_version}".strip()}

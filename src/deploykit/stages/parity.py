@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from deploykit.artifacts import Artifact
-from deploykit.backends.onnxruntime import reference_session
 from deploykit.config import Config, parity_preset
 from deploykit.environment import device_fingerprint, onnxruntime_version, tool_versions
 from deploykit.errors import DataError, ParityFailed
@@ -52,7 +51,10 @@ class ParityStage(Stage):
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
         cfg = ctx.config
         candidate = _candidate(inputs)
-        references = {"onnx": reference_session(inputs["reference"].file(MODEL))}
+        from deploykit.graph.run import session_from_onnx
+
+        # The reference: the FP32 graph's nodes one by one, no graph optimizations.
+        references = {"onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled")}
         torch_model = _torch_model(cfg)
         comparison = Comparison(cfg.parity, parity_preset(cfg.quantize), cfg.quantize.precision)
         comparison.check_outputs([o.name for o in references["onnx"].outputs])
@@ -96,9 +98,9 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
     model, engine = inputs["model"], inputs["engine"]
     flavour = model.manifest.summary.get("flavour") if model.manifest.stage == "quantize" else None
     if flavour == "tensorrt" and engine.manifest.summary.get("backend") != "tensorrt":
-        from deploykit.quant.evaluate import open_for_target
+        from deploykit.graph.run import evaluator_for, session_from_onnx
 
-        return open_for_target(model.file(MODEL), "tensorrt")
+        return session_from_onnx(model.file(MODEL), evaluator_for("tensorrt"))
     return load_engine(engine)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from deploykit.artifacts import Artifact
 from deploykit.environment import onnxruntime_version, tool_versions
 from deploykit.errors import ConfigError, ParityFailed
-from deploykit.onnxio import load_model, save_model
+from deploykit.graph.files import load_model, save_model
 from deploykit.stages.base import Stage, StageContext
 from deploykit.stages.export import MODEL
 

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from deploykit.artifacts import Artifact
-from deploykit.onnxio import load_model, random_feeds, save_model
+from deploykit.graph.files import load_model, save_model
+from deploykit.onnxio import random_feeds
 from deploykit.stages.base import Stage, StageContext
 from deploykit.stages.export import MODEL
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.graph.proto import opset_version
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
-from deploykit.surgery.graph import opset_version
 
 
 @dataclass(frozen=True)

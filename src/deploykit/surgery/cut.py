@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.graph.proto import copy_model, remove_unused
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
-from deploykit.surgery.graph import copy_model, remove_unused
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def _ranks_by_running(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoPro
     import numpy as np
     from onnx import helper
 
+    from deploykit.graph.proto import real_inputs
     from deploykit.surgery import ortcheck
-    from deploykit.surgery.graph import real_inputs
 
     rng = np.random.default_rng(0)
     feeds = {vi.name: ortcheck.random_value(vi, rng) for vi in real_inputs(model.graph)}
@@ -114,7 +114,7 @@ def _ranks_by_running(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoPro
 
 
 def _drop_unused_inputs(graph: onnx.GraphProto) -> list[str]:
-    from deploykit.surgery.graph import node_reads
+    from deploykit.graph.proto import node_reads
 
     read = {name for n in graph.node for name in node_reads(n)} | {o.name for o in graph.output}
     gone = [vi for vi in graph.input if vi.name not in read]

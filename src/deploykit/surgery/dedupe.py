@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import onnx
 
-from deploykit.surgery.graph import graph_output_names, remove_nodes, rename_uses, subgraphs
+from deploykit.graph.proto import graph_output_names, remove_nodes, subgraphs
+from deploykit.surgery.graph import rename_uses
 
 SMALL = 64 * 1024  # bytes: constants up to this size are compared (shape arithmetic, axes, scalars)
 
@@ -44,7 +45,7 @@ def eliminate_common(graph: onnx.GraphProto) -> int:
 
 def merge_equal_constants(graph: onnx.GraphProto) -> int:
     """Merge small initializers holding the same typed value; return how many were dropped."""
-    from deploykit.surgery.graph import tensor_array
+    from deploykit.graph.proto import tensor_array
 
     overridable = {i.name for i in graph.input}
     outputs = graph_output_names(graph)

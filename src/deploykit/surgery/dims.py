@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import onnx
 
+from deploykit.graph.proto import real_inputs
 from deploykit.surgery.base import PassConfigError
-from deploykit.surgery.graph import real_inputs
 
 
 def input_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None] | None]:

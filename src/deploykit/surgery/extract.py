@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.graph.proto import copy_model, initializer_names, node_label, node_reads, producers
 from deploykit.surgery.base import Pass, PassConfigError, PassResult
 from deploykit.surgery.cut import check_tensors, typed_value_infos
-from deploykit.surgery.graph import copy_model, initializer_names, node_label, node_reads, producers
 
 
 @dataclass(frozen=True)

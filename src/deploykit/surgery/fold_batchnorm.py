@@ -14,16 +14,16 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from deploykit.surgery.base import NoParams, Pass, PassResult
-from deploykit.surgery.graph import (
+from deploykit.graph.proto import (
     constant_value,
     consumers,
     copy_model,
     graph_output_names,
     producers,
     remove_unused,
-    rename_uses,
 )
+from deploykit.surgery.base import NoParams, Pass, PassResult
+from deploykit.surgery.graph import rename_uses
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from deploykit.graph.proto import copy_model, real_inputs
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
 from deploykit.surgery.dims import check_shapes, input_dims, refresh_shapes, write_input_shape
-from deploykit.surgery.graph import copy_model, real_inputs
 
 
 @dataclass(frozen=True)

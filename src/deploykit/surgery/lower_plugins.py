@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.graph.proto import STANDARD_DOMAINS, copy_model, ensure_opset, node_label, opset_version
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
-from deploykit.surgery.graph import STANDARD_DOMAINS, copy_model, ensure_opset, node_label, opset_version
 from deploykit.surgery.plugin_bodies import body_builder, registered_ops
 
 

@@ -11,66 +11,28 @@ the plugins appeared: ``replace_with_plugin`` followed by ``lower_plugins`` is c
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from deploykit.surgery.graph import STANDARD_DOMAINS, real_inputs
-
-PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize a message this large; larger models go through a file
+from deploykit.graph.proto import custom_ops, expose_tensors, real_inputs
+from deploykit.graph.run import OrtSession, SessionError, session_from_onnx
 
 
 class Unrunnable(Exception):
     """ONNX Runtime cannot run the graph because it holds ops no runtime here implements."""
 
 
-def custom_ops(model: onnx.ModelProto) -> list[str]:
-    """``domain::Op`` of nodes in non-standard domains that no model-local function defines."""
-    local = {(f.domain, f.name) for f in model.functions}
-    ops = {f"{n.domain}::{n.op_type}" for n in model.graph.node
-           if n.domain not in STANDARD_DOMAINS and (n.domain, n.op_type) not in local}
-    return sorted(ops)
+def session(model: onnx.ModelProto) -> OrtSession:
+    """A CPU session with graph optimizations off: we check the graph as written, not ORT's rewrite.
 
-
-def uses_file(model: onnx.ModelProto) -> bool:
-    """Whether the model must go through a file: too large for protobuf, or marked for external data."""
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    return model.ByteSize() >= PROTO_LIMIT or any(uses_external_data(t) for t in _get_all_tensors(model))
-
-
-@contextlib.contextmanager
-def as_file(model: onnx.ModelProto) -> Iterator[Path]:
-    """The model written to a temporary folder (weights over 1 KiB beside it when it must)."""
-    with tempfile.TemporaryDirectory(prefix="deploykit-surgery-") as tmp:
-        path = Path(tmp) / "model.onnx"
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        external = model.ByteSize() >= PROTO_LIMIT
-        onnx.save_model(copy, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
-                        location="model.onnx.data", size_threshold=1024)
-        yield path
-
-
-def session(model: onnx.ModelProto) -> Any:
-    """A CPU session with graph optimizations off: we check the graph as written, not ORT's rewrite."""
-    import onnxruntime as ort
-
-    from deploykit.backends.onnxruntime import session_options
-
-    opts = session_options("disabled")
+    Raises Unrunnable when the graph holds custom ops without a body, SessionError otherwise.
+    """
     try:
-        if uses_file(model):
-            with as_file(model) as path:
-                return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    except Exception as e:
+        return session_from_onnx(model, "onnxruntime", level="disabled")
+    except SessionError as e:
         ops = custom_ops(model)
         if ops:
             raise Unrunnable(f"ONNX Runtime cannot run custom op(s) {', '.join(ops)}") from e
@@ -80,24 +42,8 @@ def session(model: onnx.ModelProto) -> Any:
 def run(model: onnx.ModelProto, feeds: dict[str, Any], extra_outputs: list[str] = ()) -> dict[str, Any]:
     """Run ``model``; also return the inner tensors named in ``extra_outputs`` (main graph only)."""
     if extra_outputs:
-        model = _with_outputs(model, extra_outputs)
-    return run_session(session(model), feeds)
-
-
-def run_session(sess: Any, feeds: dict[str, Any]) -> dict[str, Any]:
-    names = [o.name for o in sess.get_outputs()]
-    wanted = {i.name for i in sess.get_inputs()}
-    return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
-
-
-def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    present = {o.name for o in out.graph.output}
-    for name in names:
-        if name not in present:
-            out.graph.output.add().name = name  # ORT types an untyped output itself
-    return out
+        model = expose_tensors(model, extra_outputs)
+    return session(model).run_all(feeds)
 
 
 def random_value(vi: onnx.ValueInfoProto, rng: np.random.Generator, like: Any = None) -> Any:
@@ -165,7 +111,7 @@ def compare_run(reference: onnx.ModelProto, ref_feeds: dict[str, Any], candidate
     wanted = [n for n in dict.fromkeys(outs + from_ref) if n in ref_tensors]
     expected = run(reference, ref_in, [n for n in wanted if n not in {o.name for o in reference.graph.output}])
     feeds.update({n: expected[n] for n in from_ref})
-    got = run_session(candidate_session, feeds)
+    got = candidate_session.run_all(feeds)
     return Comparison(feeds, got, {n: expected[n] for n in outs if n in expected},
                       [n for n in outs if n not in expected])
 

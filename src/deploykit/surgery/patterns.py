@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 
 from deploykit.errors import ConfigError
-from deploykit.surgery.graph import constant_value, consumers, graph_output_names, node_label, producers
+from deploykit.graph.proto import constant_value, consumers, graph_output_names, node_label, producers
 
 # Patterns shipped with deploykit, imported on first use: name -> "module:attr".
 BUILTIN_PATTERNS: dict[str, str] = {}

@@ -93,7 +93,7 @@ def _function_pass(name: str, fn: Any) -> type[Pass]:
         def run(self, model: Any) -> PassResult:
             import onnx
 
-            from deploykit.surgery.graph import copy_model
+            from deploykit.graph.proto import copy_model
 
             out = fn(copy_model(model))
             if not isinstance(out, onnx.ModelProto):

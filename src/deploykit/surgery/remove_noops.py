@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deploykit.surgery.base import NoParams, Pass, PassResult
-from deploykit.surgery.graph import (
+from deploykit.graph.proto import (
     constant_value,
     consumers,
     copy_model,
@@ -31,8 +30,9 @@ from deploykit.surgery.graph import (
     opset_version,
     producers,
     remove_unused,
-    rename_uses,
 )
+from deploykit.surgery.base import NoParams, Pass, PassResult
+from deploykit.surgery.graph import rename_uses
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import Any
 
 import onnx
 
+from deploykit.graph.proto import copy_model, ensure_opset, node_label, remove_nodes, toposort
 from deploykit.surgery.base import Pass, PassConfigError, PassResult
-from deploykit.surgery.graph import copy_model, ensure_opset, node_label, remove_nodes, toposort
 from deploykit.surgery.patterns import Chain, Match, PluginSpec, get_pattern
 
 AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...]

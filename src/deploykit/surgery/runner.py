@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deploykit.errors import ConfigError, DeployKitError, InternalError, ModelError
+from deploykit.errors import ConfigError, DeployKitError, InternalError, ModelError, first_line
+from deploykit.graph.files import as_file, uses_file
+from deploykit.graph.proto import graph_problems, op_histogram, real_inputs
 from deploykit.surgery import ortcheck
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
-from deploykit.surgery.graph import diff_nodes, graph_problems, op_histogram, real_inputs
+from deploykit.surgery.graph import diff_nodes
 
 
 class SurgeryWarning(UserWarning):
@@ -120,8 +122,8 @@ def _graph_error(model: onnx.ModelProto) -> str | None:
     if problems:
         return problems[0]
     try:
-        if ortcheck.uses_file(model):
-            with ortcheck.as_file(model) as path:
+        if uses_file(model):
+            with as_file(model) as path:
                 onnx.checker.check_model(str(path))
                 onnx.shape_inference.infer_shapes_path(str(path), str(path.with_suffix(".inferred.onnx")),
                                                        strict_mode=True)
@@ -160,7 +162,7 @@ class _Numerics:
         except ortcheck.Unrunnable as e:
             self.reference, self.why = None, f"{e} in the input model"
         except Exception as e:
-            raise ModelError(f"{where}: ONNX Runtime cannot run the input model: {_first_line(e)}",
+            raise ModelError(f"{where}: ONNX Runtime cannot run the input model: {_why(e)}",
                              hint="check the model with `deploykit inspect`") from e
 
     def _complete(self, model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +182,7 @@ class _Numerics:
             self.since = self.since or p.name
             return f"deferred: {e}; compared once a later pass makes the graph runnable"
         except Exception as e:
-            raise ModelError(f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_first_line(e)}",
+            raise ModelError(f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_why(e)}",
                              hint="the pass is wrong for this graph; remove it or report the bug") from e
         if cmp is None:
             return self._restart(p, model, "its inputs are not tensors of the previous graph")
@@ -202,7 +204,7 @@ class _Numerics:
         except ortcheck.Unrunnable as e:
             return f"not checked: {e}"
         except Exception as e:
-            raise ModelError(f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_first_line(e)}",
+            raise ModelError(f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_why(e)}",
                              hint="the pass is wrong for this graph; remove it or report the bug") from e
         why = why or getattr(self, "why", "no earlier graph ONNX Runtime could run")
         self.reference, self.feeds = model, self._complete(model, self.feeds)
@@ -215,6 +217,6 @@ def _own(e: PassError, p: Pass) -> str:
     return text[len(p.name) + 2:] if text.startswith(f"{p.name}: ") else text
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+def _why(e: BaseException) -> str:
+    """What ONNX Runtime said (a refused session's own words), else the error's first line."""
+    return getattr(e, "detail", "") or first_line(e)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.graph.proto import constants_to_initializers, copy_model, remove_unused, toposort
 from deploykit.surgery.base import Pass, PassResult
 from deploykit.surgery.dedupe import eliminate_common, merge_equal_constants
-from deploykit.surgery.graph import constant_node_value, copy_model, remove_nodes, remove_unused, toposort
 from deploykit.surgery.shapefold import fold_reshape_targets, fold_static_shapes
 
 
@@ -101,27 +101,6 @@ def _plain_round(model: onnx.ModelProto) -> None:
     constants_to_initializers(model.graph)
     remove_unused(model.graph)
     toposort(model.graph)
-
-
-def constants_to_initializers(graph: onnx.GraphProto) -> int:
-    """Turn main-graph Constant nodes into initializers of the same name; return how many.
-
-    Done here rather than by onnx-graphsurgeon, which reads ``value_floats`` as float64 and so
-    changes the type of what it folds.
-    """
-    from onnx import numpy_helper
-
-    outputs = {o.name for o in graph.output}
-    doomed = []
-    for node in graph.node:
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or node.output[0] in outputs:
-            continue
-        value = constant_node_value(node)
-        if value is not None:
-            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-            doomed.append(node)
-    remove_nodes(graph, doomed)
-    return len(doomed)
 
 
 def _drop_initializer_inputs(model: onnx.ModelProto) -> int:

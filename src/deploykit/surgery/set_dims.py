@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from deploykit.graph.proto import copy_model
 from deploykit.surgery.base import Pass, PassConfigError, PassResult
 from deploykit.surgery.dims import check_shapes, input_dims, refresh_shapes, substitute, write_input_shape
-from deploykit.surgery.graph import copy_model
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, Union
 import numpy as np
 import onnx
 
-from deploykit.surgery.graph import constant_value, producers
+from deploykit.graph.proto import constant_value, producers
 
 # A known size; ("sym", name) for a dynamic dim shape inference named; (tensor, axis) for an unnamed one.
 Dim = Union[int, tuple[str, Any]]

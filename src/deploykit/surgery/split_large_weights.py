@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.graph.proto import copy_model
 from deploykit.surgery.base import Pass, PassConfigError, PassResult
-from deploykit.surgery.graph import copy_model
 
 PROTOBUF_LIMIT = 2**31 - 1
 

@@ -1,18 +1,12 @@
-"""The evaluators: a graph as written (FP16 emulated), and as ONNX Runtime computes it (FP8-safe)."""
+"""The one session factory: a graph as written (FP16 emulated), and as ONNX Runtime computes it (FP8-safe)."""
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from deploykit.quant.evaluate import (
-    FP8_UNSAFE_OPTIMIZERS,
-    emulate_fp16,
-    has_float8,
-    open_as_ort_computes,
-    open_as_written,
-    ort_disabled_optimizers,
-)
+from deploykit.graph.emulate import FP8_UNSAFE_OPTIMIZERS, emulate_fp16, has_float8, ort_disabled_optimizers
+from deploykit.graph.run import evaluator_for, session_from_onnx
 from tests.quant import models
 
 
@@ -31,7 +25,7 @@ def fp16_graph():
 
 def test_fp16_tensors_are_rounded_and_overflow_as_the_graph_says():
     x = np.array([[1e-4, 2.0, 100.0]], np.float32)
-    y = open_as_written(fp16_graph()).infer({"x": x})["y"]
+    y = session_from_onnx(fp16_graph()).infer({"x": x})["y"]
     assert y[0, 0] == 1000.0  # 1 + 1e-4 rounds to 1.0 in FP16 (FP32 would give 1000.1)
     assert y[0, 1] == 3000.0
     assert np.isinf(y[0, 2])  # 101 * 1000 overflows FP16: the emulation must not hide it
@@ -44,9 +38,9 @@ def test_emulation_matches_the_onnx_reference_evaluator_on_a_converted_cnn():
 
     model = to_fp16(models.cnn((8, 8), size=8), [])
     x = models.images(1, size=8, seed=3)[0]
-    ours = open_as_written(model).infer(x)
+    ours = session_from_onnx(model).infer(x)
     ref = ReferenceEvaluator(model).run(None, x)[0]
-    fp32 = open_as_written(models.cnn((8, 8), size=8)).infer(x)
+    fp32 = session_from_onnx(models.cnn((8, 8), size=8)).infer(x)
     name = next(iter(ours))
     assert np.allclose(ours[name], ref, rtol=2e-3, atol=2e-3)
     assert not np.array_equal(ours[name], fp32[name])  # FP16 rounding happened
@@ -57,7 +51,7 @@ def test_emulated_graph_keeps_tensor_names_for_diagnosis():
     produced = {o for n in graph.graph.node for o in n.output}
     assert {"xh", "a", "m", "y"} <= produced
     assert all(i.data_type == TensorProto.FLOAT for i in graph.graph.initializer)
-    session = open_as_written(fp16_graph(), expose=("a",))
+    session = session_from_onnx(fp16_graph(), expose=("a",))
     assert session.run_all({"x": np.ones((1, 3), np.float32)})["a"].tolist() == [[2.0, 2.0, 2.0]]
 
 
@@ -65,7 +59,7 @@ def test_fp16_inputs_and_outputs_keep_their_declared_type():
     node = helper.make_node("Add", ["x", "x"], ["y"], name="add")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])])
-    session = open_as_written(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    session = session_from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     out = session.infer({"x": np.array([1.5, 40000.0], np.float16)})["y"]
     assert out.dtype == np.float16 and out[0] == 3.0 and np.isinf(out[1])
     assert [i.dtype for i in session.inputs] == ["float16"]
@@ -87,10 +81,10 @@ def test_fp8_graphs_disable_relu_quant_rewrite_and_match_the_graph():
     model = fp8_relu_graph()
     assert has_float8(model) and ort_disabled_optimizers(model) == FP8_UNSAFE_OPTIMIZERS
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
-    written = open_as_written(model).infer({"x": x})["y"]
+    written = session_from_onnx(model).infer({"x": x})["y"]
     assert written.min() >= 0  # the Relu is there
     for level in ("extended", "all"):
-        computed = open_as_ort_computes(model, level).infer({"x": x})["y"]
+        computed = session_from_onnx(model, "onnxruntime", level=level).infer({"x": x})["y"]
         np.testing.assert_array_equal(computed, written)
 
 
@@ -98,7 +92,7 @@ def test_without_the_guard_onnx_runtime_drops_the_relu_in_front_of_fp8():
     """Canary for the measured ORT bug the guard exists for; skips once ORT no longer has it."""
     import onnxruntime as ort
 
-    from deploykit.backends.onnxruntime import session_options
+    from deploykit.graph.run import session_options
 
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
     session = ort.InferenceSession(fp8_relu_graph().SerializeToString(), session_options("extended"),
@@ -114,8 +108,60 @@ def test_int8_graphs_need_no_disabled_optimizer():
     assert not has_float8(onnx.ModelProto())
 
 
-def test_open_for_target_picks_the_evaluator_parity_needs():
-    from deploykit.quant.evaluate import open_for_target
+def test_evaluator_for_picks_the_evaluator_parity_needs():
+    def open_for_target(model, flavour, level="extended"):
+        return session_from_onnx(model, evaluator_for(flavour), level=level)
 
     assert open_for_target(models.cnn((4,)), "tensorrt").evaluator.startswith("as written")
     assert "optimization level all" in open_for_target(models.cnn((4,)), "onnxruntime", "all").evaluator
+
+
+def _relu_model(shape=(2, 3)):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", shape[1]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", shape[1]])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("evaluator", ["as_written", "onnxruntime"])
+@pytest.mark.parametrize(("feeds", "message"), [
+    ({"x": np.zeros((2, 3), np.float64)}, "input 'x' is float64, the model expects float32"),
+    ({"x": np.zeros((2, 3, 1), np.float32)}, "input 'x' has shape [2, 3, 1], the model expects rank 2"),
+    ({"x": np.zeros((2, 4), np.float32)}, "input 'x' axis 1 is 4, the model was built for 3"),
+    ({"images": np.zeros((2, 3), np.float32)}, "feeds ['images'] do not match the model's inputs ['x']"),
+])
+def test_every_session_checks_feeds_and_names_the_tensor(evaluator, feeds, message):
+    from deploykit.errors import DataError
+
+    session = session_from_onnx(_relu_model(), evaluator)
+    with pytest.raises(DataError) as info:
+        session.infer(feeds)
+    assert message in info.value.message
+    with pytest.raises(DataError):
+        session.timed_runner(feeds)
+
+
+def test_graph_sessions_ignore_extra_feeds_and_engine_sessions_refuse_them(tmp_path):
+    from deploykit.errors import DataError
+    from deploykit.graph.run import session_from_engine
+
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    graph = session_from_onnx(_relu_model())
+    np.testing.assert_array_equal(graph.infer({"x": x, "other": x})["y"], np.maximum(x, 0))  # dynamic batch
+    onnx.save(_relu_model(), tmp_path / "m.onnx")
+    engine = session_from_engine(tmp_path / "m.onnx", "test")
+    assert engine.inputs[0].shape == ("batch", 3) and engine.inputs[0].dtype == "float32"
+    np.testing.assert_array_equal(engine.infer({"x": x})["y"], np.maximum(x, 0))
+    with pytest.raises(DataError, match=r"do not match the engine's inputs \['x'\]"):
+        engine.infer({"x": x, "other": x})
+
+
+def test_a_refused_graph_is_a_session_error_with_what_onnx_runtime_said():
+    from deploykit.graph.run import SessionError
+
+    model = _relu_model()
+    model.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(SessionError) as info:
+        session_from_onnx(model, "onnxruntime", failure="cannot run it", hint="fix it")
+    assert info.value.message.startswith("cannot run it: ") and info.value.hint == "fix it"
+    assert "NoSuchOp" in info.value.detail and info.value.detail in info.value.message

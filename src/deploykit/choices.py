@@ -1,0 +1,33 @@
+"""Every enumerated value deploykit accepts, defined once.
+
+Config fields are typed with these ``Literal`` types (so loading a config validates them and names
+the valid values), the CLI's help and choices come from :func:`listed`, and dispatch tables are
+keyed by :func:`values`. Stage names are not here: each stage declares its own (``Stage.name``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+Precision = Literal["fp32", "fp16", "int8", "fp8", "int4"]
+TargetPrecision = Literal["any", Precision]  # the build a gate target is for
+Flavour = Literal["tensorrt", "onnxruntime"]  # what a quantized graph is written for
+QuantizeTarget = Literal["auto", Flavour]  # auto: follows build.backend (fp8/int4: tensorrt)
+CalibrationMethod = Literal["max", "entropy", "percentile", "mse"]
+Method = Literal["auto", CalibrationMethod]  # auto: the best of several methods on held-out samples
+Evaluator = Literal["as_written", "onnxruntime"]  # how a graph's numbers are computed on the CPU
+Exporter = Literal["auto", "dynamo", "torchscript"]
+OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runtime graph optimizations
+Provider = Literal["cpu", "cuda", "tensorrt"]  # ONNX Runtime execution providers
+InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
+LogFormat = Literal["human", "json"]
+
+
+def values(kind: Any) -> tuple[str, ...]:
+    """The values of one of the ``Literal`` types above, in their order."""
+    return get_args(kind)
+
+
+def listed(kind: Any, *, without: tuple[str, ...] = ()) -> str:
+    """``a | b | c``: the values as help texts show them."""
+    return " | ".join(v for v in values(kind) if v not in without)

@@ -1,0 +1,134 @@
+"""ONNX files: read and write them safely (external data stays inside the model's folder), check them.
+
+A model below 2 GB is written as one self-contained file; above, its weights go to one ``.data``
+file beside it, and a copy always takes that file along. External data that points outside the
+model's folder (an absolute path, ``..``) is refused: an untrusted model stays data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploykit.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnx
+
+PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize a message this large; larger models go through a file
+
+
+def load_model(path: Path, *, load_external: bool = True) -> onnx.ModelProto:
+    """Parse an ONNX file; refuse external data that points outside the model's folder."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not path.is_file():
+        raise ModelError(f"{path}: no such ONNX file", hint="check the path in the config or on the command line")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelError(f"{path}: not a readable ONNX model ({e})",
+                         hint="the file may be truncated or not ONNX; re-export it") from e
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"{path}: parsed as ONNX but holds no graph (truncated or not an ONNX file?)",
+                         hint="re-export the model")
+    for name in external_data_files(model, path):
+        if not name.is_file():
+            raise ModelError(f"{path}: external data file {name.name!r} is missing",
+                             hint="copy the model together with its .data file")
+    if load_external:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    return model
+
+
+def external_data_files(model: onnx.ModelProto, path: Path) -> list[Path]:
+    """The external-data files a model refers to; each must lie inside the model's folder."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    folder = path.parent.resolve()
+    files = set()
+    for tensor in _get_all_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (folder / location).resolve()
+        if Path(location).is_absolute() or not target.is_relative_to(folder):
+            raise ModelError(f"{path}: tensor {tensor.name!r} points to external data outside the model's "
+                             f"folder ({location!r})", hint="untrusted paths are refused; move the data beside the model")
+        files.add(target)
+    return sorted(files)
+
+
+def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    """Run the ONNX checker and strict shape inference; return the model with inferred shapes."""
+    import onnx
+
+    from deploykit.graph.proto import graph_problems
+
+    problems = graph_problems(model.graph)  # the checker's own message for these loses the node name
+    if problems:
+        raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
+                         "`deploykit inspect` shows the graph")
+    try:
+        if model.ByteSize() < PROTO_LIMIT:
+            onnx.checker.check_model(model, full_check=False)
+            return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        onnx.checker.check_model(str(path))
+        return model
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise ModelError(f"{path}: invalid ONNX model: {first}", hint="fix the exporter or the graph; "
+                         "`deploykit inspect` shows the graph") from e
+
+
+def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
+    """Write one self-contained file, or file + ``.data`` beside it when over 2 GB; return what was written."""
+    import onnx
+
+    if model.ByteSize() < PROTO_LIMIT:
+        onnx.save_model(model, str(path))
+        return [path]
+    data = path.with_suffix(".onnx.data")
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data.name, size_threshold=1024)
+    return [path, data]
+
+
+def copy_model_files(src: Path, dst: Path) -> None:
+    """Copy a model with its external data files, keeping their relative names."""
+    import onnx
+
+    model = onnx.load(str(src), load_external_data=False)
+    shutil.copyfile(src, dst)
+    for f in external_data_files(model, src):
+        target = dst.parent / f.relative_to(src.parent.resolve())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
+
+
+def uses_file(model: onnx.ModelProto) -> bool:
+    """Whether the model must go through a file: too large for protobuf, or marked for external data."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return model.ByteSize() >= PROTO_LIMIT or any(uses_external_data(t) for t in _get_all_tensors(model))
+
+
+@contextlib.contextmanager
+def as_file(model: onnx.ModelProto) -> Iterator[Path]:
+    """The model written to a temporary folder (weights over 1 KiB beside it when it must)."""
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="deploykit-surgery-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        external = model.ByteSize() >= PROTO_LIMIT
+        onnx.save_model(copy, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
+                        location="model.onnx.data", size_threshold=1024)
+        yield path
+
