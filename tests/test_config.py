@@ -79,3 +79,30 @@ def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
     code, _, err = run_cli("convert", str(path), "-w", str(tmp_path / "store"))
     assert code == 2 and "['bold']" in err  # rich must not swallow it as markup
     assert "expected an integer or a string" in err
+
+
+def test_a_calibration_method_for_a_precision_without_ranges_is_refused_at_load(tmp_path):
+    path = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "auto") + "quantize: {method: entropy}\n")
+    assert load_config(path).quantize.method == "entropy"  # fp32: the stage does not run, nothing to refuse
+    assert load_config(path, {"quantize.precision": "int8"}).quantize.method == "entropy"
+    for precision in ("fp16", "int4"):
+        with pytest.raises(ConfigError, match=f"method 'entropy' does not apply to precision {precision}: only "
+                                              "int8 and fp8 calibrate"):
+            load_config(path, {"quantize.precision": precision})
+    assert load_config(path, {"quantize.precision": "fp16", "quantize.method": "max"}).quantize.method == "max"
+
+
+def test_one_tolerance_type_a_partial_quantize_tolerance_keeps_the_other_defaults(tmp_path):
+    from deploykit.config import Tolerance, parity_preset
+
+    path = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "auto")
+                 + "quantize: {precision: int8, tolerances: {int8: {rel_l2: 0.05}}}\n")
+    q = load_config(path).quantize
+    assert isinstance(q.tolerance(), Tolerance) and (q.tolerance().rel_l2, q.tolerance().cosine) == (0.05, 0.995)
+    preset = parity_preset(q)
+    assert (preset.rel_l2, preset.cosine, preset.rel_floor, preset.max_abs) == (0.05, 0.995, 1e-2, None)
+    with pytest.raises(ConfigError, match="cosine must be in"):
+        load_config(path, {"quantize.tolerances.int8": {"cosine": 1.5}})
+    with pytest.raises(ConfigError, match="rel_l2 must be >= 0"):
+        load_config(path, {"parity.default": {"rel_l2": -1}})
+    assert load_config(path, {"parity.default": {"cosine": float("-inf")}}).parity.default.cosine == float("-inf")

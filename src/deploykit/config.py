@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from deploykit.choices import (
+    Exporter,
+    Flavour,
+    InputDtype,
+    Method,
+    OptimizationLevel,
+    Precision,
+    Provider,
+    QuantizeTarget,
+    TargetPrecision,
+)
 from deploykit.data import DataConfig
 from deploykit.errors import ConfigError
-from deploykit.quant.config import QuantizeConfig
 from deploykit.typed import from_value
+
+CALIBRATED: tuple[Precision, ...] = ("int8", "fp8")  # the precisions whose activation ranges a method calibrates
 
 
 @dataclass(frozen=True)
@@ -44,12 +58,12 @@ class Dim:
 class InputSpec:
     name: str
     shape: tuple[int | str, ...]
-    dtype: Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"] = "float32"
+    dtype: InputDtype = "float32"
 
 
 @dataclass(frozen=True)
 class ExportConfig:
-    exporter: Literal["auto", "dynamo", "torchscript"] = "auto"
+    exporter: Exporter = "auto"
     opset: int = 18
     check_atol: float = 1e-4  # ONNX Runtime vs torch at export, on random inputs
     check_rtol: float = 1e-3
@@ -92,9 +106,9 @@ class TensorRTOptions:
 class BuildConfig:
     backend: str = "onnxruntime"
     # onnxruntime backend
-    optimization_level: Literal["disabled", "basic", "extended", "all"] = "extended"
+    optimization_level: OptimizationLevel = "extended"
     intra_op_threads: int = 0  # 0 = ONNX Runtime's choice (one per physical core)
-    provider: Literal["cpu", "cuda", "tensorrt"] = "cpu"
+    provider: Provider = "cpu"
     # tensorrt backend
     tensorrt: TensorRTOptions = TensorRTOptions()
     plugins: tuple[str, ...] = ()  # plugin libraries loaded before parsing; their digests enter the key
@@ -118,6 +132,14 @@ class Tolerance:
     max_rel: float | None = None  # on elements with |ref| >= rel_floor * max|ref|
     rel_floor: float | None = None  # a fraction of the output's max |ref|
 
+    def __post_init__(self) -> None:
+        if self.cosine is not None and not (0.0 <= self.cosine <= 1.0 or self.cosine == -math.inf):
+            raise ValueError(f"cosine must be in [0, 1] (-.inf: off), got {self.cosine}")
+        for name in ("max_abs", "mean_abs", "rel_l2", "max_rel"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name} must be >= 0 (.inf: off), got {value}")
+
     def over(self, base: Tolerance) -> Tolerance:
         """This tolerance with its unset fields taken from ``base``."""
         mine = dataclasses.asdict(self)
@@ -130,14 +152,111 @@ class Tolerance:
 FP32_TOLERANCE = Tolerance(max_abs=1e-3, mean_abs=1e-4, rel_l2=1e-4, cosine=0.9999, rel_floor=1e-2)
 
 
+@dataclass(frozen=True)
+class QuantTolerances:
+    """The tolerance for each quantized precision, against the FP32 graph (worst sample); parity
+    judges a quantized model by the same numbers (:func:`parity_preset`).
+
+    rel_l2 and cosine are scale-free and catch what matters (a dropped Relu: cosine 0.57, a crushed
+    Sigmoid); max_abs/mean_abs depend on an output's scale, so they stay off unless set. A field
+    left out keeps the default below (``int8: {rel_l2: 0.05}`` keeps cosine 0.995).
+    """
+
+    fp16: Tolerance = Tolerance(rel_l2=0.01, cosine=0.9999)
+    int8: Tolerance = Tolerance(rel_l2=0.1, cosine=0.995)
+    fp8: Tolerance = Tolerance(rel_l2=0.1, cosine=0.995)
+    int4: Tolerance = Tolerance(rel_l2=0.2, cosine=0.98)
+
+
+@dataclass(frozen=True)
+class RepairConfig:
+    """The precision-repair loop: exclude the nodes that add most error until parity holds."""
+
+    enabled: bool = False
+    max_iterations: int = 8  # quantize-and-check rounds, the first included
+    max_nodes: int = 12  # nodes the loop may take out of quantization in total
+    nodes_per_step: int = 1
+    samples: int = 8  # calibration samples the check and the per-layer diagnosis run on
+    threshold: float = 0.05  # rel-L2 at which the diagnosis calls a tensor broken
+
+    def __post_init__(self) -> None:
+        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"repair.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """What the quantize stage writes into the ONNX graph, and from which calibration statistics."""
+
+    precision: Precision = "fp32"  # fp32 skips the stage
+    target: QuantizeTarget = "auto"  # auto: follows build.backend (fp8/int4: tensorrt)
+    # auto: max, percentile and MSE ranges from the same passes; the one whose quantized model checks best.
+    # Only int8 and fp8 calibrate activation ranges (CALIBRATED): other precisions take auto (or max).
+    method: Method = "auto"
+    percentile: float = 99.99  # of |x| (tensorrt) or of each tail (onnxruntime)
+    num_bins: int = 2048  # histogram bins for entropy / percentile / mse
+    bounded: Literal["max", "exclude"] = "max"  # Sigmoid/Softmax/Tanh outputs: max calibration, or unquantized
+    high_precision: Literal["fp16", "fp32"] = "fp16"  # tensorrt: what the non-quantized rest runs in
+    fp16_limit: float = 16384.0  # |x| above this (weights or calibration activations) keeps a node FP32
+    fp16_overflow: Literal["keep_fp32", "refuse"] = "keep_fp32"
+    per_channel: bool = True  # per-channel weight scales
+    reduce_range: Literal["auto", "on", "off"] = "auto"  # onnxruntime: 7-bit weights; auto = on without VNNI
+    already_quantized: Literal["refuse", "pass"] = "refuse"  # a model with Q/DQ or ConvInteger
+    exclude_nodes: tuple[str, ...] = ()  # node names kept out of quantization
+    exclude_op_types: tuple[str, ...] = ()
+    exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
+    keep_fp32_nodes: tuple[str, ...] = ()  # node names kept in FP32 even where the rest is FP16
+    int4_block_size: int = 128
+    check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
+    repair: RepairConfig = RepairConfig()
+    tolerances: QuantTolerances = QuantTolerances()
+
+    def __post_init__(self) -> None:
+        if self.enabled and self.precision not in CALIBRATED and self.method not in ("auto", "max"):
+            raise ValueError(f"method {self.method!r} does not apply to precision {self.precision}: only "
+                             f"{' and '.join(CALIBRATED)} calibrate activation ranges (set method: auto or max)")
+        if not 50.0 < self.percentile <= 100.0:
+            raise ValueError(f"percentile must be in (50, 100], got {self.percentile}")
+        if self.num_bins < 256:
+            raise ValueError(f"num_bins must be >= 256 (entropy needs 128 quantized bins), got {self.num_bins}")
+        if not 0 < self.fp16_limit <= 65504:
+            raise ValueError(f"fp16_limit must be in (0, 65504], got {self.fp16_limit}")
+        if self.check_samples < 1:
+            raise ValueError(f"check_samples must be >= 1, got {self.check_samples}")
+        for pattern in self.exclude_patterns:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"exclude_patterns: {pattern!r} is not a regular expression ({e})") from e
+
+    @property
+    def enabled(self) -> bool:
+        return self.precision != "fp32"
+
+    def tolerance(self) -> Tolerance:
+        """The tolerance for this precision, unset fields from the defaults (fp32 has none: the
+        stage does not run)."""
+        return getattr(self.tolerances, self.precision).over(getattr(QuantTolerances(), self.precision))
+
+    def flavour(self, backend: str) -> Flavour:
+        """The target flavour: as configured, else the build backend's; FP8 and INT4 exist only as
+        the tensorrt flavour (ONNX Runtime's CPU kernels have no FP8 or INT4 convolution)."""
+        if self.target != "auto":
+            return self.target
+        if backend == "tensorrt" or self.precision in ("fp8", "int4"):
+            return "tensorrt"
+        return "onnxruntime"
+
+
 def parity_preset(quantize: QuantizeConfig) -> Tolerance:
     """The tolerance parity uses for what ``parity.default`` and ``parity.outputs`` leave unset."""
     if quantize.precision == "fp32":
         return FP32_TOLERANCE
     q = quantize.tolerance()
-    # max_abs/mean_abs depend on each output's scale: the quantize config leaves them at inf (off).
-    finite = {k: getattr(q, k) for k in ("max_abs", "mean_abs") if getattr(q, k) != float("inf")}
-    return Tolerance(rel_l2=q.rel_l2, cosine=q.cosine, rel_floor=1e-2, **finite)
+    # max_abs/mean_abs depend on each output's scale: off unless the quantize tolerance sets them finite.
+    off = {k: None for k in ("max_abs", "mean_abs") if getattr(q, k) in (None, math.inf)}
+    return dataclasses.replace(q.over(Tolerance(rel_floor=1e-2)), **off)
 
 
 @dataclass(frozen=True)
@@ -244,7 +363,7 @@ class Target:
     fps: float | None = None
     latency_ms_p99: float | None = None
     batch: int = 1
-    precision: Literal["any", "fp32", "fp16", "int8", "fp8", "int4"] = "any"  # the build this target is for
+    precision: TargetPrecision = "any"  # the build this target is for
 
     def __post_init__(self) -> None:
         if self.fps is None and self.latency_ms_p99 is None:

@@ -11,9 +11,10 @@ attributes ``plugin_version`` / ``plugin_namespace`` that TensorRT's parser maps
   instead of the model-local function body.
 
 :func:`register_exporters` (run when :mod:`deploykit.plugins.torch_ops` is imported) registers the
-TorchScript symbolics, adds the translations to the export stage's table, a hook that gives every
-exported plugin node its ONNX Runtime body (:func:`deploykit.plugins.onnx_functions.attach_bodies`),
-and the same bodies with the ``lower_plugins`` surgery pass.
+TorchScript symbolics and, through the export extension point (:mod:`deploykit.export_hooks`), the
+dynamo translations and a hook that gives every exported plugin node its ONNX Runtime body
+(:func:`deploykit.plugins.onnx_functions.attach_bodies`); and the same bodies with the
+``lower_plugins`` surgery pass.
 Outside deploykit, pass ``translation_table()`` to ``torch.onnx.export(..., dynamo=True)``.
 """
 
@@ -144,12 +145,11 @@ def _attach_bodies_hook(model: Any) -> Any:
 
 
 def register_exporters() -> None:
-    """Make both exporters emit the plugin nodes, and exported models carry their ONNX Runtime bodies."""
+    """Make both exporters emit the plugin nodes, and exported models carry their ONNX Runtime bodies
+    (through the export extension point, :mod:`deploykit.export_hooks`)."""
+    from deploykit.export_hooks import register_export_hooks
     from deploykit.plugins.onnx_functions import register_bodies
-    from deploykit.stages import export
 
     register_bodies()  # for the lower_plugins surgery pass
     register_torchscript()
-    export.DYNAMO_TRANSLATIONS.update(translation_table())
-    if _attach_bodies_hook not in export.EXPORTED_MODEL_HOOKS:
-        export.EXPORTED_MODEL_HOOKS.append(_attach_bodies_hook)
+    register_export_hooks("deploykit.plugins", translations=translation_table(), model_hook=_attach_bodies_hook)

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from deploykit.choices import Flavour
+from deploykit.config import CALIBRATED, QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
 from deploykit.quant.check import Check, Reference, check
-from deploykit.quant.config import Flavour, QuantizeConfig
 from deploykit.quant.ranges import AUTO_METHODS, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
 
@@ -178,7 +179,7 @@ def _still_present(model: onnx.ModelProto, excluded: dict[str, str], notes: list
 
 
 def _settings(cfg: QuantizeConfig, flavour: Flavour) -> RangeSettings:
-    method = cfg.method if cfg.precision in ("int8", "fp8") else "max"
+    method = cfg.method if cfg.precision in CALIBRATED else "max"  # the config refuses another method for these
     return RangeSettings(method, cfg.percentile, cfg.num_bins, "fp8" if cfg.precision == "fp8" else "int8")
 
 

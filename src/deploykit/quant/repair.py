@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deploykit.config import RepairConfig
 from deploykit.quant.check import Check
-from deploykit.quant.config import RepairConfig
 
 if TYPE_CHECKING:
     import onnx

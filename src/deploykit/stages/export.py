@@ -6,12 +6,13 @@ import contextlib
 import io
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from deploykit import export_hooks
 from deploykit.artifacts import Artifact
 from deploykit.config import Config
 from deploykit.environment import tool_versions
@@ -23,14 +24,6 @@ from deploykit.stages.base import Stage, StageContext
 from deploykit.torchsource import build_model, run_torch, source_fingerprint
 
 MODEL = "model.onnx"
-
-# Hooks for custom torch ops, filled by the package that defines them (deploykit.plugins does when
-# its torch ops are imported). DYNAMO_TRANSLATIONS: op overload -> translation function, passed to
-# the dynamo exporter as custom_translation_table (the TorchScript exporter has a global registry).
-# EXPORTED_MODEL_HOOKS: onnx.ModelProto -> onnx.ModelProto, applied to every export before it is
-# saved and checked (e.g. giving custom-op nodes a body ONNX Runtime can run).
-DYNAMO_TRANSLATIONS: dict[Any, Callable[..., Any]] = {}
-EXPORTED_MODEL_HOOKS: list[Callable[[Any], Any]] = []
 
 
 class ExportStage(Stage):
@@ -60,7 +53,7 @@ class ExportStage(Stage):
         cfg = ctx.config
         model = build_model(cfg)
         onnx_model, exporter, fallback_reason = export_model(model, cfg)
-        for hook in EXPORTED_MODEL_HOOKS:  # outside export_model: a hook's error is not an exporter's
+        for hook in export_hooks.model_hooks():  # outside export_model: a hook's error is not an exporter's
             onnx_model = hook(onnx_model)
         save_model(onnx_model, out / MODEL)
         check = check_against_torch(model, cfg, out / MODEL)
@@ -94,7 +87,7 @@ def _export_with(model: Any, cfg: Config, exporter: str) -> Any:
             program = torch.onnx.export(model, example, dynamo=True, input_names=names, output_names=outputs,
                                         opset_version=cfg.export.opset, dynamic_shapes=_dynamo_shapes(cfg),
                                         external_data=False, verbose=False,
-                                        custom_translation_table=dict(DYNAMO_TRANSLATIONS) or None)
+                                        custom_translation_table=export_hooks.dynamo_translations() or None)
             return program.model_proto
         torch.onnx.export(model, example, buf, dynamo=False, input_names=names, output_names=outputs,
                           opset_version=cfg.export.opset, dynamic_axes=_dynamic_axes(cfg) or None)

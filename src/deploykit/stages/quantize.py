@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.artifacts import Artifact
+from deploykit.config import CALIBRATED
 from deploykit.environment import onnxruntime_version, tool_versions
 from deploykit.errors import ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
@@ -151,7 +152,7 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> di
     (out / PRECISION).write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
     check = result.check.to_dict() if result.check else None
     method = result.settings.method
-    if job.cfg.method == "auto" and job.cfg.precision in ("int8", "fp8") and result.ranges:
+    if job.cfg.method == "auto" and job.cfg.precision in CALIBRATED and result.ranges:
         method = f"auto ({method})"
     return _finite({"precision": job.cfg.precision, "flavour": job.flavour, "method": method,
             "samples": samples, "quantized_nodes": len(quantized_node_names(result.model)),

@@ -33,8 +33,11 @@ class SurgeryStage(Stage):
         return {"passes": passes, "check_atol": s.check_atol, "check_rtol": s.check_rtol}
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+        from deploykit.plugins.onnx_functions import register_bodies
         from deploykit.surgery.registry import instantiate
         from deploykit.surgery.runner import run_passes
+
+        register_bodies()  # deploykit's plugin ops get their ONNX bodies for lower_plugins
 
         src = inputs["model"].file(MODEL)
         cfg = ctx.config

@@ -15,8 +15,9 @@ Code registers, per plugin op type, a builder that returns an ``onnx.FunctionPro
 The builder sees the node (its attributes, how many inputs and outputs it has) and the model's
 ``ai.onnx`` opset, which the body must use (the checker rejects a function importing another
 version). The function's name and domain are set by ``lower_plugins``. Builders are found through
-:func:`register_body`, :data:`BUILTIN_BODIES` (``op_type -> "module:attr"``, imported on first use)
-and the ``deploykit.plugin_bodies`` entry-point group.
+:func:`register_body` and the ``deploykit.plugin_bodies`` entry-point group. deploykit's own plugin
+ops register theirs (:func:`deploykit.plugins.onnx_functions.register_bodies`) when their torch ops
+load and before the surgery stage runs: surgery knows nothing of the packages above it.
 """
 
 from __future__ import annotations
@@ -29,13 +30,6 @@ from importlib import metadata
 import onnx
 
 BodyBuilder = Callable[[onnx.NodeProto, int], onnx.FunctionProto]
-
-# Bodies shipped with deploykit, imported on first use: op_type -> "module:attr" (a BodyBuilder).
-BUILTIN_BODIES: dict[str, str] = {
-    "BEVPoolV2": "deploykit.plugins.onnx_functions:body_builder",
-    "PillarScatter": "deploykit.plugins.onnx_functions:body_builder",
-}
-
 
 @dataclass(frozen=True)
 class BodyEntry:
@@ -59,16 +53,16 @@ def unregister_body(op_type: str) -> None:
 
 
 def registered_ops() -> list[str]:
-    names = set(_REGISTERED) | set(BUILTIN_BODIES)
+    names = set(_REGISTERED)
     names |= {ep.name for ep in metadata.entry_points(group="deploykit.plugin_bodies")}
     return sorted(names)
 
 
 def body_builder(node: onnx.NodeProto) -> BodyBuilder | None:
-    """The builder for a node's op type (and domain), loading a built-in or entry point on first use."""
+    """The builder for a node's op type (and domain), loading an entry point on first use."""
     entry = _REGISTERED.get(node.op_type)
     if entry is None:
-        target = BUILTIN_BODIES.get(node.op_type) or next(
+        target = next(
             (ep.value for ep in metadata.entry_points(group="deploykit.plugin_bodies") if ep.name == node.op_type),
             None)
         if target is None:
