@@ -1,24 +1,36 @@
 """The Python API: ``convert`` runs every stage; ``export`` ... ``gate`` run up to one stage.
 
 Each takes a ``deploykit.yaml`` path, a :class:`Config`, or an ``.onnx`` file (then the inputs come
-from the model, with dynamic dims set by ``dims={"batch": (1, 1, 8)}``), plus dotted overrides
-written with double underscores: ``convert("deploykit.yaml", gate__iterations=50)``.
+from the model, with dynamic dims set by ``dims={"batch": (1, 1, 8)}``), plus config overrides: a
+mapping of dotted fields, ``overrides={"gate.iterations": 50}`` (what ``--set`` gives the CLI), or
+the same as keywords with double underscores, ``convert("deploykit.yaml", gate__iterations=50)``.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from deploykit.artifacts import Store
+from deploykit.choices import Precision, listed
 from deploykit.config import Config, config_from_dict, load_config
 from deploykit.errors import UsageError
 from deploykit.progress import Reporter
 from deploykit.result import RunResult
 
 DEFAULT_WORKDIR = ".deploykit"
-REPORT_FILES = {"parity": ["parity.json"], "gate": ["gate.json", "junit.xml", "summary.md"]}
+
+
+def merged_overrides(overrides: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted overrides from a mapping and from ``a__b=value`` keywords; a field given both ways must agree."""
+    out = {k.replace("__", "."): v for k, v in fields.items()}
+    for key, value in (overrides or {}).items():
+        if key in out and out[key] != value:
+            raise UsageError(f"override {key!r} is given twice, as {out[key]!r} and {value!r}")
+        out[key] = value
+    return out
 
 
 def resolve_config(source: str | Path | Config, overrides: dict[str, Any] | None = None,
@@ -69,7 +81,8 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
 
 def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, until: str | None = None,
             rerun: tuple[str, ...] = (), report_dir: str | Path | None = None, reporter: Reporter | None = None,
-            dims: dict[str, tuple[int, int, int]] | None = None, **overrides: Any) -> RunResult:
+            dims: dict[str, tuple[int, int, int]] | None = None, overrides: Mapping[str, Any] | None = None,
+            **fields: Any) -> RunResult:
     """Run the pipeline; return the result, or raise (GateFailed and others carry ``.result``).
 
     Args:
@@ -80,12 +93,13 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         report_dir: where to copy parity/gate reports (JSON, JUnit XML, Markdown).
         reporter: progress and events (silent by default).
         dims: min/opt/max for an ONNX source's dynamic dims.
-        **overrides: config fields, dots written as ``__`` (``gate__iterations=50``).
+        overrides: config fields by dotted name (``{"gate.iterations": 50}``).
+        **fields: config fields, dots written as ``__`` (``gate__iterations=50``).
     """
     from deploykit.pipeline import run_pipeline
     from deploykit.stages import default_stages
 
-    config = resolve_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims)
+    config = resolve_config(source, merged_overrides(overrides, fields), dims)
     store = Store(workdir)
     try:
         result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
@@ -99,15 +113,26 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
 
 
 def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
-    """Copy the run's reports to a stable folder CI can pick up."""
+    """Copy the run's reports (each stage names its own) to a stable folder CI can pick up."""
+    from deploykit.stages import report_files
+
+    files = report_files()
     report_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for role, names in REPORT_FILES.items():
-        artifact = result.artifacts.get(role)
-        for name in names if artifact else ():
-            shutil.copyfile(artifact.file(name), report_dir / name)
+    for record in result.stages:
+        for name in files.get(record.stage, ()) if record.artifact else ():
+            shutil.copyfile(record.artifact.file(name), report_dir / name)
             written.append(report_dir / name)
     return written
+
+
+def write_report(ref: str, output: str | Path = "report.html", *, workdir: str | Path = DEFAULT_WORKDIR,
+                 with_plots: bool = True) -> Path:
+    """Write the HTML report of a run (its name) or an artifact (a digest) from the store; return its path."""
+    from deploykit.report import write_html
+    from deploykit.stages import default_stages
+
+    return write_html(workdir, ref, output, default_stages(), with_plots=with_plots)
 
 
 def _stage_function(stage: str) -> Any:
@@ -128,7 +153,8 @@ gate = _stage_function("gate")
 
 def quantize(source: str | Path | Config, *, calib_data: str | Path | None = None, workdir: str | Path = DEFAULT_WORKDIR,
              rerun: tuple[str, ...] = (), reporter: Reporter | None = None,
-             dims: dict[str, tuple[int, int, int]] | None = None, **overrides: Any) -> RunResult:
+             dims: dict[str, tuple[int, int, int]] | None = None, overrides: Mapping[str, Any] | None = None,
+             **fields: Any) -> RunResult:
     """Run the pipeline up to and including the quantize stage; the artifact is ``result.artifacts["model"]``.
 
     Args:
@@ -138,9 +164,10 @@ def quantize(source: str | Path | Config, *, calib_data: str | Path | None = Non
         rerun: stages to run even when their artifact exists.
         reporter: progress and events (silent by default).
         dims: min/opt/max for an ONNX source's dynamic dims.
-        **overrides: config fields, dots written as ``__`` (``quantize__precision="int8"``).
+        overrides: config fields by dotted name (``{"quantize.precision": "int8"}``).
+        **fields: config fields, dots written as ``__`` (``quantize__precision="int8"``).
     """
-    config = _quantize_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims, calib_data)
+    config = _quantize_config(source, merged_overrides(overrides, fields), dims, calib_data)
     return convert(config, workdir=workdir, until="quantize", rerun=rerun, reporter=reporter)
 
 
@@ -156,5 +183,5 @@ def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dim
     config = resolve_config(source, overrides, dims)
     if not config.quantize.enabled:
         raise UsageError("quantize needs a precision: the config says quantize.precision fp32",
-                         hint="pass --precision int8 (or fp16, fp8, int4)")
+                         hint=f"pass --precision int8 ({listed(Precision, without=('fp32',))})")
     return config

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from deploykit.choices import Flavour, LogFormat, Method, Precision, Provider, listed, values
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -23,10 +24,10 @@ Workdir = Annotated[Path, typer.Option("--workdir", "-w", help="Artifact store; 
 Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: --set gate.iterations=50")]
 Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", help="Run this stage even if its artifact exists.")]
 Backend = Annotated[Optional[str], typer.Option("--backend", help="Build backend (overrides build.backend).")]
-Provider = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu | cuda | tensorrt")]
+ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help=f"onnxruntime execution provider: {listed(Provider)}")]
 Dims = Annotated[Optional[list[str]], typer.Option("--dim", help="Dynamic dim of an ONNX input: --dim batch=1,4,8")]
 ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", help="Copy parity/gate reports (JSON, JUnit, Markdown) here.")]
-LogFormat = Annotated[str, typer.Option("--log-format", help="human | json")]
+LogFormatOpt = Annotated[str, typer.Option("--log-format", help=listed(LogFormat))]
 
 
 def _console() -> Any:
@@ -38,8 +39,8 @@ def _console() -> Any:
 def _reporter(log_format: str) -> Any:
     from deploykit.progress import JsonReporter, RichReporter
 
-    if log_format not in ("human", "json"):
-        raise UsageError(f"--log-format {log_format!r}: use 'human' or 'json'")
+    if log_format not in values(LogFormat):
+        raise UsageError(f"--log-format {log_format!r}: use {listed(LogFormat)}")
     return JsonReporter() if log_format == "json" else RichReporter(_console())
 
 
@@ -82,8 +83,7 @@ def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None,
         overrides["build.backend"] = backend
     try:
         result = api.convert(source, workdir=workdir, until=until, rerun=tuple(rerun or ()), report_dir=report_dir,
-                             reporter=_reporter(log_format), dims=parse_dims(dims),
-                             **{k.replace(".", "__"): v for k, v in overrides.items()})
+                             reporter=_reporter(log_format), dims=parse_dims(dims), overrides=overrides)
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
             _print_table(e.result)  # type: ignore[attr-defined]
@@ -126,10 +126,10 @@ def _gate_flags(allow_missing_target: bool, baseline: Path | None) -> dict[str, 
 @app.command()
 def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .onnx file)")],
             workdir: Workdir = Path(".deploykit"), set_: Sets = None, rerun: Rerun = None, backend: Backend = None,
-            dim: Dims = None, report_dir: ReportDir = None, provider: Provider = None,
-            precision: Annotated[Optional[str], typer.Option(help="fp32 | fp16 | int8 | fp8 (sets quantize.precision)")] = None,
+            dim: Dims = None, report_dir: ReportDir = None, provider: ProviderOpt = None,
+            precision: Annotated[Optional[str], typer.Option(help=f"{listed(Precision)} (sets quantize.precision)")] = None,
             allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-            baseline: BaselineOpt = None, log_format: LogFormat = "human") -> None:
+            baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
     extra: dict[str, Any] = _gate_flags(allow_missing_target, baseline)
     if precision:
@@ -160,7 +160,7 @@ Out = Annotated[Optional[Path], typer.Option("--output", "-o", help="Copy the st
 
 @app.command()
 def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], output: Out = None,
-           workdir: Workdir = Path(".deploykit"), set_: Sets = None, log_format: LogFormat = "human") -> None:
+           workdir: Workdir = Path(".deploykit"), set_: Sets = None, log_format: LogFormatOpt = "human") -> None:
     """Export the torch model to ONNX (checked against torch)."""
     _copy_out(_run(config, "export", workdir, set_, None, None, None, None, log_format),
               "model", output)
@@ -169,7 +169,7 @@ def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], outpu
 @app.command()
 def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml or model.onnx")] = None, output: Out = None,
             pass_: Annotated[Optional[list[str]], typer.Option("--pass", help="A pass: name or name={json params}")] = None,
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human",
+            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human",
             list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False) -> None:
     """Run graph surgery passes (default: the config's, else sanitize)."""
     if list_:
@@ -195,9 +195,9 @@ def _pass_spec(text: str) -> Any:
 
 @app.command()
 def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-          backend: Backend = None, provider: Provider = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None,
+          backend: Backend = None, provider: ProviderOpt = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None,
           dim: Dims = None, plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="TensorRT plugin library (repeatable).")] = None,
-          log_format: LogFormat = "human") -> None:
+          log_format: LogFormatOpt = "human") -> None:
     """Build an engine for a backend."""
     extra: dict[str, Any] = {"build.provider": provider} if provider else {}
     if plugins:
@@ -208,7 +208,7 @@ def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.on
 @app.command()
 def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], backend: Backend = None,
            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
-           log_format: LogFormat = "human") -> None:
+           log_format: LogFormatOpt = "human") -> None:
     """Build (or reuse) the engine and compare it with the FP32 reference."""
     _run(model, "parity", workdir, set_, None, backend, dim, report_dir, log_format)
 
@@ -218,7 +218,7 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
          workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
          fps: Annotated[Optional[float], typer.Option(help="Target FPS (sets gate.targets.default.fps).")] = None,
          allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-         baseline: BaselineOpt = None, log_format: LogFormat = "human") -> None:
+         baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
     """Benchmark the engine against the FPS/latency target for this platform (and a baseline report)."""
     extra = _gate_flags(allow_missing_target, baseline)
     if fps is not None:
@@ -231,27 +231,28 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
 
 @app.command()
 def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-             precision: Annotated[Optional[str], typer.Option(help="fp16 | int8 | fp8 | int4")] = None,
-             target: Annotated[Optional[str], typer.Option(help="tensorrt | onnxruntime | auto (follows the backend)")] = None,
+             precision: Annotated[Optional[str], typer.Option(help=listed(Precision, without=("fp32",)))] = None,
+             target: Annotated[Optional[str], typer.Option(help=f"{listed(Flavour)} | auto (follows the backend)")] = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
-             method: Annotated[Optional[str], typer.Option(help="auto | max | entropy | percentile | mse")] = None,
+             method: Annotated[Optional[str], typer.Option(help=listed(Method))] = None,
              auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
-             workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human") -> None:
+             workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
     from deploykit import api
 
     extra = {k: v for k, v in {"quantize.precision": precision, "quantize.target": target, "quantize.method": method,
                                 "quantize.repair.enabled": True if auto_repair else None}.items() if v is not None}
-    overrides = {k.replace(".", "__"): v for k, v in (parse_sets(set_) | extra).items()}
     try:
         result = api.quantize(model, calib_data=calib_data, workdir=workdir, dims=parse_dims(dim),
-                              reporter=_reporter(log_format), **overrides)
+                              reporter=_reporter(log_format), overrides=parse_sets(set_) | extra)
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
             _print_table(e.result)  # type: ignore[attr-defined]
         raise
     _print_table(result)
-    _print_quantize(result.artifacts["model"].manifest.summary)
+    from deploykit.stages.quantize import QuantizeSummary
+
+    _print_quantize(QuantizeSummary.of(result.artifacts["model"]))
     if output is not None:
         import shutil
 
@@ -259,23 +260,22 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
         typer.echo(f"wrote {output}")
 
 
-def _print_quantize(summary: dict[str, Any]) -> None:
-    lines = [f"quantize: {summary['precision']} for {summary['flavour']}, {summary['method']} calibration on "
-             f"{summary['samples']} samples, {summary['quantized_nodes']} nodes quantized"]
-    for name, m in (summary.get("check") or {}).get("metrics", {}).items():
-        lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({summary['evaluator']})")
-    if summary["excluded"] or summary["kept_fp32"]:
-        lines.append(f"  kept out of quantization: {', '.join(summary['excluded']) or '-'}; "
-                     f"kept FP32: {', '.join(summary['kept_fp32']) or '-'}")
-    speed = summary.get("cpu_speed")
-    if speed:
-        lines.append(f"  CPU: FP32 {speed['fp32_ms']:.3f} ms, {summary['precision'].upper()} {speed['quantized_ms']:.3f} ms "
-                     f"at batch {speed['batch']} ({speed['speedup']:.2f}x)")
-    repair = summary.get("repair")
-    if repair:
-        lines.append(f"  repair: {repair['iterations']} iteration(s), excluded {', '.join(repair['excluded_nodes']) or '-'}"
-                     f" ({repair['stopped']})")
-    notes = [f"  note: {n}" for n in summary["notes"]] + [f"  warning: {w}" for w in summary["warnings"]]
+def _print_quantize(s: Any) -> None:
+    """The quantize stage's summary (a ``QuantizeSummary``) in a few lines."""
+    lines = [f"quantize: {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
+             f"{s.quantized_nodes} nodes quantized"]
+    for name, m in (s.check.metrics if s.check else {}).items():
+        lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({s.evaluator})")
+    if s.excluded or s.kept_fp32:
+        lines.append(f"  kept out of quantization: {', '.join(s.excluded) or '-'}; kept FP32: {', '.join(s.kept_fp32) or '-'}")
+    if s.cpu_speed:
+        speed = s.cpu_speed
+        lines.append(f"  CPU: FP32 {speed.fp32_ms:.3f} ms, {s.precision.upper()} {speed.quantized_ms:.3f} ms "
+                     f"at batch {speed.batch} ({speed.speedup:.2f}x)")
+    if s.repair:
+        lines.append(f"  repair: {s.repair.iterations} iteration(s), excluded {', '.join(s.repair.excluded_nodes) or '-'}"
+                     f" ({s.repair.stopped})")
+    notes = [f"  note: {n}" for n in s.notes] + [f"  warning: {w}" for w in s.warnings]
     typer.echo("\n".join(lines + notes))
 
 
@@ -310,9 +310,9 @@ def report(run: Annotated[str, typer.Argument(help="A run name (the config's nam
            workdir: Workdir = Path(".deploykit"),
            plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True) -> None:
     """Write one self-contained HTML report: stages, lineage, parity, latency, platform and tools."""
-    from deploykit.report import write_html
+    from deploykit import api
 
-    typer.echo(f"wrote {write_html(workdir, run, output, with_plots=plots)}")
+    typer.echo(f"wrote {api.write_report(run, output, workdir=workdir, with_plots=plots)}")
 
 
 @config_app.command("show")

@@ -129,7 +129,7 @@ def diagnose(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto
     rows = _rows(ref_model, acc, _compute_producers(cand_model))
     broken = [t for t in rows if not t.rel_l2 <= threshold]  # written so NaN counts as broken
     return LayerReport(threshold, samples, tuple(rows), tuple(broken[:first]),
-                       tuple(sorted(rows, key=lambda t: -_finite(t.growth))[:top]),
+                       tuple(sorted(rows, key=lambda t: -_nan_last(t.growth))[:top]),
                        ref.evaluator, cand.evaluator, unmatched=len(names) - len(acc))
 
 
@@ -229,7 +229,8 @@ def _rows(ref: onnx.ModelProto, acc: dict[str, _Acc], computed_by: dict[str, str
     return rows
 
 
-def _finite(v: float) -> float:
+def _nan_last(v: float) -> float:
+    """Growth as a sort key: NaN counts as the smallest (listed last)."""
     return v if not math.isnan(v) else -math.inf
 
 

@@ -90,8 +90,10 @@ class InternalError(DeployKitError):
     exit_code = 70
 
 
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (a library's long report starts with what matters),
-    or its type's name when it has no message."""
+def first_line(e: BaseException, empty: str | None = None) -> str:
+    """The first line of an exception's message (a library's long report starts with what matters);
+    for an exception without a message, ``empty``, or by default its type's name."""
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    if text:
+        return text.splitlines()[0]
+    return type(e).__name__ if empty is None else empty

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from deploykit.errors import first_line
+
 if TYPE_CHECKING:
     import onnx
 
@@ -91,7 +93,7 @@ def _checker(model: onnx.ModelProto, path: Path) -> str:
         onnx.checker.check_model(str(path))
         onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        return str(e).strip().splitlines()[0]
+        return first_line(e)
     return "ok"
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from deploykit.artifacts import Artifact, Manifest, Store, recipe_key
 from deploykit.config import Config
 from deploykit.environment import device_fingerprint, tool_versions
-from deploykit.errors import DeployKitError, GateFailed, InternalError
+from deploykit.errors import DeployKitError, GateFailed, InternalError, UsageError
 from deploykit.hashing import canonical
 from deploykit.progress import Reporter, SilentReporter
 from deploykit.result import RunResult, StageRecord
@@ -31,10 +31,10 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     Gate failures (parity, targets) do not stop later stages: every report gets written. Any other
     error stops the run. Either way the error carries the partial result as ``error.result``.
     """
-    known = {s.name for s in stages}
+    known = [s.name for s in stages]
     for name in [*rerun, *([until] if until else [])]:
         if name not in known:
-            raise InternalError(f"no stage named {name!r} (stages: {', '.join(known)})")
+            raise UsageError(f"no stage named {name!r}; the stages are: {', '.join(known)}")
     run = _Run(StageContext(config, store, reporter or SilentReporter()))
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
@@ -109,7 +109,7 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
     inputs = {role: run.roles[role] for role in stage.inputs}
     with ctx.store.staging(stage.name) as tmp:
         start = time.perf_counter()
-        summary = stage.run(ctx, inputs, tmp)
+        summary = stage.run(ctx, inputs, tmp).to_dict()
         manifest = Manifest(kind=stage.output_kind, stage=stage.name, stage_version=stage.version, recipe_key=key,
                             config=key_config, parents=parents, files={},
                             tools=tool_versions(), device=device_fingerprint(),

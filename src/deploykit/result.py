@@ -40,11 +40,17 @@ class RunResult:
 
     @property
     def parity(self) -> dict[str, Any] | None:
-        return self.report("parity", "parity.json")
+        """The parity report (``parity.json``), or None when parity did not run."""
+        from deploykit.stages.parity import ParityStage
+
+        return self.report(ParityStage.output_roles[0], ParityStage.report_files[0])
 
     @property
     def gate(self) -> dict[str, Any] | None:
-        return self.report("gate", "gate.json")
+        """The gate report (``gate.json``), or None when the gate did not run."""
+        from deploykit.stages.gate import GateStage
+
+        return self.report(GateStage.output_roles[0], GateStage.report_files[0])
 
     def rows(self) -> list[tuple[str, str, str, str, str]]:
         """(stage, status, seconds, digest, note) for tables."""
@@ -60,8 +66,9 @@ class RunResult:
         """The report's summary (stages, lineage, parity and gate tables, platform) for notebooks."""
         from deploykit.report.collect import from_result
         from deploykit.report.html import render_fragment
+        from deploykit.stages import default_stages
 
-        return render_fragment(from_result(self), with_plots=False)
+        return render_fragment(from_result(self, default_stages()), with_plots=False)
 
     def report_html(self, path: str | Path | None = None, with_plots: bool = True) -> str:
         """The full report with plots as HTML; also written to ``path`` when given.
@@ -70,8 +77,9 @@ class RunResult:
         """
         from deploykit.report.collect import from_result
         from deploykit.report.html import render_fragment, render_page
+        from deploykit.stages import default_stages
 
-        data = from_result(self)
+        data = from_result(self, default_stages())
         if path is not None:
             Path(path).write_text(render_page(data, with_plots), encoding="utf-8")
         return render_fragment(data, with_plots)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.config import Config
-from deploykit.errors import ConfigError, ModelError
+from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.hashing import digest_file
 from deploykit.usercode import importable_from
 
@@ -111,7 +111,7 @@ def _load_weights(model: Any, path: Path) -> None:
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError) as e:
-        first = str(e).strip().splitlines()[0]
+        first = first_line(e)
         raise ModelError(f"{path}: weights do not fit the model: {first}") from e
 
 

@@ -7,6 +7,7 @@ import pytest
 import deploykit
 from deploykit.report import markdown
 from deploykit.report.collect import from_store
+from deploykit.stages import default_stages
 from tests.conftest import run_cli
 
 
@@ -28,7 +29,7 @@ def test_report_command_writes_one_self_contained_file(tiny, tmp_path):
 def test_report_of_one_artifact_shows_its_lineage(tiny, tmp_path):
     cfg, store = tiny
     gate = deploykit.convert(cfg, workdir=store).artifacts["gate"]
-    data = from_store(str(store), gate.digest[:10])
+    data = from_store(str(store), gate.digest[:10], default_stages())
     assert data.gate is not None and data.parity is None
     assert [r["kind"] for r in data.lineage][:2] == ["bench-report", "engine"]
     assert [s["stage"] for s in data.stages][-1] == "gate"

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deploykit.backends.base import Availability
+from deploykit.backends.base import Availability, Profiles, SideArtifact
 from deploykit.config import BuildConfig
 from deploykit.environment import device_fingerprint, onnxruntime_version
 from deploykit.errors import BackendUnavailable
@@ -53,8 +53,13 @@ class OnnxRuntimeBackend:
             env["device"] = device_fingerprint()
         return env
 
-    def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path, **_: Any) -> dict[str, Any]:
-        """Optimize ``onnx_path`` offline into ``out_dir`` (profiles and timing caches do not apply)."""
+    def timing_cache(self, options: BuildConfig) -> SideArtifact | None:
+        return None  # ONNX Runtime times nothing at build time
+
+    def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path, *, profiles: Profiles | None = None,
+              timing_cache: bytes | None = None, timing_cache_out: Path | None = None) -> dict[str, Any]:
+        """Optimize ``onnx_path`` offline into ``out_dir`` (profiles and timing caches do not apply:
+        the saved graph takes any input shape its dims allow)."""
         import onnxruntime as ort
 
         # GPU providers rewrite the graph for themselves at load time: save only portable rewrites.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends import trt_compat, trt_cuda
-from deploykit.backends.base import Availability
+from deploykit.backends.base import Availability, SideArtifact
 from deploykit.backends.trt_profiles import (
     Profiles,
     onnx_input_shapes,
@@ -35,6 +35,7 @@ from deploykit.config import BuildConfig
 from deploykit.errors import BackendUnavailable, ConfigError
 from deploykit.hashing import digest_file
 
+TIMING_CACHE = "timing.cache"
 __all__ = ["TensorRTBackend", "build_fingerprint_from", "current_environment", "profiles_from_config",
            "timing_cache_key"]
 
@@ -117,6 +118,14 @@ class TensorRTBackend:
         """TensorRT/CUDA versions, GPU name and compute capability, plugin library digests."""
         trt = self._require()
         return build_fingerprint_from(current_environment(trt), plugin_digests(options.plugins))
+
+    def timing_cache(self, options: BuildConfig) -> SideArtifact | None:
+        """The timing cache, kept as its own artifact per TensorRT version and compute capability
+        (what TensorRT checks), so a rebuild after a graph change reuses tactic timings."""
+        if not options.tensorrt.timing_cache:
+            return None
+        return SideArtifact("tensorrt-timing-cache", timing_cache_key(self.build_fingerprint(options)),
+                            TIMING_CACHE, "timing_cache_artifact")
 
     def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path, *, profiles: Profiles | None = None,
               timing_cache: bytes | None = None, timing_cache_out: Path | None = None) -> dict[str, Any]:

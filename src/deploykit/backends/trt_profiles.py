@@ -10,22 +10,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+# Profiles come from the config the same way for every backend (backends.base).
+from deploykit.backends.base import Profile, Profiles, Shape, profiles_from_config  # noqa: F401
 from deploykit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from deploykit.config import Config
-
-Shape = tuple[int, ...]
-Profile = tuple[Shape, Shape, Shape]  # (min, opt, max)
-Profiles = dict[str, Profile]
-
-
-def profiles_from_config(cfg: Config) -> Profiles:
-    """Min/opt/max shapes of every configured input, from its shape and the config's ``dims``."""
-    return {spec.name: (cfg.shape(spec, "min"), cfg.shape(spec, "opt"), cfg.shape(spec, "max"))
-            for spec in cfg.inputs}
 
 
 def onnx_input_shapes(onnx_path: Path) -> dict[str, list[int | str]]:

@@ -51,6 +51,16 @@ def node_label(node: onnx.NodeProto, index: int | None = None) -> str:
     return f"{op} -> {node.output[0]!r}" if node.output else op
 
 
+def node_attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    """The value of a node's attribute ``name`` (a number, list, tensor, graph ...), or ``default``."""
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs held in a node's attributes (If branches, Loop and Scan bodies)."""
     import onnx

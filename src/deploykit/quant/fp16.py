@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
@@ -73,6 +73,6 @@ def to_fp16(model: onnx.ModelProto, keep_fp32: list[str], opset: int | None = No
                 str(path), low_precision_type="fp16", nodes_to_exclude=[f"^{re.escape(n)}$" for n in keep_fp32],
                 data_max=np.inf, init_max=np.inf, keep_io_types=True, opset=opset)
         except Exception as e:  # AutoCast raises bare Exceptions
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise ModelError(f"FP16 conversion failed: {first}",
                              hint="set quantize.high_precision: fp32, or keep the node it names in FP32") from e

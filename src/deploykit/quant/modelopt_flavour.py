@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
     import onnx
@@ -71,7 +71,7 @@ def _run(path: str, kwargs: dict[str, Any]) -> None:
         try:
             modelopt_quantize(path, **kwargs)
         except Exception as e:  # ModelOpt raises bare ValueError/AssertionError/RuntimeError
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise ModelError(f"ModelOpt could not quantize the model: {first}",
                              hint="exclude the node it names (quantize.exclude_nodes) or try --target onnxruntime") from e
 

@@ -21,13 +21,14 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.choices import CalibrationMethod
 from deploykit.errors import ModelError
 from deploykit.quant import thresholds
 
@@ -71,7 +72,8 @@ class RangeSettings:
     grid: str = "int8"  # the quantized grid MSE measures error on: int8 | fp8 | uint8
 
 
-AUTO_METHODS = ("max", "percentile", "mse")  # what method "auto" tries (entropy: slower, rarely better)
+# What method "auto" tries (entropy: slower, rarely better).
+AUTO_METHODS: tuple[CalibrationMethod, ...] = ("max", "percentile", "mse")
 
 
 @dataclass
@@ -144,7 +146,7 @@ def _range_set(method: str, names: list[str], calibrated: list[str], lo: dict[st
         for name in calibrated:
             amax[name] = _threshold(hists[name], absmax[name], dataclasses.replace(settings, method=method))
             used[name] = method
-    return {n: TensorRange(_finite(lo[n]), _finite(hi[n]), amax[n], used[n]) for n in names}
+    return {n: TensorRange(_finite_or_zero(lo[n]), _finite_or_zero(hi[n]), amax[n], used[n]) for n in names}
 
 
 def _update_min_max(tap: _Tap, sample: dict[str, np.ndarray], lo: dict[str, float], hi: dict[str, float]) -> None:
@@ -155,7 +157,7 @@ def _update_min_max(tap: _Tap, sample: dict[str, np.ndarray], lo: dict[str, floa
             hi[name] = max(hi[name], float(value.max()))
 
 
-def _finite(v: float) -> float:
+def _finite_or_zero(v: float) -> float:
     return v if math.isfinite(v) else 0.0
 
 
@@ -178,15 +180,19 @@ def _histograms(tap: _Tap, samples: Iterable[dict[str, np.ndarray]], names: list
 MAX_CLIPPED_PERCENT = 1.0
 
 
+# The threshold search of each calibration method but max (deploykit.choices.CalibrationMethod).
+SEARCHES: dict[str, Callable[[np.ndarray, float, RangeSettings], float]] = {
+    "percentile": lambda hist, absmax, s: thresholds.percentile(hist, absmax, s.percentile),
+    "entropy": lambda hist, absmax, s: thresholds.entropy(hist, absmax),
+    "mse": lambda hist, absmax, s: thresholds.mse(hist, absmax, s.grid),
+}
+CLIPPING_CAPPED = ("entropy", "mse")  # searches held to MAX_CLIPPED_PERCENT
+
+
 def _threshold(hist: np.ndarray, absmax: float, s: RangeSettings) -> float:
-    if s.method == "percentile":
-        return thresholds.percentile(hist, absmax, s.percentile)
-    if s.method == "entropy":
-        found = thresholds.entropy(hist, absmax)
-    elif s.method == "mse":
-        found = thresholds.mse(hist, absmax, s.grid)
-    else:
-        raise ValueError(f"unknown calibration method {s.method!r}")
+    found = SEARCHES[s.method](hist, absmax, s)
+    if s.method not in CLIPPING_CAPPED:
+        return found
     return max(found, thresholds.percentile(hist, absmax, 100.0 - MAX_CLIPPED_PERCENT))
 
 

@@ -1,18 +1,32 @@
 """What a report shows, gathered from a finished run (a RunResult) or from the store (a run name or an
-artifact digest): stage timeline, artifact lineage, the parity and gate reports, tools and device."""
+artifact digest): stage timeline, artifact lineage, the stages' reports, tools and device.
+
+The stages tell the report what they are (:class:`StageInfo`: their names in pipeline order, their
+typed summaries, their reports); callers pass ``deploykit.stages.default_stages()``.
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store
 from deploykit.errors import UsageError
 
-REPORT_FILES = {"parity-report": "parity.json", "bench-report": "gate.json"}
-# Stages at the same lineage depth are shown in the order the pipeline runs them.
-PIPELINE_ORDER = ("export", "ingest", "surgery", "quantize", "build", "parity", "gate")
+
+class StageInfo(Protocol):
+    """What a report needs of a stage."""
+
+    name: str
+
+    def summary(self, artifact: Artifact) -> Any:
+        """The stage's typed summary of an artifact it wrote (its ``failure()`` says why a check failed)."""
+        ...
+
+    def report(self, artifact: Artifact) -> dict[str, Any] | None:
+        """The report a person reads, or None."""
+        ...
 
 
 @dataclass
@@ -20,12 +34,22 @@ class ReportData:
     title: str
     stages: list[dict[str, Any]]  # {stage, status, seconds, digest, kind, created, note}
     lineage: list[dict[str, Any]]  # depth-first rows: {depth, role, digest, kind, stage, version, created}
-    parity: dict[str, Any] | None = None
-    gate: dict[str, Any] | None = None
-    quantize: dict[str, Any] | None = None  # the quantize artifact's summary, with its precision.json as "patch"
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage name -> its report
     tools: dict[str, str] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)
     workdir: str = ""
+
+    @property
+    def parity(self) -> dict[str, Any] | None:
+        return self.reports.get("parity")  # parity.json
+
+    @property
+    def gate(self) -> dict[str, Any] | None:
+        return self.reports.get("gate")  # gate.json
+
+    @property
+    def quantize(self) -> dict[str, Any] | None:
+        return self.reports.get("quantize")  # the summary, with its precision.json as "patch"
 
     @property
     def passed(self) -> bool:
@@ -33,15 +57,16 @@ class ReportData:
         return not failed_stage and all(r is None or r.get("passed", True) for r in (self.parity, self.gate))
 
 
-def from_result(result: Any) -> ReportData:
+def from_result(result: Any, stages: Sequence[StageInfo]) -> ReportData:
     """From a RunResult: this run's own stage statuses and times."""
-    stages = [{"stage": r.stage, "status": r.status, "seconds": r.seconds, "note": r.error,
-               "digest": r.artifact.digest if r.artifact else "", "kind": r.artifact.kind if r.artifact else "",
-               "created": r.artifact.manifest.created if r.artifact else ""} for r in result.stages]
-    return _finish(f"deploykit run {result.name}", stages, dict(result.artifacts), str(result.workdir))
+    rows = [{"stage": r.stage, "status": r.status, "seconds": r.seconds, "note": r.error,
+             "digest": r.artifact.digest if r.artifact else "", "kind": r.artifact.kind if r.artifact else "",
+             "created": r.artifact.manifest.created if r.artifact else ""} for r in result.stages]
+    return _finish(f"deploykit run {result.name}", rows, dict(result.artifacts), str(result.workdir),
+                   {s.name: s for s in stages})
 
 
-def from_store(workdir: str, ref: str) -> ReportData:
+def from_store(workdir: str, ref: str, stages: Sequence[StageInfo]) -> ReportData:
     """From the store: ``ref`` is a run name (``runs/<name>.json``) or an artifact digest (prefix)."""
     store = Store(workdir)
     if (store.root / "runs" / f"{ref}.json").exists():
@@ -55,11 +80,12 @@ def from_store(workdir: str, ref: str) -> ReportData:
                              hint="see `deploykit artifacts ls`; run names are the config's 'name'") from e
         roles = _ancestors(store, artifact, artifact.manifest.stage)
         title = f"deploykit artifact {artifact.digest[:12]} ({artifact.kind})"
-    ordered = _in_lineage_order(store, roles)
-    stages = [{"stage": a.manifest.stage, "status": "stored", "seconds": a.manifest.timings.get("run_s", 0.0),
-               "digest": a.digest, "kind": a.kind, "created": a.manifest.created, "note": _failure(a)}
-              for a in ordered]
-    return _finish(title, stages, roles, str(store.root), store)
+    known = {s.name: s for s in stages}
+    ordered = _in_lineage_order(store, roles, list(known))
+    rows = [{"stage": a.manifest.stage, "status": "stored", "seconds": a.manifest.timings.get("run_s", 0.0),
+             "digest": a.digest, "kind": a.kind, "created": a.manifest.created, "note": _failure(a, known)}
+            for a in ordered]
+    return _finish(title, rows, roles, str(store.root), known, store)
 
 
 def _peek(store: Store, digest: str) -> Artifact:
@@ -76,8 +102,8 @@ def _ancestors(store: Store, artifact: Artifact, role: str) -> dict[str, Artifac
     return out
 
 
-def _in_lineage_order(store: Store, roles: dict[str, Artifact]) -> list[Artifact]:
-    """Distinct artifacts, parents before children (then by creation time)."""
+def _in_lineage_order(store: Store, roles: dict[str, Artifact], pipeline_order: list[str]) -> list[Artifact]:
+    """Distinct artifacts, parents before children (then in pipeline order, then by creation time)."""
     distinct = {a.digest: a for a in roles.values()}
     depth: dict[str, int] = {}
 
@@ -87,37 +113,28 @@ def _in_lineage_order(store: Store, roles: dict[str, Artifact]) -> list[Artifact
             depth[a.digest] = 1 + max((level(p) for p in parents), default=-1)
         return depth[a.digest]
 
-    order = {name: i for i, name in enumerate(PIPELINE_ORDER)}
+    order = {name: i for i, name in enumerate(pipeline_order)}
     return sorted(distinct.values(), key=lambda a: (level(a), order.get(a.manifest.stage, 99), a.manifest.created))
 
 
-def _failure(artifact: Artifact) -> str:
-    summary = artifact.manifest.summary
-    if summary.get("passed") is False:
-        return "; ".join(summary.get("failures") or summary.get("inconclusive") or ["failed"])
-    return ""
+def _failure(artifact: Artifact, stages: dict[str, StageInfo]) -> str:
+    stage = stages.get(artifact.manifest.stage)
+    return stage.summary(artifact).failure() if stage is not None else ""
 
 
 def _finish(title: str, stages: list[dict[str, Any]], roles: dict[str, Artifact], workdir: str,
-            store: Store | None = None) -> ReportData:
+            known: dict[str, StageInfo], store: Store | None = None) -> ReportData:
     store = store or Store(workdir)
     data = ReportData(title=title, stages=stages, lineage=lineage_rows(store, roles), workdir=workdir)
     for artifact in {a.digest: a for a in roles.values()}.values():
-        if artifact.manifest.stage == "quantize":
-            data.quantize = _quantize(artifact)
-        name = REPORT_FILES.get(artifact.kind)
-        if name:
-            setattr(data, "parity" if artifact.kind == "parity-report" else "gate",
-                    json.loads(artifact.file(name).read_text()))
+        stage = known.get(artifact.manifest.stage)
+        report = stage.report(artifact) if stage is not None else None
+        if report is not None:
+            data.reports[stage.name] = report  # type: ignore[union-attr]
     newest = max(roles.values(), key=lambda a: a.manifest.created, default=None)
     if newest is not None:
         data.tools, data.device = dict(newest.manifest.tools), dict(newest.manifest.device)
     return data
-
-
-def _quantize(artifact: Artifact) -> dict[str, Any]:
-    patch = artifact.path / "precision.json"
-    return {**artifact.manifest.summary, "patch": json.loads(patch.read_text()) if patch.is_file() else {}}
 
 
 def lineage_rows(store: Store, roles: dict[str, Artifact]) -> list[dict[str, Any]]:

@@ -1,8 +1,12 @@
-"""The default stage list. Quantize slots in between surgery and build."""
+"""The stages, in pipeline order: the one list of them (names, reports and summaries come from here).
+
+Quantize slots in between surgery and build; ``applies`` decides per config which stages run
+(export for torch sources, ingest for ONNX files, quantize below fp32).
+"""
 
 from __future__ import annotations
 
-from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.base import Stage, StageContext, Summary
 
 
 def default_stages() -> list[Stage]:
@@ -17,4 +21,14 @@ def default_stages() -> list[Stage]:
     return [ExportStage(), IngestStage(), SurgeryStage(), QuantizeStage(), BuildStage(), ParityStage(), GateStage()]
 
 
-__all__ = ["Stage", "StageContext", "default_stages"]
+def stage_names() -> list[str]:
+    """Every stage's name, in pipeline order."""
+    return [s.name for s in default_stages()]
+
+
+def report_files() -> dict[str, tuple[str, ...]]:
+    """Stage name -> the report files its artifact holds for CI (stages without reports left out)."""
+    return {s.name: s.report_files for s in default_stages() if s.report_files}
+
+
+__all__ = ["Stage", "StageContext", "Summary", "default_stages", "report_files", "stage_names"]

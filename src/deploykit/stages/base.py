@@ -1,14 +1,65 @@
-"""What every stage declares, and what it gets to work with."""
+"""What every stage declares, what it gets to work with, and the typed summary it returns."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from deploykit.artifacts import Artifact, Store
 from deploykit.config import Config
 from deploykit.progress import Reporter
+
+S = TypeVar("S", bound="Summary")
+
+
+class Summary:
+    """Base of the stage summaries: a stage returns one, its consumers read it by field.
+
+    Each subclass is a frozen dataclass declared beside its stage, every field with a default. The
+    manifest stores :meth:`to_dict` (plain JSON values) and :meth:`of` reads it back, ignoring keys
+    the class does not know, so an artifact written by another deploykit version stays readable.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        return cls(**{f.name: _read(hints[f.name], data[f.name]) for f in fields if f.name in data})
+
+    @classmethod
+    def of(cls: type[S], artifact: Artifact) -> S:
+        """The summary stored in ``artifact``'s manifest."""
+        return cls.from_dict(artifact.manifest.summary)
+
+    def failure(self) -> str:
+        """Why the stage's check failed; "" when it passed or the stage checks nothing."""
+        return ""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Summary):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _read(hint: Any, value: Any) -> Any:
+    """A stored value as the field's type: nested summaries become their class, the rest stays."""
+    if isinstance(value, Mapping):
+        for tp in (hint, *typing.get_args(hint)):
+            if isinstance(tp, type) and issubclass(tp, Summary):
+                return tp.from_dict(value)
+    return value
 
 
 @dataclass
@@ -22,9 +73,10 @@ class StageContext:
 class Stage:
     """A pipeline step: declared inputs (role -> kind), one output, a version, and ``run``.
 
-    ``run`` writes only into the folder it is given and returns a summary for the manifest; the
-    pipeline hashes, publishes and caches. ``verdict`` turns a (fresh or reused) summary into a
-    gate failure, so a failed check fails again when its report is reused.
+    ``run`` writes only into the folder it is given and returns its :class:`Summary` (of type
+    ``summary_type``) for the manifest; the pipeline hashes, publishes and caches. ``verdict`` turns
+    a (fresh or reused) summary into a gate failure, so a failed check fails again when its report
+    is reused. ``report_files`` are the files of the output that CI picks up (main JSON first).
     """
 
     name: ClassVar[str]
@@ -32,6 +84,20 @@ class Stage:
     inputs: ClassVar[dict[str, str]] = {}  # role -> artifact kind
     output_kind: ClassVar[str]
     output_roles: ClassVar[tuple[str, ...]]  # the roles the output fills for later stages
+    summary_type: ClassVar[type[Summary]]
+    report_files: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def summary(cls, artifact: Artifact) -> Summary:
+        """The typed summary of an artifact this stage wrote."""
+        return cls.summary_type.of(artifact)
+
+    @classmethod
+    def report(cls, artifact: Artifact) -> dict[str, Any] | None:
+        """The report a person reads (the main JSON report file), or None for a stage without one."""
+        import json
+
+        return json.loads(artifact.file(cls.report_files[0]).read_text()) if cls.report_files else None
 
     def applies(self, ctx: StageContext) -> bool:
         """Whether this stage runs for this config (e.g. export only for torch sources)."""
@@ -48,7 +114,7 @@ class Stage:
         """Toolchain/device facts that change the output; empty for portable stages."""
         return {}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> Summary:
         raise NotImplementedError
 
     def verdict(self, artifact: Artifact) -> None:

@@ -1,21 +1,44 @@
 """build: ONNX -> an engine for the configured backend.
 
-For TensorRT the timing cache is kept as its own artifact, keyed by TensorRT version and GPU
-compute capability (what TensorRT checks), so a rebuild after a graph change reuses tactic timings.
+Everything a build needs goes through the backend protocol: the build options (with their plugin
+libraries), the min/opt/max profiles of the configured inputs, and the backend's timing cache
+(:class:`~deploykit.backends.base.SideArtifact`), which is kept as an artifact of its own keyed by
+what it is valid for (TensorRT: its version and the GPU's compute capability), so a rebuild after a
+graph change reuses tactic timings.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deploykit.artifacts import Artifact, Manifest, recipe_key
 from deploykit.backends import get_backend
+from deploykit.backends.base import SideArtifact, profiles_from_config
 from deploykit.environment import device_fingerprint, tool_versions
-from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 
-TIMING_CACHE = "timing.cache"
+
+@dataclass(frozen=True)
+class BuildSummary(Summary):
+    """The backend that built the engine, its own record of the build, and the side artifacts kept.
+
+    Stored flat, as the manifest always held it: ``{"backend": ..., **engine, **side_artifacts}``.
+    """
+
+    backend: str = ""
+    engine: dict[str, Any] = field(default_factory=dict)  # the backend's record (onnxruntime: engine.json)
+    side_artifacts: dict[str, str] = field(default_factory=dict)  # summary key -> digest ("timing_cache_artifact")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, **self.engine, **self.side_artifacts}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> BuildSummary:
+        side = {k: v for k, v in data.items() if k.endswith("_artifact")}
+        return cls(data.get("backend", ""), {k: v for k, v in data.items() if k != "backend" and k not in side}, side)
 
 
 class BuildStage(Stage):
@@ -24,6 +47,7 @@ class BuildStage(Stage):
     inputs = {"model": "onnx"}
     output_kind = "engine"
     output_roles = ("engine",)
+    summary_type = BuildSummary
 
     def preflight(self, ctx: StageContext) -> None:
         get_backend(ctx.config.build.backend)  # raises BackendUnavailable (exit 3) with the reason
@@ -34,33 +58,36 @@ class BuildStage(Stage):
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return get_backend(ctx.config.build.backend).build_fingerprint(ctx.config.build)
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
-        backend = get_backend(ctx.config.build.backend)
-        model = inputs["model"].file(MODEL)
-        if backend.name != "tensorrt":
-            return {"backend": backend.name, **backend.build(model, ctx.config.build, out)}
-        return {"backend": backend.name, **_build_tensorrt(ctx, backend, model, out)}
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> BuildSummary:
+        backend, options = get_backend(ctx.config.build.backend), ctx.config.build
+        model, profiles = inputs["model"].file(MODEL), profiles_from_config(ctx.config)
+        side = backend.timing_cache(options)
+        if side is None:
+            return BuildSummary(backend.name, _record(backend.build(model, options, out, profiles=profiles)))
+        recipe = recipe_key(side.kind, side.version, {}, side.key, {})
+        earlier = ctx.store.lookup(recipe)
+        with ctx.store.staging(side.kind) as tmp:
+            record = backend.build(model, options, out, profiles=profiles,
+                                   timing_cache=earlier.file(side.file).read_bytes() if earlier else None,
+                                   timing_cache_out=tmp / side.file)
+            kept = _keep(ctx, side, recipe, earlier, tmp)
+        return BuildSummary(backend.name, _record(record), kept)
 
 
-def _build_tensorrt(ctx: StageContext, backend: Any, model: Path, out: Path) -> dict[str, Any]:
-    from deploykit.backends.tensorrt import profiles_from_config, timing_cache_key
+def _record(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "backend"}  # the summary names the backend itself
 
-    options = ctx.config.build
-    cache_recipe = recipe_key("tensorrt-timing-cache", 1, {}, timing_cache_key(backend.build_fingerprint(options)), {})
-    cached = ctx.store.lookup(cache_recipe) if options.tensorrt.timing_cache else None
-    with ctx.store.staging("timing-cache") as tmp:
-        summary = backend.build(model, options, out, profiles=profiles_from_config(ctx.config),
-                                timing_cache=cached.file(TIMING_CACHE).read_bytes() if cached else None,
-                                timing_cache_out=tmp / TIMING_CACHE if options.tensorrt.timing_cache else None)
-        if (tmp / TIMING_CACHE).is_file():
-            manifest = Manifest(kind="tensorrt-timing-cache", stage="build", stage_version=BuildStage.version,
-                                recipe_key=cache_recipe, config={}, parents={}, files={}, tools=tool_versions(),
-                                device=device_fingerprint(), timings={},
-                                summary={"from": cached.digest if cached else None})
-            summary["timing_cache_artifact"] = ctx.store.publish(tmp, manifest).digest
-    return summary
+
+def _keep(ctx: StageContext, side: SideArtifact, recipe: str, earlier: Artifact | None, tmp: Path) -> dict[str, str]:
+    """Store the side artifact the build wrote into ``tmp``; its summary key -> digest."""
+    if not (tmp / side.file).is_file():
+        return {}
+    manifest = Manifest(kind=side.kind, stage=BuildStage.name, stage_version=BuildStage.version, recipe_key=recipe,
+                        config={}, parents={}, files={}, tools=tool_versions(), device=device_fingerprint(),
+                        timings={}, summary={"from": earlier.digest if earlier else None})
+    return {side.summary_key: ctx.store.publish(tmp, manifest).digest}
 
 
 def load_engine(engine: Artifact) -> Any:
     """A Session for a built engine artifact, through the backend that built it."""
-    return get_backend(engine.manifest.summary["backend"]).load(engine.path)
+    return get_backend(BuildSummary.of(engine).backend).load(engine.path)

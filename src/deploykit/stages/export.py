@@ -7,6 +7,7 @@ import io
 import logging
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,35 @@ from deploykit import export_hooks
 from deploykit.artifacts import Artifact
 from deploykit.config import Config
 from deploykit.environment import tool_versions
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
 from deploykit.graph.files import save_model
 from deploykit.hashing import digest_file
 from deploykit.onnxio import distinct_shapes, random_feeds
-from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.torchsource import build_model, run_torch, source_fingerprint
 
 MODEL = "model.onnx"
+
+
+@dataclass(frozen=True)
+class ExportCheck(Summary):
+    """ONNX Runtime against torch at export: the worst difference, where it was."""
+
+    evaluator: str = ""
+    shapes: list[str] = field(default_factory=list)  # the distinct min/opt/max shapes checked
+    samples: int = 0  # per shape
+    max_abs: float = 0.0
+    output: str = ""  # the output of the worst difference ("" when every output matched exactly)
+    shape: str = ""  # min | opt | max
+
+
+@dataclass(frozen=True)
+class ExportSummary(Summary):
+    exporter: str = ""  # the exporter that succeeded
+    fallback_reason: str = ""  # why the ones tried before it failed ("" when the first worked)
+    opset: int = 0
+    nodes: int = 0
+    check: ExportCheck = ExportCheck()
 
 
 class ExportStage(Stage):
@@ -32,6 +54,7 @@ class ExportStage(Stage):
     inputs: dict[str, str] = {}
     output_kind = "onnx"
     output_roles = ("reference", "model")
+    summary_type = ExportSummary
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.source.factory is not None
@@ -49,7 +72,7 @@ class ExportStage(Stage):
         return {"torch": tool_versions().get("torch", "absent"),
                 "plugin_export_code": {f.name: digest_file(f) for f in export_code_files()}}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ExportSummary:
         cfg = ctx.config
         model = build_model(cfg)
         onnx_model, exporter, fallback_reason = export_model(model, cfg)
@@ -57,8 +80,7 @@ class ExportStage(Stage):
             onnx_model = hook(onnx_model)
         save_model(onnx_model, out / MODEL)
         check = check_against_torch(model, cfg, out / MODEL)
-        return {"exporter": exporter, "fallback_reason": fallback_reason, "opset": cfg.export.opset,
-                "nodes": len(onnx_model.graph.node), "check": check}
+        return ExportSummary(exporter, fallback_reason, cfg.export.opset, len(onnx_model.graph.node), check)
 
 
 def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
@@ -69,7 +91,7 @@ def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
         try:
             return _export_with(model, cfg, exporter), exporter, "; ".join(errors)
         except Exception as e:  # each exporter fails in its own way; keep the first line of each
-            errors.append(f"{exporter} exporter failed: {_first_line(e)}")
+            errors.append(f"{exporter} exporter failed: {type(e).__name__}: {first_line(e, '')}"[:300])
     raise ModelError(f"source.factory {cfg.source.factory}: export failed. " + " | ".join(errors),
                      hint="try export.exporter: torchscript or dynamo, or simplify data-dependent code")
 
@@ -137,7 +159,7 @@ def _dynamic_axes(cfg: Config) -> dict[str, dict[int, str]]:
             for s in cfg.inputs if any(isinstance(d, str) for d in s.shape)}
 
 
-def check_against_torch(model: Any, cfg: Config, path: Path) -> dict[str, Any]:
+def check_against_torch(model: Any, cfg: Config, path: Path) -> ExportCheck:
     """ONNX Runtime vs torch on random inputs at each distinct min/opt/max shape; raise if they differ."""
     from deploykit.graph.run import session_from_onnx
 
@@ -158,9 +180,5 @@ def check_against_torch(model: Any, cfg: Config, path: Path) -> dict[str, Any]:
                     raise ModelError(f"{path}: exported output {name!r} differs from torch by up to {err:.3g} at "
                                      f"the {which} shape (tolerance atol={cfg.export.check_atol}, rtol={cfg.export.check_rtol})",
                                      hint="try the other exporter (export.exporter) or check for randomness in forward()")
-    return {"evaluator": session.evaluator, "shapes": distinct_shapes(cfg), "samples": cfg.export.check_samples, **worst}
+    return ExportCheck(session.evaluator, distinct_shapes(cfg), cfg.export.check_samples, **worst)
 
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]

@@ -9,7 +9,7 @@ baseline report. Nothing but the inference call sits between the two clock reads
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,23 @@ from deploykit.metrics.latency import aggregate_trials, fps_trials
 from deploykit.onnxio import random_feeds
 from deploykit.report import baseline as baselines
 from deploykit.report import jsonio, junit, markdown
-from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import load_engine
 
-REPORT = "gate.json"
+REPORT, JUNIT, MARKDOWN = "gate.json", "junit.xml", "summary.md"
 SCHEMA = "deploykit.gate/2"
+
+
+@dataclass(frozen=True)
+class GateSummary(Summary):
+    passed: bool = False
+    fps: float = 0.0  # batch / median latency, median over trials
+    p99_ms: float = 0.0
+    platform: str = ""  # the target key that matched ("default" when none is more specific)
+    failures: list[str] = field(default_factory=list)  # the checks that failed, in words
+
+    def failure(self) -> str:
+        return "" if self.passed else "; ".join(self.failures or ["failed"])
 
 
 def select_target(cfg: Config) -> tuple[str, Target | None]:
@@ -63,6 +75,8 @@ class GateStage(Stage):
     inputs = {"engine": "engine"}
     output_kind = "bench-report"
     output_roles = ("gate",)
+    summary_type = GateSummary
+    report_files = (REPORT, JUNIT, MARKDOWN)
 
     def preflight(self, ctx: StageContext) -> None:
         """A missing target, a sweep batch outside the dims or an unusable baseline fail before export."""
@@ -85,7 +99,7 @@ class GateStage(Stage):
         # A measurement belongs to the machine and toolchain that made it.
         return {"device": device_fingerprint(), "tools": tool_versions()}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> GateSummary:
         cfg, g = ctx.config, ctx.config.gate
         platform, target = select_target(cfg)
         batch = target.batch if target else 1
@@ -104,15 +118,15 @@ class GateStage(Stage):
         checks = report["checks"] + (report["baseline"]["checks"] if base else [])
         report["passed"] = all(c["passed"] for c in checks)
         jsonio.write(out / REPORT, report)
-        (out / "junit.xml").write_text(junit.render(report))
-        (out / "summary.md").write_text(markdown.render_gate(report))
-        return {"passed": report["passed"], "fps": report["fps"], "p99_ms": report["latency"]["p99_ms"],
-                "platform": platform, "failures": [c["message"] for c in checks if not c["passed"]]}
+        (out / JUNIT).write_text(junit.render(report))
+        (out / MARKDOWN).write_text(markdown.render_gate(report))
+        return GateSummary(report["passed"], report["fps"], report["latency"]["p99_ms"], platform,
+                           [c["message"] for c in checks if not c["passed"]])
 
     def verdict(self, artifact: Artifact) -> None:
-        if not artifact.manifest.summary["passed"]:
-            raise TargetMissed("gate failed: " + "; ".join(artifact.manifest.summary["failures"]),
-                               hint=f"see {artifact.file('summary.md')}")
+        s = GateSummary.of(artifact)
+        if not s.passed:
+            raise TargetMissed("gate failed: " + "; ".join(s.failures), hint=f"see {artifact.file(MARKDOWN)}")
 
 
 def _baseline(cfg: Config, platform: str, target: Target | None) -> dict[str, Any] | None:

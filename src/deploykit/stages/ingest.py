@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deploykit.artifacts import Artifact
 from deploykit.graph.files import check_model, copy_model_files, external_data_files, load_model
+from deploykit.graph.proto import opset_version
 from deploykit.hashing import digest_file
 from deploykit.onnxio import check_inputs
-from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+
+
+@dataclass(frozen=True)
+class IngestSummary(Summary):
+    source: str = ""  # the ONNX file as the config names it, resolved
+    opset: int = 0
+    nodes: int = 0
+    producer: str = ""  # the exporter the file names (producer_name producer_version)
 
 
 class IngestStage(Stage):
@@ -19,6 +29,7 @@ class IngestStage(Stage):
     inputs: dict[str, str] = {}
     output_kind = "onnx"
     output_roles = ("reference", "model")
+    summary_type = IngestSummary
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.source.onnx is not None
@@ -30,14 +41,13 @@ class IngestStage(Stage):
         data = {f.name: digest_file(f) for f in external_data_files(model, path)}
         return {"onnx": digest_file(path), "external_data": data, "inputs": ctx.config.inputs, "dims": ctx.config.dims}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> IngestSummary:
         path = self._path(ctx)
         model = check_model(load_model(path), path)
         check_inputs(ctx.config, model, path)
         copy_model_files(path, out / MODEL)
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-        return {"source": str(path), "opset": opset, "nodes": len(model.graph.node),
-                "producer": f"{model.producer_name} {model.producer_version}".strip()}
+        return IngestSummary(str(path), opset_version(model), len(model.graph.node),
+                             f"{model.producer_name} {model.producer_version}".strip())
 
     @staticmethod
     def _path(ctx: StageContext) -> Path:

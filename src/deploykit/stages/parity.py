@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,23 @@ from deploykit.errors import DataError, ParityFailed
 from deploykit.metrics.comparison import Comparison
 from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.report import jsonio
-from deploykit.stages.base import Stage, StageContext
-from deploykit.stages.build import load_engine
+from deploykit.stages.base import Stage, StageContext, Summary
+from deploykit.stages.build import BuildSummary, load_engine
 from deploykit.stages.export import MODEL
+from deploykit.stages.quantize import QuantizeStage, QuantizeSummary
 
 REPORT = "parity.json"
+
+
+@dataclass(frozen=True)
+class ParitySummary(Summary):
+    passed: bool = False
+    status: str = ""  # pass | fail | inconclusive
+    failures: list[str] = field(default_factory=list)
+    inconclusive: list[str] = field(default_factory=list)  # comparisons that prove nothing
+
+    def failure(self) -> str:
+        return "" if self.passed else "; ".join(self.failures or self.inconclusive or ["failed"])
 
 
 class ParityStage(Stage):
@@ -35,6 +48,8 @@ class ParityStage(Stage):
     inputs = {"reference": "onnx", "model": "onnx", "engine": "engine"}
     output_kind = "parity-report"
     output_roles = ("parity",)
+    summary_type = ParitySummary
+    report_files = (REPORT,)
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
@@ -48,7 +63,7 @@ class ParityStage(Stage):
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return {"onnxruntime": onnxruntime_version(), "torch": tool_versions().get("torch"), "device": device_fingerprint()}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ParitySummary:
         cfg = ctx.config
         candidate = _candidate(inputs)
         from deploykit.graph.run import session_from_onnx
@@ -75,19 +90,18 @@ class ParityStage(Stage):
         if against_onnx and cfg.parity.diagnose and worst[1] is not None:
             report["diagnosis"] = diagnose_failure(cfg, inputs, worst[1])
         jsonio.write(out / REPORT, report)
-        return {"passed": report["passed"], "status": report["status"], "failures": report["failures"],
-                "inconclusive": report["inconclusive"]}
+        return ParitySummary(report["passed"], report["status"], list(report["failures"]), list(report["inconclusive"]))
 
     def verdict(self, artifact: Artifact) -> None:
-        s = artifact.manifest.summary
-        if s["passed"]:
+        s = ParitySummary.of(artifact)
+        if s.passed:
             return
         hint = f"the full report is {artifact.file(REPORT)}"
-        if s.get("status") == "inconclusive":
-            raise ParityFailed("parity inconclusive: " + "; ".join(s["inconclusive"]),
+        if s.status == "inconclusive":
+            raise ParityFailed("parity inconclusive: " + "; ".join(s.inconclusive),
                                hint="configure validation data that exercises these outputs, or set "
                                     f"parity.inconclusive: warn; {hint}")
-        raise ParityFailed("parity failed: " + "; ".join(s["failures"]), hint=hint)
+        raise ParityFailed("parity failed: " + "; ".join(s.failures), hint=hint)
 
 
 def _candidate(inputs: dict[str, Artifact]) -> Any:
@@ -96,8 +110,8 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
     rel-L2 0.12 where the graph gives 0.013), so evaluate the graph as written: that is what TensorRT
     will compute, up to kernel rounding. The report's candidate_evaluator says which one ran."""
     model, engine = inputs["model"], inputs["engine"]
-    flavour = model.manifest.summary.get("flavour") if model.manifest.stage == "quantize" else None
-    if flavour == "tensorrt" and engine.manifest.summary.get("backend") != "tensorrt":
+    flavour = QuantizeSummary.of(model).flavour if model.manifest.stage == QuantizeStage.name else None
+    if flavour == "tensorrt" and BuildSummary.of(engine).backend != "tensorrt":
         from deploykit.graph.run import evaluator_for, session_from_onnx
 
         return session_from_onnx(model.file(MODEL), evaluator_for("tensorrt"))
@@ -193,7 +207,7 @@ def _diagnosis_candidate(inputs: dict[str, Artifact]) -> tuple[Path | None, str]
     if inputs["model"].digest != inputs["reference"].digest:
         return inputs["model"].file(MODEL), "the model after surgery/quantization (ONNX)"
     engine = inputs["engine"]
-    if engine.manifest.summary.get("backend") == "onnxruntime":
+    if BuildSummary.of(engine).backend == "onnxruntime":
         return engine.file(MODEL), "the ONNX Runtime engine's optimized graph"
     return None, ("the candidate is a TensorRT engine with the reference's ONNX: a diagnostic build that marks "
                   "layers as outputs would change fusion, so it is not run automatically")

@@ -14,15 +14,16 @@ this CPU (:mod:`deploykit.quant.speed`), with a warning when INT8 is not faster.
 
 Skipped for ``precision: fp32``. The check runs on calibration samples held out of the ranges
 (``quantize.check_samples``) with the parity tolerances for the precision, through the evaluator of
-the target flavour (``summary["evaluate"]``: ``as_written`` or ``onnxruntime``). It is a gate: a
+the target flavour (the summary's ``evaluate``: ``as_written`` or ``onnxruntime``). It is a gate: a
 quantized model that misses its tolerance fails here (the artifact and its report are kept).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ from deploykit.config import CALIBRATED
 from deploykit.environment import onnxruntime_version, tool_versions
 from deploykit.errors import ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
-from deploykit.stages.base import Stage, StageContext
+from deploykit.graph.run import evaluator_for
+from deploykit.report.jsonio import clean
+from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 
 RANGES = "ranges.json"
@@ -40,12 +43,65 @@ PRECISION = "precision.json"
 TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cache is for <= 10
 
 
+@dataclass(frozen=True)
+class QuantCheck(Summary):
+    """The check against the FP32 graph on held-out samples: worst metrics per output."""
+
+    passed: bool = True
+    violations: list[str] = field(default_factory=list)
+    metrics: dict[str, dict[str, float | None]] = field(default_factory=dict)  # output -> rel_l2, cosine, ...
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class RepairSummary(Summary):
+    passed: bool = False
+    iterations: int = 0
+    excluded_nodes: list[str] = field(default_factory=list)  # what the loop took out of quantization
+    stopped: str = ""  # why it stopped
+    worst_rel_l2: list[float | None] = field(default_factory=list)  # per step
+
+
+@dataclass(frozen=True)
+class CpuSpeed(Summary):
+    """FP32 against INT8 on this CPU (:class:`deploykit.quant.speed.SpeedCheck`)."""
+
+    fp32_ms: float = 0.0
+    quantized_ms: float = 0.0
+    rounds: int = 0
+    iterations: int = 0
+    batch: int = 1
+    evaluator: str = ""
+    speedup: float = 0.0
+
+
+@dataclass(frozen=True)
+class QuantizeSummary(Summary):
+    precision: str = ""
+    flavour: str = ""  # the target flavour the graph is written for
+    method: str = ""  # the calibration method that set the ranges ("auto (mse)" when auto chose)
+    samples: int = 0  # calibration samples read
+    quantized_nodes: int = 0
+    excluded: list[str] = field(default_factory=list)  # kept out of quantization
+    kept_fp32: list[str] = field(default_factory=list)  # kept in FP32 where the rest is FP16
+    unquantized: list[str] = field(default_factory=list)  # skipped by the quantizer's placement rules
+    check: QuantCheck | None = None
+    evaluate: str = ""  # the evaluator the check (and parity) use for this flavour: as_written | onnxruntime
+    evaluator: str = ""  # what computed the check, in words
+    repair: RepairSummary | None = None
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    passthrough: bool = False  # an already quantized model, passed through unchanged
+    cpu_speed: CpuSpeed | None = None  # onnxruntime flavour, INT8
+
+
 class QuantizeStage(Stage):
     name = "quantize"
     version = 2  # 2: onnxruntime-flavour exclusions read float tensors
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
+    summary_type = QuantizeSummary
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.quantize.enabled
@@ -62,7 +118,7 @@ class QuantizeStage(Stage):
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return {"onnxruntime": onnxruntime_version(), "modelopt": tool_versions().get("nvidia-modelopt", "absent")}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> QuantizeSummary:
         from deploykit.plugins.quantize import quantize_keeping_plugins
         from deploykit.quant.quantize import Job, quantize_model
         from deploykit.quant.reader import SampleStream
@@ -86,14 +142,20 @@ class QuantizeStage(Stage):
         for note in notes:  # recorded in the summary and still shown to the user
             warnings.warn(note, UserWarning, stacklevel=2)
         summary = write_artifact(out, result, job, notes)
-        summary["cpu_speed"] = _finite(speed.to_dict()) if speed is not None else None
-        return summary
+        speed_record = CpuSpeed.from_dict(clean(speed.to_dict())) if speed is not None else None
+        return dataclasses.replace(summary, cpu_speed=speed_record)
+
+    @classmethod
+    def report(cls, artifact: Artifact) -> dict[str, Any] | None:
+        """The summary with the precision patch (``precision.json``) as ``patch``."""
+        patch = artifact.path / PRECISION
+        return {**cls.summary(artifact).to_dict(), "patch": json.loads(patch.read_text()) if patch.is_file() else {}}
 
     def verdict(self, artifact: Artifact) -> None:
-        check = artifact.manifest.summary.get("check")
-        if check and not check["passed"]:
+        check = QuantizeSummary.of(artifact).check
+        if check and not check.passed:
             raise ParityFailed("quantized model misses its tolerance against the FP32 graph on held-out "
-                               "calibration samples: " + "; ".join(check["violations"][:4]),
+                               "calibration samples: " + "; ".join(check.violations[:4]),
                                hint=f"see {artifact.file(PRECISION)}; enable quantize.repair (--auto-repair) or "
                                     "exclude the nodes the diagnosis names")
 
@@ -136,7 +198,7 @@ def _tolerance(ctx: StageContext) -> Any:
     return lambda output: c.parity.tolerance(output, preset)
 
 
-def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> dict[str, Any]:
+def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> QuantizeSummary:
     """Write model, ranges, cache and precision report into ``out``; return the manifest summary."""
     from deploykit.quant import trt_cache
     from deploykit.quant.graph import quantized_node_names
@@ -148,21 +210,19 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> di
         write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples})
     if job.cfg.precision == "int8" and job.flavour == "tensorrt" and result.ranges:
         trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
-    report = _finite(_precision_report(result, job))
+    report = clean(_precision_report(result, job))
     (out / PRECISION).write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
     check = result.check.to_dict() if result.check else None
     method = result.settings.method
     if job.cfg.method == "auto" and job.cfg.precision in CALIBRATED and result.ranges:
         method = f"auto ({method})"
-    return _finite({"precision": job.cfg.precision, "flavour": job.flavour, "method": method,
-            "samples": samples, "quantized_nodes": len(quantized_node_names(result.model)),
-            "excluded": sorted(result.excluded), "kept_fp32": sorted(result.fp32),
-            "unquantized": sorted(result.unquantized), "check": _short(check),
-            "evaluate": "onnxruntime" if job.flavour == "onnxruntime" else "as_written",
-            "evaluator": result.check.evaluator if result.check else "",
-            "repair": _repair_summary(result.repair), "notes": result.notes,
-            "warnings": warnings_ + (result.check.warnings if result.check else []),
-            "passthrough": result.passthrough})
+    return QuantizeSummary(
+        precision=job.cfg.precision, flavour=job.flavour, method=method, samples=samples,
+        quantized_nodes=len(quantized_node_names(result.model)), excluded=sorted(result.excluded),
+        kept_fp32=sorted(result.fp32), unquantized=sorted(result.unquantized), check=_short(check),
+        evaluate=evaluator_for(job.flavour), evaluator=result.check.evaluator if result.check else "",
+        repair=_repair_summary(result.repair), notes=list(result.notes),
+        warnings=warnings_ + (result.check.warnings if result.check else []), passthrough=result.passthrough)
 
 
 def _precision_report(result: Any, job: Any) -> dict[str, Any]:
@@ -174,28 +234,17 @@ def _precision_report(result: Any, job: Any) -> dict[str, Any]:
             "notes": result.notes, "passthrough": result.passthrough}
 
 
-def _short(check: dict[str, Any] | None) -> dict[str, Any] | None:
+def _short(check: dict[str, Any] | None) -> QuantCheck | None:
     if check is None:
         return None
     keys = ("rel_l2", "cosine", "max_abs", "nonfinite", "signal_rel_l2", "error_to_signal")
     metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
-    return {"passed": check["passed"], "violations": check["violations"], "metrics": metrics,
-            "samples": check["samples"]}
+    # JSON has no infinity: non-finite values become None (the report says what they mean).
+    return QuantCheck(check["passed"], clean(check["violations"]), clean(metrics), check["samples"])
 
 
-def _repair_summary(repair: Any) -> dict[str, Any] | None:
+def _repair_summary(repair: Any) -> RepairSummary | None:
     if repair is None:
         return None
-    return {"passed": repair.check.passed, "iterations": len(repair.steps), "excluded_nodes": repair.added,
-            "stopped": repair.stopped, "worst_rel_l2": [round(s.check.worst(), 6) for s in repair.steps]}
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no infinity: non-finite floats become None (the report says what they mean)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    return RepairSummary(repair.check.passed, len(repair.steps), list(repair.added), repair.stopped,
+                         clean([round(s.check.worst(), 6) for s in repair.steps]))

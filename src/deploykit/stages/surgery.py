@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,14 @@ import numpy as np
 from deploykit.artifacts import Artifact
 from deploykit.graph.files import load_model, save_model
 from deploykit.onnxio import random_feeds
-from deploykit.stages.base import Stage, StageContext
+from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+
+
+@dataclass(frozen=True)
+class SurgerySummary(Summary):
+    passes: list[dict[str, Any]] = field(default_factory=list)  # one report per pass (deploykit.surgery.runner)
+    nodes: int = 0  # after the last pass
 
 
 class SurgeryStage(Stage):
@@ -20,6 +27,7 @@ class SurgeryStage(Stage):
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
+    summary_type = SurgerySummary
 
     def applies(self, ctx: StageContext) -> bool:
         return bool(ctx.config.surgery.passes)
@@ -32,7 +40,7 @@ class SurgeryStage(Stage):
         passes = [{"name": p.name, "version": p.version, "params": p.params} for p in map(instantiate, s.passes)]
         return {"passes": passes, "check_atol": s.check_atol, "check_rtol": s.check_rtol}
 
-    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> dict[str, Any]:
+    def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> SurgerySummary:
         from deploykit.plugins.onnx_functions import register_bodies
         from deploykit.surgery.registry import instantiate
         from deploykit.surgery.runner import run_passes
@@ -45,4 +53,4 @@ class SurgeryStage(Stage):
         model, reports = run_passes(load_model(src), [instantiate(p) for p in cfg.surgery.passes], feeds,
                                     atol=cfg.surgery.check_atol, rtol=cfg.surgery.check_rtol, where=src)
         save_model(model, out / MODEL)
-        return {"passes": reports, "nodes": len(model.graph.node)}
+        return SurgerySummary(reports, len(model.graph.node))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from deploykit.errors import first_line
 from deploykit.graph.proto import opset_version
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
 
@@ -42,7 +43,7 @@ class ConvertOpset(Pass):
         try:
             out = version_converter.convert_version(model, self.params.opset)
         except Exception as e:  # the converter raises RuntimeError/ValueError naming the op it lacks
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            text = first_line(e)
             raise PassError(f"ONNX's version converter cannot take this model from opset {current} to "
                             f"{self.params.opset}: {text}",
                             hint="try an opset closer to the model's, or re-export at the target opset") from e

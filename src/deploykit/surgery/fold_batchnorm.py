@@ -19,6 +19,7 @@ from deploykit.graph.proto import (
     consumers,
     copy_model,
     graph_output_names,
+    node_attribute,
     producers,
     remove_unused,
 )
@@ -57,7 +58,7 @@ class FoldBatchNorm(Pass):
 
 def _fold_one(g: onnx.GraphProto, bn: onnx.NodeProto) -> str:
     """Fold ``bn`` into its producer; return why not ('' when folded)."""
-    if len([o for o in bn.output if o]) != 1 or _attr(bn, "training_mode", 0):
+    if len([o for o in bn.output if o]) != 1 or node_attribute(bn, "training_mode", 0):
         return "training mode (running statistics are outputs)"
     params = _bn_params(g, bn)
     if params is None:
@@ -85,7 +86,7 @@ def _bn_params(g: onnx.GraphProto, bn: onnx.NodeProto) -> _BN | None:
     if len(values) != 4 or any(v is None for v in values):
         return None
     gamma, beta, mean, var = (v.astype(np.float64) for v in values)  # type: ignore[union-attr]
-    scale = gamma / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
+    scale = gamma / np.sqrt(var + node_attribute(bn, "epsilon", 1e-5))
     return _BN(scale, beta - mean * scale)
 
 
@@ -107,7 +108,7 @@ def _fold_conv_transpose(g: onnx.GraphProto, conv: onnx.NodeProto, bn: _BN) -> s
     w = constant_value(g, conv.input[1])
     if w is None:
         return "ConvTranspose weight is not a constant"
-    group = _attr(conv, "group", 1)
+    group = node_attribute(conv, "group", 1)
     cout = w.shape[1] * group  # weight is [C_in, C_out / group, k...]
     if cout != bn.scale.size:
         return f"ConvTranspose has {cout} output channels, BatchNormalization {bn.scale.size}"
@@ -126,7 +127,7 @@ def _fold_gemm(g: onnx.GraphProto, gemm: onnx.NodeProto, bn: _BN) -> str:
     w = constant_value(g, gemm.input[1])
     if w is None or w.ndim != 2:
         return "Gemm weight is not a constant matrix"
-    trans_b, beta = _attr(gemm, "transB", 0), _attr(gemm, "beta", 1.0)
+    trans_b, beta = node_attribute(gemm, "transB", 0), node_attribute(gemm, "beta", 1.0)
     n = w.shape[0] if trans_b else w.shape[1]
     if n != bn.scale.size:
         return f"Gemm has {n} outputs, BatchNormalization {bn.scale.size}"
@@ -163,15 +164,6 @@ def _set_inputs(g: onnx.GraphProto, node: onnx.NodeProto, w: np.ndarray, b: np.n
         while len(node.input) <= index:
             node.input.append("")
         node.input[index] = name
-
-
-def _attr(node: onnx.NodeProto, name: str, default):
-    from onnx import helper
-
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 def _set_attr(node: onnx.NodeProto, name: str, value: float) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from deploykit.errors import first_line
 from deploykit.graph.proto import copy_model, real_inputs
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
 from deploykit.surgery.dims import check_shapes, input_dims, refresh_shapes, write_input_shape
@@ -88,7 +89,7 @@ class FreeDims(Pass):
         except ortcheck.Unrunnable:
             return  # plugin nodes: the runtime that has them must tell
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise PassError(f"the graph does not run with the freed dims at {self.params.verify_size}: {first}",
                             hint="the exporter baked the old size into the graph (a Reshape or Expand constant); "
                                  "re-export with dynamic axes") from e

@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
@@ -27,6 +26,7 @@ from deploykit.graph.proto import (
     copy_model,
     graph_output_names,
     initializer_names,
+    node_attribute,
     opset_version,
     producers,
     remove_unused,
@@ -146,15 +146,6 @@ def _remove(graph: onnx.GraphProto, node: onnx.NodeProto) -> None:
 Rule = Callable[[onnx.NodeProto, onnx.GraphProto, _Types, int], "str | None"]
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
-    from onnx import helper
-
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _input_const(graph: onnx.GraphProto, node: onnx.NodeProto, index: int) -> np.ndarray | None:
     return constant_value(graph, node.input[index]) if len(node.input) > index and node.input[index] else None
 
@@ -164,7 +155,7 @@ def _identity(node, graph, types, opset):
 
 
 def _dropout(node, graph, types, opset):
-    if opset < 7 and _attr(node, "is_test", 0) != 1:
+    if opset < 7 and node_attribute(node, "is_test", 0) != 1:
         return None  # before opset 7 Dropout is a training op unless is_test=1
     if len(node.input) > 2 and node.input[2]:
         mode = _input_const(graph, node, 2)
@@ -183,7 +174,7 @@ def _same_type_and_shape(node, graph, types, opset):
 
 
 def _transpose(node, graph, types, opset):
-    perm = _attr(node, "perm")
+    perm = node_attribute(node, "perm")
     dims = types.dims.get(node.input[0])
     if perm is None:
         return node.input[0] if dims is not None and len(dims) <= 1 else None
@@ -191,7 +182,7 @@ def _transpose(node, graph, types, opset):
 
 
 def _pad(node, graph, types, opset):
-    pads = _input_const(graph, node, 1) if opset >= 11 else np.array(_attr(node, "pads", [1]))
+    pads = _input_const(graph, node, 1) if opset >= 11 else np.array(node_attribute(node, "pads", [1]))
     return node.input[0] if pads is not None and not np.any(pads) else None
 
 
@@ -279,7 +270,7 @@ def _merge_pairs(model: onnx.ModelProto, types: _Types, removed: collections.Cou
 
 
 def _merge_transposes(first: onnx.NodeProto, second: onnx.NodeProto) -> bool:
-    p1, p2 = _attr(first, "perm"), _attr(second, "perm")
+    p1, p2 = node_attribute(first, "perm"), node_attribute(second, "perm")
     if p1 is None or p2 is None or len(p1) != len(p2):
         return False
     composed = [p1[i] for i in p2]
@@ -293,7 +284,7 @@ def _merge_transposes(first: onnx.NodeProto, second: onnx.NodeProto) -> bool:
 def _same_axes(graph: onnx.GraphProto, first: onnx.NodeProto, second: onnx.NodeProto, opset: int,
                types: _Types) -> bool:
     def axes(node: onnx.NodeProto, rank: int | None) -> list[int] | None:
-        raw = _input_const(graph, node, 1) if opset >= 13 else _attr(node, "axes")
+        raw = _input_const(graph, node, 1) if opset >= 13 else node_attribute(node, "axes")
         if raw is None or rank is None:
             return None
         return sorted(int(a) % rank for a in np.asarray(raw).reshape(-1))

@@ -131,7 +131,7 @@ def _graph_error(model: onnx.ModelProto) -> str | None:
             onnx.checker.check_model(model)
             onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        return str(e).strip().splitlines()[0]
+        return first_line(e)
     return None
 
 

@@ -18,7 +18,7 @@ from typing import Any, Union
 import numpy as np
 import onnx
 
-from deploykit.graph.proto import constant_value, producers
+from deploykit.graph.proto import constant_value, node_attribute, producers
 
 # A known size; ("sym", name) for a dynamic dim shape inference named; (tensor, axis) for an unnamed one.
 Dim = Union[int, tuple[str, Any]]
@@ -153,11 +153,11 @@ def _evaluate(graph: onnx.GraphProto, made: dict[str, onnx.NodeProto], shapes: d
     if op == "Identity" or (op in ("Squeeze", "Unsqueeze") and len(first) == 1):
         return first  # a scalar and a one-element vector hold the same element
     if op == "Cast":
-        return first if _attr(node, "to") in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) else None
+        return first if node_attribute(node, "to") in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) else None
     if op == "Concat":
         rest = [_evaluate(graph, made, shapes, i, depth + 1) for i in node.input[1:]]
         return None if any(r is None for r in rest) else first + [d for r in rest for d in r]  # type: ignore[misc]
-    if op == "Gather" and args and args[0] is not None and not _attr(node, "axis"):
+    if op == "Gather" and args and args[0] is not None and not node_attribute(node, "axis"):
         try:
             return [first[i] for i in args[0]]
         except IndexError:
@@ -172,7 +172,7 @@ def _shape_of(node: onnx.NodeProto, shapes: dict[str, list[int | str | None]]) -
     if dims is None:
         return None
     full: list[Dim] = [_symbol(d, node.input[0], axis) for axis, d in enumerate(dims)]
-    start, end = _attr(node, "start") or 0, _attr(node, "end")
+    start, end = node_attribute(node, "start") or 0, node_attribute(node, "end")
     return full[start:end] if end is not None else full[start:]
 
 
@@ -182,7 +182,7 @@ def _slice(node: onnx.NodeProto, data: list[Dim], args: list[Any]) -> list[Dim] 
         axes = args[2] if len(args) > 2 else [0]
         steps = args[3] if len(args) > 3 else [1]
     else:
-        starts, ends, axes, steps = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes") or [0], [1]
+        starts, ends, axes, steps = node_attribute(node, "starts"), node_attribute(node, "ends"), node_attribute(node, "axes") or [0], [1]
     if starts is None or ends is None or axes is None or steps is None:
         return None
     if list(axes) not in ([0], [-1]) or len(starts) != 1 or not all(isinstance(v, int) for v in (*starts, *ends, *steps)):
@@ -190,10 +190,3 @@ def _slice(node: onnx.NodeProto, data: list[Dim], args: list[Any]) -> list[Dim] 
     return data[slice(starts[0], ends[0], steps[0])]
 
 
-def _attr(node: onnx.NodeProto, name: str) -> Any:
-    from onnx import helper
-
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return None
