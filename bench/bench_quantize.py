@@ -157,7 +157,7 @@ def image_folder(folder: Path, count: int, seed: int, size: int) -> Path:
 def job(model_path: Path, precision: str, flavour: str, samples: list[dict], **cfg: Any) -> Any:
     import onnx
 
-    from deploykit.quant.config import QuantizeConfig
+    from deploykit.config import QuantizeConfig
     from deploykit.quant.quantize import Job, quantize_model
     from deploykit.quant.reader import SampleStream
 
@@ -222,23 +222,23 @@ def evaluate(fp32: Path, candidate: Any, opener: Any, valid: list[dict]) -> dict
 
 def runs(path: Path, calib: list[dict], tmp: Path) -> list[tuple[str, str, Any, Any]]:
     """(label, precision, make the candidate, evaluator) for one model."""
+    from deploykit.config import QuantizeConfig
     from deploykit.graph.run import session_from_onnx
-    from deploykit.quant.config import QuantizeConfig
 
-    open_as_written = partial(session_from_onnx, evaluator="as_written")
+    as_written = partial(session_from_onnx, evaluator="as_written")
     ort_opener = partial(session_from_onnx, evaluator="onnxruntime", level="extended")
     default = QuantizeConfig().method
     out = []
-    for precision, flavour, opener in (("int8", "tensorrt", open_as_written), ("int8", "onnxruntime", ort_opener),
-                                       ("fp8", "tensorrt", open_as_written)):
+    for precision, flavour, opener in (("int8", "tensorrt", as_written), ("int8", "onnxruntime", ort_opener),
+                                       ("fp8", "tensorrt", as_written)):
         for method in METHODS:
             make = partial(lambda p, f, m: job(path, p, f, calib, method=m).model, precision, flavour, method)
             out.append((f"deploykit {precision} {flavour} ({method}){' *' if method == default else ''}", precision,
                         make, opener))
     return out + [
-        ("ModelOpt int8 defaults", "int8", lambda: modelopt_default(path, "int8", calib, tmp / "mo8.onnx"), open_as_written),
+        ("ModelOpt int8 defaults", "int8", lambda: modelopt_default(path, "int8", calib, tmp / "mo8.onnx"), as_written),
         ("ORT quantize_static defaults", "int8", lambda: ort_default(path, calib, tmp / "ort8.onnx"), ort_opener),
-        ("ModelOpt fp8 defaults", "fp8", lambda: modelopt_default(path, "fp8", calib, tmp / "mo_fp8.onnx"), open_as_written)]
+        ("ModelOpt fp8 defaults", "fp8", lambda: modelopt_default(path, "fp8", calib, tmp / "mo_fp8.onnx"), as_written)]
 
 
 def accuracy(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, Any]]:
@@ -259,7 +259,7 @@ def accuracy(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, A
 # -- repair ------------------------------------------------------------------------------------------
 
 def repair_demo(tmp: Path) -> dict[str, Any]:
-    from deploykit.quant.config import RepairConfig
+    from deploykit.config import RepairConfig
 
     path = outlier_cnn(tmp / "outlier.onnx")
     calib = image_arrays(64, 0, 64, "images")

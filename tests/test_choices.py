@@ -47,3 +47,13 @@ def test_cli_help_lists_the_values(command, kind):
     code, out, _ = run_cli(command, "--help")
     assert code == 0
     assert all(v in out for v in choices.values(kind))
+
+
+def test_the_readme_documents_every_value():
+    from pathlib import Path
+
+    row = next(line for line in (Path(__file__).parents[1] / "README.md").read_text().splitlines()
+               if line.startswith("| `quantize` |"))
+    for kind in (choices.Precision, choices.QuantizeTarget, choices.Method):
+        missing = [v for v in choices.values(kind) if v not in row]
+        assert not missing, f"README's quantize row lacks {missing}"

@@ -145,11 +145,12 @@ def _copy_out(result: Any, role: str, out: Path | None) -> None:
     import shutil
 
     artifact = result.artifacts[role]
-    if role in ("model", "reference"):
+    if artifact.kind == "onnx":
         from deploykit.graph.files import copy_model_files
+        from deploykit.stages.export import MODEL
 
         out.parent.mkdir(parents=True, exist_ok=True)
-        copy_model_files(artifact.file("model.onnx"), out)  # with its .data file, when it has one
+        copy_model_files(artifact.file(MODEL), out)  # with its .data file, when it has one
     else:
         shutil.copytree(artifact.path, out, dirs_exist_ok=True)
     typer.echo(f"wrote {out}")

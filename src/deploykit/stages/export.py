@@ -19,6 +19,7 @@ from deploykit.config import Config
 from deploykit.environment import tool_versions
 from deploykit.errors import ModelError, first_line
 from deploykit.graph.files import save_model
+from deploykit.graph.run import session_from_onnx
 from deploykit.hashing import digest_file
 from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.stages.base import Stage, StageContext, Summary
@@ -161,8 +162,6 @@ def _dynamic_axes(cfg: Config) -> dict[str, dict[int, str]]:
 
 def check_against_torch(model: Any, cfg: Config, path: Path) -> ExportCheck:
     """ONNX Runtime vs torch on random inputs at each distinct min/opt/max shape; raise if they differ."""
-    from deploykit.graph.run import session_from_onnx
-
     session = session_from_onnx(path, "onnxruntime", level="disabled")  # the graph's nodes one by one
     names = [o.name for o in session.outputs]
     rng = np.random.default_rng(cfg.export.seed + 1)

@@ -20,6 +20,7 @@ from deploykit.artifacts import Artifact
 from deploykit.config import Config, parity_preset
 from deploykit.environment import device_fingerprint, onnxruntime_version, tool_versions
 from deploykit.errors import DataError, ParityFailed
+from deploykit.graph.run import evaluator_for, session_from_onnx
 from deploykit.metrics.comparison import Comparison
 from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.report import jsonio
@@ -66,8 +67,6 @@ class ParityStage(Stage):
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ParitySummary:
         cfg = ctx.config
         candidate = _candidate(inputs)
-        from deploykit.graph.run import session_from_onnx
-
         # The reference: the FP32 graph's nodes one by one, no graph optimizations.
         references = {"onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled")}
         torch_model = _torch_model(cfg)
@@ -112,8 +111,6 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
     model, engine = inputs["model"], inputs["engine"]
     flavour = QuantizeSummary.of(model).flavour if model.manifest.stage == QuantizeStage.name else None
     if flavour == "tensorrt" and BuildSummary.of(engine).backend != "tensorrt":
-        from deploykit.graph.run import evaluator_for, session_from_onnx
-
         return session_from_onnx(model.file(MODEL), evaluator_for("tensorrt"))
     return load_engine(engine)
 
