@@ -187,6 +187,34 @@ def test_availability_ok_with_everything_present(monkeypatch: pytest.MonkeyPatch
     assert TensorRTBackend().availability().available
 
 
+@pytest.mark.parametrize(("driver", "flavour", "cuda_python", "expected"), [
+    ("12.8", "cu12", "12.9.0", ""),
+    ("13.0", "cu12", "12.9.0", ""),  # a newer driver runs older CUDA majors
+    ("13.1", "cu13", "13.0.1", ""),
+    ("12.8", "cu13", "12.9.0", "TensorRT cannot start on this driver"),
+    ("12.8", "cu12", "13.0.1", "cuda-python cannot start on this driver"),
+    ("12.2", "cu13", "13.0.1", "TensorRT, cuda-python cannot start"),
+])
+def test_cuda_version_problem_names_the_three_versions(driver, flavour, cuda_python, expected) -> None:
+    problem = trt_compat.cuda_version_problem(driver, flavour, cuda_python)
+    if not expected:
+        assert problem == ""
+        return
+    assert expected in problem and f"supports CUDA up to {driver}" in problem
+    assert f"({flavour})" in problem and f"cuda-python {cuda_python}" in problem
+    assert "R580" in problem and "pip install tensorrt-cu12" in problem
+
+
+def test_availability_refuses_a_driver_older_than_the_wheels_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_double(monkeypatch)  # the fake driver supports CUDA 12.8
+    monkeypatch.setattr(trt_compat, "tensorrt_cuda_flavour", lambda: "cu13")
+    monkeypatch.setattr(trt_compat, "cuda_python_version", lambda: "13.0.1")
+    status = TensorRTBackend().availability()
+    assert not status.available and "supports CUDA up to 12.8" in status.reason and "cu13" in status.reason
+    with pytest.raises(BackendUnavailable, match="update the driver to R580"):
+        TensorRTBackend().build(Path("absent.onnx"), BuildConfig(backend="tensorrt"), Path("out"))
+
+
 def test_probe_driver_reads_version_and_gpus() -> None:
     probe = trt_cuda.probe_driver(load=lambda name: FakeLibcuda())
     assert probe.problem == "" and probe.driver_version == "12.8"
@@ -247,19 +275,21 @@ def test_unknown_profile_name_fails_before_any_tensorrt_call(monkeypatch: pytest
 
 # -- recipe key ------------------------------------------------------------------------------------
 
-ENV = {"tensorrt": "10.13.3.9", "tensorrt_cuda": "cu12", "cuda_runtime": "12.8", "cuda_driver": "12.8",
+ENV = {"tensorrt": "10.13.3.9", "tensorrt_cuda": "cu12", "cuda_python_runtime": "12.8", "cuda_driver": "12.8",
        "gpu": "NVIDIA L4", "compute_capability": "8.9"}
 
 
 def test_fingerprint_has_versions_gpu_and_plugin_digests() -> None:
     fp = build_fingerprint_from(ENV, {"libdeploykit_plugins.so": "ab" * 32})
-    assert fp == {"backend": "tensorrt", "tensorrt": "10.13.3.9", "tensorrt_cuda": "cu12", "cuda_runtime": "12.8",
+    assert fp == {"backend": "tensorrt", "tensorrt": "10.13.3.9", "tensorrt_cuda": "cu12",
                   "gpu": "NVIDIA L4", "compute_capability": "8.9", "plugins": {"libdeploykit_plugins.so": "ab" * 32}}
 
 
 @pytest.mark.parametrize(("change", "changes_key"), [
     ({"tensorrt": "11.4.0.106"}, True), ({"compute_capability": "9.0"}, True), ({"gpu": "NVIDIA A10"}, True),
-    ({"cuda_runtime": "13.0"}, True), ({"cuda_driver": "13.1"}, False),  # a driver update keeps plans valid
+    ({"tensorrt_cuda": "cu13"}, True),  # TensorRT's own CUDA builds the plan
+    ({"cuda_python_runtime": "13.0"}, False),  # cuda-python only moves memory: not part of the plan
+    ({"cuda_driver": "13.1"}, False),  # a driver update keeps plans valid
 ])
 def test_fingerprint_changes_with_what_changes_a_plan(change, changes_key) -> None:
     base = digest_value(build_fingerprint_from(ENV, {}))
@@ -407,7 +437,9 @@ def test_double_build_writes_the_engine_folder(monkeypatch: pytest.MonkeyPatch, 
     meta = json.loads((engine / "engine.json").read_text())
     assert meta["plan_bytes"] == (engine / "engine.plan").stat().st_size == summary["plan_bytes"]
     assert meta["tensorrt"] == "10.13.3.9" and meta["gpu"] == "Fake GPU (test double)"
-    assert meta["compute_capability"] == "8.9" and meta["cuda_runtime"] == "12.8"
+    assert meta["compute_capability"] == "8.9"
+    # Both CUDA versions are recorded, apart: TensorRT's wheel flavour and cuda-python's runtime.
+    assert meta["cuda_python_runtime"] == "12.8" and "tensorrt_cuda" in meta and "cuda_runtime" not in meta
     assert meta["io"] == [{"name": "x", "mode": "input", "dtype": "float32", "shape": [-1, 3, 8, 8],
                            "profile": {"min": [1, 3, 8, 8], "opt": [4, 3, 8, 8], "max": [8, 3, 8, 8]}},
                           {"name": "y", "mode": "output", "dtype": "float32", "shape": [-1, 3, 8, 8]}]
@@ -795,8 +827,15 @@ def test_double_session_close_frees_memory(monkeypatch: pytest.MonkeyPatch, tmp_
 
 # -- TensorRT names against the real 10.13 and 11.4 bindings -------------------------------------------
 
-CHECKER = Path(os.environ.get("DEPLOYKIT_TRT_NAMES_CHECKER",
-                              REPO.parent / "shared" / "tensorrt-api" / "check_trt_names.py"))
+def _find_checker() -> Path:
+    """$DEPLOYKIT_TRT_NAMES_CHECKER, else ``shared/tensorrt-api`` beside the checkout or above it (worktrees)."""
+    if os.environ.get("DEPLOYKIT_TRT_NAMES_CHECKER"):
+        return Path(os.environ["DEPLOYKIT_TRT_NAMES_CHECKER"])
+    candidates = [up / "shared" / "tensorrt-api" / "check_trt_names.py" for up in REPO.parents]
+    return next((c for c in candidates if c.is_file()), candidates[0])
+
+
+CHECKER = _find_checker()
 TRT_FILES = [BACKENDS / "tensorrt.py", *sorted(BACKENDS.glob("trt_*.py")), REPO / "src" / "deploykit" / "doctor.py"]
 # Names both versions have but the checker's identifier lists lack (they were extracted with `strings`):
 # INPUT is a member of tensorrt.TensorIOMode (NONE, INPUT, OUTPUT) in the 10.x and 11.x Python API

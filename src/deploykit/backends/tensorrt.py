@@ -46,23 +46,26 @@ def current_environment(trt: Any, probe: trt_cuda.DriverProbe | None = None) -> 
         raise BackendUnavailable(f"backend 'tensorrt' is unavailable: {probe.problem}", hint="run `deploykit doctor`")
     cudart, _ = trt_cuda.import_cudart()
     gpu = probe.gpus[0]
+    # Two CUDA versions, recorded apart: TensorRT's (its wheel flavour; what the plan is built with) and
+    # cuda-python's runtime (only copies memory and drives streams; it does not change the plan).
     return {"tensorrt": str(trt.__version__), "tensorrt_cuda": trt_compat.tensorrt_cuda_flavour(),
-            "cuda_runtime": trt_cuda.runtime_version(cudart) if cudart is not None else "",
+            "cuda_python_runtime": trt_cuda.runtime_version(cudart) if cudart is not None else "",
             "cuda_driver": probe.driver_version, "gpu": gpu.name, "compute_capability": gpu.compute_capability}
 
 
 def build_fingerprint_from(env: dict[str, Any], plugin_digests: dict[str, str]) -> dict[str, Any]:
     """The toolchain/device facts that change a plan: they enter the build's recipe key.
 
-    The driver version is left out on purpose: a driver update does not invalidate a plan.
+    Left out on purpose: the driver version (a driver update does not invalidate a plan) and
+    cuda-python's runtime version (it moves memory; TensorRT's own CUDA, ``tensorrt_cuda``, builds).
 
     Args:
         env: :func:`current_environment`'s result.
         plugin_digests: plugin library file name -> sha256.
     """
     return {"backend": "tensorrt", "tensorrt": env["tensorrt"], "tensorrt_cuda": env.get("tensorrt_cuda", ""),
-            "cuda_runtime": env.get("cuda_runtime", ""), "gpu": env["gpu"],
-            "compute_capability": env["compute_capability"], "plugins": dict(sorted(plugin_digests.items()))}
+            "gpu": env["gpu"], "compute_capability": env["compute_capability"],
+            "plugins": dict(sorted(plugin_digests.items()))}
 
 
 def timing_cache_key(fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +92,8 @@ class TensorRTBackend:
     device_specific = True
 
     def availability(self) -> Availability:
-        """Available, or the precise reason: TensorRT missing or too old, no CUDA driver, no GPU, no cuda-python."""
+        """Available, or the precise reason: TensorRT missing or too old, no CUDA driver or GPU, no cuda-python,
+        or a driver too old for the CUDA major of the TensorRT wheel or of cuda-python."""
         trt, problem = trt_compat.import_tensorrt()
         if trt is None:
             return Availability(False, problem)
@@ -103,6 +107,10 @@ class TensorRTBackend:
         _, cuda_problem = trt_cuda.import_cudart()
         if cuda_problem:
             return Availability(False, cuda_problem, version)
+        mismatch = trt_compat.cuda_version_problem(probe.driver_version, trt_compat.tensorrt_cuda_flavour(),
+                                                   trt_compat.cuda_python_version())
+        if mismatch:
+            return Availability(False, mismatch, version)
         return Availability(True, version=version)
 
     def _require(self) -> Any:
