@@ -599,6 +599,57 @@ def test_missing_plugin_library_fails_before_tensorrt(monkeypatch: pytest.Monkey
     assert fake.calls == []
 
 
+# -- the logger (our ILogger subclass over the double's ILogger base) -----------------------------------
+
+def test_double_logger_captures_per_thread_while_sessions_share_it() -> None:
+    """Concurrent gate sessions share one logger: each capture must get its own thread's messages only."""
+    import threading
+
+    from deploykit.backends.trt_logger import get_logger
+
+    fake = FakeTensorRT()
+    logger = get_logger(fake)
+    assert get_logger(fake) is logger  # one per TensorRT module
+    barrier, seen = threading.Barrier(4), {}
+
+    def worker(n: int) -> None:
+        with logger.capture() as records:
+            barrier.wait()  # every capture is open before anyone logs
+            for i in range(200):
+                logger.log(2, f"thread {n} message {i}")
+            barrier.wait()  # nobody closes before everyone logged
+        seen[n] = records
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for n in range(4):
+        assert seen[n] == [(2, f"thread {n} message {i}") for i in range(200)]
+
+
+def test_double_logger_nested_captures_and_unattributed_messages() -> None:
+    import threading
+
+    from deploykit.backends.trt_logger import get_logger
+
+    logger = get_logger(FakeTensorRT())
+    with logger.capture() as outer:
+        with logger.capture() as inner:
+            logger.log(1, "inside")
+        logger.log(3, "info is not kept")
+        logger.log(2, "after the inner block")
+        # A TensorRT worker thread with no capture of its own: the message reaches every open capture.
+        other = threading.Thread(target=lambda: logger.log(1, "from a worker thread"))
+        other.start()
+        other.join()
+    assert inner == [(1, "inside")]
+    assert outer == [(1, "inside"), (2, "after the inner block"), (1, "from a worker thread")]
+    logger.log(1, "nobody listens")  # no capture open: nothing kept, nothing raised
+    assert logger._open == {}
+
+
 # -- plugin libraries --------------------------------------------------------------------------------
 
 def opener_registering(fake: FakeTensorRT, creators: list[tuple[str, str, str]], exports_get_creators: bool = False):
@@ -713,6 +764,29 @@ def test_double_load_translates_a_version_tag_refusal(monkeypatch: pytest.Monkey
         TensorRTBackend().load(engine)
 
 
+@pytest.mark.parametrize(("message", "expected"), [
+    ("IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: BEVPoolV2, version: 1, "
+     "namespace: deploykit.)", "plugin BEVPoolV2 (version 1, namespace 'deploykit') not loaded: pass --plugins"),
+    ("Cannot find plugin: ROIAlign_TRT, version: 2, namespace:.)",
+     "plugin ROIAlign_TRT (version 2, namespace '') not loaded: pass --plugins"),
+])
+def test_double_load_names_a_missing_plugin_not_a_version_mismatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                     message, expected) -> None:
+    fake, engine = built_engine(monkeypatch, tmp_path)
+    fake.scenario.deserialize_fails_with = message
+    with pytest.raises(EnvironmentProblem) as info:
+        TensorRTBackend().load(engine)
+    assert expected in info.value.message and info.value.exit_code == 3
+
+
+def test_double_load_does_not_read_any_version_word_as_a_version_mismatch(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    fake, engine = built_engine(monkeypatch, tmp_path)
+    fake.scenario.deserialize_fails_with = "Error Code 1: Serialization (weights of layer conv1: unknown version 3)"
+    with pytest.raises(ArtifactCorrupt, match="cannot deserialize the plan"):
+        TensorRTBackend().load(engine)
+
+
 def test_double_load_of_a_folder_without_engine_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     use_double(monkeypatch)
     with pytest.raises(ModelError, match="no engine.json"):
@@ -816,6 +890,22 @@ def test_double_data_dependent_outputs_use_the_allocator(monkeypatch: pytest.Mon
     np.testing.assert_array_equal(out, expected[expected > 0])
     session.engine_timed_runner(x)()
     assert session.runner_info["mode"] == "enqueue" and "data-dependent" in session.runner_info["why"]
+
+
+def test_double_shape_tensor_outputs_are_bound_to_host_memory(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """A host-located output (get_tensor_location HOST) gets a host buffer, never a device one nor a copy."""
+    fake, session = double_session(monkeypatch, tmp_path, Scenario(shape_output=True))
+    for batch in (3, 5):
+        x = feeds(batch)
+        out = session.infer(x)
+        np.testing.assert_array_equal(out["y"], 2 * x["x"])
+        assert out["y_shape"].dtype == np.int64 and out["y_shape"].tolist() == [batch, 3, 8, 8]
+    assert fake.last_context.addresses["y_shape"] not in fake.cudart.device_addresses
+    run = session.timed_runner(feeds(2))
+    fake.cudart.calls.clear()
+    run()
+    assert fake.cudart.calls.count("D2H") == 1  # y only: y_shape is already on the host
 
 
 def test_double_session_close_frees_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
