@@ -382,8 +382,10 @@ BUILT = {"tensorrt": "10.13.3.9", "compute_capability": "8.9", "gpu": "NVIDIA L4
 @pytest.mark.parametrize(("recorded", "here", "message"), [
     ({}, {"tensorrt": "10.14.1.48"}, "built with TensorRT 10.13.3.9 but this machine has TensorRT 10.14.1.48"),
     ({}, {"compute_capability": "9.0", "gpu": "NVIDIA H100"}, "compute capability 8.9), this machine has NVIDIA H100"),
-    ({"version_compatible": True}, {"tensorrt": "11.4.0.106"}, "runs only on TensorRT 10.x at or after 10.13.3.9"),
-    ({"version_compatible": True}, {"tensorrt": "10.12.0.36"}, "runs only on TensorRT 10.x at or after"),
+    ({"version_compatible": True}, {"tensorrt": "10.12.0.36"}, "runs only on TensorRT 10.13.3.9 or later"),
+    # Built by an older deploykit with EXCLUDE_LEAN_RUNTIME: only the exact version can run it here.
+    ({"version_compatible": True, "settings": {"flags": ["VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME"]}},
+     {"tensorrt": "10.14.1.48"}, "without its lean runtime (EXCLUDE_LEAN_RUNTIME"),
     ({"hardware_compatibility": "ampere_plus"}, {"compute_capability": "7.5"}, "Ampere and newer GPUs only"),
 ])
 def test_incompatible_plans_are_refused_with_both_sides_named(recorded, here, message) -> None:
@@ -397,6 +399,7 @@ def test_incompatible_plans_are_refused_with_both_sides_named(recorded, here, me
     ({}, {}),
     ({}, {"gpu": "NVIDIA RTX 4090"}),  # same compute capability, other model: TensorRT runs it
     ({"version_compatible": True}, {"tensorrt": "10.14.1.48"}),
+    ({"version_compatible": True}, {"tensorrt": "11.4.0.106"}),  # the embedded lean runtime runs on a later major
     ({"hardware_compatibility": "ampere_plus"}, {"compute_capability": "9.0"}),
 ])
 def test_compatible_plans_pass(recorded, here) -> None:
@@ -450,7 +453,7 @@ def test_double_build_writes_the_engine_folder(monkeypatch: pytest.MonkeyPatch, 
 
 
 @pytest.mark.parametrize(("options", "flags"), [
-    ({"version_compatible": True}, ["VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME"]),
+    ({"version_compatible": True}, ["VERSION_COMPATIBLE"]),  # the lean runtime stays in the plan
     ({"sparse_weights": True}, ["SPARSE_WEIGHTS"]),
     ({"refit": True}, ["REFIT"]),
     ({"strip_plan": True}, ["STRIP_PLAN", "REFIT_IDENTICAL"]),
@@ -468,6 +471,41 @@ def test_double_version_compatible_plans_allow_host_code(monkeypatch: pytest.Mon
     fake = use_double(monkeypatch)
     build_with_double(tmp_path, fake, version_compatible=True)
     assert fake.called("deserialize_cuda_engine")[0][2] is True
+
+
+def test_double_version_compatible_plan_carries_its_plugins_and_loads_on_a_later_tensorrt(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The compatibility check and the loader agree: a plan the check accepts on 10.14 is loaded there."""
+    fake = use_double(monkeypatch)
+    lib = tmp_path / "libdeploykit_plugins.so"
+    lib.write_bytes(b"\x7fELF plugin")
+    real_load = trt_plugins.load_libraries
+    loads: list[list[Path]] = []
+
+    def load(trt, paths):
+        loads.append(list(paths))
+        return real_load(trt, paths, opener=opener_registering(trt, [("BEVPoolV2", "1", "deploykit")]))
+
+    monkeypatch.setattr(trt_plugins, "load_libraries", load)
+    options = BuildConfig(backend="tensorrt", plugins=(str(lib),), tensorrt=TensorRTOptions(version_compatible=True))
+    summary = TensorRTBackend().build(tiny_onnx(tmp_path / "m.onnx"), options, tmp_path / "engine", profiles=PROFILES)
+    assert ("config.plugins_to_serialize", [str(lib.resolve())]) in fake.calls
+    assert summary["settings"]["lean_runtime"] == "embedded"
+    assert summary["settings"]["plugins_serialized"] == ["libdeploykit_plugins.so"]
+    assert fake.called("set_flag") == [("set_flag", fake.BuilderFlag.VERSION_COMPATIBLE)]
+
+    later = use_double(monkeypatch, Scenario(version="10.14.1.48"))
+    loads.clear()
+    TensorRTBackend().load(tmp_path / "engine")
+    assert loads == []  # the plan runs its serialized plugins itself: no copy goes into the host registry
+    assert later.called("deserialize_cuda_engine") == [("deserialize_cuda_engine", 31, True)]
+
+
+def test_double_plain_build_serializes_no_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = use_double(monkeypatch)
+    summary = build_with_double(tmp_path, fake)
+    assert not [c for c in fake.calls if c[0] == "config.plugins_to_serialize"]
+    assert summary["settings"]["lean_runtime"] == "none" and summary["settings"]["plugins_serialized"] == []
 
 
 def test_double_build_levels_and_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

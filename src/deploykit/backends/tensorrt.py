@@ -154,7 +154,8 @@ class TensorRTBackend:
         trt_plugins.init_builtin_plugins(trt, logger)
         libraries = trt_plugins.load_libraries(trt, library_paths)
         trt_plugins.check_plugin_nodes(trt, trt_plugins.plugin_nodes(onnx_path), libraries)
-        built = trt_build.build_plan(trt, onnx_path, options.tensorrt, checked, logger, timing_cache=timing_cache)
+        built = trt_build.build_plan(trt, onnx_path, options.tensorrt, checked, logger, timing_cache=timing_cache,
+                                     plugin_libraries=library_paths)
         meta = _engine_meta(env, options, onnx_path, built)
         record = trt_files.write_engine_dir(Path(out_dir), built, meta, libraries)
         if timing_cache_out is not None and built.timing_cache is not None:
@@ -183,7 +184,11 @@ class TensorRTBackend:
         plan = trt_files.read_plan(engine_dir, meta)
         logger = get_logger(trt)
         trt_plugins.init_builtin_plugins(trt, logger)
-        trt_plugins.load_libraries(trt, trt_files.plugin_paths(engine_dir, meta))
+        libraries = trt_files.plugin_paths(engine_dir, meta)  # checked against their digests either way
+        if not (meta.get("settings") or {}).get("plugins_serialized"):
+            # A version-compatible plan carries its plugins and runs them in its own runtime: loading the
+            # copies into this TensorRT's registry would be wrong (they may be built for the older major).
+            trt_plugins.load_libraries(trt, libraries)
         runtime, engine = trt_files.deserialize(trt, plan, meta, logger, engine_dir)
         if meta.get("stripped"):
             trt_files.refit_stripped(trt, engine, meta, logger, refit_onnx)

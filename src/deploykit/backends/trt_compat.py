@@ -154,19 +154,25 @@ def _check_tensorrt_version(recorded: dict[str, Any], here: dict[str, Any], wher
     built, current = str(recorded["tensorrt"]), str(here["tensorrt"])
     rebuild = ("rebuild the engine on this machine (rerun `deploykit build`, or pass "
                "--rebuild-incompatible)")
-    if recorded.get("version_compatible"):
-        # Version-compatible plans run on the same or a later TensorRT of the same major version.
-        b, c = parse_version(built), parse_version(current)
-        if b[:1] != c[:1] or c < b:
+    if recorded.get("version_compatible") and not excludes_lean_runtime(recorded):
+        # The plan carries its own lean runtime, which any later TensorRT loads (10.x plans run on 11.x too).
+        if parse_version(current) < parse_version(built):
             raise EngineIncompatible(
-                f"{where}: the plan was built version-compatible with TensorRT {built}, which runs only "
-                f"on TensorRT {b[0]}.x at or after {built}; this machine has TensorRT {current}", hint=rebuild)
+                f"{where}: the plan was built version-compatible with TensorRT {built}, which runs only on "
+                f"TensorRT {built} or later; this machine has TensorRT {current}", hint=rebuild)
         return
     if built != current:
+        lean = (" without its lean runtime (EXCLUDE_LEAN_RUNTIME, which deploykit no longer sets): it needs that "
+                "version's lean runtime, which deploykit does not load" if recorded.get("version_compatible") else "")
         raise EngineIncompatible(
-            f"{where}: the plan was built with TensorRT {built} but this machine has TensorRT {current}; "
+            f"{where}: the plan was built with TensorRT {built}{lean} but this machine has TensorRT {current}; "
             "a TensorRT plan runs only on the exact version that built it",
             hint=rebuild + ", or build with build.tensorrt.version_compatible: true")
+
+
+def excludes_lean_runtime(recorded: dict[str, Any]) -> bool:
+    """Whether an engine was built with EXCLUDE_LEAN_RUNTIME (by an older deploykit)."""
+    return "EXCLUDE_LEAN_RUNTIME" in (recorded.get("settings") or {}).get("flags", [])
 
 
 def _check_device(recorded: dict[str, Any], here: dict[str, Any], where: str) -> None:
