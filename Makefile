@@ -35,8 +35,11 @@ BENCHES := pipeline surgery quantize plugins gate
 bench: $(STAMP)
 	for b in $(BENCHES); do $(PY) bench/bench_$$b.py || exit 1; done
 
-plugins:
-	cmake -S plugins -B build/plugins -DTENSORRT_INCLUDE_DIR=$(abspath $(dir $(TRT_HEADERS))) && cmake --build build/plugins -j2
+# The TensorRT glue is compiled against the headers of the installed TensorRT's major (TRT_INCLUDE=DIR to
+# choose); without TensorRT, against the fetched public headers, as a compile check.
+TRT_INCLUDE ?=
+plugins: $(STAMP) $(TRT_HEADERS)
+	$(VENV)/bin/deploykit plugins build $(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))
 
 # On a machine with an NVIDIA GPU (and TensorRT for the engine rows): plugin kernels vs the CPU
 # reference with timings, then real TensorRT engines built, checked against ONNX Runtime and timed.
