@@ -267,6 +267,7 @@ class GateConfig:
     allow_missing_target: bool = False
     baseline: str | None = None  # a previous gate.json to compare against
     regression_threshold: float = 0.10  # slowdown allowed vs the baseline, on top of the measured spread
+    profile: bool = False  # also profile per layer (the backend's profiler, roofline columns): profile.json
 
     def __post_init__(self) -> None:
         for name in ("iterations", "trials", "concurrency"):

@@ -56,12 +56,15 @@ class Scenario:
     shape_output: bool = False  # a second output ``y_shape`` (INT64, host-located): x's shape, as TensorRT writes it
     capture_fails: bool = False
     plugin_library_creators: tuple[tuple[str, str, str], ...] = ()  # what ctypes-loading a library registers
+    # report_to_profiler: layer name -> ms reported per run (run i reports ms * (1 + i / 100)), as IProfiler would
+    layer_ms: dict[str, float] = field(default_factory=lambda: {"conv1": 0.5})
 
 
 class FakeTensorRT:
     """A recording stand-in for the ``tensorrt`` module (see the module docstring: not TensorRT)."""
 
     ILogger = type("ILogger", (), {"__init__": lambda self: None})
+    IProfiler = type("IProfiler", (), {"__init__": lambda self: None})
     IOutputAllocator = type("IOutputAllocator", (), {"__init__": lambda self: None})
     NetworkDefinitionCreationFlag = _enum("NetworkDefinitionCreationFlag", "EXPLICIT_BATCH", "STRONGLY_TYPED")
     MemoryPoolType = _enum("MemoryPoolType", "WORKSPACE")
@@ -308,8 +311,10 @@ class FakeRuntime:
 class FakeInspector:
     def __init__(self, trt: FakeTensorRT) -> None:
         self._trt = trt
+        self.execution_context: Any = None
 
     def get_engine_information(self, fmt: Any) -> str:
+        self._trt.record("get_engine_information", self.execution_context is not None)
         return json.dumps(self._trt.scenario.inspector)
 
 
@@ -362,6 +367,17 @@ class FakeContext:
         self.addresses: dict[str, int] = {}
         self.allocators: dict[str, Any] = {}
         self.enqueues = 0
+        self.profiler: Any = None
+        self.enqueue_emits_profile = True
+        self._reported = 0
+
+    def report_to_profiler(self) -> bool:
+        """One report per call of every layer's time (TensorRT reports the last enqueue's)."""
+        assert self.profiler is not None and not self.enqueue_emits_profile, "report_to_profiler without a profiler"
+        for name, ms in self._trt.scenario.layer_ms.items():
+            self.profiler.report_layer_time(name, ms * (1 + self._reported / 100))
+        self._reported += 1
+        return True
 
     def set_input_shape(self, name: str, shape: Any) -> bool:
         self._trt.record("set_input_shape", name, tuple(shape))

@@ -95,13 +95,21 @@ def session_options(level: str, threads: int = 0) -> Any:
     return opts
 
 
-def open_session(path: Path, level: str = "disabled", threads: int = 0, provider: str = "cpu") -> Any:
-    """An ONNX Runtime session; errors name the file and say what ORT rejected."""
+def open_session(path: Path, level: str = "disabled", threads: int = 0, provider: str = "cpu",
+                 profile_prefix: str | None = None) -> Any:
+    """An ONNX Runtime session; errors name the file and say what ORT rejected.
+
+    ``profile_prefix``: record ONNX Runtime's per-node profile to ``<prefix>_<time>.json``
+    (``end_profiling()`` returns the path).
+    """
     import onnxruntime as ort
 
     providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
+    options = session_options(level, threads)
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, profile_prefix
     try:
-        return ort.InferenceSession(str(path), session_options(level, threads), providers=providers)
+        return ort.InferenceSession(str(path), options, providers=providers)
     except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{path}: ONNX Runtime cannot load the model: {first}",
@@ -128,6 +136,10 @@ class OnnxRuntimeSession:
     def timed_runner(self, feeds: dict[str, np.ndarray]) -> Any:
         run, names = self._session.run, self._output_names
         return lambda: run(names, feeds)
+
+    def end_profiling(self) -> str:
+        """Stop ONNX Runtime's profiler (a session loaded with ``profile_prefix``); return its JSON file."""
+        return str(self._session.end_profiling())
 
 
 class OnnxRuntimeBackend:
@@ -173,16 +185,19 @@ class OnnxRuntimeBackend:
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
-    def load(self, engine_dir: Path) -> OnnxRuntimeSession:
+    def load(self, engine_dir: Path, *, profile_prefix: str | None = None) -> OnnxRuntimeSession:
+        """A session for an engine folder; with ``profile_prefix``, ONNX Runtime profiles every run."""
         engine = json.loads((engine_dir / ENGINE_JSON).read_text())
         provider = engine["provider"]
         if provider == "cpu":  # the saved graph is already optimized: run it as written
-            session = open_session(engine_dir / ENGINE_MODEL, "disabled", engine["intra_op_threads"])
+            session = open_session(engine_dir / ENGINE_MODEL, "disabled", engine["intra_op_threads"],
+                                   profile_prefix=profile_prefix)
         else:
             status = provider_status(provider)
             if not status.available:
                 raise BackendUnavailable(f"{engine_dir}: engine needs onnxruntime provider {provider!r}: {status.reason}")
-            session = open_session(engine_dir / ENGINE_MODEL, "all", engine["intra_op_threads"], provider)
+            session = open_session(engine_dir / ENGINE_MODEL, "all", engine["intra_op_threads"], provider,
+                                   profile_prefix=profile_prefix)
         return OnnxRuntimeSession(session, f"onnxruntime {engine['onnxruntime']} {PROVIDERS[provider]} "
                                            f"(optimized offline at {engine['optimization_level']})")
 

@@ -133,6 +133,20 @@ def _output_allocator(trt: Any, cudart: Any) -> Any:
     return OutputAllocator()
 
 
+def _layer_profiler(trt: Any) -> Any:
+    """An ``IProfiler`` collecting each layer's time (ms) per report; never raises into TensorRT."""
+
+    class LayerProfiler(trt.IProfiler):
+        def __init__(self) -> None:
+            trt.IProfiler.__init__(self)
+            self.times: dict[str, list[float]] = {}
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            self.times.setdefault(str(layer_name), []).append(float(ms))
+
+    return LayerProfiler()
+
+
 class TensorRTSession:
     """A deserialized engine with its execution context, stream and buffers (the backend Session)."""
 
@@ -219,6 +233,41 @@ class TensorRTSession:
                 self._fetch(dynamic)
 
         return run
+
+    def layer_times(self, feeds: dict[str, np.ndarray], iterations: int, warmup: int = 10) -> dict[str, list[float]]:
+        """Per-layer GPU time in ms, one entry per enqueue, from TensorRT's ``IProfiler``.
+
+        Plain enqueues (a profiler cannot see inside a CUDA graph); ``enqueue_emits_profile`` off and
+        ``report_to_profiler`` after each synchronised run, as trtexec's ``--dumpProfile`` does, so the
+        reporting itself is outside the timed work. The profiler is detached afterwards: the gate's
+        timings never run with one attached.
+        """
+        profiler = _layer_profiler(self._trt)
+        copies = self._stage_inputs(feeds)
+        self._bind_outputs()
+        self._copy(copies, "host-to-device")
+        self._sync()
+        for _ in range(warmup):
+            self._execute()
+        self._sync()
+        context = self._context
+        context.profiler = profiler
+        context.enqueue_emits_profile = False
+        try:
+            for _ in range(iterations):
+                self._execute()
+                self._sync()
+                context.report_to_profiler()
+        finally:
+            context.enqueue_emits_profile = True
+            context.profiler = None
+        return {name: list(times) for name, times in profiler.times.items()}
+
+    def layer_information(self) -> str:
+        """The engine inspector's JSON for this context: layer shapes resolved for the inputs last bound."""
+        inspector = self._engine.create_engine_inspector()
+        inspector.execution_context = self._context
+        return str(inspector.get_engine_information(self._trt.LayerInformationFormat.JSON))
 
     def close(self) -> None:
         """Free device and pinned memory, the CUDA graph and the stream."""
