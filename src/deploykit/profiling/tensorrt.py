@@ -51,10 +51,11 @@ def layers_from_inspector(text: str, times: dict[str, list[float]]) -> list[Laye
     items = data.get("Layers") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise ArtifactCorrupt("the engine inspector's JSON has no 'Layers' list")
+    # ``row``, not ``layer``: the TensorRT names checker reads a variable named layer as a TensorRT ILayer.
     layers = [_layer(item) for item in items]
-    known = {layer.name for layer in layers}
-    for layer in layers:
-        layer.times_ms = list(times.get(layer.name, []))
+    known = {row.name for row in layers}
+    for row in layers:
+        row.times_ms = list(times.get(row.name, []))
     layers += [Layer(name, "unknown", "", times_ms=list(t), extra={"note": "timed by TensorRT, not in the inspector"})
                for name, t in times.items() if name not in known]
     return layers
