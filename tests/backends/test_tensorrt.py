@@ -1100,7 +1100,8 @@ def int8_qdq_onnx(fp32: Path, out: Path) -> Path:
 
     quantize_static(str(fp32), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+                    # TensorRT's parser rejects an INT32 bias DequantizeLinear: biases stay float.
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
     return out
 
 
