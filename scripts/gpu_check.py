@@ -78,16 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     budget, started = Budget(args.budget), time.monotonic()
-    probe, trt = probe_driver(), TensorRTBackend().availability()
+    probe, trt_status = probe_driver(), TensorRTBackend().availability()
     rows = environment_rows()
     rows += section(budget, "plugin kernels", lambda: plugin_kernel_rows(work / "plugins", probe))
-    if trt.available:
+    if trt_status.available:
         rows += tensorrt_rows(work, budget, args)
     else:
-        rows.append(row("tensorrt", "skip", f"TensorRT sections not run: {trt.reason}"))
-    rows += section(budget, "profiling", lambda: profiling_rows(work / "profiles", trt.available, probe, args))
+        rows.append(row("tensorrt", "skip", f"TensorRT sections not run: {trt_status.reason}"))
+    rows += section(budget, "profiling", lambda: profiling_rows(work / "profiles", trt_status.available, probe, args))
     report = {"status": status_of(rows, probe), "gpu": probe.gpus[0].name if probe.gpus else "",
-              "tensorrt": trt.version, "seconds": round(time.monotonic() - started, 1), "budget_s": args.budget,
+              "tensorrt": trt_status.version, "seconds": round(time.monotonic() - started, 1), "budget_s": args.budget,
               "no_gpu": probe.problem, "rows": rows}
     write_report(out, report)
     print_table(rows)
@@ -340,10 +340,10 @@ def percentiles(run: Callable[[], None], args: argparse.Namespace) -> dict[str, 
 
 # -- the examples through the whole pipeline --------------------------------------------------------------
 
-def example_rows(name: str, config: Path, folder: Path) -> list[dict[str, Any]]:
+def example_rows(name: str, yaml_path: Path, folder: Path) -> list[dict[str, Any]]:
     """The example through ``deploykit.convert`` with the tensorrt backend, once per precision."""
-    if not config.is_file():
-        return [row(f"{name}", "skip", f"{config} not found")]
+    if not yaml_path.is_file():
+        return [row(f"{name}", "skip", f"{yaml_path} not found")]
     extra = plugin_overrides(name, folder)
     if isinstance(extra, str):
         return [row(f"{name}", "skip", extra)]
@@ -353,7 +353,7 @@ def example_rows(name: str, config: Path, folder: Path) -> list[dict[str, Any]]:
         if precision == "fp8" and not fp8_capable():
             rows.append(row(case, "skip", "FP8 needs compute capability 8.9+"))
             continue
-        rows.append(guarded(case, lambda c=case, p=precision: convert_row(c, config, folder / "store", p, extra)))
+        rows.append(guarded(case, lambda c=case, p=precision: convert_row(c, yaml_path, folder / "store", p, extra)))
     return rows
 
 
@@ -406,7 +406,7 @@ def profiling_rows(folder: Path, with_tensorrt: bool, probe: Any, args: argparse
     model = conv_net(folder / "conv.onnx")
     feeds = random_feeds(PROFILE, 1, {}, seed=3)
     options, peaks = ProfileOptions(iterations=50, warmup=10), folder / "peaks"
-    engines: list[tuple[str, Path]] = []
+    engines: list[tuple[str, Path]] = []  # (label, engine folder)
     if with_tensorrt:
         engines += [(f"tensorrt {p}", folder.parent / "conv" / f"conv-{p}") for p in PRECISIONS]
     elif not probe.problem and provider_status("cuda").available:
@@ -417,11 +417,11 @@ def profiling_rows(folder: Path, with_tensorrt: bool, probe: Any, args: argparse
         engines_note = row("profile (GPU)", "skip", f"no GPU engine to profile: {reason}")
         return [engines_note, *_cpu_profile(folder, model, feeds, options, peaks)]
     rows = []
-    for label, engine in engines:
-        if not (engine / "engine.json").is_file():
+    for label, folder_of in engines:  # not `engine`: the TensorRT names checker reads that as an ICudaEngine
+        if not (folder_of / "engine.json").is_file():
             rows.append(row(f"profile {label}", "skip", "no engine was built for it above"))
             continue
-        rows.append(guarded(f"profile {label}", lambda e=engine, lab=label: profile_row(
+        rows.append(guarded(f"profile {label}", lambda e=folder_of, lab=label: profile_row(
             f"profile {lab}", profile_engine(e, feeds, options, peaks_dir=peaks, model="conv", batch=4))))
     return rows + _cpu_profile(folder, model, feeds, options, peaks)
 
