@@ -111,17 +111,15 @@ def fake_curl(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("merge_request", [False, True])
-def test_gitlab_job_script_and_merge_request_note(tiny: tuple[Path, Path], tmp_path: Path, merge_request: bool) -> None:
+def test_gitlab_job_script_and_merge_request_note(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     job = gitlab()["deploykit"]
     variables = dict(job["variables"])
     ws, model = workspace(tiny, tmp_path, variables["DEPLOYKIT_STORE"])
     assert job["cache"]["paths"][0].rstrip("/") == variables["DEPLOYKIT_STORE"]
-    extra = {**{k: str(v) for k, v in variables.items()}, **model, "CI_PROJECT_DIR": str(ws),
+    merge_request = {"CI_MERGE_REQUEST_IID": "7", "CI_PROJECT_ID": "42", "CI_API_V4_URL": "https://gitlab.example/api/v4",
+                     "DEPLOYKIT_NOTE_TOKEN": "token-for-the-test"}
+    extra = {**{k: str(v) for k, v in variables.items()}, **model, **merge_request, "CI_PROJECT_DIR": str(ws),
              "FAKE_CURL_LOG": str(tmp_path / "curl.args"), "FAKE_CURL_BODY": str(tmp_path / "curl.body")}
-    if merge_request:
-        extra.update(CI_MERGE_REQUEST_IID="7", CI_PROJECT_ID="42", CI_API_V4_URL="https://gitlab.example/api/v4",
-                     DEPLOYKIT_NOTE_TOKEN="token-for-the-test")
     run_env = base_env(extra)
     run_env["PATH"] = f"{fake_curl(tmp_path / 'bin')}{os.pathsep}{run_env['PATH']}"
     assert all(is_install(line) for line in job["before_script"])  # the one part not run here
@@ -133,14 +131,17 @@ def test_gitlab_job_script_and_merge_request_note(tiny: tuple[Path, Path], tmp_p
     reports = ws / variables["DEPLOYKIT_REPORTS"]
     assert (ws / job["artifacts"]["reports"]["junit"]).is_file() and job["artifacts"]["when"] == "always"
     assert (reports / "report.html").is_file()
-    if not merge_request:
-        assert "not a merge-request pipeline" in outputs[-1] and not (tmp_path / "curl.args").exists()
-        return
     assert "posted summary.md to merge request !7" in outputs[-1]
     assert (tmp_path / "curl.body").read_text() == (reports / "summary.md").read_text()
     args = (tmp_path / "curl.args").read_text().splitlines()
     assert "https://gitlab.example/api/v4/projects/42/merge_requests/7/notes" in args
     assert "PRIVATE-TOKEN: token-for-the-test" in args
+    # A branch pipeline (no merge request) and a merge request without the token post nothing.
+    (tmp_path / "curl.args").unlink()
+    for unset, said in (("CI_MERGE_REQUEST_IID", "not a merge-request pipeline"),
+                        ("DEPLOYKIT_NOTE_TOKEN", "DEPLOYKIT_NOTE_TOKEN is not set")):
+        done = shell(job["after_script"][-1], ws, {k: v for k, v in run_env.items() if k != unset})
+        assert done.returncode == 0 and said in done.stdout and not (tmp_path / "curl.args").exists()
 
 
 @pytest.mark.slow
