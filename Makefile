@@ -31,19 +31,21 @@ test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""
 
 # Each benchmark prints a table and writes bench/results/<name>.json; ratios are measured in one run.
-BENCHES := pipeline surgery quantize plugins gate
+BENCHES := pipeline surgery quantize plugins gate profile
 bench: $(STAMP)
 	for b in $(BENCHES); do $(PY) bench/bench_$$b.py || exit 1; done
 
-plugins:
-	cmake -S plugins -B build/plugins -DTENSORRT_INCLUDE_DIR=$(abspath $(dir $(TRT_HEADERS))) && cmake --build build/plugins -j2
+# The TensorRT glue is compiled against the headers of the installed TensorRT's major (TRT_INCLUDE=DIR to
+# choose); without TensorRT, against the fetched public headers, as a compile check.
+TRT_INCLUDE ?=
+plugins: $(STAMP) $(TRT_HEADERS)
+	$(VENV)/bin/deploykit plugins build $(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))
 
-# On a machine with an NVIDIA GPU (and TensorRT for the engine rows): plugin kernels vs the CPU
-# reference with timings, then real TensorRT engines built, checked against ONNX Runtime and timed.
+# On a machine with an NVIDIA GPU, with or without TensorRT, in under 10 minutes: plugin kernels vs the
+# CPU reference (bandwidth vs the HBM floor); with TensorRT, FP32/FP16/INT8/FP8 engines (a conv net and
+# two examples) vs ONNX Runtime, timed; per-layer profiles. One report: build/gpu-check/{gpu_check.json,summary.md}.
 gpu-check: $(STAMP) $(TRT_HEADERS)
-	mkdir -p build/gpu-check
-	plugins/tools/gpu_check.sh build/gpu-check/plugins.json; \
-	$(PY) scripts/gpu_check.py --json build/gpu-check/tensorrt.json
+	$(PY) scripts/gpu_check.py --out build/gpu-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -9,11 +9,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Config", "DeployKitError", "RunResult", "build", "convert", "export", "gate", "load_config",
-           "parity", "quantize", "surgery"]
+           "parity", "profile", "quantize", "surgery"]
 
 _LAZY = {
     "convert": "deploykit.api", "export": "deploykit.api", "surgery": "deploykit.api", "build": "deploykit.api",
-    "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "Config": "deploykit.config",
+    "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "profile": "deploykit.api",
+    "Config": "deploykit.config",
     "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.result",
 }
 

@@ -281,6 +281,58 @@ def _print_quantize(s: Any) -> None:
 
 
 @app.command()
+def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.onnx, or an engine folder (build -o DIR)")],
+            workdir: Workdir = Path(".deploykit"), set_: Sets = None, backend: Backend = None, dim: Dims = None,
+            batch: Annotated[Optional[int], typer.Option(help="Batch to profile at (default: the opt shape).")] = None,
+            iterations: Annotated[int, typer.Option(help="Profiled runs (a layer's time is its median).")] = 50,
+            warmup: Annotated[int, typer.Option(help="Runs before profiling starts.")] = 10,
+            top: Annotated[int, typer.Option(help="How many of the slowest layers to list.")] = 10,
+            roofline: Annotated[bool, typer.Option(help="Add the roofline columns (peaks measured once, cached).")] = True,
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write profile.json, .md and .html here.")] = None,
+            as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
+            log_format: LogFormat = "human") -> None:
+    """Per-layer time from the backend's own profiler, by node and op type, with FLOPs, bytes and the roofline."""
+    from deploykit import api
+    from deploykit.profiling import ProfileOptions
+
+    overrides = parse_sets(set_) | ({"build.backend": backend} if backend else {})
+    report = api.profile(source, workdir=workdir, batch=batch, dims=parse_dims(dim),
+                         options=ProfileOptions(iterations=iterations, warmup=warmup, top=top, roofline=roofline),
+                         reporter=_reporter(log_format), **{k.replace(".", "__"): v for k, v in overrides.items()})
+    if output is not None:
+        from deploykit.profiling.summary import write_profile
+
+        for path in write_profile(report, output):
+            typer.echo(f"wrote {path}", err=True)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_profile(report)
+
+
+def _print_profile(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"profile: {report.get('model', '')} ({report['backend']}, batch {report.get('batch', '?')})",
+                  title_justify="left")
+    for col in ("layer", "op", "prec", "ms", "share", "GFLOP/s", "GB/s", "of roof", "bound"):
+        table.add_column(col, overflow="fold", justify="right" if col in ("ms", "share", "GFLOP/s", "GB/s", "of roof")
+                         else "left")
+    for r in report["layers"][: report["top_n"]]:
+        table.add_row(escape(r["name"]), escape(r["op_type"]), r["precision"] or "?", f"{r['ms']:.4f}",
+                      f"{r['share']:.1%}", f"{r['achieved_flops'] / 1e9:.2f}", f"{r['achieved_bandwidth'] / 1e9:.2f}",
+                      f"{r['of_roofline']:.0%}" if "of_roofline" in r else "-", r.get("bound", "-"))
+    console = Console()
+    console.print(table)
+    floor = (f"; roofline floor {report['floor_ms']:.3f} ms ({report['of_floor']:.0%} of it)" if "floor_ms" in report
+             else f"; no roofline: {report.get('roofline_note', '')}")
+    console.print(f"sum of layer times {report['total_ms']:.3f} ms over {report['layers_count']} layers{floor}",
+                  highlight=False, soft_wrap=True)
+
+
+@app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output for CI.")] = False) -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""

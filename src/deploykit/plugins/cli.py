@@ -16,8 +16,8 @@ BuildDir = Annotated[Optional[Path], typer.Option("--build-dir", help="Build fol
 @app.command("build")
 def build(build_dir: BuildDir = None,
           cuda: Annotated[bool, typer.Option(help="Build the CUDA kernels (and the TensorRT plugin) where nvcc is found.")] = True,
-          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (else CMake "
-                                                                        "searches TENSORRT_ROOT).")] = None,
+          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (default: "
+                                                                        "headers of the installed TensorRT's major).")] = None,
           cuda_archs: Annotated[str, typer.Option(help="CMAKE_CUDA_ARCHITECTURES, e.g. '87;90' (default: the project's).")] = "",
           force: Annotated[bool, typer.Option(help="Rebuild even when the sources are unchanged.")] = False) -> None:
     """Configure and build the plugin libraries with CMake; a rerun with unchanged sources does nothing."""
@@ -33,6 +33,12 @@ def build(build_dir: BuildDir = None,
     console.print(f"plugins {state} in {result.build_dir} (source digest {result.digest[:12]})", highlight=False, soft_wrap=True)
     for part, path in sorted(result.outputs.items()):
         console.print(f"  {part:15} {path}", highlight=False, soft_wrap=True)
+    headers = result.headers or {}
+    if headers:
+        console.print(f"  TensorRT headers: {headers['why']}", highlight=False, soft_wrap=True)
+    if headers.get("library"):
+        console.print(f"  the TensorRT plugin library records TensorRT {'.'.join(map(str, headers['library']))} "
+                      "headers; it loads only into that TensorRT major", highlight=False)
     if "tensorrt" not in result.outputs:
         console.print("  (no TensorRT plugin library: it needs nvcc and TensorRT headers; see plugins/README.md)",
                       highlight=False)
@@ -84,7 +90,7 @@ def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin libr
     table = Table(title=f"{library} (creators read by: {report.method})", title_justify="left")
     for col in ("check", "status", "detail"):
         table.add_column(col, overflow="fold")
-    colour = {"ok": "green", "failed": "red", "not checked": "yellow"}
+    colour = {"ok": "green", "failed": "red", "warn": "yellow", "not checked": "yellow"}
     for f in report.findings:
         table.add_row(f.check, f"[{colour[f.status]}]{f.status}[/]", f.detail)
     Console().print(table)

@@ -26,7 +26,7 @@ from deploykit.report import jsonio, junit, markdown
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import load_engine
 
-REPORT, JUNIT, MARKDOWN = "gate.json", "junit.xml", "summary.md"
+REPORT, JUNIT, MARKDOWN, PROFILE = "gate.json", "junit.xml", "summary.md", "profile.json"
 SCHEMA = "deploykit.gate/2"
 
 
@@ -117,9 +117,10 @@ class GateStage(Stage):
         report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
         checks = report["checks"] + (report["baseline"]["checks"] if base else [])
         report["passed"] = all(c["passed"] for c in checks)
+        report["profile"] = _profile(inputs["engine"], cfg, batch, ctx, out) if g.profile else None
         jsonio.write(out / REPORT, report)
         (out / JUNIT).write_text(junit.render(report))
-        (out / MARKDOWN).write_text(markdown.render_gate(report))
+        (out / MARKDOWN).write_text(markdown.render_gate(report) + _profile_markdown(report["profile"]))
         return GateSummary(report["passed"], report["fps"], report["latency"]["p99_ms"], platform,
                            [c["message"] for c in checks if not c["passed"]])
 
@@ -127,6 +128,23 @@ class GateStage(Stage):
         s = GateSummary.of(artifact)
         if not s.passed:
             raise TargetMissed("gate failed: " + "; ".join(s.failures), hint=f"see {artifact.file(MARKDOWN)}")
+
+
+def _profile(engine: Artifact, cfg: Config, batch: int, ctx: StageContext, out: Path) -> dict[str, Any]:
+    """gate.profile: the per-layer profile at the gate's batch, after (never during) the timed trials."""
+    from deploykit.profiling.peaks import CACHE_DIR
+    from deploykit.profiling.run import profile_engine
+
+    feeds = random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch)
+    report = profile_engine(engine.path, feeds, peaks_dir=ctx.store.root / CACHE_DIR, model=cfg.name, batch=batch)
+    jsonio.write(out / PROFILE, report)
+    return report
+
+
+def _profile_markdown(profile: dict[str, Any] | None) -> str:
+    from deploykit.profiling.summary import render_markdown
+
+    return "\n" + render_markdown(profile) if profile else ""
 
 
 def _baseline(cfg: Config, platform: str, target: Target | None) -> dict[str, Any] | None:
