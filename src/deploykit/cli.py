@@ -300,10 +300,14 @@ def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x prec
     else:
         from rich.console import Console
 
-        with LiveView(Console()) as view:
+        console = Console()
+        console = console if console.is_terminal else Console(width=200)  # a CI log: one line per cell
+        with LiveView(console) as view:
             result = run_matrix(file, view=view, **kwargs, **overrides)
     typer.echo(f"report: {', '.join(str(p) for p in result.report_files)}", err=True)
     if result.interrupted:
+        done = sum(c.status not in ("interrupted", "waiting") for c in result.cells)
+        typer.echo(f"interrupted: {done} of {len(result.cells)} cells finished and are kept; rerun to continue", err=True)
         raise KeyboardInterrupt
     if result.exit_code:
         bad = [c for c in result.cells if c.exit_code]
@@ -419,7 +423,7 @@ def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> Non
 def main() -> None:
     """Entry point: map every failure class to its exit code and one clear line."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
         _fail(e)
     except typer.Abort:
@@ -434,7 +438,7 @@ def main() -> None:
             raise
         _fail(InternalError(f"internal error: {type(e).__name__}: {e}",
                             hint="rerun with DEPLOYKIT_DEBUG=1 for the traceback and report it"))
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _fail(e: DeployKitError) -> None:

@@ -81,6 +81,10 @@ class Driver:
                 self._close(state, error_record(EnvironmentProblem(
                     f"{what} cannot be scheduled: {reason}",
                     hint="fix the target's resources in the matrix file, or add a node that has them")), "failed")
+        for state in reversed(list(self.states.values())):  # shared work no schedulable cell needs
+            if state.job.kind == "shared" and state.status == "waiting" and all(
+                    self.states[c].status != "waiting" for c in state.job.cells):
+                self._close(state, RunRecord(error="no cell that needs it can be scheduled"), "skipped")
 
     def _step(self) -> bool:
         if not self._start_ready() and not self.executor.busy():

@@ -109,7 +109,7 @@ def _cell(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, st
     cell = Cell(f"{model.id}/{precision}/{target.name}", model.id, precision, target, model.path, overrides)
     try:
         config = load_config(model.path, overrides)
-        chain = _chain(config, store)
+        chain = shared_chain(config, store)
     except DeployKitError as e:
         return _with(cell, error=e)
     except Exception as e:  # a user pass or data function that breaks while its key is computed
@@ -118,7 +118,8 @@ def _cell(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, st
     return _with(cell, chain=chain, key=f"matrix-{key[:24]}")
 
 
-def _chain(config: Config, store: Store) -> tuple[tuple[str, str], ...]:
+def shared_chain(config: Config, store: Store) -> tuple[tuple[str, str], ...]:
+    """(stage, plan key) of each device-independent stage that applies to ``config``."""
     ctx = StageContext(config, store, SilentReporter())
     chain, parent = [], ""
     for stage in shared_stages(default_stages()):
