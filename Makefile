@@ -34,7 +34,7 @@ test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""
 
 # Each benchmark prints a table and writes bench/results/<name>.json; ratios are measured in one run.
-BENCHES := pipeline surgery quantize plugins gate
+BENCHES := pipeline surgery quantize plugins gate matrix
 bench: $(STAMP)
 	for b in $(BENCHES); do $(PY) bench/bench_$$b.py || exit 1; done
 

@@ -17,6 +17,7 @@ import pytest
 
 import deploykit
 from deploykit.artifacts import Store
+from deploykit.errors import UsageError
 from tests.matrix.helpers import two_by_two, write_matrix, write_model
 
 pytestmark = pytest.mark.ray
@@ -163,3 +164,18 @@ def test_cli_on_ray_prints_the_table_and_exits_with_the_failure(ray_cluster, tmp
     assert "a/fp32/orin: error" in err and "cannot be scheduled" in err
     assert "deploykit matrix: matrix" in out and "passed" in out
     assert Path(tmp_path / "r" / "junit.xml").is_file()
+
+
+def test_transfer_shared_lets_every_node_use_the_store_path_itself(ray_cluster, tmp_path):
+    config = write_model(tmp_path / "m" / "a", "shared_fs", seed=8)
+    matrix = write_matrix(tmp_path / "m" / "matrix.yaml", [config], ["fp32"], FAR, transfer="shared",
+                          store="shared-store")
+    result = deploykit.matrix(matrix, ray=ray_cluster.address)
+    cell = result.cells[0]
+    assert cell.status == "passed" and cell.transfer == {}  # nothing went through the object store
+    store = Store(tmp_path / "m" / "shared-store")  # the file's `store`, relative to the matrix file
+    far = Store(ray_cluster.far_dir / "store")
+    for s in cell.stages:
+        assert store.get(s.digest).digest == s.digest
+        with pytest.raises(UsageError):
+            far.get(s.digest)  # the far node wrote into the shared store, not its own

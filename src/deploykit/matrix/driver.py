@@ -48,7 +48,10 @@ class _State:
     node: str = ""
     stage: str = ""
     live: list[StageRun] = field(default_factory=list)  # stages finished so far (from events)
-    seconds: float = 0.0
+    seconds: float = 0.0  # what the worker measured
+    submitted: float = 0.0  # wall-clock times: the worker reports its start in the same clock
+    started: float = 0.0
+    wall: float = 0.0  # what the driver saw: submit to result, scheduling and transfers included
     transfer: dict[str, float] = field(default_factory=dict)
 
 
@@ -130,6 +133,7 @@ class Driver:
         owned = set(job.stages) if job.kind == "shared" else {s for s in self.rerun if s not in shared}
         spec = JobSpec(job.id, str(job.config_path), job.overrides, job.until,
                        tuple(s for s in self.rerun if s in owned))
+        state.submitted = time.time()
         self.executor.submit(job, spec, inputs)
         state.status = "running"
 
@@ -149,6 +153,7 @@ class Driver:
             name = event.get("event")
             if name == "job_start":
                 state.attempts += 1
+                state.started = state.started or float(event.get("time", 0.0))
                 state.node, state.live, state.stage = event.get("node", ""), [], ""
             elif name == "stage_start":
                 state.stage = event.get("stage", "")
@@ -158,6 +163,7 @@ class Driver:
                                            float(event.get("seconds", 0.0)), event.get("digest", "")))
 
     def _finish(self, state: _State, outcome: JobOutcome | DeployKitError) -> None:
+        state.wall = round(time.time() - state.submitted, 4)
         if isinstance(outcome, DeployKitError):
             self._close(state, error_record(outcome), "failed")
             return
@@ -189,11 +195,15 @@ class Driver:
         return R.MatrixResult(self.name, self.executor.name, self.store.root,
                               time.perf_counter() - self.start, cells, jobs, self.interrupted and final, nodes)
 
+    @staticmethod
+    def _queued(state: _State) -> float:
+        return round(max(0.0, state.started - state.submitted), 4) if state.started else 0.0
+
     def _job(self, state: _State) -> R.JobResult:
         record = state.record or RunRecord()
         return R.JobResult(state.job.id, state.job.kind, state.job.stages, record.stages or tuple(state.live), record.exit_code,
                            record.error, state.attempts, state.node, state.seconds, len(state.job.cells),
-                           state.transfer)
+                           state.wall, self._queued(state), state.transfer)
 
     def _cell(self, cell: Cell, final: bool) -> R.CellResult:
         base = {"id": cell.id, "model": cell.model, "precision": cell.precision, "target": cell.target.name}
@@ -210,5 +220,7 @@ class Driver:
         status = R.SKIPPED if state.status == "skipped" else R.PASSED if record.exit_code == 0 else \
             R.FAILED if is_gate_failure(record.exit_code) else R.ERROR
         return R.CellResult(**base, status=status, exit_code=record.exit_code, error=record.error,
-                            attempts=state.attempts, node=state.node, seconds=state.seconds, stages=record.stages,
+                            attempts=state.attempts, node=state.node, seconds=state.seconds, wall=state.wall,
+                            queued=self._queued(state),
+                            stages=record.stages,
                             shared=shared, parity=record.parity, gate=record.gate, transfer=state.transfer)

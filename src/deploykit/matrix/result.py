@@ -26,6 +26,8 @@ class JobResult:
     node: str
     seconds: float
     cells: int  # how many cells build on it
+    wall: float = 0.0  # submit to result, as the driver saw it
+    queued: float = 0.0  # submit to the worker's start: waiting for resources, scheduling, start-up
     transfer: dict[str, float] = field(default_factory=dict)
 
     def ran(self) -> int:
@@ -50,7 +52,9 @@ class CellResult:
     error: str = ""
     attempts: int = 0
     node: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # measured by the worker
+    wall: float = 0.0  # submit to result, as the driver saw it (scheduling and transfers included)
+    queued: float = 0.0  # submit to the worker's start: waiting for resources, scheduling, start-up
     stages: tuple[StageRun, ...] = ()
     shared: tuple[str, ...] = ()  # ids of the shared jobs it builds on
     parity: dict[str, Any] | None = None

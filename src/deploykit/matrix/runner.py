@@ -53,7 +53,7 @@ def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None =
     models = resolve_models(spec, path)
     store = Store(_store_root(spec, workdir))
     plan = make_plan(spec, models, store, {k.replace("__", "."): v for k, v in overrides.items()})
-    executor = _executor(spec, store, ray, jobs)
+    executor = _executor(spec, store, ray, jobs, quantizes=any(p != "fp32" for p in spec.precisions))
     try:
         result = Driver(path.stem, plan, executor, store, view, rerun).run()
     finally:
@@ -77,11 +77,11 @@ def _store_root(spec: MatrixSpec, workdir: str | Path | None) -> Path:
     return Path(DEFAULT_STORE)
 
 
-def _executor(spec: MatrixSpec, store: Store, ray: str | None, jobs: int | None) -> Any:
+def _executor(spec: MatrixSpec, store: Store, ray: str | None, jobs: int | None, quantizes: bool) -> Any:
     if ray is None:
         from deploykit.matrix.local_executor import LocalExecutor
 
-        return LocalExecutor(store.root, jobs, spec.retries)
+        return LocalExecutor(store.root, jobs, spec.retries, quantizes)
     from deploykit.matrix.ray_executor import RayExecutor
 
     return RayExecutor(ray, store, spec.retries, spec.transfer, num_cpus=jobs)

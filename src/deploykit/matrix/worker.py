@@ -103,7 +103,7 @@ def execute(spec: JobSpec, config_path: Path, store: Store, sink: Any) -> tuple[
 def run_in_store(spec: JobSpec, store_root: str, sink: Any) -> JobOutcome:
     """Local pool (and shared-filesystem clusters): the job reads and writes the driver's store."""
     start = time.perf_counter()
-    emit(sink, {"event": "job_start", "job": spec.id, "pid": os.getpid(), "node": _where()})
+    emit(sink, {"event": "job_start", "job": spec.id, "pid": os.getpid(), "node": _where(), "time": time.time()})
     record, _ = execute(spec, Path(spec.config), Store(store_root), sink)
     return JobOutcome(spec.id, record, _where(), os.getpid(), round(time.perf_counter() - start, 4))
 
@@ -114,7 +114,7 @@ def run_on_node(spec: JobSpec, bundle: Bundle, sink: Any, shared_store: str | No
     With ``shared_store`` the node reads and writes that store directly and nothing is returned.
     """
     start = time.perf_counter()
-    emit(sink, {"event": "job_start", "job": spec.id, "pid": os.getpid(), "node": _where()})
+    emit(sink, {"event": "job_start", "job": spec.id, "pid": os.getpid(), "node": _where(), "time": time.time()})
     here = node_dir()
     config_path = materialize(bundle, here / "bundles")
     if shared_store is not None:
