@@ -108,14 +108,17 @@ def main() -> None:
     import ray
 
     import deploykit  # noqa: F401  (warm imports for the in-process baseline)
+    from deploykit.matrix.worker import NODE_DIR_ENV
     from deploykit.stages import default_stages
 
     warnings.simplefilter("ignore")
     default_stages()
     tmp = Path(tempfile.mkdtemp(prefix="deploykit-bench-matrix-"))
     matrix = write_models(tmp / "models")
+    node_dir = tmp / "ray-node"  # the workers' own store: emptied before each round, like a fresh node
     t0 = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {NODE_DIR_ENV: str(node_dir)}})
     ray_start = time.perf_counter() - t0
     times: dict[str, list[float]] = {"convert loop": [], "local pool": [], "ray local": [], "rerun": []}
     overheads, work = [], {}
@@ -125,12 +128,14 @@ def main() -> None:
         t, pool = timed_matrix(matrix, tmp / f"pool{i}", jobs=2)
         times["local pool"].append(t)
         work = pool.work()  # type: ignore[attr-defined]
+        shutil.rmtree(node_dir, ignore_errors=True)
         t, on_ray = timed_matrix(matrix, tmp / f"ray{i}", ray="local")
         times["ray local"].append(t)
         overheads.append(ray_overheads(on_ray))
         t, again = timed_matrix(matrix, tmp / f"pool{i}", jobs=2)
         times["rerun"].append(t)
         assert again.work()["ran"] == 0  # type: ignore[attr-defined]
+        assert on_ray.work()["cell_ran"] == 24  # type: ignore[attr-defined]  (no node cache served a stage)
     ray.shutdown()
     shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
