@@ -52,9 +52,9 @@ def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None =
     spec = load_matrix(path)
     models = resolve_models(spec, path)
     store = Store(_store_root(spec, workdir))
-    plan = make_plan(spec, models, store, {k.replace("__", "."): v for k, v in overrides.items()})
     executor = _executor(spec, store, ray, jobs, quantizes=any(p != "fp32" for p in spec.precisions))
-    try:
+    try:  # connected (or the pool started) before planning hashes any data: a dead cluster fails first
+        plan = make_plan(spec, models, store, {k.replace("__", "."): v for k, v in overrides.items()})
         result = Driver(path.stem, plan, executor, store, view, rerun).run()
     finally:
         with contextlib.suppress(Exception):  # closing a cluster that is already gone
