@@ -117,7 +117,7 @@ def main() -> None:
     matrix = write_models(tmp / "models")
     node_dir = tmp / "ray-node"  # the workers' own store: emptied before each round, like a fresh node
     t0 = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"env_vars": {NODE_DIR_ENV: str(node_dir)}})
     ray_start = time.perf_counter() - t0
     times: dict[str, list[float]] = {"convert loop": [], "local pool": [], "ray local": [], "rerun": []}

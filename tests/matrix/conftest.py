@@ -2,8 +2,9 @@
 
 ``ray start --head`` and ``ray start --address`` run as separate process groups, each node with its
 own DEPLOYKIT_NODE_DIR (its store and model bundles): cells scheduled on the far node (custom
-resource ``far``) can only get their inputs through Ray's object store. Teardown stops exactly the
-process groups started here.
+resource ``far``) can only get their inputs through Ray's object store. Every node and the driver
+bind to 127.0.0.1, so no traffic leaves the machine. Teardown stops exactly the process groups
+started here.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _free_port() -> int:
 def _start(args: list[str], node_dir: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     ray_bin = str(Path(sys.executable).with_name("ray"))
     with open(log, "w") as out:
-        return subprocess.Popen([ray_bin, "start", *args, "--disable-usage-stats", "--block"], stdout=out,
+        return subprocess.Popen([ray_bin, "start", *args, "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+                                 "--block"], stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**env, "DEPLOYKIT_NODE_DIR": str(node_dir)})
 
@@ -75,7 +77,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         time.sleep(3)
         procs.append(_start([f"--address={address}", "--num-cpus=1", '--resources={"far": 4}'], root / "far",
                             root / "far.log", env))
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
         deadline = time.monotonic() + 120
         while sum(n["Alive"] for n in ray.nodes()) < 2:
             if time.monotonic() > deadline:

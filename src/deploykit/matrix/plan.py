@@ -61,13 +61,6 @@ class Plan:
     cells: tuple[Cell, ...]
     jobs: dict[str, Job] = field(default_factory=dict)  # in an order where deps come first
 
-    def sharing(self, cell: Cell) -> list[Job]:
-        """The shared jobs a cell builds on, outermost first."""
-        if not cell.job:
-            return []
-        job = self.jobs[cell.job]
-        return [self.jobs[d] for d in job.deps] + [job]
-
 
 def shared_stages(stages: list[Stage]) -> list[Stage]:
     """The device-independent stages: everything before the first stage that builds an engine."""

@@ -157,7 +157,9 @@ def _connect(ray: Any, address: str, num_cpus: int | None) -> None:
     """``local``: a fresh single-node cluster; ``auto``: the cluster on this machine; else its address."""
     try:
         if address == "local":
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            # A one-machine cluster: keep it on the loopback interface.
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1")
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
