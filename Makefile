@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,quant]'
+	$(PY) -m pip install -q -e '.[dev,quant,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,14 +24,17 @@ TRT_HEADERS := build/kernel-lens/kernel_lens/include/tensorrt/NvInfer.h
 $(TRT_HEADERS):
 	PYTHON=$(PY) plugins/tools/fetch_trt_headers.sh >/dev/null || echo "warning: TensorRT headers not fetched; the plugin glue compile test will skip"
 
+# The matrix's Ray tests (a real two-node cluster) and its slow tests: a second step, so the default
+# suite stays fast and CI still runs them.
 test: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest
+	$(PY) -m pytest -m "ray or slow" tests/matrix
 
 test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""
 
 # Each benchmark prints a table and writes bench/results/<name>.json; ratios are measured in one run.
-BENCHES := pipeline surgery quantize plugins gate profile
+BENCHES := pipeline surgery quantize plugins gate profile matrix
 bench: $(STAMP)
 	for b in $(BENCHES); do $(PY) bench/bench_$$b.py || exit 1; done
 

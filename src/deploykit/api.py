@@ -112,6 +112,19 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     return result
 
 
+def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
+           workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
+           view: Any = None, **overrides: Any) -> Any:
+    """Run a build matrix (models x precisions x targets); return a MatrixResult (a table, HTML in notebooks).
+
+    See :func:`deploykit.matrix.run_matrix` for the arguments; ``deploykit.matrix(...)`` is the same call.
+    """
+    from deploykit.matrix import run_matrix
+
+    return run_matrix(source, ray=ray, jobs=jobs, workdir=workdir, report_dir=report_dir, rerun=rerun, view=view,
+                      **overrides)
+
+
 def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
     """Copy the run's reports (each stage names its own) to a stable folder CI can pick up."""
     from deploykit.stages import report_files

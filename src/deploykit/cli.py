@@ -333,6 +333,53 @@ def _print_profile(report: dict[str, Any]) -> None:
 
 
 @app.command()
+def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x precisions x targets")],
+           ray: Annotated[Optional[str], typer.Option("--ray", help="local | auto | ray://HOST:10001 (default: a local process pool)")] = None,
+           jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Local pool size (default: the cores).")] = None,
+           workdir: Annotated[Optional[Path], typer.Option("--workdir", "-w", help="The driver's artifact store (default: the file's store, else .deploykit).")] = None,
+           report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Where matrix.json, junit.xml, summary.md go (default: reports/<file name>).")] = None,
+           set_: Sets = None, rerun: Rerun = None, log_format: LogFormat = "human") -> None:
+    """Run models x precisions x targets; shared stages run once; exit non-zero if any cell fails."""
+    from deploykit.matrix import run_matrix
+    from deploykit.matrix.table import JsonView, LiveView
+
+    if log_format not in ("human", "json"):
+        raise UsageError(f"--log-format {log_format!r}: use 'human' or 'json'")
+    overrides = {k.replace(".", "__"): v for k, v in parse_sets(set_).items()}
+    folder = report_dir or Path("reports") / file.stem
+    kwargs = {"ray": ray, "jobs": jobs, "workdir": workdir, "report_dir": folder, "rerun": tuple(rerun or ())}
+    if log_format == "json":
+        result = run_matrix(file, view=JsonView(), **kwargs, **overrides)
+    else:
+        from rich.console import Console
+
+        console = Console()
+        console = console if console.is_terminal else Console(width=200)  # a CI log: one line per cell
+        with LiveView(console) as view:
+            result = run_matrix(file, view=view, **kwargs, **overrides)
+    typer.echo(f"report: {', '.join(str(p) for p in result.report_files)}", err=True)
+    if result.interrupted:
+        done = sum(c.status not in ("interrupted", "waiting") for c in result.cells)
+        typer.echo(f"interrupted: {done} of {len(result.cells)} cells finished and are kept; rerun to continue", err=True)
+        raise KeyboardInterrupt
+    if result.exit_code:
+        bad = [c for c in result.cells if c.exit_code]
+        raise _MATRIX_ERRORS.get(result.exit_code, InternalError)(
+            f"{len(bad)} of {len(result.cells)} cells did not pass; first: {bad[0].id}: {bad[0].status}"
+            + (f" ({bad[0].error.splitlines()[0]})" if bad[0].error else ""), hint=f"see {folder / 'summary.md'}")
+
+
+def _matrix_errors() -> dict[int, type[DeployKitError]]:
+    from deploykit import errors
+
+    return {e.exit_code: e for e in (errors.GateFailed, errors.UsageError, errors.EnvironmentProblem,
+                                     errors.InvalidInput, errors.InternalError)}
+
+
+_MATRIX_ERRORS = _matrix_errors()
+
+
+@app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output for CI.")] = False) -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
@@ -429,7 +476,7 @@ def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> Non
 def main() -> None:
     """Entry point: map every failure class to its exit code and one clear line."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
         _fail(e)
     except typer.Abort:
@@ -444,7 +491,7 @@ def main() -> None:
             raise
         _fail(InternalError(f"internal error: {type(e).__name__}: {e}",
                             hint="rerun with DEPLOYKIT_DEBUG=1 for the traceback and report it"))
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _fail(e: DeployKitError) -> None:
