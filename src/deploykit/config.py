@@ -40,11 +40,32 @@ class Dim:
             raise ValueError(f"needs 1 <= min <= opt <= max, got min={self.min} opt={self.opt} max={self.max}")
 
 
+InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]
+
+
 @dataclass(frozen=True)
 class InputSpec:
+    """One model input. ``kind`` says what the values mean, so the inputs deploykit makes up (the
+    export check, parity without validation data, the gate) look like real ones:
+
+    * ``tensor`` (default): standard normal floats, integers in [0, 16), random booleans;
+    * ``image``: floats uniform in [0, 1] (what ``preprocess`` makes), uint8 in [0, 255];
+    * ``tokens``: token features, standard normal;
+    * ``mask``: True/1 marks a valid element; ``padding_mask``: True/1 marks padding (torch's
+      ``key_padding_mask``). Either way every row (the last axis) keeps at least one valid element:
+      a fully masked attention row is NaN in any runtime, and torch's fast path raises on it.
+    """
+
     name: str
     shape: tuple[int | str, ...]
     dtype: Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"] = "float32"
+    kind: InputKind = "tensor"
+
+    def __post_init__(self) -> None:
+        if self.kind in ("mask", "padding_mask") and not self.shape:
+            raise ValueError(f"input {self.name!r}: a {self.kind} needs at least one axis (its rows are the last)")
+        if self.kind in ("image", "tokens") and self.dtype == "bool":
+            raise ValueError(f"input {self.name!r}: kind {self.kind} cannot be bool (use mask or padding_mask)")
 
 
 @dataclass(frozen=True)
