@@ -191,6 +191,9 @@ class DetectionCheck:
     min_mean_iou: float = 0.9
     max_score_delta: float = 0.05  # mean |score difference| over matched pairs
     max_class_flips: float = 0.0  # fraction of matched pairs whose class differs
+    # false for post-NMS outputs: their number and order of boxes are data-dependent, so only this
+    # check compares them (an elementwise comparison would need equal shapes and order).
+    elementwise: bool = True
 
 
 @dataclass(frozen=True)
@@ -215,11 +218,18 @@ class DepthCheck:
 
 @dataclass(frozen=True)
 class TrajectoryCheck:
-    """ADE/FDE between trajectories (..., T, 2 or 3), in the output's units."""
+    """ADE/FDE between trajectories (..., T, 2 or 3), in the output's units.
+
+    With ``scores`` (an output (..., K) scoring the K modes of trajectories (..., K, T, D)), each
+    side's best-scored mode is compared (what a planner acts on), and the share of rows whose best
+    mode agrees (tie-aware) is held to ``min_top1``.
+    """
 
     output: str
     max_ade: float = 0.05
     max_fde: float = 0.1
+    scores: str | None = None
+    min_top1: float = 0.95
 
 
 @dataclass(frozen=True)
