@@ -11,9 +11,11 @@ One scene, in the target agent's frame (it is at the origin heading along +x at 
   splits into three branches (straight, left, right) and the target takes one of them: its future
   is a constant-turn-rate arc onto that branch. Its history already bends a little towards it.
 * up to ``MAX_AGENTS - 1`` other agents drive at constant velocity through the scene.
-* ``agents`` (A, 16): per agent, 8 past positions (x, y), oldest first, in metres / 10; agent 0 is
-  the target. Scenes hold 2..MAX_AGENTS agents; the padding rows are noise and ``agent_mask`` (A,)
-  is True there (torch's key_padding_mask convention), so a model that looked at them would be wrong.
+* ``agents`` (A, 16): per agent, its current position (x, y) then the 7 steps (dx, dy) that led
+  there, oldest first, in metres / 10 (displacements, not positions: velocity read off a difference
+  of two quantized positions is ill-conditioned, a displacement is quantized directly); agent 0 is
+  the target. Scenes hold 2..MAX_AGENTS agents; padding rows are zeros, as pipelines write them, and
+  ``agent_mask`` (A,) is True there (torch's key_padding_mask convention).
 * ``lanes`` (12, 4): 3 branches x 4 points (x, y, dx, dy), metres / 10 and unit direction.
 * ``future`` (12, 2): the target's next 12 positions (0.5 s apart), metres / 10; ``branch`` its index.
 
@@ -60,14 +62,11 @@ def make_scene(rng: np.random.Generator, agents: int | None = None) -> dict[str,
         direction = np.gradient(points, axis=0)
         direction /= np.linalg.norm(direction, axis=1, keepdims=True)
         lanes.append(np.concatenate([points, direction], 1))
-    tokens = np.zeros((n, HISTORY * 2), np.float64)
-    tokens[0] = past.ravel()
-    for i in range(1, n):
-        start, velocity = rng.uniform(-30, 30, 2), rng.uniform(-10, 10, 2)
-        tokens[i] = (start + velocity * DT * np.arange(-HISTORY + 1, 1)[:, None]).ravel()
-    tokens /= SCALE
-    real = int(rng.integers(2, n + 1))  # agents [real:] are padding: noise, masked
-    tokens[real:] = rng.normal(0, 3.0, tokens[real:].shape)
+    tracks = [past] + [rng.uniform(-20, 20, 2) + rng.uniform(-8, 8, 2) * DT * np.arange(-HISTORY + 1, 1)[:, None]
+                       for _ in range(1, n)]
+    tokens = np.stack([np.concatenate([t[-1], np.diff(t, axis=0).ravel()]) for t in tracks]) / SCALE
+    real = int(rng.integers(2, n + 1))  # agents [real:] are padding: zeros, masked
+    tokens[real:] = 0.0
     mask = np.arange(n) >= real
     return {"agents": tokens.astype(np.float32), "agent_mask": mask, "lanes": (np.stack(lanes).reshape(-1, 4)
             / np.array([SCALE, SCALE, 1, 1])).astype(np.float32), "future": (future / SCALE).astype(np.float32),

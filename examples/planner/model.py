@@ -5,7 +5,8 @@ dynamic number of agent histories, agent 0 the one to plan for; ``agent_mask`` (
 True on padding rows (torch's key_padding_mask); ``lanes`` (batch, 12, 4). A token embedding per
 kind, then ``nn.TransformerEncoder`` (multi-head attention, LayerNorm, GELU MLP) over all tokens
 with the padding rows masked out of attention, and a head on agent 0's token that decodes K = 3
-candidate trajectories of T = 12 steps (x, y) and their probabilities.
+candidate trajectories of T = 12 steps (per-step displacements, summed into positions) and their
+probabilities.
 
 Outputs: ``trajectories`` (batch, 3, 12, 2) in the scenes' units (10 m), ``scores`` (batch, 3).
 Trained on synthetic kinematics by train.py (weights.pt beside this file).
@@ -40,9 +41,9 @@ class Planner(nn.Module):
         padding = torch.cat([agent_mask, torch.zeros_like(lanes[..., 0], dtype=torch.bool)], 1)
         encoded = self.encoder(tokens, src_key_padding_mask=padding)
         out = self.head(encoded[:, 0])
-        trajectories = out[:, : MODES * STEPS * 2].reshape(-1, MODES, STEPS, 2)
+        steps = out[:, : MODES * STEPS * 2].reshape(-1, MODES, STEPS, 2)  # per-step displacements
         scores = torch.softmax(out[:, MODES * STEPS * 2:], -1)
-        return trajectories, scores
+        return torch.cumsum(steps, 2), scores
 
 
 def build() -> Planner:

@@ -3,8 +3,9 @@
 ``exporter: auto`` picks dynamo and falls back to TorchScript only when dynamo raises; a graph that
 exports fine can still break a later stage (a DETR-style dynamo graph broke INT8 on a ``Range``
 node, and FP16 on dim names that ONNX Runtime's buffer reuse rejected, where the TorchScript graph
-passed both). So on such a failure the pipeline runs once more, up to the failed stage, with the
-other exporter: when that passes, the error says so and names the one switch to retry with.
+passed both). So when a stage cannot process the graph (a ModelError or DataError: exit 4), the
+pipeline runs once more, up to that stage, with the other exporter: when that passes, the error
+says so and names the one switch to retry with. A missed tolerance or FPS target does not trigger it.
 The trial run's artifacts stay in the store, so the retry reuses them.
 """
 
@@ -14,15 +15,15 @@ import dataclasses
 from typing import Any
 
 from deploykit.config import Config
-from deploykit.errors import DeployKitError, InvalidInput, ParityFailed
+from deploykit.errors import DeployKitError, InvalidInput
 
 OTHER = {"dynamo": "torchscript", "torchscript": "dynamo"}
 
 
 def explain_with_other_exporter(error: DeployKitError, config: Config, store: Any, stages: list[Any]) -> None:
     """Add to ``error`` (raised by a run of ``config``) whether the other exporter's graph passes the
-    failed stage; leave it untouched when that does not apply (not auto, failed at export, a config,
-    environment or FPS problem)."""
+    failed stage; leave it untouched when that does not apply (not auto, failed at export, not a
+    stage that could not process the graph)."""
     from deploykit.pipeline import run_pipeline
 
     failed, used = _failure(error, config)
@@ -50,8 +51,10 @@ def _failure(error: DeployKitError, config: Config) -> tuple[str | None, str]:
     result = getattr(error, "result", None)
     if config.source.factory is None or config.export.exporter != "auto" or result is None:
         return None, ""
-    if not isinstance(error, (InvalidInput, ParityFailed)):
-        return None, ""  # config, environment and speed problems are not what the exporter choice fixes
+    if not isinstance(error, InvalidInput):
+        # a stage that could not process the graph (exit 4); a missed tolerance or target is about
+        # numerics or speed, and config or environment problems are not the exporter's either
+        return None, ""
     failed = _failed_stage(result)
     export = next((r for r in result.stages if r.stage == "export" and r.artifact is not None), None)
     if failed in (None, "export") or export is None:

@@ -79,6 +79,9 @@ class QuantizeConfig:
     exclude_op_types: tuple[str, ...] = ()
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
     keep_fp32_nodes: tuple[str, ...] = ()  # node names kept in FP32 even where the rest is FP16
+    # Normalisations kept out of INT8/FP8 by default: on the example planner (MatMul-heavy), quantizing
+    # them added error and cost time; see examples/planner/README.md. [] quantizes them too.
+    high_precision_ops: tuple[str, ...] = ("LayerNormalization", "Softmax")
     int4_block_size: int = 128
     check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
     repair: RepairConfig = RepairConfig()

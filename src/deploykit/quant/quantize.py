@@ -76,6 +76,8 @@ def quantize_model(job: Job) -> Result:
     model, prep = g.prepare(job.model, _min_opset(job), job.where)
     notes = prep.notes
     excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
+    excluded.update({n.name: f"{n.op_type} kept in higher precision (quantize.high_precision_ops)"
+                     for n in model.graph.node if n.op_type in cfg.high_precision_ops and n.name not in excluded})
     notes += [f"exclude_patterns {p!r} matches no node" for p in g.unmatched_patterns(model, cfg.exclude_patterns)]
     fp32 = _configured_fp32(model, cfg, job.where)
     if job.flavour == "onnxruntime" and cfg.precision == "int8":

@@ -168,5 +168,12 @@ def check_against_torch(model: Any, cfg: Config, path: Path) -> dict[str, Any]:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+    """What went wrong, in one line: the innermost cause (torch.export wraps the real error in a
+    generic "Failed to export ... step 1/3" with colour codes), and where in the model it was."""
+    import re
+
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines() if ln.strip()]
+    where = next((ln for ln in lines if ln.startswith("Caused by:")), "")
+    return f"{type(e).__name__}: {lines[0] if lines else ''}{' ' + where if where else ''}"[:300]
