@@ -128,9 +128,7 @@ def _reduce_range(ctx: StageContext) -> bool:
 
 def _tolerance(ctx: StageContext) -> Any:
     """The parity stage's tolerance per output, so this check and parity judge alike."""
-    from deploykit.config import parity_preset
-
-    from deploykit.config import Tolerance
+    from deploykit.config import Tolerance, parity_preset
     from deploykit.metrics.tasks import unordered_outputs
 
     c = ctx.config
