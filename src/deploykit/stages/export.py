@@ -108,7 +108,10 @@ def _quiet_exporter() -> Iterator[None]:
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        # stderr too: torch.export prints the whole traced graph there when it fails (27 kB for
+        # the NMS detector), which `auto` then handles by falling back
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
