@@ -55,16 +55,18 @@ def test_cut_for_tensorrt_and_int8_tensorrt_flavour(store):
     assert task["metrics"]["matched"] >= 0.95 and task["metrics"]["reference_boxes"] > 50
 
 
-# Measured: 103 of 107 boxes matched, mean IoU 0.897 < 0.9, class flips 0.097 > 0.02.
+# Measured with NMS in the graph: ORT flavour 103 of 107 boxes matched, mean IoU 0.897 < 0.9, class
+# flips 0.097 > 0.02; tensorrt flavour mean IoU 0.934, class flips 0.106 > 0.02. Cut before NMS, the
+# same INT8 passes (class flips 0.006): NMS turns small score changes into different kept boxes.
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 onnxruntime flavour with NMS in the graph: "
-                   "class flips 0.097 > 0.02, mean IoU 0.897 < 0.9 (measured)")
-def test_int8_onnxruntime_flavour_with_nms(store):
-    assert convert(NMS, store, "int8", "onnxruntime").passed
+@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 with NMS in the graph: class flips 0.097-0.106 "
+                   "> 0.02 (measured)")
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_int8_with_nms_in_the_graph(store, target):
+    assert convert(NMS, store, "int8", target).passed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("config", "precision", "target"), [(NMS, "int8", "tensorrt"), (CUT, "int8", "onnxruntime"),
-                                                             (CUT, "fp8", "tensorrt")])
-def test_matrix(store, config, precision, target):
-    assert convert(config, store, precision, target).passed
+@pytest.mark.parametrize(("precision", "target"), [("int8", "onnxruntime"), ("fp8", "tensorrt")])
+def test_cut_matrix(store, precision, target):
+    assert convert(CUT, store, precision, target).passed
