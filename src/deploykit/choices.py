@@ -20,6 +20,7 @@ Exporter = Literal["auto", "dynamo", "torchscript"]
 OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runtime graph optimizations
 Provider = Literal["cpu", "cuda", "tensorrt"]  # ONNX Runtime execution providers
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
+InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]
 
 

@@ -129,11 +129,14 @@ def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .
             dim: Dims = None, report_dir: ReportDir = None, provider: ProviderOpt = None,
             precision: Annotated[Optional[str], typer.Option(help=f"{listed(Precision)} (sets quantize.precision)")] = None,
             allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
+            auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Quantized: keep the nodes that add the most error out of quantization until the check passes (quantize.repair.enabled).")] = False,
             baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
     extra: dict[str, Any] = _gate_flags(allow_missing_target, baseline)
     if precision:
         extra["quantize.precision"] = precision
+    if auto_repair:
+        extra["quantize.repair.enabled"] = True
     if provider:
         extra["build.provider"] = provider
     _run(config, None, workdir, set_, rerun, backend, dim, report_dir, log_format, extra)
