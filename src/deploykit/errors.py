@@ -9,7 +9,9 @@
     ├── EnvironmentProblem (3)        the machine cannot do what was asked
     │   ├── BackendUnavailable        backend library, driver or device missing
     │   ├── EngineIncompatible        a TensorRT plan built for another TensorRT version or GPU
-    │   └── WorkdirError              artifact store not writable
+    │   ├── WorkdirError              artifact store not writable, or not laid out as a store
+    │   ├── DiskFull                  no space left where deploykit writes (ENOSPC, EDQUOT)
+    │   └── TimeLimitExceeded         a stage ran past its limit (limits.stage_timeout_s)
     ├── InvalidInput (4)              a model, data file or artifact is not what it should be
     │   ├── ModelError                ONNX file or torch factory unusable
     │   ├── DataError                 input data does not match the model
@@ -70,6 +72,14 @@ class WorkdirError(EnvironmentProblem):
     pass
 
 
+class DiskFull(EnvironmentProblem):
+    pass
+
+
+class TimeLimitExceeded(EnvironmentProblem):
+    pass
+
+
 class InvalidInput(DeployKitError):
     exit_code = 4
 
@@ -88,3 +98,37 @@ class ArtifactCorrupt(InvalidInput):
 
 class InternalError(DeployKitError):
     exit_code = 70
+
+
+_FULL = (28, 122)  # ENOSPC, EDQUOT
+
+
+def is_disk_full(e: BaseException | None) -> bool:
+    """Whether ``e`` or an exception it was raised from is a full disk or quota."""
+    seen = 0
+    while e is not None and seen < 20:
+        if isinstance(e, OSError) and e.errno in _FULL:
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def disk_full(e: BaseException, where: object = "") -> DiskFull:
+    """The DiskFull error for an ENOSPC/EDQUOT ``e`` met while writing ``where``."""
+    filename = getattr(e, "filename", None) or where
+    return DiskFull(f"{filename}: disk full ({getattr(e, 'strerror', None) or e})",
+                    hint="free space on that disk (or pass a --workdir on another), then rerun")
+
+
+def os_error(e: OSError, where: object, what: str) -> EnvironmentProblem:
+    """An OSError met while doing ``what`` to ``where``, as the environment problem it is."""
+    if is_disk_full(e):
+        return disk_full(e, where)
+    return WorkdirError(f"{where}: cannot {what} ({e.strerror or type(e).__name__})",
+                        hint="check the folder's permissions and free space")
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of ``e``'s message, else its type's name (a bare assert has no message)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(e).__name__)[:limit]

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store
-from deploykit.errors import UsageError
+from deploykit.artifacts import Artifact, Store
+from deploykit.errors import ArtifactCorrupt, UsageError
 
 REPORT_FILES = {"parity-report": "parity.json", "bench-report": "gate.json"}
 # Stages at the same lineage depth are shown in the order the pipeline runs them.
@@ -44,7 +44,7 @@ def from_result(result: Any) -> ReportData:
 def from_store(workdir: str, ref: str) -> ReportData:
     """From the store: ``ref`` is a run name (``runs/<name>.json``) or an artifact digest (prefix)."""
     store = Store(workdir)
-    if (store.root / "runs" / f"{ref}.json").exists():
+    if store.has_run(ref):
         roles = {role: _peek(store, d) for role, d in store.run_refs(ref).items()}
         title = f"deploykit run {ref}"
     else:
@@ -63,9 +63,13 @@ def from_store(workdir: str, ref: str) -> ReportData:
 
 
 def _peek(store: Store, digest: str) -> Artifact:
-    """An artifact's manifest without re-hashing its files: reports only read, and models can be large."""
-    path = store.root / "objects" / digest
-    return Artifact(path, Manifest.read(path / MANIFEST))
+    """An artifact whose manifest verifies, without re-hashing its files: reports only read, and
+    models can be large."""
+    try:
+        return store.manifest(digest)
+    except UsageError as e:
+        raise ArtifactCorrupt(f"{store.root / 'objects' / digest}: named by the run but not in the store",
+                              hint="rerun the config to rebuild it") from e
 
 
 def _ancestors(store: Store, artifact: Artifact, role: str) -> dict[str, Artifact]:
@@ -103,6 +107,8 @@ def _finish(title: str, stages: list[dict[str, Any]], roles: dict[str, Artifact]
     store = store or Store(workdir)
     data = ReportData(title=title, stages=stages, lineage=lineage_rows(store, roles), workdir=workdir)
     for artifact in {a.digest: a for a in roles.values()}.values():
+        if artifact.manifest.stage == "quantize" or artifact.kind in REPORT_FILES:
+            artifact = store.get(artifact.digest)  # its files are read: verify them first
         if artifact.manifest.stage == "quantize":
             data.quantize = _quantize(artifact)
         name = REPORT_FILES.get(artifact.kind)
