@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from deploykit.data import DataConfig
 from deploykit.errors import ConfigError
+from deploykit.limits import LimitsConfig
 from deploykit.quant.config import QuantizeConfig
 from deploykit.typed import from_value
 
@@ -291,6 +292,7 @@ class Config:
     build: BuildConfig = BuildConfig()
     parity: ParityConfig = ParityConfig()
     gate: GateConfig = GateConfig()
+    limits: LimitsConfig = LimitsConfig()  # time per stage, memory per input
     # The folder the config's relative paths start from: where the file lives, not a YAML key.
     base_dir: Path = field(default=Path("."), compare=False, metadata={"internal": True})
 
@@ -315,21 +317,10 @@ class Config:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``deploykit.yaml``, apply dotted ``overrides`` (``{"gate.iterations": 50}``) and validate."""
-    import yaml
+    from deploykit.config_load import load_yaml, read_text
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found", hint="pass the path to a deploykit.yaml") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from e
+    raw = load_yaml(read_text(path), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides or {})
@@ -341,7 +332,10 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     """Validate a parsed config; ``base_dir`` is the folder its relative paths start from."""
+    from deploykit.config_load import validate
+
     cfg = from_value(Config, raw, "config")
+    validate(cfg)
     return dataclasses.replace(cfg, base_dir=base_dir)
 
 

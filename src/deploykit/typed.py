@@ -109,7 +109,7 @@ def _dataclass(cls: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: missing required key {name!r}")
     try:
         return cls(**kwargs)
-    except ValueError as e:  # __post_init__ checks
+    except (ValueError, TypeError, ArithmeticError) as e:  # __post_init__ checks
         raise ConfigError(f"{path}: {e}") from e
 
 
