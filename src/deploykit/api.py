@@ -13,7 +13,7 @@ from typing import Any
 
 from deploykit.artifacts import Store
 from deploykit.config import Config, config_from_dict, load_config
-from deploykit.errors import UsageError
+from deploykit.errors import ConfigError, ModelError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import RunResult
 
@@ -35,7 +35,10 @@ def resolve_config(source: str | Path | Config, overrides: dict[str, Any] | None
         from deploykit.onnxio import load_model
 
         raw = apply_overrides(onnx_config_dict(load_model(path, load_external=False), path, dims or {}), overrides)
-        return config_from_dict(raw, Path.cwd())
+        try:
+            return config_from_dict(raw, Path.cwd())
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e.message}", hint=e.hint) from e
     return load_config(path, overrides)
 
 
@@ -43,6 +46,10 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
     """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
     from onnx import helper
 
+    from deploykit.onnxguard import check_io
+    from deploykit.onnxio import NP_DTYPES
+
+    check_io(model, path)
     inputs, used = [], {}
     initializers = {i.name for i in model.graph.initializer}
     for vi in model.graph.input:
@@ -58,6 +65,9 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
             used[name] = {"min": lo, "opt": opt, "max": hi}
             shape.append(name)
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        if dtype not in NP_DTYPES:
+            raise ModelError(f"{path}: input {vi.name!r} is a {dtype} tensor; deploykit feeds "
+                             f"{', '.join(NP_DTYPES)}", hint="export the model with an input of one of those types")
         inputs.append({"name": vi.name, "shape": shape, "dtype": dtype})
     unknown = set(dims) - set(used)
     if unknown:
@@ -86,27 +96,44 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     from deploykit.stages import default_stages
 
     config = resolve_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims)
-    store = Store(workdir)
-    try:
-        result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
-    except Exception as e:
-        if report_dir is not None and getattr(e, "result", None) is not None:
-            copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
-        raise
+    if report_dir is not None:
+        _check_report_dir(Path(report_dir))
+    with Store(workdir) as store, store.tempdir():  # every temporary of the run lives in the store
+        try:
+            result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
+        except Exception as e:
+            if report_dir is not None and getattr(e, "result", None) is not None:
+                copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
+            raise
     if report_dir is not None:
         copy_reports(result, Path(report_dir))
     return result
 
 
+def _check_report_dir(report_dir: Path) -> None:
+    """Refuse a report folder that cannot be one before any stage runs."""
+    for p in (report_dir, *report_dir.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise UsageError(f"--report-dir {report_dir}: {p} is a file, not a folder",
+                                 hint="give a folder (it is created when missing)")
+            return
+
+
 def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
     """Copy the run's reports to a stable folder CI can pick up."""
-    report_dir.mkdir(parents=True, exist_ok=True)
+    from deploykit.errors import os_error
+
     written = []
-    for role, names in REPORT_FILES.items():
-        artifact = result.artifacts.get(role)
-        for name in names if artifact else ():
-            shutil.copyfile(artifact.file(name), report_dir / name)
-            written.append(report_dir / name)
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        for role, names in REPORT_FILES.items():
+            artifact = result.artifacts.get(role)
+            for name in names if artifact else ():
+                shutil.copyfile(artifact.file(name), report_dir / name)
+                written.append(report_dir / name)
+    except OSError as e:
+        raise os_error(e, report_dir, "write the reports") from e
     return written
 
 

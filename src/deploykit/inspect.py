@@ -91,7 +91,7 @@ def _checker(model: onnx.ModelProto, path: Path) -> str:
         onnx.checker.check_model(str(path))
         onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        return str(e).strip().splitlines()[0]
+        return _first_line(e)
     return "ok"
 
 

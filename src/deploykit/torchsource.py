@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.config import Config
-from deploykit.errors import ConfigError, ModelError
+from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.hashing import digest_file
 from deploykit.usercode import importable_from
 
@@ -111,7 +111,7 @@ def _load_weights(model: Any, path: Path) -> None:
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError) as e:
-        first = str(e).strip().splitlines()[0]
+        first = first_line(e)
         raise ModelError(f"{path}: weights do not fit the model: {first}") from e
 
 
@@ -119,7 +119,13 @@ def run_torch(model: Any, feeds: dict[str, Any], input_names: list[str]) -> list
     """Torch outputs as numpy arrays, flattened in output order."""
     import torch
 
-    with torch.inference_mode():
-        out = model(*(torch.from_numpy(feeds[n]) for n in input_names))
-    flat = list(out) if isinstance(out, (tuple, list)) else [out]
-    return [t.detach().numpy() for t in flat]
+    try:
+        with torch.inference_mode():
+            out = model(*(torch.from_numpy(feeds[n]) for n in input_names))
+        flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        return [t.detach().numpy() for t in flat]
+    except Exception as e:  # the user's forward() failed on these inputs: name them, not a deploykit bug
+        shapes = ", ".join(f"{n}={list(feeds[n].shape)} {feeds[n].dtype}" for n in input_names)
+        raise ModelError(f"the torch model raised {type(e).__name__} on inputs {shapes}: {first_line(e)}",
+                         hint="deploykit feeds random values (floats N(0,1), integers 0-15, booleans); an input that "
+                              "needs other values (a mask, token ids) needs validation data") from e

@@ -23,7 +23,7 @@ import numpy as np
 from deploykit.backends.base import Availability, TensorSpec
 from deploykit.config import BuildConfig
 from deploykit.environment import device_fingerprint, onnxruntime_version
-from deploykit.errors import BackendUnavailable, ModelError
+from deploykit.errors import BackendUnavailable, ModelError, first_line
 
 ENGINE_MODEL = "model.onnx"
 ENGINE_JSON = "engine.json"
@@ -123,11 +123,22 @@ class OnnxRuntimeSession:
         return [_spec(o) for o in self._session.get_outputs()]
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self._output_names, self._session.run(self._output_names, feeds), strict=True))
+        try:
+            outputs = self._session.run(self._output_names, feeds)
+        except Exception as e:  # ORT's Fail/InvalidArgument/RuntimeException name the node that failed
+            raise ModelError(f"ONNX Runtime failed to run the model on inputs {_describe(feeds)}: {first_line(e)}",
+                             hint="`deploykit inspect` shows the graph; check the dims the config allows") from e
+        return dict(zip(self._output_names, outputs, strict=True))
 
     def timed_runner(self, feeds: dict[str, np.ndarray]) -> Any:
+        self.infer(feeds)  # a failure is a clean error here, never inside a timing loop
         run, names = self._session.run, self._output_names
         return lambda: run(names, feeds)
+
+
+def _describe(feeds: dict[str, np.ndarray]) -> str:
+    return ", ".join(f"{k}={list(getattr(v, 'shape', ()))} {getattr(v, 'dtype', type(v).__name__)}"
+                     for k, v in feeds.items())
 
 
 class OnnxRuntimeBackend:
@@ -164,7 +175,7 @@ class OnnxRuntimeBackend:
             ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"],
                                  disabled_optimizers=list(disabled))
         except Exception as e:
-            first = str(e).strip().splitlines()[0]
+            first = first_line(e)
             raise ModelError(f"{onnx_path}: ONNX Runtime cannot build the model: {first}",
                              hint="check the opset and custom ops with `deploykit inspect`") from e
         engine = {"backend": self.name, "onnxruntime": ort.__version__, "provider": options.provider,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
     import onnx
@@ -127,7 +127,7 @@ def infer_shapes(model: onnx.ModelProto, prep: Preparation | None = None) -> onn
         return onnx.shape_inference.infer_shapes(model)
     except Exception as e:  # inference failures are data, not a reason to stop
         if prep is not None:
-            prep.notes.append(f"shape inference failed, continuing without it: {str(e).splitlines()[0]}")
+            prep.notes.append(f"shape inference failed, continuing without it: {first_line(e)}")
         return model
 
 

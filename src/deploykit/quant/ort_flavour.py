@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
@@ -98,13 +98,13 @@ def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
         try:
             quant_pre_process(str(src), str(dst))
         except Exception as e:  # symbolic shape inference raises on shapes it cannot complete
-            notes.append(f"symbolic shape inference failed ({str(e).strip().splitlines()[0][:120]}); "
+            notes.append(f"symbolic shape inference failed ({first_line(e, 120)}); "
                          "pre-processed without it")
             try:
                 quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
             except Exception as e2:
                 raise ModelError(f"ONNX Runtime cannot pre-process the model for quantization: "
-                                 f"{str(e2).strip().splitlines()[0]}") from e2
+                                 f"{first_line(e2)}") from e2
         return onnx.load(str(dst))
 
 

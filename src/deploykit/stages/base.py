@@ -53,3 +53,7 @@ class Stage:
 
     def verdict(self, artifact: Artifact) -> None:
         """Raise a GateFailed subclass if the artifact records a failed check."""
+
+    def reuse_note(self, artifact: Artifact) -> str:
+        """What a reader of the run must know when this artifact is reused rather than made ('' if nothing)."""
+        return ""

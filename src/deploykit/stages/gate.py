@@ -17,7 +17,13 @@ import numpy as np
 
 from deploykit.artifacts import Artifact
 from deploykit.config import Config, Target
-from deploykit.environment import device_fingerprint, platform_names, tool_versions
+from deploykit.environment import (
+    device_fingerprint,
+    load_between,
+    load_snapshot,
+    platform_names,
+    tool_versions,
+)
 from deploykit.errors import ConfigError, TargetMissed
 from deploykit.metrics.latency import aggregate_trials, fps_trials
 from deploykit.onnxio import random_feeds
@@ -90,6 +96,7 @@ class GateStage(Stage):
         platform, target = select_target(cfg)
         batch = target.batch if target else 1
         session = load_engine(inputs["engine"])
+        before = load_snapshot()
         main = measure_batch(session, cfg, batch, ctx.reporter)
         report = {"schema": SCHEMA, "model": cfg.name, "platform": platform, "device": device_fingerprint(),
                   "evaluator": session.evaluator, "precision": cfg.quantize.precision, "batch": batch,
@@ -98,6 +105,7 @@ class GateStage(Stage):
                             for b in sorted(set(g.batches) - {batch})],
                   "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
                   "target": asdict(target) if target else None, "note": "" if target else "no target for this platform"}
+        report["load"] = load_between(before, load_snapshot())  # a timing on a busy machine says so
         report["checks"] = target_checks(target, report["fps"], report["latency"])
         base = _baseline(cfg, platform, target)
         report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
@@ -107,7 +115,18 @@ class GateStage(Stage):
         (out / "junit.xml").write_text(junit.render(report))
         (out / "summary.md").write_text(markdown.render_gate(report))
         return {"passed": report["passed"], "fps": report["fps"], "p99_ms": report["latency"]["p99_ms"],
-                "platform": platform, "failures": [c["message"] for c in checks if not c["passed"]]}
+                "platform": platform, "failures": [c["message"] for c in checks if not c["passed"]],
+                "load": report["load"]}
+
+    def reuse_note(self, artifact: Artifact) -> str:
+        """A reused gate is a measurement from another time: say when, and whether the machine was busy."""
+        m = artifact.manifest
+        load = m.summary.get("load") or {}
+        note = f"measurement from {m.created} reused"
+        if load.get("loaded"):
+            note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
+                     f"on {load.get('cpus')} CPUs): --rerun gate on a quiet machine for a clean one")
+        return note
 
     def verdict(self, artifact: Artifact) -> None:
         if not artifact.manifest.summary["passed"]:

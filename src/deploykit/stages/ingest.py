@@ -7,6 +7,7 @@ from typing import Any
 
 from deploykit.artifacts import Artifact
 from deploykit.hashing import digest_file
+from deploykit.onnxguard import check_io
 from deploykit.onnxio import check_inputs, check_model, copy_model, external_data_files, load_model
 from deploykit.stages.base import Stage, StageContext
 from deploykit.stages.export import MODEL
@@ -26,6 +27,7 @@ class IngestStage(Stage):
 
         path = self._path(ctx)
         model = load_model(path, load_external=False)  # parses the file: a truncated one fails here, not later
+        check_io(model, path)
         data = {f.name: digest_file(f) for f in external_data_files(model, path)}
         return {"onnx": digest_file(path), "external_data": data, "inputs": ctx.config.inputs, "dims": ctx.config.dims}
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from deploykit.errors import ConfigError, DeployKitError, InternalError, ModelError
+from deploykit.errors import ConfigError, DeployKitError, InternalError, ModelError, first_line
 from deploykit.surgery import ortcheck
 from deploykit.surgery.base import Pass, PassConfigError, PassError, PassResult
 from deploykit.surgery.graph import diff_nodes, graph_problems, op_histogram, real_inputs
@@ -129,7 +129,7 @@ def _graph_error(model: onnx.ModelProto) -> str | None:
             onnx.checker.check_model(model)
             onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        return str(e).strip().splitlines()[0]
+        return first_line(e)
     return None
 
 
