@@ -46,6 +46,7 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
     """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
     from onnx import helper
 
+    from deploykit.config_load import MAX_DIM
     from deploykit.onnxguard import check_io
     from deploykit.onnxio import NP_DTYPES
 
@@ -58,6 +59,9 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
         shape = []
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
+                if d.dim_value > MAX_DIM:
+                    raise ModelError(f"{path}: input {vi.name!r} axis {axis} is fixed to {d.dim_value}, above "
+                                     f"{MAX_DIM}", hint="re-export the model with sane dims")
                 shape.append(d.dim_value)
                 continue
             name = d.dim_param or f"{vi.name}_dim{axis}"

@@ -113,11 +113,23 @@ def is_disk_full(e: BaseException | None) -> bool:
     return False
 
 
-def disk_full(e: BaseException, where: object = "") -> DiskFull:
-    """The DiskFull error for an ENOSPC/EDQUOT ``e`` met while writing ``where``."""
-    filename = getattr(e, "filename", None) or where
-    return DiskFull(f"{filename}: disk full ({getattr(e, 'strerror', None) or e})",
+def disk_full(e: BaseException | None, where: object = "") -> DiskFull:
+    """The DiskFull error for a full disk met while doing ``where`` (a stage, a path)."""
+    detail = getattr(e, "strerror", None) or (str(e) if e is not None else "") or "No space left on device"
+    filename = getattr(e, "filename", None)
+    return DiskFull(f"{where or filename}: disk full ({detail})" + (f" writing {filename}" if filename and where else ""),
                     hint="free space on that disk (or pass a --workdir on another), then rerun")
+
+
+def disk_nearly_full(path: object, below: int = 1 << 20) -> bool:
+    """Whether the filesystem holding ``path`` has less than ``below`` bytes available."""
+    import os
+
+    try:
+        st = os.statvfs(str(path))
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < below
 
 
 def os_error(e: OSError, where: object, what: str) -> EnvironmentProblem:

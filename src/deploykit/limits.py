@@ -31,7 +31,7 @@ class LimitsConfig:
 
     stage_timeout_s: float = 7200.0  # wall-clock limit of every stage ...
     stage_timeouts: dict[str, float] = field(default_factory=dict)  # ... or of the stages named here
-    max_input_mib: float = 4096.0  # the largest input tensor (at the max shape) a config may ask for
+    max_input_mib: float = 1024.0  # the largest input tensor (at the max shape) a config may ask for
 
     def __post_init__(self) -> None:
         for name, seconds in [("stage_timeout_s", self.stage_timeout_s), *self.stage_timeouts.items()]:

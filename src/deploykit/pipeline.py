@@ -19,6 +19,7 @@ from deploykit.errors import (
     TimeLimitExceeded,
     UsageError,
     disk_full,
+    disk_nearly_full,
     is_disk_full,
 )
 from deploykit.hashing import canonical
@@ -158,7 +159,14 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
     inputs = {role: run.roles[role] for role in stage.inputs}
     with ctx.store.staging(stage.name) as tmp:
         start = time.perf_counter()
-        summary = stage.run(ctx, inputs, tmp)
+        try:
+            summary = stage.run(ctx, inputs, tmp)
+        except (DeployKitError, OSError) as e:
+            # A library that hit the full disk may say only "serialization failed": check while the
+            # partial output still fills it.
+            if not isinstance(e, DiskFull) and disk_nearly_full(tmp):
+                raise disk_full(None, f"stage {stage.name}: while writing to {ctx.store.root}") from e
+            raise
         manifest = Manifest(kind=stage.output_kind, stage=stage.name, stage_version=stage.version, recipe_key=key,
                             config=key_config, parents=parents, files={},
                             tools=tool_versions(), device=device_fingerprint(),
