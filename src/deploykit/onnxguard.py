@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import onnx
 
 MAX_FUNCTION_DEPTH = 32
-MAX_GRAPH_DEPTH = 32
+MAX_GRAPH_DEPTH = 16
 MAX_INLINED_NODES = 5_000_000
 _HINT = "the file is malformed or hostile; re-export the model"
 

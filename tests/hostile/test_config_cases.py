@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.conftest import CONFIG
-from tests.hostile.harness import SRC, assert_fails_cleanly, assert_store_kept, deploykit, snapshot
+from tests.hostile.harness import SRC, Suite, assert_fails_cleanly, deploykit
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
 
 
 def _with(section: str) -> str:
@@ -85,26 +85,34 @@ ONNX_DIM_CASES = {"dim-1e14": ("--dim", "batch=1e14"), "dim-huge": ("--dim", "ba
                   "dim-unknown": ("--dim", "nosuch=4")}
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_hostile_config_is_refused_before_any_stage(case, project):
-    cfg, store = project
+suite = Suite()
+
+
+def _register(case: str) -> None:
     text, args, names = CASES[case]
-    cfg.write_text(text)
-    before = snapshot(store)
-    run = deploykit("convert", cfg, "-w", store, *args)
-    line = assert_fails_cleanly(run, 2, *names)
-    if not case.startswith(("set-", "dim-", "rerun", "log-", "unknown-option", "stage-timeout-unknown")):
-        assert str(cfg) in line  # the file is named
-    assert_store_kept(store, before)
+    names_file = not case.startswith(("set-", "dim-", "rerun", "log-", "unknown-option", "stage-timeout-unknown"))
+
+    @suite.case(case, 2, *names, names_file=names_file)
+    def make(folder: Path, cfg: Path, store: Path, files: dict) -> list:
+        cfg.write_text(text)
+        return [("convert", cfg, "-w", store, *args)]
 
 
-@pytest.mark.parametrize("case", list(ONNX_DIM_CASES))
-def test_dims_for_a_bare_onnx_are_checked_before_allocating(case, project):
-    cfg, store = project
-    before = snapshot(store)
-    run = deploykit("convert", cfg.parent / "model.onnx", "-w", store, *ONNX_DIM_CASES[case])
-    assert_fails_cleanly(run, 2, "--dim")
-    assert_store_kept(store, before)
+for _case in CASES:
+    _register(_case)
+for _case, _args in ONNX_DIM_CASES.items():
+    suite.case(f"onnx-{_case}", 2, "--dim")(
+        lambda folder, cfg, store, files, _args=_args: [("convert", cfg.parent / "model.onnx", "-w", store, *_args)])
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, built, tmp_path_factory):
+    return suite.run_selected(request, tmp_path_factory.mktemp("config-cases"), built)
+
+
+@pytest.mark.parametrize("case", suite.params())
+def test_hostile_config_is_refused_before_any_stage(case, outcomes):
+    suite.check(outcomes[case])
 
 
 def test_a_config_that_is_not_utf8(project):
