@@ -10,11 +10,12 @@ Layout under the workdir::
     lock                        held while publishing, so concurrent runs never interleave
     users.lock                  shared by every open store, exclusive for `artifacts gc`
 
-**Identity.** The content digest (the folder's name) hashes the whole manifest except the fields
-that differ between two runs of one recipe (``created``, ``timings``): every file's digest, kind,
-stage, recipe key, config, parents, tools, device and the ``summary`` with its verdicts. ``seal``
-hashes every field but itself, so those two are covered too, and the file must be byte for byte
-the canonical JSON of its fields. An artifact verifies when its manifest does, every file it lists
+**Identity.** The content digest (the folder's name) hashes the whole manifest except what differs
+between two runs of one recipe: ``created``, ``timings`` and the summary keys the stage declares
+``measured`` (a pass's seconds, a CPU speed check); so every file's digest, kind, stage, recipe
+key, config, parents, tools, device and the ``summary`` with its verdicts. ``seal`` hashes every
+field but itself, so the measured ones are covered too, and the file must be byte for byte the
+canonical JSON of its fields. An artifact verifies when its manifest does, every file it lists
 has its digest, and it holds no file it does not list. The **recipe key** hashes what produced it;
 ``recipes/<key>`` is trusted only when the artifact it names carries that key.
 
@@ -78,6 +79,7 @@ class Manifest:
     device: dict[str, Any]
     timings: dict[str, float]
     summary: dict[str, Any] = field(default_factory=dict)  # what the stage measured or decided
+    measured: list[str] = field(default_factory=list)  # summary keys that are timings: sealed, not identity
     digest: str = ""
     created: str = ""
     seal: str = ""
@@ -116,14 +118,26 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True).encode()
 
     def identity(self) -> str:
-        """The content digest: every field but those two runs of one recipe may differ in."""
-        return digest_value({k: v for k, v in asdict(self).items() if k not in _UNHASHED})
+        """The content digest: every field but those two runs of one recipe may differ in (the times
+        it was made and took, and the summary keys the stage declares ``measured``)."""
+        fields = {k: v for k, v in asdict(self).items() if k not in _UNHASHED}
+        fields["summary"] = _without(fields["summary"], set(self.measured))
+        return digest_value(fields)
 
     def expected_seal(self) -> str:
         return digest_value({k: v for k, v in asdict(self).items() if k != "seal"})
 
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Manifest)}
+
+
+def _without(value: Any, keys: set[str]) -> Any:
+    """``value`` with every mapping key in ``keys`` left out, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_without(v, keys) for v in value]
+    return value
 
 
 def _field_problem(data: dict[str, Any]) -> str:
@@ -135,13 +149,15 @@ def _field_problem(data: dict[str, Any]) -> str:
                f"{'; ' if extra and missing else ''}{'no field ' + ', '.join(missing) if missing else ''}"
     kinds = {"str": str, "int": int, "Any": object}
     for name, tp in _FIELD_TYPES.items():
-        want = dict if tp.startswith("dict") else kinds[tp]
+        want = dict if tp.startswith("dict") else list if tp.startswith("list") else kinds[tp]
         if not isinstance(data[name], want) or (want is int and isinstance(data[name], bool)):
             return f"field {name!r} is a {type(data[name]).__name__}"
     for name in ("files", "parents"):
         for key, value in data[name].items():
             if not (isinstance(value, str) and DIGEST.fullmatch(value)):
                 return f"{name}[{key!r}] is not a sha256 digest"
+    if not all(isinstance(k, str) for k in data["measured"]):
+        return "field 'measured' is not a list of names"
     bad = next((n for n in data["files"] if not _safe_relative(n)), None)
     if bad is not None or MANIFEST in data["files"]:
         return f"lists a file outside the artifact ({bad or MANIFEST!r})"
@@ -183,7 +199,7 @@ class Store:
     next store opened."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # temporaries are handed to code that may chdir
         _prepare(self.root)
         self._temp = TempSpace(self.root / "tmp")
         self._users_key = str(self.root.resolve())

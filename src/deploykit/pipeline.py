@@ -170,7 +170,8 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
         manifest = Manifest(kind=stage.output_kind, stage=stage.name, stage_version=stage.version, recipe_key=key,
                             config=key_config, parents=parents, files={},
                             tools=tool_versions(), device=device_fingerprint(),
-                            timings={"run_s": round(time.perf_counter() - start, 4)}, summary=summary)
+                            timings={"run_s": round(time.perf_counter() - start, 4)}, summary=summary,
+                            measured=sorted(stage.measured))
         return ctx.store.publish(tmp, manifest)
 
 

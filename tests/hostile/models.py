@@ -160,3 +160,16 @@ def nested_ifs(depth: int) -> onnx.ModelProto:
                                   helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     return _model(g)
+
+
+def wide(seed: int = 0) -> onnx.ModelProto:
+    """x [batch, 3, 16, 16] -> Conv(64) -> Relu -> Conv(64) -> y: ~150 KB of weights (a disk fills)."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((64, 3, 3, 3)) * 0.2).astype(np.float32), "w")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 16, 16])], [w, w2])
+    return _model(g)

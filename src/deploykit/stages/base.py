@@ -32,6 +32,9 @@ class Stage:
     inputs: ClassVar[dict[str, str]] = {}  # role -> artifact kind
     output_kind: ClassVar[str]
     output_roles: ClassVar[tuple[str, ...]]  # the roles the output fills for later stages
+    # Summary keys (at any depth) holding timings that differ between two runs of one recipe: the
+    # manifest's seal covers them, its identity does not, so an unchanged rerun keeps its digest.
+    measured: ClassVar[tuple[str, ...]] = ()
 
     def applies(self, ctx: StageContext) -> bool:
         """Whether this stage runs for this config (e.g. export only for torch sources)."""

@@ -45,6 +45,7 @@ class QuantizeStage(Stage):
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
+    measured = ("cpu_speed", "warnings")  # the CPU speed check, and the warning that quotes it
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.quantize.enabled

@@ -19,6 +19,7 @@ class SurgeryStage(Stage):
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
+    measured = ("seconds",)  # each pass's time: not part of the identity
 
     def applies(self, ctx: StageContext) -> bool:
         return bool(ctx.config.surgery.passes)
