@@ -51,20 +51,23 @@ def load_yaml(text: str, where: str) -> Any:
 
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{where}: larger than {MAX_BYTES // 1024} KiB")
-    loader = _loader_class()(text)
-    loader.where = where
+    loader = None
     try:
+        loader = _loader_class()(text)  # the reader checks for unprintable characters here
+        loader.where = where
         return loader.get_single_data()
     except ConfigError:
         raise
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}:" if mark else ""
-        raise ConfigError(f"{where}:{line} not valid YAML ({getattr(e, 'problem', None) or e})") from e
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())[:200]
+        raise ConfigError(f"{where}:{line} not valid YAML ({problem})") from e
     except (ValueError, RecursionError, OverflowError) as e:  # e.g. an integer of 5000 digits
         raise ConfigError(f"{where}: not a usable YAML value ({type(e).__name__}: {str(e)[:200]})") from e
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 _LOADER: Any = None
