@@ -424,10 +424,16 @@ def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> Non
 
 
 def main() -> None:
-    """Entry point: map every failure class to its exit code and one clear line; never a traceback."""
-    from deploykit.limits import enable_hard_exit
+    """Entry point: map every failure class to its exit code and one clear line; never a traceback,
+    and (supervised) never a signal or a hang either."""
+    from deploykit import supervise
 
-    enable_hard_exit()  # a stage past its time limit ends even inside native code
+    if supervise.wanted():
+        supervise.run(_main)
+    _main()
+
+
+def _main() -> None:
     _quiet_hooks()
     try:
         app(standalone_mode=False)

@@ -1,28 +1,24 @@
 """Bounds on what one run may spend: time per stage, memory per input tensor.
 
-A stage past its time limit raises TimeLimitExceeded (exit 3). The limit is enforced in two steps:
-at the deadline a SIGALRM raises in the main thread, and again every second after (code that
-swallows one exception still stops); native code that never returns to Python is then ended by a
-watchdog, which the command-line entry point enables (``hard_exit``): it prints the error line and
-exits with the same code, leaving temporaries that the next run removes. Inside a notebook or a
-worker thread only the first step applies.
+A stage past its time limit raises TimeLimitExceeded (exit 3). At the deadline a SIGALRM raises in
+the main thread, and again every second after; a block that swallowed every one and finished late
+still raises when it ends. Native code that never returns to the interpreter cannot see an alarm:
+on the command line the supervising parent (:mod:`deploykit.supervise`), told each stage's limit,
+ends the work ``GRACE_S`` after it with the same error and exit code; the temporaries left behind
+are removed by the next run. Inside a notebook or a worker thread only the alarm applies.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
-import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from deploykit.errors import TimeLimitExceeded
-
-HARD_EXIT_GRACE_S = 10.0
-_STATE = {"hard_exit": False}
 
 
 @dataclass(frozen=True)
@@ -44,51 +40,40 @@ class LimitsConfig:
         return self.stage_timeouts.get(stage, self.stage_timeout_s)
 
 
-def enable_hard_exit() -> None:
-    """Let time limits end the process when native code does not return (the CLI does this)."""
-    _STATE["hard_exit"] = True
-
-
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str, hint: str = "") -> Iterator[None]:
     """Raise TimeLimitExceeded in this block once ``seconds`` have passed."""
+    from deploykit import supervise
+
     error = TimeLimitExceeded(f"{what} ran past its time limit of {seconds:g} s",
                               hint=hint or "raise limits.stage_timeout_s (or limits.stage_timeouts.<stage>)")
-    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    watchdog = _watchdog(seconds + HARD_EXIT_GRACE_S, error) if _STATE["hard_exit"] else None
-    if not main:
-        try:
+    supervise.report(f"limit {seconds} {what}")
+    try:
+        with _alarm(seconds, error):
             yield
-        finally:
-            if watchdog:
-                watchdog.cancel()
+    finally:
+        supervise.report("done")
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float, error: TimeLimitExceeded) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
         return
 
     def on_alarm(signum: int, frame: object) -> None:
         raise error
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
+    deadline = time.monotonic() + seconds
     signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-        if watchdog:
-            watchdog.cancel()
+    if time.monotonic() > deadline:
+        raise error  # the block swallowed every alarm and finished late: its result is past the limit
 
 
-def _watchdog(seconds: float, error: TimeLimitExceeded) -> threading.Timer:
-    def expire() -> None:
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"error: {error.message}\nhint: {error.hint}\n")
-            sys.stderr.flush()
-        os._exit(error.exit_code)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-__all__ = ["LimitsConfig", "enable_hard_exit", "time_limit"]
+__all__ = ["LimitsConfig", "time_limit"]

@@ -32,7 +32,39 @@ def check_structure(model: onnx.ModelProto, path: Path) -> None:
     depth = _graph_depth(model.graph)
     if depth > MAX_GRAPH_DEPTH:
         raise ModelError(f"{path}: subgraphs nest {depth} deep (at most {MAX_GRAPH_DEPTH})", hint=_HINT)
+    _check_text(model, path)
     _check_functions(model, path)
+
+
+def _check_text(model: onnx.ModelProto, path: Path) -> None:
+    """Every name is text: protobuf hands a proto2 string field that is not UTF-8 back as bytes,
+    which every consumer (sorting, formatting, ONNX Runtime) then trips over."""
+    header = (model.producer_name, model.producer_version, model.domain, *(o.domain for o in model.opset_import),
+              *(p.key for p in model.metadata_props), *(p.value for p in model.metadata_props))
+    if not all(isinstance(x, str) for x in header):
+        raise ModelError(f"{path}: the model's producer, opset domains or metadata are not UTF-8 text", hint=_HINT)
+    graphs, nodes = [model.graph], list(model.graph.node)
+    for f in model.functions:
+        nodes += list(f.node)
+        if not all(isinstance(x, str) for x in (f.name, f.domain, *f.input, *f.output)):
+            raise ModelError(f"{path}: a model-local function has a name that is not UTF-8 text", hint=_HINT)
+    for n in _all_nodes(nodes):
+        graphs += _subgraphs(n)
+        texts = (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))
+        if not all(isinstance(x, str) for x in texts):
+            raise ModelError(f"{path}: node {_printable(n.name)} ({_printable(n.op_type)}) has a name, input, "
+                             "output or attribute that is not UTF-8 text", hint=_HINT)
+    for g in graphs:
+        values = [*g.input, *g.output, *g.value_info, *g.initializer]
+        dims = [d.dim_param for v in (*g.input, *g.output, *g.value_info)
+                if v.type.HasField("tensor_type") for d in v.type.tensor_type.shape.dim]
+        if not all(isinstance(x, str) for x in (g.name, *(v.name for v in values), *dims)):
+            raise ModelError(f"{path}: graph {_printable(g.name)} has a tensor or dim name that is not UTF-8 text",
+                             hint=_HINT)
+
+
+def _printable(text: object) -> str:
+    return repr(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
 
 
 def _subgraphs(node: Any) -> list[Any]:

@@ -222,6 +222,20 @@ def _broken_factory(folder, cfg, store, files):
     return [("convert", cfg, "-w", store)]
 
 
+def _non_utf8(field: bytes, skip: int = 0) -> object:
+    def make(folder, cfg, store, files):
+        data = bytearray(models.conv().SerializeToString())
+        data[data.index(field) + skip] = 0x80  # protobuf hands such a string back as bytes
+        (folder / "bad.onnx").write_bytes(bytes(data))
+        return [("convert", folder / "bad.onnx", "-w", store), ("inspect", folder / "bad.onnx")]
+    return make
+
+
+suite.case("non-utf8-op-type", 4, "not UTF-8 text", slow=True)(_non_utf8(b"Relu"))
+suite.case("non-utf8-dim-name", 4, "not UTF-8 text", slow=True)(_non_utf8(b"batch"))
+suite.case("non-utf8-tensor-name", 4, "not UTF-8 text", slow=True)(_non_utf8(b"\x12\x01y", skip=2))
+
+
 # One case of each kind runs in the default suite; every run here imports onnx (a second of CPU).
 DEFAULT = {"convert-recursive-function", "inspect-recursive-function", "convert-sequence-input",
            "convert-exponential-functions", "unreadable-truncated", "external-offset-beyond-file",
@@ -238,3 +252,4 @@ def outcomes(request, built, tmp_path_factory):
 @pytest.mark.parametrize("case", suite.params())
 def test_hostile_model_or_data(case, outcomes):
     suite.check(outcomes[case])
+
