@@ -53,9 +53,11 @@ from typing import Any
 
 from deploykit.errors import ArtifactCorrupt, InternalError, UsageError, WorkdirError, os_error
 from deploykit.hashing import digest_file, digest_value
+from deploykit.smallfile import read_small
 from deploykit.tempspace import TempSpace, clean_stale
 
 SCHEMA_VERSION = 2
+MAX_MANIFEST_BYTES = 64 << 20
 MANIFEST = "manifest.json"
 LAYOUT = ("objects", "recipes", "runs", "tmp")
 DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -89,10 +91,9 @@ class Manifest:
     def read(cls, path: Path) -> Manifest:
         """Parse and check one manifest file; raise ArtifactCorrupt naming it for anything wrong."""
         try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise ArtifactCorrupt(f"{path}: manifest missing or unreadable ({e.strerror or type(e).__name__})",
-                                  hint=f"delete {path.parent} and rerun") from e
+            raw = read_small(path, MAX_MANIFEST_BYTES, ArtifactCorrupt, "manifest")
+        except FileNotFoundError as e:
+            raise ArtifactCorrupt(f"{path}: manifest missing", hint=f"delete {path.parent} and rerun") from e
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as e:
@@ -243,12 +244,9 @@ class Store:
             raise UsageError(f"{recipe_key!r} is not a recipe key")
         ref = self.root / "recipes" / recipe_key
         try:
-            text = ref.read_bytes()
+            text = read_small(ref, 4096, ArtifactCorrupt, "recipe")
         except FileNotFoundError:
             return None
-        except OSError as e:
-            raise ArtifactCorrupt(f"{ref}: recipe unreadable ({e.strerror or type(e).__name__})",
-                                  hint=f"delete {ref} and rerun") from e
         digest = text.decode("ascii", "replace").strip()
         if not DIGEST.fullmatch(digest):
             raise ArtifactCorrupt(f"{ref}: recipe does not hold an artifact digest", hint=f"delete {ref} and rerun")
@@ -399,10 +397,10 @@ class Store:
         """A run's role -> digest record; ArtifactCorrupt when it is not one."""
         path = self._run_path(name)
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(read_small(path, 1 << 20, ArtifactCorrupt, "run record"))
         except FileNotFoundError:
             raise UsageError(f"{path}: no run named {name!r}", hint="see `deploykit artifacts ls`") from None
-        except (OSError, ValueError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:
             raise ArtifactCorrupt(f"{path}: run record unreadable or not JSON", hint=f"delete {path} and rerun") from e
         if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and DIGEST.fullmatch(v)
                                                  for k, v in data.items()):

@@ -458,6 +458,9 @@ def _last_resort(e: Exception) -> DeployKitError:
         return disk_full(e)
     if isinstance(e, MemoryError):
         return EnvironmentProblem("out of memory", hint="free memory, or lower the dims, batches or sample counts")
+    if isinstance(e, OSError) and e.filename:  # e.g. an --output folder that cannot be written
+        return EnvironmentProblem(f"{e.filename}: {e.strerror or type(e).__name__}",
+                                  hint="check the path and its permissions")
     if os.environ.get("DEPLOYKIT_DEBUG"):
         raise e
     return InternalError(f"internal error: {type(e).__name__}: {first_line(e)}",

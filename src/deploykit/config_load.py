@@ -25,18 +25,12 @@ MAX_DIM = 2**31 - 1  # TensorRT dims are 32-bit; ONNX Runtime allocates from the
 
 def read_text(path: Path) -> str:
     """A config file's text: a regular file, at most MAX_BYTES, UTF-8."""
+    from deploykit.smallfile import read_small
+
     try:
-        if not path.exists():
-            raise ConfigError(f"{path}: config file not found", hint="pass the path to a deploykit.yaml")
-        if not path.is_file():
-            raise ConfigError(f"{path}: not a regular file", hint="pass the path to a deploykit.yaml")
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config: {e.strerror or type(e).__name__}") from e
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{path}: config is larger than {MAX_BYTES // 1024} KiB", hint="a deploykit.yaml is small; "
-                          "is this the right file?")
+        raw = read_small(path, MAX_BYTES, ConfigError, "config")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found", hint="pass the path to a deploykit.yaml") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

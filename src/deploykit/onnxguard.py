@@ -184,6 +184,8 @@ def check_external_data(path: Path, tensor: Any, folder: Path) -> Path:
     entries = {e.key: e.value for e in tensor.external_data}
     location = entries.get("location", "")
     where = f"{path}: tensor {tensor.name!r}"
+    if not isinstance(location, str) or "\0" in location:
+        raise ModelError(f"{where}: external data location is not a file name", hint=_HINT)
     target = (folder / location).resolve()
     if not location or Path(location).is_absolute() or not target.is_relative_to(folder):
         raise ModelError(f"{where} points to external data outside the model's folder ({location!r})",

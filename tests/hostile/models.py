@@ -116,7 +116,7 @@ def with_external_data(folder: Path, *, location: str = "w.bin", offset: int = 0
             os.link(outside, target)
         else:
             target.symlink_to(outside)
-    elif not (location.startswith("/") or location.startswith("..")):
+    elif not (location.startswith("/") or location.startswith("..") or "\0" in location):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(raw)
     w.ClearField("raw_data")

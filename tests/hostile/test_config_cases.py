@@ -79,6 +79,9 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "rerun-bogus": (textwrap.dedent(CONFIG), ("--rerun", "bogus"), ("--rerun 'bogus'", "no such stage")),
     "log-format-bogus": (textwrap.dedent(CONFIG), ("--log-format", "xml"), ("--log-format",)),
     "unknown-option": (textwrap.dedent(CONFIG), ("--bogus-flag",), ("--bogus-flag",)),
+    "baseline-device": (textwrap.dedent(CONFIG), ("--baseline", "/dev/zero"), ("/dev/zero", "not a regular file")),
+    "baseline-in-config-device": (_replace("trials: 2", "trials: 2\n  baseline: /dev/zero"), (), ("/dev/zero",)),
+    "baseline-not-json": (textwrap.dedent(CONFIG), ("--baseline", "/etc/hostname"), ("/etc/hostname",)),
 }
 
 ONNX_DIM_CASES = {"dim-1e14": ("--dim", "batch=1e14"), "dim-huge": ("--dim", "batch=100000000000000"),
@@ -90,7 +93,8 @@ suite = Suite()
 
 def _register(case: str) -> None:
     text, args, names = CASES[case]
-    names_file = not case.startswith(("set-", "dim-", "rerun", "log-", "unknown-option", "stage-timeout-unknown"))
+    names_file = not case.startswith(("set-", "dim-", "rerun", "log-", "unknown-option", "stage-timeout-unknown",
+                                      "baseline"))
 
     @suite.case(case, 2, *names, names_file=names_file)
     def make(folder: Path, cfg: Path, store: Path, files: dict) -> list:

@@ -48,6 +48,7 @@ EXTERNAL = {
     "absolute-location": ({"location": "/etc/passwd"}, ("'w'", "outside the model's folder")),
     "parent-location": ({"location": "../secret.bin"}, ("'w'", "outside the model's folder")),
     "missing-file": ({"location": "gone.bin"}, ("gone.bin",)),
+    "nul-in-location": ({"location": "w.bin\0/../../etc/passwd"}, ("'w'", "not a file name")),
 }
 
 suite = Suite()
