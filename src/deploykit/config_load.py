@@ -137,6 +137,14 @@ UPPER = {
     ("QuantizeConfig", "check_samples"): 10**6, ("TensorRTOptions", "workspace_mib"): 1 << 24,
     ("BuildConfig", "intra_op_threads"): 1024,
 }
+# Lower bounds the dataclasses do not check themselves: a count of 0 would make a check vacuous.
+LOWER = {
+    ("ParityConfig", "samples"): 1, ("ParityConfig", "diagnose_top"): 0, ("ExportConfig", "check_samples"): 1,
+    ("ExportConfig", "opset"): 7, ("BuildConfig", "intra_op_threads"): 0, ("QuantizeConfig", "int4_block_size"): 1,
+    ("ParityConfig", "vacuous_below"): 0, ("GateConfig", "regression_threshold"): 0,
+    **{("Tolerance", name): 0 for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "rel_floor")},
+    **{("QuantTolerance", name): 0 for name in ("max_abs", "mean_abs")},
+}
 
 
 def validate(cfg: Any) -> None:
@@ -147,6 +155,10 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"config.name: {cfg.name!r} is not a name (letters, digits, '_', '-', '.'; "
                           "no path): it names the run's record file", hint="e.g. name: resnet50_int8")
     _walk(cfg, "config")
+    for what, names in (("inputs", [s.name for s in cfg.inputs]), ("outputs", list(cfg.outputs))):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"config.{what}: {twice[0]!r} is listed twice", hint="each name once")
     _check_input_sizes(cfg)
 
 
@@ -175,11 +187,16 @@ def _check_float(value: float, path: str, owner: str, name: str) -> None:
         allowed = INF_MEANS_OFF.get(owner)
         if allowed != "*" and name not in (allowed or ()):
             raise ConfigError(f"{path}: {value} is not finite", hint="give a finite number")
+        if value < 0 and (owner, name) in LOWER:
+            raise ConfigError(f"{path}: {value} is below the smallest value that means something here")
         return
     _check_bound(value, path, owner, name)
 
 
 def _check_bound(value: float, path: str, owner: str, name: str) -> None:
+    bottom = LOWER.get((owner, name))
+    if bottom is not None and value < bottom:
+        raise ConfigError(f"{path}: {value} is below the smallest value that means something here ({bottom})")
     top = UPPER.get((owner, name))
     if top is not None and value > top:
         raise ConfigError(f"{path}: {value} is above the largest value deploykit accepts ({top})",
