@@ -73,6 +73,9 @@ def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     if problems:
         raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
                          "`deploykit inspect` shows the graph")
+    from deploykit.nativeprobe import probe
+
+    probe(model, path)  # a crash in onnx's C++ is refused here, not suffered
     try:
         if model.ByteSize() < _2GB:
             onnx.checker.check_model(model, full_check=False)

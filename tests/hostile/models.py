@@ -173,3 +173,11 @@ def wide(seed: int = 0) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 16, 16])], [w, w2])
     return _model(g)
+
+
+def conv_rank_mismatch() -> onnx.ModelProto:
+    """conv() with a rank-3 input for its 2-D weight: onnx's Conv shape inference aborts (SIGABRT)."""
+    model = conv()
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    del dims[3]
+    return model

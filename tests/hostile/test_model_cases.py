@@ -27,6 +27,7 @@ ONNX_CASES = {
     "deep-function-chain": (lambda: models.deep_chain(200), ("nest deeper",)),
     "exponential-functions": (lambda: models.exponential(25), ("inline to",)),
     "cycle": (models.cyclic, ("cycle",)),
+    "native-abort": (models.conv_rank_mismatch, ("crashed", "SIGABRT")),
     "dangling-input": (models.dangling, ("ghost",)),
     "nested-ifs": (lambda: models.nested_ifs(20), ("nest",)),
 }
@@ -91,7 +92,8 @@ def _register_external(case: str, settings: dict, names: tuple[str, ...]) -> Non
 
 for _case, (_, _names) in ONNX_CASES.items():
     _register_onnx(_case, _names)
-for _case in ("recursive-function", "mutual-recursion", "deep-function-chain", "exponential-functions", "nested-ifs"):
+for _case in ("recursive-function", "mutual-recursion", "deep-function-chain", "exponential-functions", "nested-ifs",
+              "native-abort"):
     _register_inspect(_case)
 for _case, _data in BYTES_CASES.items():
     _register_bytes(_case, _data)
@@ -238,7 +240,7 @@ suite.case("non-utf8-tensor-name", 4, "not UTF-8 text", slow=True)(_non_utf8(b"\
 
 
 # One case of each kind runs in the default suite; every run here imports onnx (a second of CPU).
-DEFAULT = {"convert-recursive-function", "inspect-recursive-function", "convert-sequence-input",
+DEFAULT = {"convert-recursive-function", "inspect-recursive-function", "convert-sequence-input", "convert-native-abort",
            "convert-exponential-functions", "unreadable-truncated", "external-offset-beyond-file",
            "external-hard-link-outside", "data-npz-object-array", "torch-error-in-export-check"}
 for _c in suite.cases.values():
