@@ -472,10 +472,8 @@ def _quiet_hooks() -> None:
     import threading
     import warnings
 
-    def one_line(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        with contextlib.suppress(Exception):
-            text = " ".join(str(message).split())
-            (file or sys.stderr).write(f"warning: {text}\n")
+    def one_line(message: Any, category: Any, filename: str, lineno: int, line: Any = None) -> str:
+        return "warning: " + " ".join(str(message).split()) + "\n"
 
     def thread_error(args: Any) -> None:
         if os.environ.get("DEPLOYKIT_DEBUG"):
@@ -483,7 +481,7 @@ def _quiet_hooks() -> None:
         with contextlib.suppress(Exception):
             sys.stderr.write(f"warning: a worker thread failed: {args.exc_type.__name__}: {args.exc_value}\n")
 
-    warnings.showwarning = one_line
+    warnings.formatwarning = one_line  # formatting only: whoever records warnings still gets them
     threading.excepthook = thread_error
     sys.unraisablehook = lambda unraisable: None
 
