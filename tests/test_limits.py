@@ -59,7 +59,7 @@ def build():
 @pytest.mark.parametrize("how, limit, code, words", [
     ("hang", 3, 3, "stage export ran past its time limit of 3 s"),  # importing torch takes a second or two
     ("crash", 600, 70, "native code crashed (SIGSEGV) during stage export"),
-    ("oom", 600, 3, "killed (SIGKILL) during stage export")])
+    pytest.param("oom", 600, 3, "killed (SIGKILL) during stage export", marks=pytest.mark.slow)])
 def test_the_command_line_ends_what_python_cannot(tmp_path, how, limit, code, words):
     """Supervised by its parent, the CLI turns a hang in native code, a crash and an OOM kill into
     one error line and an exit code."""

@@ -186,6 +186,7 @@ def _unshare_works() -> bool:
     return subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow  # tests/test_artifacts.py checks the same liveness across namespaces in a second
 @pytest.mark.skipif(not _unshare_works(), reason="needs root and `unshare -p` (PID namespaces)")
 def test_converts_in_two_pid_namespaces_beside_a_lister(reference, tmp_path):
     cfg, expected = reference

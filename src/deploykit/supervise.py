@@ -46,10 +46,11 @@ def report(line: str) -> None:
 def run(work: Callable[[], None]) -> None:
     """Run ``work`` in a child; exit with its code, or with a clean error for what killed it."""
     read_end, write_end = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _die_with_parent()
+        _die_with_parent(parent)
         _REPORT["fd"] = write_end
         work()  # exits through sys.exit
         sys.exit(0)
@@ -57,13 +58,13 @@ def run(work: Callable[[], None]) -> None:
     sys.exit(_watch(pid, read_end))
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent is already gone
-            os._exit(1)
+    if os.getppid() != parent:  # the parent died before the request took (pid 1 may be the parent: a container)
+        os._exit(1)
 
 
 def _watch(pid: int, pipe: int) -> int:

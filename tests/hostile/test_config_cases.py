@@ -95,6 +95,11 @@ ONNX_DIM_CASES = {"dim-1e14": ("--dim", "batch=1e14"), "dim-huge": ("--dim", "ba
 
 
 suite = Suite()
+# One of each kind in the default suite (a run costs half a second of CPU); the rest under -m slow.
+DEFAULT = {"alias-bomb", "merge-key-alias", "duplicate-nested-key", "warmup-inf", "iterations-huge", "nan-tolerance",
+           "name-traversal", "input-too-big", "deep-nesting", "huge-integer", "python-tag", "set-unclosed",
+           "set-name-path", "dim-1e14", "rerun-bogus", "duplicate-input-name", "baseline-device",
+           "onnx-dim-1e14", "zero-parity-samples", "stage-timeout-unknown"}
 
 
 def _register(case: str) -> None:
@@ -102,7 +107,7 @@ def _register(case: str) -> None:
     names_file = not case.startswith(("set-", "dim-", "rerun", "log-", "unknown-option", "stage-timeout-unknown",
                                       "baseline"))
 
-    @suite.case(case, 2, *names, names_file=names_file)
+    @suite.case(case, 2, *names, names_file=names_file, slow=case not in DEFAULT)
     def make(folder: Path, cfg: Path, store: Path, files: dict) -> list:
         cfg.write_text(text)
         return [("convert", cfg, "-w", store, *args)]
@@ -111,7 +116,7 @@ def _register(case: str) -> None:
 for _case in CASES:
     _register(_case)
 for _case, _args in ONNX_DIM_CASES.items():
-    suite.case(f"onnx-{_case}", 2, "--dim")(
+    suite.case(f"onnx-{_case}", 2, "--dim", slow=f"onnx-{_case}" not in DEFAULT)(
         lambda folder, cfg, store, files, _args=_args: [("convert", cfg.parent / "model.onnx", "-w", store, *_args)])
 
 
