@@ -279,5 +279,5 @@ Found by these fuzzers and fixed (each now has a case in tests/hostile/ or tests
    aborts on an STL bounds assertion (SIGABRT), in deploykit's checker and inside ONNX Runtime alike.
    nativeprobe runs onnx's checks in a forked child first; a crash there is a ModelError.
 Runs: the default profile (230 examples) every suite; `make fuzz` runs, so far: 400 examples of each
-config/YAML/--set test, and 1,300 random graphs and 1,160 byte mutations through the CLI.
+config/YAML/--set test, and 1,300 random graphs and about 1,100 byte mutations through the CLI.
 """
