@@ -232,7 +232,8 @@ class Store:
     @contextlib.contextmanager
     def tempdir(self) -> Iterator[Path]:
         """Point ``tempfile`` and ``$TMPDIR`` (child processes) at this process's temporaries:
-        what the quantizers and our own helpers write there is cleaned with them."""
+        what the quantizers and our own helpers write there is cleaned with them. Both are
+        process-wide: threads running other stores at once share the folder of whichever set it last."""
         import tempfile
 
         scratch = self.temporaries() / "scratch"

@@ -142,22 +142,4 @@ def _remove(path: Path) -> bool:
     return True
 
 
-def holds(folder: Path) -> bool:
-    """Whether some live process holds ``folder`` (this one included)."""
-    with _HELD_LOCK:
-        if str(folder) in _HELD:
-            return True
-    try:
-        fd = os.open(folder / OWNER, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-__all__ = ["GRACE_S", "TempSpace", "clean_stale", "holds"]
+__all__ = ["GRACE_S", "TempSpace", "clean_stale"]
