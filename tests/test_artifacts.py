@@ -267,3 +267,16 @@ def test_a_workdir_not_laid_out_as_a_store_is_named(tmp_path):
     (tmp_path / "lock").mkdir()
     with pytest.raises(WorkdirError, match="lock: is not a regular file"):
         Store(tmp_path)
+
+
+def test_concurrent_runs_share_one_temporary_folder_until_the_last_ends(tmp_path):
+    import tempfile
+
+    before = tempfile.gettempdir()
+    a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
+    with a.tempdir() as first:
+        with b.tempdir() as second:  # another run in this process (a thread, say): the same folder
+            assert first == second and tempfile.gettempdir() == str(first) == os.environ["TMPDIR"]
+            (first / "quantizer-temp").write_text("x")
+        assert tempfile.gettempdir() == str(first) and (first / "quantizer-temp").exists()  # a is still running
+    assert tempfile.gettempdir() == before and not first.exists()

@@ -231,23 +231,25 @@ class Store:
 
     @contextlib.contextmanager
     def tempdir(self) -> Iterator[Path]:
-        """Point ``tempfile`` and ``$TMPDIR`` (child processes) at this process's temporaries:
-        what the quantizers and our own helpers write there is cleaned with them. Both are
-        process-wide: threads running other stores at once share the folder of whichever set it last."""
-        import tempfile
-
-        scratch = self.temporaries() / "scratch"
-        scratch.mkdir(exist_ok=True)
-        saved, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
-        tempfile.tempdir, os.environ["TMPDIR"] = str(scratch), str(scratch)
+        """Point ``tempfile`` and ``$TMPDIR`` (child processes) at a locked folder in this store's
+        ``tmp/``: what the quantizers and our own helpers write there is cleaned with it. Both are
+        process-wide, so concurrent runs in threads share one such folder (in the first run's
+        store), kept until the last of them ends."""
         try:
-            yield scratch
+            with _SCRATCH["lock"]:
+                if _SCRATCH["users"] == 0:
+                    _scratch_begin(self.root / "tmp")
+                _SCRATCH["users"] += 1
+                folder = _SCRATCH["space"].folder()
+        except OSError as e:
+            raise os_error(e, self.root / "tmp", "create a temporary folder") from e
+        try:
+            yield folder
         finally:
-            tempfile.tempdir = saved
-            if saved_env is None:
-                os.environ.pop("TMPDIR", None)
-            else:
-                os.environ["TMPDIR"] = saved_env
+            with _SCRATCH["lock"]:
+                _SCRATCH["users"] -= 1
+                if _SCRATCH["users"] == 0:
+                    _scratch_end()
 
     def publish(self, tmp: Path, manifest: Manifest) -> Artifact:
         """Hash ``tmp``'s files, write the manifest, and atomically move it into the store."""
@@ -349,6 +351,31 @@ class Store:
     def shared(self) -> None:
         """Go back to a shared use after :meth:`exclusive`."""
         fcntl.flock(self._users_fd, fcntl.LOCK_SH)
+
+
+_SCRATCH: dict[str, Any] = {"lock": threading.Lock(), "users": 0, "space": None, "saved": (None, None)}
+
+
+def _scratch_begin(tmp_root: Path) -> None:
+    import tempfile
+
+    _SCRATCH["space"] = TempSpace(tmp_root)
+    folder = str(_SCRATCH["space"].folder())
+    _SCRATCH["saved"] = (tempfile.tempdir, os.environ.get("TMPDIR"))
+    tempfile.tempdir, os.environ["TMPDIR"] = folder, folder
+
+
+def _scratch_end() -> None:
+    import tempfile
+
+    saved, saved_env = _SCRATCH["saved"]
+    tempfile.tempdir = saved
+    if saved_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved_env
+    _SCRATCH["space"].close()
+    _SCRATCH["space"] = None
 
 
 def _prepare(root: Path) -> None:
