@@ -61,7 +61,7 @@ def _recipe_garbage(folder, cfg, store, files):
     return [_convert(cfg, store)]
 
 
-@suite.case("recipe-is-a-folder", 4, "recipes/", "unreadable")
+@suite.case("recipe-is-a-folder", 4, "recipes/", "not a regular file")
 def _recipe_folder(folder, cfg, store, files):
     key = json.loads((_by_stage(store, "ingest") / "manifest.json").read_text())["recipe_key"]
     (store / "recipes" / key).unlink()
