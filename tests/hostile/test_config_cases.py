@@ -4,7 +4,6 @@ refused with exit 2 before any stage runs, naming the file, line or field; the s
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import textwrap
@@ -160,4 +159,4 @@ def test_the_alias_bomb_is_refused_in_bounded_memory(tmp_path):
     assert lines[0].startswith("refused") and "alias" in lines[0], done.stdout + done.stderr
     base_kib, peak_kib = map(int, lines[1].split())
     assert peak_kib - base_kib < 20 * 1024, f"parsing the bomb grew memory by {(peak_kib - base_kib) / 1024:.1f} MiB"
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 500 * 1024
+    assert peak_kib < 500 * 1024  # the whole interpreter, deploykit's config imported (about 55 MiB)
