@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all bench lint plugins gpu-check clean
+.PHONY: install demo test test-all fuzz bench lint plugins gpu-check clean
 
 # torch==2.13.0 first: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -32,6 +32,12 @@ test: $(STAMP) $(TRT_HEADERS)
 
 test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""
+
+# The fuzzers beyond the default suite's bounded run: random examples (FUZZ_EXAMPLES per test), and
+# the hostile cases marked slow; failing examples are kept in build/hypothesis and replayed first.
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	DEPLOYKIT_FUZZ_PROFILE=fuzz DEPLOYKIT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider -m "" tests/fuzz tests/hostile
 
 # Each benchmark prints a table and writes bench/results/<name>.json; ratios are measured in one run.
 BENCHES := pipeline surgery quantize plugins gate profile matrix

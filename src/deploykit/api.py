@@ -16,7 +16,7 @@ from typing import Any
 from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
 from deploykit.config import Config, config_from_dict, load_config
-from deploykit.errors import DeployKitError, UsageError
+from deploykit.errors import ConfigError, DeployKitError, ModelError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import RunResult
 
@@ -47,7 +47,10 @@ def resolve_config(source: str | Path | Config, overrides: dict[str, Any] | None
         from deploykit.graph.files import load_model
 
         raw = apply_overrides(onnx_config_dict(load_model(path, load_external=False), path, dims or {}), overrides)
-        return config_from_dict(raw, Path.cwd())
+        try:
+            return config_from_dict(raw, Path.cwd())
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e.message}", hint=e.hint) from e
     return load_config(path, overrides)
 
 
@@ -55,6 +58,11 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
     """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
     from onnx import helper
 
+    from deploykit.config_load import MAX_DIM
+    from deploykit.onnxguard import check_io
+    from deploykit.onnxio import NP_DTYPES
+
+    check_io(model, path)
     inputs, used = [], {}
     initializers = {i.name for i in model.graph.initializer}
     for vi in model.graph.input:
@@ -63,6 +71,9 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
         shape = []
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
+                if d.dim_value > MAX_DIM:
+                    raise ModelError(f"{path}: input {vi.name!r} axis {axis} is fixed to {d.dim_value}, above "
+                                     f"{MAX_DIM}", hint="re-export the model with sane dims")
                 shape.append(d.dim_value)
                 continue
             name = d.dim_param or f"{vi.name}_dim{axis}"
@@ -70,6 +81,9 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
             used[name] = {"min": lo, "opt": opt, "max": hi}
             shape.append(name)
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        if dtype not in NP_DTYPES:
+            raise ModelError(f"{path}: input {vi.name!r} is a {dtype} tensor; deploykit feeds "
+                             f"{', '.join(NP_DTYPES)}", hint="export the model with an input of one of those types")
         inputs.append({"name": vi.name, "shape": shape, "dtype": dtype})
     unknown = set(dims) - set(used)
     if unknown:
@@ -100,20 +114,19 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     from deploykit.stages import default_stages
 
     config = resolve_config(source, merged_overrides(overrides, fields), dims)
-    store = Store(workdir)
-    try:
-        result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
-    except DeployKitError as e:
-        from deploykit.exporter_fallback import explain_with_other_exporter
+    if report_dir is not None:
+        _check_report_dir(Path(report_dir))
+    with Store(workdir) as store, store.tempdir():  # every temporary of the run lives in the store
+        try:
+            result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
+        except Exception as e:
+            if isinstance(e, DeployKitError):
+                from deploykit.exporter_fallback import explain_with_other_exporter
 
-        explain_with_other_exporter(e, config, store, default_stages())
-        if report_dir is not None and getattr(e, "result", None) is not None:
-            copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
-        raise
-    except Exception as e:
-        if report_dir is not None and getattr(e, "result", None) is not None:
-            copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
-        raise
+                explain_with_other_exporter(e, config, store, default_stages())
+            if report_dir is not None and getattr(e, "result", None) is not None:
+                copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
+            raise
     if report_dir is not None:
         copy_reports(result, Path(report_dir))
     return result
@@ -132,17 +145,31 @@ def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = Non
                       **overrides)
 
 
+def _check_report_dir(report_dir: Path) -> None:
+    """Refuse a report folder that cannot be one before any stage runs."""
+    for p in (report_dir, *report_dir.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise UsageError(f"--report-dir {report_dir}: {p} is a file, not a folder",
+                                 hint="give a folder (it is created when missing)")
+            return
+
+
 def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
     """Copy the run's reports (each stage names its own) to a stable folder CI can pick up."""
+    from deploykit.errors import os_error
     from deploykit.stages import report_files
 
     files = report_files()
-    report_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for record in result.stages:
-        for name in files.get(record.stage, ()) if record.artifact else ():
-            shutil.copyfile(record.artifact.file(name), report_dir / name)
-            written.append(report_dir / name)
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        for record in result.stages:
+            for name in files.get(record.stage, ()) if record.artifact else ():
+                shutil.copyfile(record.artifact.file(name), report_dir / name)
+                written.append(report_dir / name)
+    except OSError as e:
+        raise os_error(e, report_dir, "write the reports") from e
     return written
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -16,7 +17,7 @@ from deploykit.errors import DeployKitError, InternalError, UsageError
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Take a PyTorch model or an ONNX file to a verified, benchmarked engine.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
-artifacts_app = typer.Typer(no_args_is_help=True, help="List and inspect stored artifacts.")
+artifacts_app = typer.Typer(no_args_is_help=True, help="List, inspect, verify and garbage-collect stored artifacts.")
 app.add_typer(config_app, name="config")
 app.add_typer(artifacts_app, name="artifacts")
 
@@ -46,29 +47,34 @@ def _reporter(log_format: str) -> Any:
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """``key.path=value`` pairs; values are YAML, so numbers, lists and booleans work."""
-    import yaml
+    from deploykit.config_load import parse_override
 
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--set {item!r}: expected key.path=value")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = parse_override(key.strip(), value)
     return out
 
 
 def parse_dims(items: list[str] | None) -> dict[str, tuple[int, int, int]]:
+    """``name=MIN,OPT,MAX`` or ``name=N``; each a positive integer of at most 32 bits."""
+    from deploykit.config_load import MAX_DIM
+
     out = {}
     for item in items or []:
         name, _, values = item.partition("=")
         try:
-            nums = tuple(int(v) for v in values.split(","))
+            nums = tuple(int(v) for v in values.split(",")) if len(values) <= 64 else ()
         except ValueError:
             nums = ()
         if len(nums) == 1:
             nums = nums * 3
         if not name or len(nums) != 3:
-            raise UsageError(f"--dim {item!r}: expected name=MIN,OPT,MAX or name=N")
+            raise UsageError(f"--dim {item!r}: expected name=MIN,OPT,MAX or name=N (integers)")
+        if not all(1 <= n <= MAX_DIM for n in nums) or not nums[0] <= nums[1] <= nums[2]:
+            raise UsageError(f"--dim {item!r}: needs 1 <= MIN <= OPT <= MAX <= {MAX_DIM}")
         out[name] = nums  # type: ignore[assignment]
     return out
 
@@ -433,19 +439,62 @@ def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], 
 
 @artifacts_app.command("ls")
 def artifacts_ls(workdir: Workdir = Path(".deploykit")) -> None:
-    """List artifacts, oldest first."""
+    """List artifacts, oldest first; one that does not verify is listed as corrupt (exit 4)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from deploykit.artifacts import Store
+    from deploykit.errors import ArtifactCorrupt
 
     table = Table()
     for col in ("digest", "kind", "stage", "created", "parents"):
-        table.add_column(col)
-    for a in Store(workdir).list():
+        table.add_column(col, overflow="fold")
+    with Store(workdir) as store:
+        good, problems = store.scan()
+    for a in good:
         m = a.manifest
         table.add_row(a.digest[:12], m.kind, m.stage, m.created, " ".join(f"{r}:{d[:8]}" for r, d in m.parents.items()))
+    for line in problems:
+        table.add_row("[red]corrupt[/]", "", "", "", escape(line))
     Console().print(table)
+    if problems:
+        raise ArtifactCorrupt(f"{len(problems)} artifact(s) in {workdir} do not verify; first: {problems[0]}",
+                              hint="see `deploykit artifacts verify`; delete what it names and rerun")
+
+
+@artifacts_app.command("verify")
+def artifacts_verify(workdir: Workdir = Path(".deploykit")) -> None:
+    """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
+    from deploykit.artifacts import Store
+    from deploykit.errors import ArtifactCorrupt
+    from deploykit.storecheck import verify
+
+    with Store(workdir) as store:
+        report = verify(store)
+    for line in report.problems:
+        typer.echo(f"problem: {line}")
+    typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs: "
+               f"{len(report.problems)} problem(s)")
+    if report.problems:
+        raise ArtifactCorrupt(f"{workdir}: {len(report.problems)} problem(s); first: {report.problems[0]}",
+                              hint="delete what is named and rerun; `deploykit artifacts gc` removes unreferenced objects")
+
+
+@artifacts_app.command("gc")
+def artifacts_gc(workdir: Workdir = Path(".deploykit"),
+                 dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False) -> None:
+    """Remove objects no recipe or run names (parents of named ones are kept), and stale temporaries."""
+    from deploykit.artifacts import Store
+    from deploykit.storecheck import gc
+
+    with Store(workdir) as store:
+        report = gc(store, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for digest in report.removed_objects:
+        typer.echo(f"{verb} object {digest}")
+    typer.echo(f"{verb} {len(report.removed_objects)} unreferenced object(s), {len(report.removed_recipes)} "
+               f"dangling recipe(s), {len(report.removed_temporaries)} stale temporary folder(s); kept {report.kept}")
 
 
 @artifacts_app.command("show")
@@ -455,7 +504,8 @@ def artifacts_show(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
 
     from deploykit.artifacts import Store
 
-    artifact = Store(workdir).get(digest)
+    with Store(workdir) as store:
+        artifact = store.get(digest)
     typer.echo(json.dumps({"path": str(artifact.path), **asdict(artifact.manifest)}, indent=2, sort_keys=True))
 
 
@@ -464,7 +514,7 @@ def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> Non
     """Print the chain of artifacts an artifact was made from."""
     from deploykit.artifacts import Store
 
-    store = Store(workdir)
+    store = Store(workdir)  # closed when the command returns (the process ends)
 
     def walk(d: str, role: str, depth: int) -> None:
         a = store.get(d)
@@ -477,31 +527,74 @@ def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> Non
 
 
 def main() -> None:
-    """Entry point: map every failure class to its exit code and one clear line."""
+    """Entry point: map every failure class to its exit code and one clear line; never a traceback,
+    and (supervised) never a signal or a hang either."""
+    from deploykit import supervise
+
+    if supervise.wanted():
+        supervise.run(_main)
+    _main()
+
+
+def _main() -> None:
+    _quiet_hooks()
     try:
         code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
         _fail(e)
-    except typer.Abort:
-        sys.exit(130)
-    except Exception as e:  # the parser's own usage errors first, then genuine bugs
-        # typer >= 0.29 vendors click: its ClickException derives from typer.TyperException, and
-        # `import click` fails on a fresh install.
-        if isinstance(e, typer.TyperException) and hasattr(e, "show"):
-            e.show()
-            sys.exit(UsageError.exit_code)
-        if os.environ.get("DEPLOYKIT_DEBUG"):
-            raise
-        _fail(InternalError(f"internal error: {type(e).__name__}: {e}",
-                            hint="rerun with DEPLOYKIT_DEBUG=1 for the traceback and report it"))
+    except (typer.Abort, KeyboardInterrupt):
+        _fail(UsageError("interrupted"), code=130)
+    except Exception as e:  # the parser's own usage errors first, then the machine, then genuine bugs
+        _fail(_last_resort(e))
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _fail(e: DeployKitError) -> None:
-    from rich.markup import escape
+def _last_resort(e: Exception) -> DeployKitError:
+    """The DeployKitError an exception that reached the top stands for."""
+    from deploykit.errors import EnvironmentProblem, disk_full, first_line, is_disk_full
 
-    console = _console()  # messages quote shapes and extras like [tensorrt]: never read them as markup
-    console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
-    if e.hint:
-        console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
-    sys.exit(e.exit_code)
+    # typer >= 0.29 vendors click: its ClickException derives from typer.TyperException, and
+    # `import click` fails on a fresh install.
+    if isinstance(e, typer.TyperException) and hasattr(e, "format_message"):
+        return UsageError(e.format_message(), hint="see `deploykit --help` (or COMMAND --help)")
+    if is_disk_full(e):
+        return disk_full(e)
+    if isinstance(e, MemoryError):
+        return EnvironmentProblem("out of memory", hint="free memory, or lower the dims, batches or sample counts")
+    if isinstance(e, OSError) and e.filename:  # e.g. an --output folder that cannot be written
+        return EnvironmentProblem(f"{e.filename}: {e.strerror or type(e).__name__}",
+                                  hint="check the path and its permissions")
+    if os.environ.get("DEPLOYKIT_DEBUG"):
+        raise e
+    return InternalError(f"internal error: {type(e).__name__}: {first_line(e)}",
+                         hint="rerun with DEPLOYKIT_DEBUG=1 for the traceback and report it")
+
+
+def _quiet_hooks() -> None:
+    """Warnings as one line each; errors in threads and finalizers never print a traceback."""
+    import threading
+    import warnings
+
+    def one_line(message: Any, category: Any, filename: str, lineno: int, line: Any = None) -> str:
+        return "warning: " + " ".join(str(message).split()) + "\n"
+
+    def thread_error(args: Any) -> None:
+        if os.environ.get("DEPLOYKIT_DEBUG"):
+            return threading.__excepthook__(args)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"warning: a worker thread failed: {args.exc_type.__name__}: {args.exc_value}\n")
+
+    warnings.formatwarning = one_line  # formatting only: whoever records warnings still gets them
+    threading.excepthook = thread_error
+    sys.unraisablehook = lambda unraisable: None
+
+
+def _fail(e: DeployKitError, code: int | None = None) -> None:
+    with contextlib.suppress(Exception):
+        from rich.markup import escape
+
+        console = _console()  # messages quote shapes and extras like [tensorrt]: never read them as markup
+        console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
+        if e.hint:
+            console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
+    sys.exit(e.exit_code if code is None else code)

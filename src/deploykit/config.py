@@ -23,6 +23,7 @@ from deploykit.choices import (
 )
 from deploykit.data import DataConfig
 from deploykit.errors import ConfigError
+from deploykit.limits import LimitsConfig
 from deploykit.typed import from_value
 
 CALIBRATED: tuple[Precision, ...] = ("int8", "fp8")  # the precisions whose activation ranges a method calibrates
@@ -154,6 +155,10 @@ class Tolerance:
     rel_floor: float | None = None  # a fraction of the output's max |ref|
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and math.isnan(value):
+                raise ValueError(f"{f.name} is NaN: give a number (.inf turns a limit off)")
         if self.cosine is not None and not (0.0 <= self.cosine <= 1.0 or self.cosine == -math.inf):
             raise ValueError(f"cosine must be in [0, 1] (-.inf: off), got {self.cosine}")
         for name in ("max_abs", "mean_abs", "rel_l2", "max_rel"):
@@ -445,6 +450,7 @@ class Config:
     build: BuildConfig = BuildConfig()
     parity: ParityConfig = ParityConfig()
     gate: GateConfig = GateConfig()
+    limits: LimitsConfig = LimitsConfig()  # time per stage, memory per input
     # The folder the config's relative paths start from: where the file lives, not a YAML key.
     base_dir: Path = field(default=Path("."), compare=False, metadata={"internal": True})
 
@@ -469,21 +475,10 @@ class Config:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``deploykit.yaml``, apply dotted ``overrides`` (``{"gate.iterations": 50}``) and validate."""
-    import yaml
+    from deploykit.config_load import load_yaml, read_text
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found", hint="pass the path to a deploykit.yaml") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from e
+    raw = load_yaml(read_text(path), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides or {})
@@ -495,7 +490,10 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     """Validate a parsed config; ``base_dir`` is the folder its relative paths start from."""
+    from deploykit.config_load import validate
+
     cfg = from_value(Config, raw, "config")
+    validate(cfg)
     return dataclasses.replace(cfg, base_dir=base_dir)
 
 

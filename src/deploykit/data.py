@@ -20,6 +20,7 @@ import numpy as np
 
 from deploykit.errors import ConfigError, DataError
 from deploykit.hashing import digest_file
+from deploykit.imagemodes import Conversion
 from deploykit.usercode import importable_from
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp")
@@ -118,7 +119,7 @@ class DataSource:
             return [root]
         if not root.is_dir():
             raise DataError(f"{root}: {self.what} folder not found", hint="check the path in the config")
-        files = sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes)
+        files = sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes and p.is_file())
         if not files:
             raise DataError(f"{root}: {self.what} folder holds no {'/'.join(suffixes)} files",
                             hint="add samples or point to another folder")
@@ -141,9 +142,15 @@ class DataSource:
         if cfg.function:
             yield from self._from_function()
         elif cfg.folder:
-            name = self._image_input()
+            name, seen = self._image_input(), set()
             for f in self._files():
-                yield str(f), {name: load_image(f, cfg.preprocess)[None]}
+                conversions: list[Conversion] = []
+                sample = load_image(f, cfg.preprocess, conversions)[None]
+                for c in set(conversions) - seen:  # once per kind of conversion, never silently
+                    seen.add(c)
+                    warnings.warn(f"{self.what}: {c.mode} image(s), first {f}: {c.what}"
+                                  + ("; information was lost" if c.lossy else ""), stacklevel=2)
+                yield str(f), {name: sample}
         else:
             for f in self._files():  # .npz files keyed by input name need no 'input:'; a bare .npy does
                 yield from _from_array_file(f, self._single_input)
@@ -212,31 +219,29 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
 
 
 def _from_array_file(path: Path, default_input: Callable[[], str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-    import zipfile
+    from deploykit.arrayfile import read_arrays
 
-    try:
-        data = np.load(path, allow_pickle=False)  # arrays only: never unpickle objects from a data file
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        raise DataError(f"{path}: not a readable .npy/.npz file ({e})") from e
-    if isinstance(data, np.ndarray):
-        yield str(path), {default_input(): data}
-    else:
-        with data:
-            yield str(path), {k: data[k] for k in data.files}
+    arrays = dict(read_arrays(path))  # headers checked first: numeric, bounded; never unpickled
+    yield str(path), {default_input(): arrays[""]} if "" in arrays else arrays
 
 
-def load_image(path: Path, p: Preprocess) -> np.ndarray:
-    """Decode and preprocess one image into a (C, H, W) or (H, W, C) array."""
+def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None = None) -> np.ndarray:
+    """Decode and preprocess one image into a (C, H, W) or (H, W, C) array; a mode other than RGB is
+    converted explicitly and the conversion appended to ``conversions``."""
     from PIL import Image, UnidentifiedImageError
+
+    from deploykit.imagemodes import decode_rgb
 
     try:
         with Image.open(path) as im:
-            im = im.convert("RGB")
-            if p.resize:
-                im = im.resize((p.resize[1], p.resize[0]), Image.BILINEAR)
-            arr = np.asarray(im)
+            size = (p.resize[1], p.resize[0]) if p.resize else None
+            arr, conversion = decode_rgb(im, str(path), size)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        if isinstance(e, DataError):
+            raise
         raise DataError(f"{path}: cannot decode image ({e})", hint="remove or replace the file") from e
+    if conversion is not None and conversions is not None:
+        conversions.append(conversion)
     if p.crop:
         h, w = arr.shape[:2]
         ch, cw = p.crop
@@ -248,6 +253,8 @@ def load_image(path: Path, p: Preprocess) -> np.ndarray:
         arr = arr[..., ::-1]
     if p.dtype != "uint8":
         arr = (arr.astype(np.float32) * p.scale - np.asarray(p.mean, np.float32)) / np.asarray(p.std, np.float32)
+    else:
+        arr = np.clip(np.rint(arr), 0, 255)
     arr = arr.astype(p.dtype)
     return np.ascontiguousarray(arr.transpose(2, 0, 1) if p.layout == "NCHW" else arr)
 

@@ -59,3 +59,41 @@ def device_fingerprint() -> dict[str, object]:
 def platform_names() -> list[str]:
     """Names a gate target may be keyed by, most specific first; ``default`` last."""
     return [f"cpu:{cpu_info()['model']}", "cpu", "default"]
+
+
+def load_snapshot() -> dict[str, float | None]:
+    """The machine's load now: 1-minute load average and the kernel's CPU pressure counter (PSI)."""
+    import os
+    import time
+
+    stalled = None
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+        stalled = float(some[-1].split("=")[1])  # microseconds some task waited for a CPU
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        load1 = None
+    return {"time": time.monotonic(), "loadavg1": load1, "stalled_us": stalled}
+
+
+def load_between(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, object]:
+    """How busy the machine was between two snapshots, and whether that disturbs a timing.
+
+    ``cpu_pressure`` is the fraction of the time some runnable task waited for a CPU (PSI); where
+    the kernel has no PSI the load average stands in (above the CPU count plus this process).
+    """
+    import os
+
+    cpus = os.cpu_count() or 1
+    pressure = None
+    elapsed_us = ((after["time"] or 0) - (before["time"] or 0)) * 1e6
+    if before["stalled_us"] is not None and after["stalled_us"] is not None and elapsed_us > 0:
+        pressure = round(min(1.0, (after["stalled_us"] - before["stalled_us"]) / elapsed_us), 4)
+    loads = [v for v in (before["loadavg1"], after["loadavg1"]) if v is not None]
+    load1 = round(max(loads), 2) if loads else None
+    loaded = pressure > 0.25 if pressure is not None else (load1 is not None and load1 > cpus + 1)
+    return {"cpus": cpus, "loadavg1": load1, "cpu_pressure": pressure, "loaded": loaded}

@@ -89,6 +89,9 @@ def _parameters(model: onnx.ModelProto) -> tuple[int, int]:
 def _checker(model: onnx.ModelProto, path: Path) -> str:
     import onnx
 
+    from deploykit.nativeprobe import probe
+
+    probe(model, path)  # ModelError if onnx's C++ crashes on it: ONNX Runtime would too
     try:
         onnx.checker.check_model(str(path))
         onnx.shape_inference.infer_shapes(model, strict_mode=True)

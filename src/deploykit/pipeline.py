@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from deploykit.artifacts import Artifact, Manifest, Store, recipe_key
 from deploykit.config import Config
 from deploykit.environment import device_fingerprint, tool_versions
-from deploykit.errors import DeployKitError, GateFailed, InternalError, UsageError
+from deploykit.errors import (
+    DeployKitError,
+    DiskFull,
+    EnvironmentProblem,
+    GateFailed,
+    InternalError,
+    TimeLimitExceeded,
+    UsageError,
+    disk_full,
+    disk_nearly_full,
+    is_disk_full,
+)
 from deploykit.hashing import canonical
+from deploykit.limits import time_limit
 from deploykit.progress import Reporter, SilentReporter
 from deploykit.result import RunResult, StageRecord
 from deploykit.stages.base import Stage, StageContext
@@ -32,9 +45,11 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     error stops the run. Either way the error carries the partial result as ``error.result``.
     """
     known = [s.name for s in stages]
-    for name in [*rerun, *([until] if until else [])]:
-        if name not in known:
-            raise UsageError(f"no stage named {name!r}; the stages are: {', '.join(known)}")
+    for flag, names in (("--rerun", rerun), ("--until", [until] if until else []),
+                        ("limits.stage_timeouts", list(config.limits.stage_timeouts))):
+        for name in names:
+            if name not in known:
+                raise UsageError(f"{flag} {name!r}: no such stage (stages: {', '.join(known)})")
     run = _Run(StageContext(config, store, reporter or SilentReporter()))
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
@@ -66,14 +81,18 @@ def _planned(stages: Sequence[Stage], ctx: StageContext, until: str | None) -> l
 def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     ctx, start = run.ctx, time.perf_counter()
     ctx.reporter.event("stage_start", stage=stage.name)
+    note = ""
     try:
-        parents = _parents(run, stage)
-        key_config = canonical(stage.key_config(ctx))
-        key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))
-        artifact = None if force else ctx.store.lookup(key)
-        status = "reused" if artifact else "ran"
-        if artifact is None:
-            artifact = _execute(run, stage, key, parents, key_config)
+        with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage):
+            parents = _parents(run, stage)
+            key_config = canonical(stage.key_config(ctx))
+            key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))
+            artifact = None if force else ctx.store.lookup(key)
+            if artifact is not None:
+                note = stage.reuse_note(artifact)
+            status = "reused" if artifact else "ran"
+            if artifact is None:
+                artifact = _execute(run, stage, key, parents, key_config)
     except DeployKitError as e:
         seconds = time.perf_counter() - start
         run.records.append(StageRecord(stage.name, "failed", seconds, None, str(e)))
@@ -88,9 +107,40 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     except GateFailed as e:
         run.failures.append(e)
         error = str(e)
-    run.records.append(StageRecord(stage.name, status, seconds, artifact, error))
+    run.records.append(StageRecord(stage.name, status, seconds, artifact, error, note))
     ctx.reporter.event("stage_end", stage=stage.name, status=status, seconds=seconds, digest=artifact.digest,
-                       passed=not error)
+                       passed=not error, **({"note": note} if note else {}))
+
+
+@contextlib.contextmanager
+def _environment_errors(stage: Stage) -> Iterator[None]:
+    """A full disk or exhausted memory is the machine's problem, whatever error it surfaced as."""
+    try:
+        yield
+    except DeployKitError as e:
+        timeout = _in_chain(e, lambda x: isinstance(x, TimeLimitExceeded))
+        if timeout is not None and timeout is not e:
+            raise timeout from e  # a stage's own error handling wrapped the deadline
+        full = _in_chain(e, lambda x: isinstance(x, OSError) and is_disk_full(x))
+        if full is not None and not isinstance(e, DiskFull):
+            raise disk_full(full, f"stage {stage.name}") from e
+        raise
+    except MemoryError as e:
+        raise EnvironmentProblem(f"stage {stage.name}: out of memory", hint="free memory, or lower the dims, "
+                                 "batch sizes or sample counts") from e
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(e, f"stage {stage.name}") from e
+        raise
+
+
+def _in_chain(e: BaseException | None, match: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first exception in ``e``'s cause/context chain that ``match``es."""
+    for _ in range(50):
+        if e is None or match(e):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _parents(run: _Run, stage: Stage) -> dict[str, str]:
@@ -109,11 +159,19 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
     inputs = {role: run.roles[role] for role in stage.inputs}
     with ctx.store.staging(stage.name) as tmp:
         start = time.perf_counter()
-        summary = stage.run(ctx, inputs, tmp).to_dict()
+        try:
+            summary = stage.run(ctx, inputs, tmp).to_dict()
+        except (DeployKitError, OSError) as e:
+            # A library that hit the full disk may say only "serialization failed": check while the
+            # partial output still fills it.
+            if not isinstance(e, DiskFull) and disk_nearly_full(tmp):
+                raise disk_full(None, f"stage {stage.name}: while writing to {ctx.store.root}") from e
+            raise
         manifest = Manifest(kind=stage.output_kind, stage=stage.name, stage_version=stage.version, recipe_key=key,
                             config=key_config, parents=parents, files={},
                             tools=tool_versions(), device=device_fingerprint(),
-                            timings={"run_s": round(time.perf_counter() - start, 4)}, summary=summary)
+                            timings={"run_s": round(time.perf_counter() - start, 4)}, summary=summary,
+                            measured=sorted(stage.measured))
         return ctx.store.publish(tmp, manifest)
 
 

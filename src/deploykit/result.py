@@ -17,6 +17,7 @@ class StageRecord:
     seconds: float
     artifact: Artifact | None
     error: str = ""
+    note: str = ""  # e.g. why a reused artifact may not be what a fresh run would give
 
     @property
     def short_digest(self) -> str:
@@ -54,7 +55,7 @@ class RunResult:
 
     def rows(self) -> list[tuple[str, str, str, str, str]]:
         """(stage, status, seconds, digest, note) for tables."""
-        return [(r.stage, r.status, f"{r.seconds:.2f}s", r.short_digest, r.error) for r in self.stages]
+        return [(r.stage, r.status, f"{r.seconds:.2f}s", r.short_digest, r.error or r.note) for r in self.stages]
 
     def __repr__(self) -> str:
         width = max((len(r.stage) for r in self.stages), default=5)

@@ -130,7 +130,13 @@ def run_torch(model: Any, feeds: dict[str, Any], input_names: list[str]) -> list
     """Torch outputs as numpy arrays, flattened in output order."""
     import torch
 
-    with torch.inference_mode():
-        out = model(*(torch.from_numpy(feeds[n]) for n in input_names))
-    flat = list(out) if isinstance(out, (tuple, list)) else [out]
-    return [t.detach().numpy() for t in flat]
+    try:
+        with torch.inference_mode():
+            out = model(*(torch.from_numpy(feeds[n]) for n in input_names))
+        flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        return [t.detach().numpy() for t in flat]
+    except Exception as e:  # the user's forward() failed on these inputs: name them, not a deploykit bug
+        shapes = ", ".join(f"{n}={list(feeds[n].shape)} {feeds[n].dtype}" for n in input_names)
+        raise ModelError(f"the torch model raised {type(e).__name__} on inputs {shapes}: {first_line(e)}",
+                         hint="deploykit feeds random values (floats N(0,1), integers 0-15, booleans); an input that "
+                              "needs other values (a mask, token ids) needs validation data") from e

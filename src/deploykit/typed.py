@@ -109,8 +109,16 @@ def _dataclass(cls: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: missing required key {name!r}")
     try:
         return cls(**kwargs)
-    except ValueError as e:  # __post_init__ checks
-        raise ConfigError(f"{path}: {e}") from e
+    except (ValueError, TypeError, ArithmeticError) as e:  # __post_init__ checks
+        raise ConfigError(_post_init_message(path, cls, str(e))) from e
+
+
+def _post_init_message(path: str, cls: type, message: str) -> str:
+    """``config.parity.default.max_abs must be ...`` when a check's message starts with a field's
+    name (so the user sees the whole key), else ``path: message``."""
+    first, _, rest = message.partition(" ")
+    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    return f"{path}.{first} {rest}" if first in names and rest else f"{path}: {message}"
 
 
 def unknown_key_message(path: str, key: str, valid: typing.Iterable[str]) -> str:

@@ -129,11 +129,21 @@ def test_check_fails_when_a_name_is_missing(tmp_path, no_tensorrt):
     assert [f.check for f in failed] == ["creator PillarScatter"]
 
 
-def _glue_check(folder: Path, creators: list[dict]) -> None:
-    """A stand-in deploykit_trt_glue_check that prints the creators JSON the real one prints."""
+def _glue_check(folder: Path, creators: list[dict], monkeypatch: pytest.MonkeyPatch | None = None,
+                library: Path | None = None) -> Path:
+    """A stand-in deploykit_trt_glue_check that prints the creators JSON the real one prints; with
+    ``monkeypatch``, ``folder`` becomes deploykit's build folder with ``library`` as its TensorRT library."""
+    from deploykit.hashing import digest_file
+    from deploykit.plugins import build
+
     program = folder / library_check.GLUE_CHECK
-    program.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps({'creators': creators})}\nEOF\n")
+    program.write_text(f"#!/bin/sh\ntouch {folder}/ran\ncat <<'EOF'\n{json.dumps({'creators': creators})}\nEOF\n")
     program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    if monkeypatch is not None:
+        stamp = {"outputs": {"tensorrt": digest_file(library), "trt_glue_check": digest_file(program)}}
+        (folder / build.STAMP).write_text(json.dumps(stamp))
+        monkeypatch.setattr(build, "default_build_dir", lambda: folder)
+    return program
 
 
 def _described_creators() -> list[dict]:
@@ -143,26 +153,48 @@ def _described_creators() -> list[dict]:
 
 
 @needs_cc
-def test_check_reads_creators_through_the_glue_check(tmp_path, no_tensorrt):
+def test_check_reads_creators_through_the_glue_check(tmp_path, no_tensorrt, monkeypatch):
     library = _stand_in(tmp_path, ["x"])
-    _glue_check(tmp_path, _described_creators())
+    _glue_check(tmp_path, _described_creators(), monkeypatch, library)
     report = library_check.check_library(library)
     assert report.passed and report.method == "glue_check"
     assert [f.check for f in report.findings if f.status == "ok"][-2:] == ["creator BEVPoolV2", "creator PillarScatter"]
 
 
 @needs_cc
-def test_check_reports_creator_mismatches(tmp_path, no_tensorrt):
+def test_check_reports_creator_mismatches(tmp_path, no_tensorrt, monkeypatch):
     library = _stand_in(tmp_path, ["x"])
     creators = _described_creators()
     creators[0]["version"] = "2"
     creators[1]["fields"][0]["length"] = 3
     creators.append({"name": "Extra", "version": "1", "namespace": "deploykit", "fields": []})
-    _glue_check(tmp_path, creators)
+    _glue_check(tmp_path, creators, monkeypatch, library)
     failed = {f.check: f.detail for f in library_check.check_library(library).findings if f.status == "failed"}
     assert "('2', 'deploykit')" in failed["creator BEVPoolV2"]
     assert "fields [('grid', 3)]" in failed["creator PillarScatter"]
     assert "described by no plugins/*/*.yaml" in failed["creator Extra"]
+
+
+@needs_cc
+def test_a_program_beside_an_untrusted_library_is_never_run(tmp_path, no_tensorrt, monkeypatch):
+    library = _stand_in(tmp_path / "untrusted", ["BEVPoolV2", "PillarScatter", "deploykit"])
+    _glue_check(library.parent, _described_creators())  # planted beside the library
+    (tmp_path / "build").mkdir()
+    _glue_check(tmp_path / "build", _described_creators(), monkeypatch, tmp_path / "build" / "deploykit_trt_glue_check")
+    report = library_check.check_library(library)  # deploykit's own checker describes another library
+    assert report.method == "strings"
+    assert not (library.parent / "ran").exists() and not (tmp_path / "build" / "ran").exists()
+
+
+@pytest.mark.parametrize("cut", [20, 64, 200, -100])
+@needs_cc
+def test_a_truncated_elf_is_invalid_input(tmp_path, cut, no_tensorrt):
+    library = _stand_in(tmp_path, ["x"])
+    data = library.read_bytes()
+    library.write_bytes(data[:cut] if cut > 0 else data[:cut] + b"\xff" * 8)
+    code, _, err = run_cli("plugins", "check", str(library))
+    assert code == 4 and "Traceback" not in err
+    assert str(library) in " ".join(err.split()).replace(" ", "") or library.name in err
 
 
 @pytest.mark.slow

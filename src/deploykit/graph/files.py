@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploykit.errors import ModelError
+from deploykit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
     import onnx
@@ -23,44 +23,45 @@ PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize a message this large; large
 
 
 def load_model(path: Path, *, load_external: bool = True) -> onnx.ModelProto:
-    """Parse an ONNX file; refuse external data that points outside the model's folder."""
+    """Parse an ONNX file; refuse what would crash native code (see :mod:`deploykit.onnxguard`) and
+    external data that points outside the model's folder or beyond its file."""
     import onnx
     from google.protobuf.message import DecodeError
+
+    from deploykit.onnxguard import check_structure
 
     if not path.is_file():
         raise ModelError(f"{path}: no such ONNX file", hint="check the path in the config or on the command line")
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelError(f"{path}: not a readable ONNX model ({e})",
+    except (DecodeError, RuntimeError, ValueError, RecursionError) as e:
+        raise ModelError(f"{path}: not a readable ONNX model ({first_line(e)})",
                          hint="the file may be truncated or not ONNX; re-export it") from e
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read the ONNX file ({e.strerror or type(e).__name__})") from e
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{path}: parsed as ONNX but holds no graph (truncated or not an ONNX file?)",
                          hint="re-export the model")
-    for name in external_data_files(model, path):
-        if not name.is_file():
-            raise ModelError(f"{path}: external data file {name.name!r} is missing",
-                             hint="copy the model together with its .data file")
+    check_structure(model, path)
+    external_data_files(model, path)  # every reference checked before anything reads one
     if load_external:
-        onnx.load_external_data_for_model(model, str(path.parent))
+        try:
+            onnx.load_external_data_for_model(model, str(path.parent))
+        except (onnx.checker.ValidationError, OSError, ValueError) as e:
+            raise ModelError(f"{path}: cannot load its external data ({first_line(e)})",
+                             hint="copy the model together with its .data file") from e
     return model
 
 
 def external_data_files(model: onnx.ModelProto, path: Path) -> list[Path]:
-    """The external-data files a model refers to; each must lie inside the model's folder."""
+    """The external-data files a model refers to, each checked (inside the model's folder, not a
+    link, offsets within the file)."""
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
+    from deploykit.onnxguard import check_external_data
+
     folder = path.parent.resolve()
-    files = set()
-    for tensor in _get_all_tensors(model):
-        if not uses_external_data(tensor):
-            continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        target = (folder / location).resolve()
-        if Path(location).is_absolute() or not target.is_relative_to(folder):
-            raise ModelError(f"{path}: tensor {tensor.name!r} points to external data outside the model's "
-                             f"folder ({location!r})", hint="untrusted paths are refused; move the data beside the model")
-        files.add(target)
+    files = {check_external_data(path, t, folder) for t in _get_all_tensors(model) if uses_external_data(t)}
     return sorted(files)
 
 
@@ -69,11 +70,13 @@ def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     import onnx
 
     from deploykit.graph.proto import graph_problems
+    from deploykit.nativeprobe import probe
 
     problems = graph_problems(model.graph)  # the checker's own message for these loses the node name
     if problems:
         raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
                          "`deploykit inspect` shows the graph")
+    probe(model, path)  # a crash in onnx's C++ is refused here, not suffered
     try:
         if model.ByteSize() < PROTO_LIMIT:
             onnx.checker.check_model(model, full_check=False)
@@ -81,8 +84,7 @@ def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         onnx.checker.check_model(str(path))
         return model
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise ModelError(f"{path}: invalid ONNX model: {first}", hint="fix the exporter or the graph; "
+        raise ModelError(f"{path}: invalid ONNX model: {first_line(e)}", hint="fix the exporter or the graph; "
                          "`deploykit inspect` shows the graph") from e
 
 

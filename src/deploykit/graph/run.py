@@ -188,16 +188,28 @@ class OrtSession(Session):
 
     def run_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Outputs without converting back to the declared dtype (taps read intermediates this way)."""
-        values_ = self._session.run(self._output_names, self._feeds(feeds))
+        prepared = self._feeds(feeds)
+        try:
+            values_ = self._session.run(self._output_names, prepared)
+        except Exception as e:  # ORT's Fail/InvalidArgument/RuntimeException name the node that failed
+            raise ModelError(f"ONNX Runtime failed to run {self.subject} on inputs {_describe(prepared)}: "
+                             f"{first_line(e)}",
+                             hint="`deploykit inspect` shows the graph; check the dims the config allows") from e
         return dict(zip(self._output_names, values_, strict=True))
 
     def timed_runner(self, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+        self.run_all(feeds)  # a failure is a clean error here, never inside a timing loop
         run, names, prepared = self._session.run, self._output_names, self._feeds(feeds)
         return lambda: run(names, prepared)
 
     def end_profiling(self) -> str:
         """Stop ONNX Runtime's profiler (a session made with ``profile_prefix``); return its JSON file."""
         return str(self._session.end_profiling())
+
+
+def _describe(feeds: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={list(getattr(v, 'shape', ()))} {getattr(v, 'dtype', type(v).__name__)}"
+                     for k, v in feeds.items())
 
 
 # -- making sessions -----------------------------------------------------------------------------

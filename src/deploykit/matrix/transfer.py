@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import PurePosixPath
 from typing import Any
 
-from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store, content_digest
+from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store
 from deploykit.errors import ArtifactCorrupt, UsageError
 
 Package = dict[str, dict[str, Any]]  # digest -> {"manifest": dict, "files": {relative path: bytes}}
@@ -83,7 +83,7 @@ def _verified(digest: str, entry: dict[str, Any], origin: str) -> Manifest:
             raise ArtifactCorrupt(f"{origin}: {name} of artifact {digest[:12]} arrived with sha256 {actual[:12]}, "
                                   f"the manifest says {manifest.files[name][:12]}",
                                   hint="the transfer altered it; rerun the matrix")
-    if content_digest(manifest, manifest.files) != digest or manifest.digest != digest:
+    if manifest.identity() != digest or manifest.digest != digest or manifest.seal != manifest.expected_seal():
         raise ArtifactCorrupt(f"{origin}: artifact {digest[:12]}: its manifest does not give that digest",
                               hint="rerun the matrix; the sender's store may be damaged")
     return manifest

@@ -8,8 +8,11 @@ and what was not:
 2. The creators (name, version, namespace, fields), in the first way available:
    - ``tensorrt``: TensorRT importable: the library is loaded into its registry and the creators it
      adds are listed (exact);
-   - ``glue_check``: ``deploykit_trt_glue_check`` (built beside the library) drives the creators
-     through TensorRT's interfaces without TensorRT or a GPU, and prints them with their fields (exact);
+   - ``glue_check``: ``deploykit_trt_glue_check`` drives the creators through TensorRT's interfaces
+     without TensorRT or a GPU, and prints them with their fields (exact). Only the checker deploykit
+     built is run, from deploykit's build folder and with the digest its build stamp recorded, and
+     only for the TensorRT library of that same build: a program found beside an untrusted library
+     is never executed;
    - ``strings``: neither: the plugin names and namespaces must appear as strings in the library's
      read-only data. This cannot pair a name with its version and namespace, nor see fields: the
      report says so.
@@ -18,7 +21,10 @@ and what was not:
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -58,14 +64,36 @@ class LibraryReport:
 # ELF: read without loading (deploykit.elf)
 
 
+MAX_LIBRARY_BYTES = 2 << 30
+
+
+def _check_size(path: Path) -> None:
+    if path.stat().st_size > MAX_LIBRARY_BYTES:
+        raise InvalidInput(f"{path}: larger than {MAX_LIBRARY_BYTES >> 30} GiB; not a plugin library")
+
+
+@contextmanager
+def _malformed_elf(path: Path) -> Iterator[None]:
+    """A truncated or corrupt ELF file is the user's input, not a deploykit bug."""
+    try:
+        yield
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as e:
+        raise InvalidInput(f"{path}: truncated or malformed ELF file ({type(e).__name__}: {e})",
+                           hint="give the .so that `deploykit plugins build` wrote") from e
+
+
 def exported_symbols(path: Path) -> set[str]:
     """Defined global symbols of the dynamic symbol table (what ``dlsym`` can find)."""
-    return set(elf.exported(path))
+    with _malformed_elf(path):
+        _check_size(path)
+        return set(elf.exported(path))
 
 
 def readonly_strings(path: Path, min_length: int = 2) -> set[str]:
     """NUL-terminated printable strings of ``.rodata``."""
-    return elf.readonly_strings(path, min_length)
+    with _malformed_elf(path):
+        _check_size(path)
+        return elf.readonly_strings(path, min_length)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,10 +114,18 @@ def _creators_from_tensorrt(path: Path) -> tuple[list[dict[str, Any]] | None, st
     return [{"name": n, "version": v, "namespace": ns} for n, v, ns in library.creators], ""
 
 
-def _creators_from_glue_check(path: Path) -> tuple[list[dict[str, Any]] | None, str]:
-    program = path.parent / GLUE_CHECK
-    if not program.is_file():
-        return None, f"no {GLUE_CHECK} beside the library"
+def _creators_from_glue_check(path: Path, build_dir: Path | None = None) -> tuple[list[dict[str, Any]] | None, str]:
+    """Run the checker deploykit built, when ``path`` is the TensorRT library of that same build."""
+    from deploykit.hashing import digest_file
+    from deploykit.plugins.build import OUTPUTS, default_build_dir, read_stamp
+
+    build_dir = (build_dir or default_build_dir()).resolve()
+    recorded = read_stamp(build_dir).get("outputs", {})
+    program = build_dir / OUTPUTS["trt_glue_check"]
+    if not recorded.get("tensorrt") or digest_file(path) != recorded["tensorrt"]:
+        return None, f"not the TensorRT library of deploykit's build in {build_dir} (its {GLUE_CHECK} describes that build)"
+    if not program.is_file() or digest_file(program) != recorded.get("trt_glue_check"):
+        return None, f"no {GLUE_CHECK} that deploykit built in {build_dir}"
     try:
         done = subprocess.run([str(program)], capture_output=True, text=True, timeout=120)
         creators = json.loads(done.stdout)["creators"]

@@ -98,7 +98,7 @@ def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
         try:
             quant_pre_process(str(src), str(dst))
         except Exception as e:  # symbolic shape inference raises on shapes it cannot complete
-            notes.append(f"symbolic shape inference failed ({first_line(e)[:120]}); "
+            notes.append(f"symbolic shape inference failed ({first_line(e, limit=120)}); "
                          "pre-processed without it")
             try:
                 quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)

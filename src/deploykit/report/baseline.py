@@ -18,12 +18,14 @@ _HINT = "pass a gate.json written by `deploykit gate` for this model on this mac
 
 def load(path: Path, *, model: str, platform: str, device: dict[str, Any], batch: int) -> dict[str, Any]:
     """Read and vet a baseline; raise UsageError saying why one cannot be compared."""
+    from deploykit.smallfile import read_small
+
     try:
-        report = json.loads(path.read_text())
+        report = json.loads(read_small(path, 64 << 20, UsageError, f"baseline {path.name}"))
     except FileNotFoundError:
         raise UsageError(f"baseline {path}: no such file", hint=_HINT) from None
-    except (OSError, ValueError) as e:
-        raise UsageError(f"baseline {path}: not a readable JSON report ({e})", hint=_HINT) from e
+    except (OSError, ValueError, RecursionError) as e:
+        raise UsageError(f"baseline {path}: not a readable JSON report ({str(e)[:200]})", hint=_HINT) from e
     if not isinstance(report, dict) or report.get("schema") != SCHEMA:
         found = report.get("schema", "no schema") if isinstance(report, dict) else type(report).__name__
         raise UsageError(f"baseline {path}: not a {SCHEMA} report ({found}); older reports have no trials to "

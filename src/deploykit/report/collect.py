@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store
-from deploykit.errors import UsageError
+from deploykit.artifacts import Artifact, Store
+from deploykit.errors import ArtifactCorrupt, UsageError
 
 
 class StageInfo(Protocol):
@@ -69,7 +69,7 @@ def from_result(result: Any, stages: Sequence[StageInfo]) -> ReportData:
 def from_store(workdir: str, ref: str, stages: Sequence[StageInfo]) -> ReportData:
     """From the store: ``ref`` is a run name (``runs/<name>.json``) or an artifact digest (prefix)."""
     store = Store(workdir)
-    if (store.root / "runs" / f"{ref}.json").exists():
+    if store.has_run(ref):
         roles = {role: _peek(store, d) for role, d in store.run_refs(ref).items()}
         title = f"deploykit run {ref}"
     else:
@@ -89,9 +89,13 @@ def from_store(workdir: str, ref: str, stages: Sequence[StageInfo]) -> ReportDat
 
 
 def _peek(store: Store, digest: str) -> Artifact:
-    """An artifact's manifest without re-hashing its files: reports only read, and models can be large."""
-    path = store.root / "objects" / digest
-    return Artifact(path, Manifest.read(path / MANIFEST))
+    """An artifact whose manifest verifies, without re-hashing its files: reports only read, and
+    models can be large."""
+    try:
+        return store.manifest(digest)
+    except UsageError as e:
+        raise ArtifactCorrupt(f"{store.root / 'objects' / digest}: named by the run but not in the store",
+                              hint="rerun the config to rebuild it") from e
 
 
 def _ancestors(store: Store, artifact: Artifact, role: str) -> dict[str, Artifact]:
@@ -128,9 +132,11 @@ def _finish(title: str, stages: list[dict[str, Any]], roles: dict[str, Artifact]
     data = ReportData(title=title, stages=stages, lineage=lineage_rows(store, roles), workdir=workdir)
     for artifact in {a.digest: a for a in roles.values()}.values():
         stage = known.get(artifact.manifest.stage)
-        report = stage.report(artifact) if stage is not None else None
+        if stage is None:
+            continue
+        report = stage.report(store.get(artifact.digest))  # its files are read: verify them first
         if report is not None:
-            data.reports[stage.name] = report  # type: ignore[union-attr]
+            data.reports[stage.name] = report
     newest = max(roles.values(), key=lambda a: a.manifest.created, default=None)
     if newest is not None:
         data.tools, data.device = dict(newest.manifest.tools), dict(newest.manifest.device)

@@ -98,6 +98,9 @@ class Stage:
         import json
 
         return json.loads(artifact.file(cls.report_files[0]).read_text()) if cls.report_files else None
+    # Summary keys (at any depth) holding timings that differ between two runs of one recipe: the
+    # manifest's seal covers them, its identity does not, so an unchanged rerun keeps its digest.
+    measured: ClassVar[tuple[str, ...]] = ()
 
     def applies(self, ctx: StageContext) -> bool:
         """Whether this stage runs for this config (e.g. export only for torch sources)."""
@@ -119,3 +122,7 @@ class Stage:
 
     def verdict(self, artifact: Artifact) -> None:
         """Raise a GateFailed subclass if the artifact records a failed check."""
+
+    def reuse_note(self, artifact: Artifact) -> str:
+        """What a reader of the run must know when this artifact is reused rather than made ('' if nothing)."""
+        return ""

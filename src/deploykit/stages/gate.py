@@ -17,7 +17,13 @@ import numpy as np
 
 from deploykit.artifacts import Artifact
 from deploykit.config import Config, Target
-from deploykit.environment import device_fingerprint, platform_names, tool_versions
+from deploykit.environment import (
+    device_fingerprint,
+    load_between,
+    load_snapshot,
+    platform_names,
+    tool_versions,
+)
 from deploykit.errors import ConfigError, TargetMissed
 from deploykit.metrics.latency import aggregate_trials, fps_trials
 from deploykit.onnxio import random_feeds
@@ -37,6 +43,7 @@ class GateSummary(Summary):
     p99_ms: float = 0.0
     platform: str = ""  # the target key that matched ("default" when none is more specific)
     failures: list[str] = field(default_factory=list)  # the checks that failed, in words
+    load: dict[str, Any] = field(default_factory=dict)  # how busy the machine was while measuring
 
     def failure(self) -> str:
         return "" if self.passed else "; ".join(self.failures or ["failed"])
@@ -104,6 +111,7 @@ class GateStage(Stage):
         platform, target = select_target(cfg)
         batch = target.batch if target else 1
         session = load_engine(inputs["engine"])
+        before = load_snapshot()
         main = measure_batch(session, cfg, batch, ctx.reporter)
         report = {"schema": SCHEMA, "model": cfg.name, "platform": platform, "device": device_fingerprint(),
                   "evaluator": session.evaluator, "precision": cfg.quantize.precision, "batch": batch,
@@ -112,6 +120,7 @@ class GateStage(Stage):
                             for b in sorted(set(g.batches) - {batch})],
                   "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
                   "target": asdict(target) if target else None, "note": "" if target else "no target for this platform"}
+        report["load"] = load_between(before, load_snapshot())  # a timing on a busy machine says so
         report["checks"] = target_checks(target, report["fps"], report["latency"])
         base = _baseline(cfg, platform, target)
         report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
@@ -122,7 +131,17 @@ class GateStage(Stage):
         (out / JUNIT).write_text(junit.render(report))
         (out / MARKDOWN).write_text(markdown.render_gate(report) + _profile_markdown(report["profile"]))
         return GateSummary(report["passed"], report["fps"], report["latency"]["p99_ms"], platform,
-                           [c["message"] for c in checks if not c["passed"]])
+                           [c["message"] for c in checks if not c["passed"]], report["load"])
+
+    def reuse_note(self, artifact: Artifact) -> str:
+        """A reused gate is a measurement from another time: say when, and whether the machine was busy."""
+        m = artifact.manifest
+        load = GateSummary.of(artifact).load
+        note = f"measurement from {m.created} reused"
+        if load.get("loaded"):
+            note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
+                     f"on {load.get('cpus')} CPUs): --rerun gate on a quiet machine for a clean one")
+        return note
 
     def verdict(self, artifact: Artifact) -> None:
         s = GateSummary.of(artifact)

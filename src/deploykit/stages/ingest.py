@@ -10,6 +10,7 @@ from deploykit.artifacts import Artifact
 from deploykit.graph.files import check_model, copy_model_files, external_data_files, load_model
 from deploykit.graph.proto import opset_version
 from deploykit.hashing import digest_file
+from deploykit.onnxguard import check_io
 from deploykit.onnxio import check_inputs
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
@@ -38,6 +39,7 @@ class IngestStage(Stage):
 
         path = self._path(ctx)
         model = load_model(path, load_external=False)  # parses the file: a truncated one fails here, not later
+        check_io(model, path)
         data = {f.name: digest_file(f) for f in external_data_files(model, path)}
         return {"onnx": digest_file(path), "external_data": data, "inputs": ctx.config.inputs, "dims": ctx.config.dims}
 

@@ -102,6 +102,7 @@ class QuantizeStage(Stage):
     output_kind = "onnx"
     output_roles = ("model",)
     summary_type = QuantizeSummary
+    measured = ("cpu_speed", "warnings")  # the CPU speed check, and the warning that quotes it
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.quantize.enabled

@@ -28,6 +28,7 @@ class SurgeryStage(Stage):
     output_kind = "onnx"
     output_roles = ("model",)
     summary_type = SurgerySummary
+    measured = ("seconds",)  # each pass's time: not part of the identity
 
     def applies(self, ctx: StageContext) -> bool:
         return bool(ctx.config.surgery.passes)

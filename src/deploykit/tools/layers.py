@@ -27,7 +27,9 @@ PACKAGE = "deploykit"
 # DESIGN.md's Layers picture, lowest first. ``deploykit`` is the package root (its lazy public API).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("core", frozenset({"errors", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
-                        "config", "artifacts", "export_hooks", "elf"})),
+                        "config", "artifacts", "export_hooks", "elf", "arrayfile", "config_load", "imagemodes",
+                        "limits", "manifest", "nativeprobe", "onnxguard", "smallfile", "storecheck", "supervise",
+                        "tempspace"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
                               "torchsource", "inspect", "doctor", "profiling"})),
