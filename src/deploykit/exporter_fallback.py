@@ -30,14 +30,14 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
     if failed is None or used not in OTHER:
         return
     other = OTHER[used]
-    trial = dataclasses.replace(config, name=f"{config.name}+{other}",
+    trial = dataclasses.replace(config, name=f"{config.name}-{other}",
                                 export=dataclasses.replace(config.export, exporter=other))
     try:
         run_pipeline(trial, store, stages, until=failed)
     except DeployKitError as e:
         if _failed_stage(getattr(e, "result", None)) == "export":
             return  # the other exporter cannot export this model: auto's choice was the only one
-        error.hint = _join(error.hint, f"the {other} exporter's graph fails at {_failed_stage(e.result) or failed} "
+        error.hint = _join(error.hint, f"the {other} exporter's graph fails at {_failed_stage(getattr(e, 'result', None)) or failed} "
                                        f"too (run {trial.name!r})")
         return
     error.message = (f"{error.message} [the {failed} stage fails on the {used} exporter's graph; the {other} "

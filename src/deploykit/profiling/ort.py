@@ -40,7 +40,8 @@ def profile(engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, war
         for _ in range(warmup + iterations):
             run()
         events = read_events(Path(session.end_profiling()))
-    layers, runs = layers_from_events(events, warmup, node_attributes(Path(engine_dir) / ENGINE_MODEL))
+    # timed_runner runs once itself (a failing feed is a clean error there): one more run to drop
+    layers, runs = layers_from_events(events, warmup + 1, node_attributes(Path(engine_dir) / ENGINE_MODEL))
     providers = sorted({layer.extra.get("provider", "") for layer in layers} - {""})
     gpu = [p for p in providers if p != "CPUExecutionProvider"]
     kernels = any(e.get("cat") == "Kernel" for e in events)
