@@ -101,7 +101,9 @@ def test_ctrl_c_keeps_finished_cells_and_the_next_run_reuses_them(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)  # Ctrl-C, to the driver alone
+        # Ctrl-C as a terminal sends it, to the whole process group: the command's work runs in a
+        # supervised child (the parent ignores SIGINT and reports the child's exit)
+        os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

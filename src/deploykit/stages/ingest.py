@@ -31,6 +31,9 @@ class IngestStage(Stage):
     output_kind = "onnx"
     output_roles = ("reference", "model")
     summary_type = IngestSummary
+    # where the file sat is provenance, not content: the same bytes from another folder or node (a
+    # matrix cell on a worker without the driver's filesystem) are the same artifact
+    measured = ("source",)
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.source.onnx is not None
