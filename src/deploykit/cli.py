@@ -1,4 +1,5 @@
-"""The ``deploykit`` command: parse -> call the API -> render -> exit code. Thin on purpose."""
+"""The ``deploykit`` command: parse -> call the API -> render the run record -> exit code. Thin on purpose:
+options and their parsing live in :mod:`deploykit.cliargs`, rendering in :mod:`deploykit.report.terminal`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from deploykit.choices import Flavour, LogFormat, Method, Precision, Provider, listed, values
+from deploykit import cliargs as opt
+from deploykit.cliargs import parse_dims, parse_sets  # noqa: F401  (kept importable from here)
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -19,124 +21,97 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="List and inspect stored artifacts.")
 app.add_typer(config_app, name="config")
 app.add_typer(artifacts_app, name="artifacts")
-
-Workdir = Annotated[Path, typer.Option("--workdir", "-w", help="Artifact store; reruns reuse what it holds.")]
-Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: --set gate.iterations=50")]
-Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", help="Run this stage even if its artifact exists.")]
-Backend = Annotated[Optional[str], typer.Option("--backend", help="Build backend (overrides build.backend).")]
-ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help=f"onnxruntime execution provider: {listed(Provider)}")]
-Dims = Annotated[Optional[list[str]], typer.Option("--dim", help="Dynamic dim of an ONNX input: --dim batch=1,4,8")]
-ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", help="Copy parity/gate reports (JSON, JUnit, Markdown) here.")]
-LogFormatOpt = Annotated[str, typer.Option("--log-format", help=listed(LogFormat))]
+_STATE = {"json": False, "result_printed": False}  # --log-format json: errors go out as JSON too
 
 
-def _console() -> Any:
-    from rich.console import Console
+def _version(value: bool) -> None:
+    if value:
+        from deploykit import __version__
 
-    return Console(stderr=True)
+        typer.echo(f"deploykit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Take a PyTorch model or an ONNX file to a verified, benchmarked engine."""
 
 
 def _reporter(log_format: str) -> Any:
     from deploykit.progress import JsonReporter, RichReporter
+    from deploykit.report.terminal import console
 
-    if log_format not in values(LogFormat):
-        raise UsageError(f"--log-format {log_format!r}: use {listed(LogFormat)}")
-    return JsonReporter() if log_format == "json" else RichReporter(_console())
-
-
-def parse_sets(items: list[str] | None) -> dict[str, Any]:
-    """``key.path=value`` pairs; values are YAML, so numbers, lists and booleans work."""
-    import yaml
-
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {item!r}: expected key.path=value")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+    _STATE["json"] = log_format == "json"
+    return JsonReporter() if log_format == "json" else RichReporter(console(stderr=True))
 
 
-def parse_dims(items: list[str] | None) -> dict[str, tuple[int, int, int]]:
-    out = {}
-    for item in items or []:
-        name, _, values = item.partition("=")
-        try:
-            nums = tuple(int(v) for v in values.split(","))
-        except ValueError:
-            nums = ()
-        if len(nums) == 1:
-            nums = nums * 3
-        if not name or len(nums) != 3:
-            raise UsageError(f"--dim {item!r}: expected name=MIN,OPT,MAX or name=N")
-        out[name] = nums  # type: ignore[assignment]
-    return out
+def _show(record: Any, log_format: str, parity_table: bool = False, details: list[str] | None = None) -> None:
+    """The run record: JSON on stdout (one object), or the stage table, ``details`` and the verdict lines."""
+    from deploykit.report import terminal
+
+    if log_format == "json":
+        from deploykit.report.jsonio import dumps
+
+        typer.echo(dumps({k: v for k, v in record.to_dict().items() if k != "details"}), nl=False)
+        _STATE["result_printed"] = True
+        return
+    out = terminal.console()
+    if parity_table and record.details.get("parity"):
+        terminal.print_table(out, terminal.parity_table(record))
+    terminal.print_run(record, out, details or [])
 
 
-def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None, rerun: list[str] | None,
-         backend: str | None, dims: list[str] | None, report_dir: Path | None, log_format: str,
-         extra: dict[str, Any] | None = None) -> Any:
+def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None, log_format: str, *,
+         flags: dict[str, Any] | None = None, rerun: list[str] | None = None, dims: list[str] | None = None,
+         shapes: dict[str, Any] | None = None, report_dir: Path | None = None, parity_table: bool = False) -> Any:
     from deploykit import api
 
-    overrides = parse_sets(sets) | (extra or {})
-    if backend:
-        overrides["build.backend"] = backend
+    reporter = _reporter(log_format)
     try:
         result = api.convert(source, workdir=workdir, until=until, rerun=tuple(rerun or ()), report_dir=report_dir,
-                             reporter=_reporter(log_format), dims=parse_dims(dims), overrides=overrides)
+                             reporter=reporter, dims=parse_dims(dims), shapes=shapes,
+                             overrides=parse_sets(sets) | opt.overrides(**(flags or {})))
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
-            _print_table(e.result)  # type: ignore[attr-defined]
+            _show(e.result.record, log_format, parity_table)  # type: ignore[attr-defined]
         raise
-    _print_table(result)
+    _show(result.record, log_format, parity_table)
     return result
 
 
-def _print_table(result: Any) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=f"deploykit: {result.name}", title_justify="left")
-    for col in ("stage", "status", "time", "artifact", "note"):
-        table.add_column(col, overflow="fold")
-    colour = {"ran": "green", "reused": "cyan", "failed": "red"}
-    for stage, status, seconds, digest, note in result.rows():
-        table.add_row(stage, f"[{colour.get(status, 'white')}]{status}[/]", seconds, digest, escape(note))
-    console = Console()
-    console.print(table)
-    gate = result.gate
-    if gate:
-        lat = gate["latency"]
-        console.print(f"gate: {gate['fps']:.1f} FPS at batch {gate['batch']} (p50 {lat['p50_ms']:.2f} ms, "
-                      f"p99 {lat['p99_ms']:.2f} ms) on {gate['platform']}", highlight=False)
+def _gate_flags(allow_missing_target: bool, baseline: Path | None, iterations: int | None, warmup: int | None,
+                duration: float | None) -> dict[str, Any]:
+    return {"gate.allow_missing_target": True if allow_missing_target else None,
+            # relative to where the command runs, not to the config's folder
+            "gate.baseline": str(baseline.resolve()) if baseline is not None else None,
+            "gate.iterations": iterations, "gate.warmup": warmup, "gate.duration_s": duration}
 
 
-BaselineOpt = Annotated[Optional[Path], typer.Option(
-    "--baseline", help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.")]
-
-
-def _gate_flags(allow_missing_target: bool, baseline: Path | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"gate.allow_missing_target": True} if allow_missing_target else {}
-    if baseline is not None:
-        out["gate.baseline"] = str(baseline.resolve())  # relative to where the command runs, not the config
-    return out
+def _reruns(rerun: list[str] | None, remeasure: bool) -> list[str]:
+    return [*(rerun or []), *(["gate"] if remeasure else [])]
 
 
 @app.command()
 def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .onnx file)")],
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, rerun: Rerun = None, backend: Backend = None,
-            dim: Dims = None, report_dir: ReportDir = None, provider: ProviderOpt = None,
-            precision: Annotated[Optional[str], typer.Option(help=f"{listed(Precision)} (sets quantize.precision)")] = None,
-            allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-            baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
+            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+            backend: opt.BackendOpt = None, provider: opt.ProviderOpt = None, precision: opt.PrecisionOpt = None,
+            dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
+            opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, plugins: opt.Plugins = None,
+            timing_cache: opt.TimingCache = None, iterations: opt.Iterations = None, warmup: opt.Warmup = None,
+            duration: opt.Duration = None, remeasure: opt.Remeasure = False, report_dir: opt.ReportDir = None,
+            allow_missing_target: opt.AllowMissingTarget = False, baseline: opt.Baseline = None,
+            log_format: opt.LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
-    extra: dict[str, Any] = _gate_flags(allow_missing_target, baseline)
-    if precision:
-        extra["quantize.precision"] = precision
-    if provider:
-        extra["build.provider"] = provider
-    _run(config, None, workdir, set_, rerun, backend, dim, report_dir, log_format, extra)
+    flags = {"quantize.precision": precision, "build.backend": backend, "build.provider": provider,
+             "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache),
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
+    _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+         shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
+
+
+def _timing_cache(path: Path | None) -> dict[str, Any]:
+    return {"build.tensorrt.timing_cache_file": str(path.resolve()) if path is not None else None}
 
 
 def _copy_out(result: Any, role: str, out: Path | None) -> None:
@@ -153,35 +128,37 @@ def _copy_out(result: Any, role: str, out: Path | None) -> None:
         copy_model_files(artifact.file(MODEL), out)  # with its .data file, when it has one
     else:
         shutil.copytree(artifact.path, out, dirs_exist_ok=True)
-    typer.echo(f"wrote {out}")
-
-
-Out = Annotated[Optional[Path], typer.Option("--output", "-o", help="Copy the stage's output here.")]
+    typer.echo(f"wrote {out}", err=_STATE["json"])
 
 
 @app.command()
-def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], output: Out = None,
-           workdir: Workdir = Path(".deploykit"), set_: Sets = None, log_format: LogFormatOpt = "human") -> None:
+def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], output: opt.Out = None,
+           workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+           log_format: opt.LogFormatOpt = "human") -> None:
     """Export the torch model to ONNX (checked against torch)."""
-    _copy_out(_run(config, "export", workdir, set_, None, None, None, None, log_format),
-              "model", output)
+    _copy_out(_run(config, "export", workdir, set_, log_format, rerun=rerun), "model", output)
 
 
 @app.command()
-def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml or model.onnx")] = None, output: Out = None,
+def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml or model.onnx")] = None,
+            output: opt.Out = None,
             pass_: Annotated[Optional[list[str]], typer.Option("--pass", help="A pass: name or name={json params}")] = None,
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human",
-            list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False) -> None:
+            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+            dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human",
+            list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False,
+            as_json: opt.Json = False) -> None:
     """Run graph surgery passes (default: the config's, else sanitize)."""
     if list_:
-        from deploykit.surgery.registry import format_passes
+        from deploykit.surgery.registry import format_passes, list_passes
 
-        typer.echo(format_passes())
+        typer.echo(json.dumps(list_passes(), indent=2, default=str) if as_json else format_passes())
         return
     if model is None:
         raise UsageError("surgery: give a deploykit.yaml or model.onnx (or --list)")
-    extra = {"surgery.passes": [_pass_spec(p) for p in pass_]} if pass_ else {}
-    _copy_out(_run(model, "surgery", workdir, set_, None, None, dim, None, log_format, extra), "model", output)
+    flags = {"surgery.passes": [_pass_spec(p) for p in pass_] if pass_ else None}
+    result = _run(model, "surgery", workdir, set_, log_format, flags=flags, rerun=rerun, dims=dim,
+                  shapes=opt.shape_profiles(shapes, None, None, None))
+    _copy_out(result, "model", output)
 
 
 def _pass_spec(text: str) -> Any:
@@ -195,75 +172,86 @@ def _pass_spec(text: str) -> Any:
 
 
 @app.command()
-def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-          backend: Backend = None, provider: ProviderOpt = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None,
-          dim: Dims = None, plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="TensorRT plugin library (repeatable).")] = None,
-          log_format: LogFormatOpt = "human") -> None:
+def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: opt.Out = None,
+          backend: opt.BackendOpt = None, provider: opt.ProviderOpt = None, precision: opt.PrecisionOpt = None,
+          workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+          dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
+          opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, plugins: opt.Plugins = None,
+          timing_cache: opt.TimingCache = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Build an engine for a backend."""
-    extra: dict[str, Any] = {"build.provider": provider} if provider else {}
-    if plugins:
-        extra["build.plugins"] = [str(Path(p).resolve()) for p in plugins]
-    _copy_out(_run(model, "build", workdir, set_, None, backend, dim, None, log_format, extra), "engine", output)
+    flags = {"build.backend": backend, "build.provider": provider, "quantize.precision": precision,
+             "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache)}
+    result = _run(model, "build", workdir, set_, log_format, flags=flags, rerun=rerun, dims=dim,
+                  shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes))
+    _copy_out(result, "engine", output)
 
 
 @app.command()
-def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], backend: Backend = None,
-           workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
-           log_format: LogFormatOpt = "human") -> None:
-    """Build (or reuse) the engine and compare it with the FP32 reference."""
-    _run(model, "parity", workdir, set_, None, backend, dim, report_dir, log_format)
+def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
+           backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
+           workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+           dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
+           log_format: opt.LogFormatOpt = "human") -> None:
+    """Build (or reuse) the engine and compare it with the FP32 reference: one row per output x reference."""
+    _run(model, "parity", workdir, set_, log_format, flags={"build.backend": backend, "quantize.precision": precision},
+         rerun=rerun, dims=dim, shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir,
+         parity_table=True)
 
 
 @app.command()
-def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], backend: Backend = None,
-         workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
+def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
+         backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
+         workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+         dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
          fps: Annotated[Optional[float], typer.Option(help="Target FPS (sets gate.targets.default.fps).")] = None,
-         allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-         baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
+         iterations: opt.Iterations = None, warmup: opt.Warmup = None, duration: opt.Duration = None,
+         remeasure: opt.Remeasure = False, allow_missing_target: opt.AllowMissingTarget = False,
+         baseline: opt.Baseline = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Benchmark the engine against the FPS/latency target for this platform (and a baseline report)."""
-    extra = _gate_flags(allow_missing_target, baseline)
-    if fps is not None:
-        extra["gate.targets"] = {"default": {"fps": fps}}
-    _run(model, None, workdir, set_, None, backend, dim, report_dir, log_format, extra)
+    flags = {"build.backend": backend, "quantize.precision": precision,
+             "gate.targets": {"default": {"fps": fps}} if fps is not None else None,
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
+    _run(model, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+         shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir)
 
 
 # Commands that live in their own modules register below (one line each).
 
 
 @app.command()
-def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-             precision: Annotated[Optional[str], typer.Option(help=listed(Precision, without=("fp32",)))] = None,
-             target: Annotated[Optional[str], typer.Option(help=f"{listed(Flavour)} | auto (follows the backend)")] = None,
+def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: opt.Out = None,
+             precision: opt.QuantPrecisionOpt = None, target: opt.TargetOpt = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
-             method: Annotated[Optional[str], typer.Option(help=listed(Method))] = None,
+             method: opt.MethodOpt = None,
              auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
-             workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human") -> None:
+             workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+             dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
     from deploykit import api
 
-    extra = {k: v for k, v in {"quantize.precision": precision, "quantize.target": target, "quantize.method": method,
-                                "quantize.repair.enabled": True if auto_repair else None}.items() if v is not None}
+    flags = opt.overrides(**{"quantize.precision": precision, "quantize.target": target, "quantize.method": method,
+                             "quantize.repair.enabled": True if auto_repair else None})
     try:
-        result = api.quantize(model, calib_data=calib_data, workdir=workdir, dims=parse_dims(dim),
-                              reporter=_reporter(log_format), overrides=parse_sets(set_) | extra)
+        result = api.quantize(model, calib_data=calib_data, workdir=workdir, rerun=tuple(rerun or ()), dims=parse_dims(dim),
+                              shapes=opt.shape_profiles(shapes, None, None, None), reporter=_reporter(log_format),
+                              overrides=parse_sets(set_) | flags)
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
-            _print_table(e.result)  # type: ignore[attr-defined]
+            _show(e.result.record, log_format)  # type: ignore[attr-defined]
         raise
-    _print_table(result)
     from deploykit.stages.quantize import QuantizeSummary
 
-    _print_quantize(QuantizeSummary.of(result.artifacts["model"]))
+    _show(result.record, log_format, details=_quantize_lines(QuantizeSummary.of(result.artifacts["model"])))
     if output is not None:
         import shutil
 
         shutil.copytree(result.artifacts["model"].path, output, dirs_exist_ok=True)
-        typer.echo(f"wrote {output}")
+        typer.echo(f"wrote {output}", err=_STATE["json"])
 
 
-def _print_quantize(s: Any) -> None:
+def _quantize_lines(s: Any) -> list[str]:
     """The quantize stage's summary (a ``QuantizeSummary``) in a few lines."""
-    lines = [f"quantize: {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
+    lines = [f"  {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
              f"{s.quantized_nodes} nodes quantized"]
     for name, m in (s.check.metrics if s.check else {}).items():
         lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({s.evaluator})")
@@ -276,48 +264,53 @@ def _print_quantize(s: Any) -> None:
     if s.repair:
         lines.append(f"  repair: {s.repair.iterations} iteration(s), excluded {', '.join(s.repair.excluded_nodes) or '-'}"
                      f" ({s.repair.stopped})")
-    notes = [f"  note: {n}" for n in s.notes] + [f"  warning: {w}" for w in s.warnings]
-    typer.echo("\n".join(lines + notes))
+    return lines + [f"  note: {n}" for n in s.notes]
 
 
 @app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output for CI.")] = False) -> None:
+           as_json: opt.Json = False) -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
-    from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     from deploykit import doctor as doctor_module
+    from deploykit.report import terminal
 
     report = doctor_module.collect(plugin_paths=plugins or ())
     if as_json:
         typer.echo(report.to_json())
         return
-    table = Table(title="deploykit doctor", title_justify="left")
-    for col in ("component", "status", "detail"):
-        table.add_column(col, overflow="fold")
+    table = terminal.table("deploykit doctor", ["component", "status", "detail"])
     colour = {"ok": "green", "warn": "yellow", "missing": "red"}
     for row in report.rows:
         table.add_row(escape(row.component), f"[{colour.get(row.status, 'white')}]{row.status}[/]", escape(row.detail))
-    Console().print(table)
+    terminal.print_table(terminal.console(), table)
+
+
 app.add_typer(__import__("deploykit.plugins.cli", fromlist=["app"]).app, name="plugins")
 app.command("inspect")(__import__("deploykit.inspect", fromlist=["command"]).command)
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="A run name (the config's name) or an artifact digest.")],
+def report(run: Annotated[str, typer.Argument(help="A run name (the config's name), a record identity "
+                                                   "(name.precision.backend[.flavour]) or an artifact digest.")],
            output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
-           workdir: Workdir = Path(".deploykit"),
+           workdir: opt.Workdir = Path(".deploykit"),
+           precision: opt.PrecisionOpt = None, backend: opt.BackendOpt = None,
            plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True) -> None:
-    """Write one self-contained HTML report: stages, lineage, parity, latency, platform and tools."""
-    from deploykit import api
+    """Write one self-contained HTML report: verdicts, stages, lineage, parity, latency, platform and tools."""
+    from deploykit.report import write_html
+    from deploykit.stages import default_stages
 
-    typer.echo(f"wrote {api.write_report(run, output, workdir=workdir, with_plots=plots)}")
+    path, note = write_html(workdir, run, output, default_stages(), with_plots=plots, precision=precision,
+                            backend=backend)
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {path}")
 
 
 @config_app.command("show")
-def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: Sets = None) -> None:
+def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: opt.Sets = None) -> None:
     """Print the fully resolved config (every default filled in)."""
     import yaml
 
@@ -330,24 +323,25 @@ def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], 
 
 
 @artifacts_app.command("ls")
-def artifacts_ls(workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
     """List artifacts, oldest first."""
-    from rich.console import Console
-    from rich.table import Table
-
     from deploykit.artifacts import Store
+    from deploykit.report import terminal
 
-    table = Table()
-    for col in ("digest", "kind", "stage", "created", "parents"):
-        table.add_column(col)
-    for a in Store(workdir).list():
-        m = a.manifest
-        table.add_row(a.digest[:12], m.kind, m.stage, m.created, " ".join(f"{r}:{d[:8]}" for r, d in m.parents.items()))
-    Console().print(table)
+    rows = [{"digest": a.digest, "kind": a.manifest.kind, "stage": a.manifest.stage, "created": a.manifest.created,
+             "parents": dict(a.manifest.parents)} for a in Store(workdir).list()]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = terminal.table("", ["digest", "kind", "stage", "created", "parents"])
+    for r in rows:
+        table.add_row(r["digest"][:12], r["kind"], r["stage"], r["created"],
+                      " ".join(f"{role}:{d[:8]}" for role, d in r["parents"].items()))
+    terminal.print_table(terminal.console(), table)
 
 
 @artifacts_app.command("show")
-def artifacts_show(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit")) -> None:
     """Print an artifact's manifest (verified against its files)."""
     from dataclasses import asdict
 
@@ -358,26 +352,35 @@ def artifacts_show(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
 
 
 @artifacts_app.command("lineage")
-def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
     """Print the chain of artifacts an artifact was made from."""
     from deploykit.artifacts import Store
 
     store = Store(workdir)
+    rows: list[dict[str, Any]] = []
 
     def walk(d: str, role: str, depth: int) -> None:
         a = store.get(d)
-        typer.echo(f"{'  ' * depth}{role + ': ' if role else ''}{a.digest[:12]} {a.kind} (stage {a.manifest.stage} "
-                   f"v{a.manifest.stage_version}, {a.manifest.created})")
+        rows.append({"depth": depth, "role": role, "digest": a.digest, "kind": a.kind, "stage": a.manifest.stage,
+                     "version": a.manifest.stage_version, "created": a.manifest.created})
         for r, parent in sorted(a.manifest.parents.items()):
             walk(parent, r, depth + 1)
 
     walk(digest, "", 0)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        typer.echo(f"{'  ' * r['depth']}{r['role'] + ': ' if r['role'] else ''}{r['digest'][:12]} {r['kind']} "
+                   f"(stage {r['stage']} v{r['version']}, {r['created']})")
 
 
 def main() -> None:
-    """Entry point: map every failure class to its exit code and one clear line."""
+    """Entry point: map every failure class to its exit code and one clear line (JSON with --log-format json)."""
+    _STATE["json"] = opt.wants_json(sys.argv[1:])
+    _wide_help_when_piped()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except DeployKitError as e:
         _fail(e)
     except typer.Abort:
@@ -385,21 +388,39 @@ def main() -> None:
     except Exception as e:  # the parser's own usage errors first, then genuine bugs
         # typer >= 0.29 vendors click: its ClickException derives from typer.TyperException, and
         # `import click` fails on a fresh install.
-        if isinstance(e, typer.TyperException) and hasattr(e, "show"):
-            e.show()
+        if isinstance(e, typer.TyperException) and type(e).__name__ == "NoArgsIsHelpError":
+            typer.echo(e.ctx.get_help())  # type: ignore[attr-defined]  # bare `deploykit`: the help, exit 2
             sys.exit(UsageError.exit_code)
+        if isinstance(e, typer.TyperException) and hasattr(e, "format_message"):
+            _fail(opt.usage_error(e))
         if os.environ.get("DEPLOYKIT_DEBUG"):
             raise
         _fail(InternalError(f"internal error: {type(e).__name__}: {e}",
                             hint="rerun with DEPLOYKIT_DEBUG=1 for the traceback and report it"))
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _wide_help_when_piped() -> None:
+    """``--help`` in a CI log or a pipe is not cut at 80 columns mid-choice (typer's TERMINAL_WIDTH)."""
+    from typer import rich_utils
+
+    if getattr(rich_utils, "MAX_WIDTH", 0) is None and not sys.stdout.isatty():
+        rich_utils.MAX_WIDTH = 160
 
 
 def _fail(e: DeployKitError) -> None:
+    if _STATE["json"]:
+        error = {"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__}
+        sys.stderr.write(json.dumps({"event": "error", **error}) + "\n")
+        if not _STATE["result_printed"]:  # stdout always ends with one result object
+            sys.stdout.write(json.dumps({"schema": "deploykit.error/1", **error}) + "\n")
+        sys.exit(e.exit_code)
     from rich.markup import escape
 
-    console = _console()  # messages quote shapes and extras like [tensorrt]: never read them as markup
-    console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
+    from deploykit.report.terminal import console
+
+    out = console(stderr=True)  # messages quote shapes and extras like [tensorrt]: never read them as markup
+    out.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
     if e.hint:
-        console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
+        out.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
     sys.exit(e.exit_code)

@@ -19,6 +19,7 @@ from deploykit.stages.base import Stage, StageContext
 @dataclass
 class _Run:
     ctx: StageContext
+    stages: Sequence[Stage]
     roles: dict[str, Artifact] = field(default_factory=dict)
     records: list[StageRecord] = field(default_factory=list)
     failures: list[GateFailed] = field(default_factory=list)
@@ -35,7 +36,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     for name in [*rerun, *([until] if until else [])]:
         if name not in known:
             raise UsageError(f"no stage named {name!r}; the stages are: {', '.join(known)}")
-    run = _Run(StageContext(config, store, reporter or SilentReporter()))
+    run = _Run(StageContext(config, store, reporter or SilentReporter()), stages)
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
         stage.preflight(run.ctx)
@@ -43,10 +44,9 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         try:
             _run_stage(run, stage, force=stage.name in rerun)
         except DeployKitError as e:
-            e.result = _result(run, config)  # type: ignore[attr-defined]
+            e.result = _result(run, config, e)  # type: ignore[attr-defined]
             raise
     result = _result(run, config)
-    store.name_run(config.name, {role: a.digest for role, a in run.roles.items()})
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]
         raise run.failures[0]
@@ -117,5 +117,20 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
         return ctx.store.publish(tmp, manifest)
 
 
-def _result(run: _Run, config: Config) -> RunResult:
-    return RunResult(config.name, list(run.records), dict(run.roles), run.ctx.store.root)
+def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> RunResult:
+    """The run's result with its record, written to the store (``records/<identity>.json``) once a stage ran."""
+    from deploykit.report import record as records
+    from deploykit.report.collect import build_record
+
+    store = run.ctx.store
+    rows = [records.StageStatus(r.stage, r.status, round(r.seconds, 4), r.artifact.digest if r.artifact else "",
+                                r.artifact.kind if r.artifact else "",
+                                r.artifact.manifest.created if r.artifact else "", r.error) for r in run.records]
+    produced = {r.stage: r.artifact for r in run.records if r.artifact is not None}
+    q = config.quantize
+    identity = (config.name, q.precision, config.build.backend, q.flavour(config.build.backend) if q.enabled else "")
+    record = build_record(identity, rows, produced, run.stages, store, error=error)
+    if run.records:
+        records.write(store.root, record)
+        store.name_run(record.identity, {role: a.digest for role, a in run.roles.items()})
+    return RunResult(config.name, list(run.records), dict(run.roles), store.root, record)

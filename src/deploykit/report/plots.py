@@ -22,21 +22,16 @@ def available() -> bool:
 
 
 def _figure(width: float = 7.0, height: float = 2.8, cols: int = 1) -> tuple[Any, Any]:
-    import matplotlib
+    # The Figure API, never pyplot or matplotlib.use: a notebook's backend (and its plt.show) stays as it was.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # no display, no GUI toolkit: reports render in CI
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, cols, figsize=(width, height), dpi=110, layout="constrained")
-    return fig, axes
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    return fig, fig.subplots(1, cols)
 
 
 def _png(fig: Any) -> str:
-    import matplotlib.pyplot as plt
-
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
+    fig.savefig(buf, format="png")  # a Figure draws itself with Agg for PNG, whatever the backend
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 

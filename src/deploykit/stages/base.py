@@ -12,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 from deploykit.artifacts import Artifact, Store
 from deploykit.config import Config
 from deploykit.progress import Reporter
+from deploykit.report.record import Check
 
 S = TypeVar("S", bound="Summary")
 
@@ -98,6 +99,12 @@ class Stage:
         import json
 
         return json.loads(artifact.file(cls.report_files[0]).read_text()) if cls.report_files else None
+
+    @classmethod
+    def checks(cls, artifact: Artifact) -> list[Check]:
+        """The verdicts ``artifact`` records, one :class:`~deploykit.report.record.Check` each (the run
+        record's entries); a stage whose ``verdict`` can raise must fail one of them exactly when it does."""
+        return []
 
     def applies(self, ctx: StageContext) -> bool:
         """Whether this stage runs for this config (e.g. export only for torch sources)."""

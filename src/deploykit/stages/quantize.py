@@ -34,6 +34,7 @@ from deploykit.errors import ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.graph.run import evaluator_for
 from deploykit.report.jsonio import clean
+from deploykit.report.record import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 
@@ -151,13 +152,40 @@ class QuantizeStage(Stage):
         patch = artifact.path / PRECISION
         return {**cls.summary(artifact).to_dict(), "patch": json.loads(patch.read_text()) if patch.is_file() else {}}
 
-    def verdict(self, artifact: Artifact) -> None:
+    @classmethod
+    def checks(cls, artifact: Artifact) -> list[Check]:
+        """One per output: its worst rel-L2 on the held-out samples against the limit, and every violation."""
         check = QuantizeSummary.of(artifact).check
-        if check and not check.passed:
+        if check is None:
+            return []
+        patch = artifact.path / PRECISION
+        limits = ((json.loads(patch.read_text()).get("check") or {}).get("rel_l2_limits", {})
+                  if patch.is_file() else {})
+        out, claimed = [], set()
+        for name, m in sorted(check.metrics.items()):
+            bad = [v for v in check.violations if v.startswith(f"{name}: ")]
+            claimed.update(bad)
+            out.append(Check("quantize", name, "fail" if bad else "pass", not bad, "rel_l2", m.get("rel_l2"),
+                             limits.get(name), "<=", "; ".join(v.removeprefix(f"{name}: ") for v in bad)))
+        rest = [v for v in check.violations if v not in claimed]
+        if rest or (not check.passed and all(c.passed for c in out)):
+            out.append(Check("quantize", "check", "fail", False, message="; ".join(rest) or "failed"))
+        return out
+
+    def verdict(self, artifact: Artifact) -> None:
+        s = QuantizeSummary.of(artifact)
+        if s.check and not s.check.passed:
             raise ParityFailed("quantized model misses its tolerance against the FP32 graph on held-out "
-                               "calibration samples: " + "; ".join(check.violations[:4]),
-                               hint=f"see {artifact.file(PRECISION)}; enable quantize.repair (--auto-repair) or "
-                                    "exclude the nodes the diagnosis names")
+                               "calibration samples: " + "; ".join(s.check.violations[:4]),
+                               hint=f"see {artifact.file(PRECISION)}; {_next_step(s)}")
+
+
+def _next_step(s: QuantizeSummary) -> str:
+    """What to try after a failed check: the repair loop, unless it already ran and spent its budget."""
+    if s.repair is None:
+        return "enable quantize.repair (--auto-repair) or exclude the nodes the diagnosis names"
+    return (f"the repair loop ran ({s.repair.iterations} iteration(s), {s.repair.stopped}): raise "
+            "quantize.repair.max_iterations / max_nodes, exclude nodes by hand, or try another method or precision")
 
 
 def _calibration(ctx: StageContext) -> Any:
