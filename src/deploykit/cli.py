@@ -409,6 +409,9 @@ def _wide_help_when_piped() -> None:
 
 
 def _fail(e: DeployKitError) -> None:
+    if type(e) is UsageError and not e.hint and e.message.startswith("--"):  # a flag's value: say where help is
+        command = next((a for a in sys.argv[1:2] if not a.startswith("-")), "")
+        e.hint = f"see `deploykit {command + ' ' if command else ''}--help`"
     if _STATE["json"]:
         error = {"error": e.message, "hint": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__}
         sys.stderr.write(json.dumps({"event": "error", **error}) + "\n")

@@ -142,6 +142,8 @@ _NOT_ONE_OF = re.compile(r"'(?P<value>[^']*)' is not one of")
 def usage_error(e: Exception) -> UsageError:
     """A typer/click usage error as a UsageError: one line, a did-you-mean where a choice was missed,
     the command's usage as the hint."""
+    import difflib
+
     ctx, param = getattr(e, "ctx", None), getattr(e, "param", None)
     message = e.format_message() if hasattr(e, "format_message") else str(e)  # type: ignore[attr-defined]
     choices = getattr(getattr(param, "type_descriptor", None), "choices", None)
@@ -150,7 +152,10 @@ def usage_error(e: Exception) -> UsageError:
         flag = (param.opts or [param.name])[0]
         literal = _literal(tuple(str(c) for c in choices))
         message = f"{flag} {found['value']!r}: use {listed(literal)}{suggest(found['value'], literal)}"
-    message = message.replace("Value error, ", "").replace("(Possible options:", "(did you mean:")
+    elif getattr(e, "option_name", None) and getattr(e, "possibilities", None) is not None:  # an unknown flag
+        close = difflib.get_close_matches(e.option_name, list(e.possibilities or ()), n=1, cutoff=0.5)  # type: ignore[attr-defined]
+        message = f"no such option {e.option_name}" + (f" (did you mean {close[0]}?)" if close else "")  # type: ignore[attr-defined]
+    message = message.replace("Value error, ", "")
     usage = ctx.get_usage().removeprefix("Usage: ").strip() if ctx is not None else "deploykit COMMAND [ARGS]..."
     command = ctx.command_path if ctx is not None else "deploykit"
     return UsageError(message, hint=f"usage: {usage}; see `{command} --help`")
