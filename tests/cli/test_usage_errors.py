@@ -6,7 +6,8 @@ import json
 import pytest
 
 import deploykit
-from tests.cli.console import assert_one_error, deploykit as run
+from tests.cli.console import assert_one_error
+from tests.cli.console import deploykit as run
 
 
 @pytest.mark.parametrize(("args", "needles"), [

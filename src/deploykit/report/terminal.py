@@ -39,9 +39,9 @@ def print_table(out: Any, t: Any) -> None:
     """Print ``t``; on a console that is not a terminal, widen it so nothing wraps."""
     from rich.measure import Measurement
 
-    if not out.is_terminal:
-        needed = Measurement.get(out, out.options.update(width=10_000), t).maximum
-        out.width = max(out.width, min(needed, 400))
+    if not out.is_terminal:  # a log has no width: wide enough that no identifier column is cut
+        m = Measurement.get(out, out.options.update(width=10_000), t)
+        out.width = max(out.width, min(m.maximum, max(160, m.minimum + 40)))
     out.print(t)
 
 
@@ -50,7 +50,8 @@ def stage_table(record: RunRecord) -> Any:
 
     t = table(f"deploykit: {record.identity}", ["stage", "status", "time", "artifact", "note"])
     for s in record.stages:
-        note = "" if s.status == "failed" and record.error else s.error  # the error line says it, once
+        # the error line (or the verdict lines) below say it: once
+        note = "" if s.status == "failed" and record.error else "check failed" if s.error else ""
         t.add_row(s.stage, f"[{_COLOUR.get(s.status, 'white')}]{s.status}[/]", f"{s.seconds:.2f}s", s.digest[:12],
                   escape(note))
     return t
@@ -126,7 +127,8 @@ def result_line(record: RunRecord) -> str:
         return f"result: ERROR (exit {record.exit_code})"
     failed = record.failed_checks
     if failed:
-        return f"result: FAIL (exit 1) — {len(failed)} failed: " + "; ".join(f"{c.group} {c.name}" for c in failed[:5])
+        more = f"; and {len(failed) - 4} more" if len(failed) > 4 else ""
+        return f"result: FAIL (exit 1) — {len(failed)} failed: " + "; ".join(f"{c.group} {c.name}" for c in failed[:4]) + more
     return f"result: PASS (exit 0) — {len(record.checks)} checks passed"
 
 
