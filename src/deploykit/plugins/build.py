@@ -58,8 +58,24 @@ class BuildResult:
 
 
 def default_build_dir() -> Path:
-    """``build/plugins`` beside the sources (the Makefile's and ``doctor``'s default)."""
-    return plugins_source().parent / "build" / "plugins"
+    """``build/plugins`` beside the sources in a checkout (the Makefile's and ``doctor``'s default); for
+    an installed package, a per-user cache folder (site-packages is not a build folder)."""
+    from deploykit.plugins.descriptions import PACKAGED
+
+    source = plugins_source()
+    if source == PACKAGED:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return cache / "deploykit" / "plugins"
+    return source.parent / "build" / "plugins"
+
+
+FETCHED_HEADERS = Path("build/kernel-lens/kernel_lens/include/tensorrt")  # where `make test` fetches NvInfer.h
+
+
+def fetched_headers() -> Path | None:
+    """The TensorRT headers ``make test`` fetched beside the sources (plugins/tools/fetch_trt_headers.sh), if any."""
+    folder = plugins_source().parent / FETCHED_HEADERS
+    return folder if (folder / "NvInferRuntime.h").is_file() or (folder / "NvInfer.h").is_file() else None
 
 
 def source_digest(source: Path) -> str:

@@ -16,16 +16,19 @@ BuildDir = Annotated[Optional[Path], typer.Option("--build-dir", help="Build fol
 @app.command("build")
 def build(build_dir: BuildDir = None,
           cuda: Annotated[bool, typer.Option(help="Build the CUDA kernels (and the TensorRT plugin) where nvcc is found.")] = True,
-          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (else CMake "
-                                                                        "searches TENSORRT_ROOT).")] = None,
+          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (default: the "
+                                                                        "headers `make test` fetched into build/, else "
+                                                                        "CMake searches TENSORRT_ROOT).")] = None,
           cuda_archs: Annotated[str, typer.Option(help="CMAKE_CUDA_ARCHITECTURES, e.g. '87;90' (default: the project's).")] = "",
           force: Annotated[bool, typer.Option(help="Rebuild even when the sources are unchanged.")] = False) -> None:
     """Configure and build the plugin libraries with CMake; a rerun with unchanged sources does nothing."""
     from rich.console import Console
 
-    from deploykit.plugins.build import BuildOptions, build_plugins
+    from deploykit.plugins.build import BuildOptions, build_plugins, fetched_headers
 
-    options = BuildOptions(cuda=cuda, tensorrt_include_dir=str(tensorrt_include.resolve()) if tensorrt_include else "",
+    # Without --tensorrt-include, the headers `make test` fetched (build/kernel-lens/...), else CMake's search.
+    include = tensorrt_include or fetched_headers()
+    options = BuildOptions(cuda=cuda, tensorrt_include_dir=str(include.resolve()) if include else "",
                            cuda_architectures=cuda_archs)
     result = build_plugins(build_dir, options, force=force)
     console = Console()

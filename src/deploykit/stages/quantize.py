@@ -30,7 +30,7 @@ from typing import Any
 from deploykit.artifacts import Artifact
 from deploykit.config import CALIBRATED
 from deploykit.environment import onnxruntime_version, tool_versions
-from deploykit.errors import ConfigError, ParityFailed
+from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.graph.run import evaluator_for
 from deploykit.report.jsonio import clean
@@ -106,6 +106,19 @@ class QuantizeStage(Stage):
 
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.quantize.enabled
+
+    def preflight(self, ctx: StageContext) -> None:
+        """FP16, and every tensorrt-flavour graph, need NVIDIA ModelOpt (the ``quant`` extra): say so
+        before any stage runs, in one line (exit 3)."""
+        import importlib.util
+
+        c = ctx.config
+        flavour = c.quantize.flavour(c.build.backend)
+        if (c.quantize.precision == "fp16" or flavour == "tensorrt") and importlib.util.find_spec("modelopt") is None:
+            raise BackendUnavailable(
+                f"quantize.precision {c.quantize.precision} for the {flavour} flavour needs NVIDIA ModelOpt, "
+                "which this install lacks", hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU "
+                "kernels, --precision int8 --set quantize.target=onnxruntime, needs only ONNX Runtime)")
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
