@@ -31,8 +31,10 @@ def deploykit(*args: str, cwd: Path | None = None, extra_path: tuple[Path, ...] 
 
 
 def assert_one_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
-    """Exit ``code``, stderr exactly ``error: ...`` plus an optional ``hint: ...``, no traceback; the error line."""
+    """Exit ``code``, stderr ending with exactly ``error: ...`` plus an optional ``hint: ...`` (after any
+    progress lines), no traceback; returns the error line."""
     lines = proc.stderr.strip().splitlines()
+    lines = lines[next((i for i, line in enumerate(lines) if line.startswith("error: ")), 0):]
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert lines and lines[0].startswith("error: "), proc.stderr

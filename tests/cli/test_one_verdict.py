@@ -7,15 +7,12 @@ import json
 import re
 from xml.etree import ElementTree as ET
 
-import numpy as np
 import pytest
 
 import deploykit
 from deploykit.report import record as records
 from deploykit.report.html import render_fragment
 from tests.cli.console import deploykit as run
-
-CALIBRATION = "\ncalibration: {files: calib, samples: 12}\nquantize: {check_samples: 4}\n"
 
 CASES = {
     "pass": ((), "PASS", 0, set()),
@@ -25,17 +22,6 @@ CASES = {
     "quantize": (("--precision", "int8", "--set", "quantize.tolerances.int8.rel_l2=1e-9"), "FAIL", 1,
                  {"quantize", "parity"}),
 }
-
-
-@pytest.fixture
-def quantizable(tiny):
-    cfg, store = tiny
-    rng = np.random.default_rng(3)
-    (cfg.parent / "calib").mkdir()
-    for i in range(12):
-        np.save(cfg.parent / "calib" / f"s{i:02d}.npy", rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
-    cfg.write_text(cfg.read_text() + CALIBRATION)
-    return cfg, store
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -221,7 +221,10 @@ def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
 
     if job.flavour != "onnxruntime" or job.cfg.precision != "int8" or result.passthrough or stream is None:
         return None
-    return speed.compare(job.model, result.model, stream.first(), job.ort_level)
+    with job.task("timing FP32 against INT8 on this CPU", 1) as advance:  # about a second: say what it is
+        found = speed.compare(job.model, result.model, stream.first(), job.ort_level)
+        advance()
+    return found
 
 
 def _reduce_range(ctx: StageContext) -> bool:
