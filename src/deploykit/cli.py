@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from deploykit import cliargs as opt
-from deploykit.cliargs import parse_dims, parse_sets  # noqa: F401  (kept importable from here)
+from deploykit.cliargs import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

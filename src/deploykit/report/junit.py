@@ -33,6 +33,8 @@ def _case(record: RunRecord, check: Check) -> ET.Element:
     group = "parity" if check.group == "task" else "gate" if check.group == "baseline" else check.group
     case = ET.Element("testcase", classname=f"deploykit.{record.name}.{group}", name=_name(record, check), time="0")
     text = check.verdict_line() + (f" ({check.message})" if check.message and check.measured is not None else "")
+    if record.gate_cached and check.group in ("gate", "baseline"):
+        text += " [cached: measured by an earlier run; --remeasure to measure again]"
     if not check.passed:
         ET.SubElement(case, "failure", message=text).text = text
     elif check.status == "skipped":
