@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -211,9 +212,9 @@ def no_record(root: Path, ref: str) -> UsageError:
 
 def now() -> str:
     """UTC, to the millisecond: records of one name sort by it."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def worst_of(metrics: dict[str, Any], tolerance: dict[str, Any]) -> tuple[str, float | None, float | None, str]:
