@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
@@ -163,8 +164,9 @@ def write(root: Path, record: RunRecord) -> Path:
 
     folder = root / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{record.identity}.json"
-    tmp = folder / f".{record.identity}.{os.getpid()}.tmp"
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", record.identity)  # a file name, whatever the config's name holds
+    path = folder / f"{stem}.json"
+    tmp = folder / f".{stem}.{os.getpid()}.tmp"
     tmp.write_text(dumps(record.to_dict()))
     os.replace(tmp, path)
     return path
