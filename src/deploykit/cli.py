@@ -15,7 +15,7 @@ from deploykit import cliargs as opt
 from deploykit.cliargs import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Take a PyTorch model or an ONNX file to a verified, benchmarked engine.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="List and inspect stored artifacts.")

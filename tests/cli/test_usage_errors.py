@@ -70,3 +70,13 @@ def test_build_with_a_missing_plugin_library_is_a_usage_error_and_makes_nothing(
     proc = run("build", str(tmp_path / "m.onnx"), "-w", str(store), "--plugins", str(tmp_path / "nonexistent.so"))
     assert_one_error(proc, 2, "--plugins", "nonexistent.so: no such file")
     assert not (store / "objects").exists() or not list((store / "objects").iterdir())
+
+
+@pytest.mark.parametrize(("words", "expected"), [("convert x.yaml --precision i", ["int8", "int4"]),
+                                                 ("build m.onnx --backend t", ["tensorrt"]),
+                                                 ("quantize m.onnx --target o", ["onnxruntime"])])
+def test_choices_complete_in_the_shell(words, expected):
+    env = {"_DEPLOYKIT_COMPLETE": "complete_bash", "COMP_WORDS": f"deploykit {words}",
+           "COMP_CWORD": str(len(words.split()))}
+    proc = run(env=env)
+    assert proc.returncode == 0 and proc.stdout.split() == expected, proc.stderr
