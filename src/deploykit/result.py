@@ -35,6 +35,13 @@ class RunResult:
     def passed(self) -> bool:
         return self.record.passed
 
+    def report(self, role: str, filename: str) -> dict[str, Any] | None:
+        """A JSON file of the artifact in ``role`` (``result.report("model", "precision.json")``), or None."""
+        import json
+
+        artifact = self.artifacts.get(role)
+        return json.loads(artifact.file(filename).read_text()) if artifact else None
+
     @property
     def parity(self) -> dict[str, Any] | None:
         """The parity report (``parity.json``, as the record holds it), or None when parity did not run."""
