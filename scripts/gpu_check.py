@@ -1,28 +1,37 @@
 #!/usr/bin/env python3
-"""The GPU check: on a machine with TensorRT and an NVIDIA GPU, build, verify and time real engines.
+"""The GPU check: everything that can run on this machine's GPU, in one command, inside a time budget.
 
-    python scripts/gpu_check.py --json build/gpu-check.json     (or: make gpu-check)
+    python scripts/gpu_check.py --out build/gpu-check        (or: make gpu-check)
 
-What it runs, each as one row of the table and of the JSON report:
+Sections, in order of what matters most (each a list of rows in the table and the report; a section
+that cannot run here is one ``skip`` row saying why, and a section that would overrun the time budget
+is skipped the same way):
 
-- a small conv net (dynamic batch 1..8) built with the tensorrt backend in FP32, FP16 (casts in the
-  ONNX), INT8 and FP8 (Q/DQ from NVIDIA ModelOpt, or ONNX Runtime's quantizer for INT8 when ModelOpt
-  is absent); each engine is compared with ONNX Runtime on the CPU running the same graph at batch
-  1, 4 and 8, and timed engine-only and end to end (CUDA graph replay when capture works);
-- the example detector through ``deploykit.convert(..., build__backend="tensorrt")`` (export,
-  build, parity, gate), then its exported ONNX in FP16/INT8/FP8 through the backend directly;
-- the timing cache: a rebuild seeded with the first build's cache, with error_on_timing_cache_miss;
-- the error paths that need real TensorRT: an unsupported op, a truncated plan, a plan recorded for
-  another TensorRT version, a profile naming an unknown input, a missing plugin library.
+1. environment: doctor's rows (driver, GPU, CUDA versions, TensorRT, cuda-python, plugins);
+2. plugin kernels (needs nvcc, cmake, a GPU): CUDA vs the CPU reference, time and bandwidth against
+   the HBM floor (``plugins/tools/gpu_check.sh``);
+3. with TensorRT: a conv net built in FP32/FP16/INT8/FP8 through the backend, each engine against ONNX
+   Runtime on the CPU (rel-L2) and timed; INT8/FP8 Q/DQ come from the project's own quantize stage
+   (``deploykit.quantize``, tensorrt flavour), ONNX Runtime's quantizer with symmetric ranges and
+   unquantized biases (TensorRT's parser rejects an INT32 bias DequantizeLinear) only where the stage
+   cannot run;
+4. with TensorRT: two examples (detector, bev) through ``deploykit.convert(..., build.backend=tensorrt)``
+   in FP32/FP16/INT8/FP8: export, quantize, build, parity against ONNX Runtime, gate timing;
+5. profiling: per-layer profiles with the roofline (TensorRT engines by precision, or ONNX Runtime's
+   CUDA provider without TensorRT), and the CPU profile of the same model;
+6. with TensorRT: timing-cache reuse and the error paths that need real TensorRT.
 
-Exit status: 0 all rows passed, 1 a row failed, 3 TensorRT or a GPU is missing (nothing was run).
+Writes ``OUT/gpu_check.json`` and ``OUT/summary.md``. Exit status: 0 every row passed or was skipped,
+1 a row failed, 3 no NVIDIA GPU (nothing GPU-side ran; the report says so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,52 +45,72 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # run from a checkout without installing
 
-from deploykit.backends.tensorrt import TensorRTBackend, profiles_from_config  # noqa: E402
-from deploykit.config import BuildConfig, TensorRTOptions  # noqa: E402
 from deploykit.errors import DeployKitError  # noqa: E402
 from deploykit.graph.run import session_from_onnx  # noqa: E402
 
 PROFILE = {"x": ((1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64))}
+PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 TOLERANCE = {"fp32": 5e-3, "fp16": 5e-3, "int8": 5e-2, "fp8": 5e-2}  # rel-L2 vs ORT on the same graph
-DETECTOR = REPO / "examples" / "detector" / "deploykit.yaml"
+EXAMPLES = {"detector": REPO / "examples" / "detector" / "deploykit.yaml", "bev": REPO / "examples" / "bev" / "deploykit.yaml"}
+# Rough seconds each section needs on a GPU machine; a section starts only if the budget has that left.
+COST = {"plugin kernels": 150, "conv precisions": 90, "example": 120, "profiling": 60, "timing cache": 40, "errors": 40}
+GATE = {"gate__iterations": 50, "gate__trials": 3, "gate__warmup": 10}  # enough to time, short enough to fit
+
+
+class Budget:
+    """Wall-clock budget of the whole check: ``make gpu-check`` must finish inside 10 minutes."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock, self._deadline, self.seconds = clock, clock() + seconds, seconds
+
+    def left(self) -> float:
+        return self._deadline - self._clock()
+
+    def allows(self, section: str) -> bool:
+        return self.left() >= COST.get(section, 30)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from deploykit.backends.tensorrt import TensorRTBackend
+    from deploykit.backends.trt_cuda import probe_driver
+
     args = parse_args(argv)
-    status = TensorRTBackend().availability()
-    if not status.available:
-        print(f"gpu-check: nothing was run: {status.reason}", file=sys.stderr)
-        write_json(args.json, {"status": "unavailable", "reason": status.reason, "rows": []})
-        return 3
+    out = Path(args.out)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
+    budget, started = Budget(args.budget), time.monotonic()
+    probe, trt_status = probe_driver(), TensorRTBackend().availability()
     rows = environment_rows()
-    rows += precision_rows(work / "conv", conv_net(work / "conv.onnx"), PROFILE, args)
-    rows += detector_rows(work / "detector", args)
-    rows += [timing_cache_row(work / "cache")]
-    rows += error_rows(work / "errors")
+    rows += section(budget, "plugin kernels", lambda: plugin_kernel_rows(work / "plugins", probe))
+    if trt_status.available:
+        rows += tensorrt_rows(work, budget, args)
+    else:
+        rows.append(row("tensorrt", "skip", f"TensorRT sections not run: {trt_status.reason}"))
+    rows += section(budget, "profiling", lambda: profiling_rows(work / "profiles", trt_status.available, probe, args))
+    report = {"status": status_of(rows, probe), "gpu": probe.gpus[0].name if probe.gpus else "",
+              "tensorrt": trt_status.version, "seconds": round(time.monotonic() - started, 1), "budget_s": args.budget,
+              "no_gpu": probe.problem, "rows": rows}
+    write_report(out, report)
     print_table(rows)
-    failed = [r for r in rows if r["status"] == "fail"]
-    write_json(args.json, {"status": "failed" if failed else "passed", "tensorrt": status.version, "rows": rows})
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+    return {"passed": 0, "failed": 1, "unavailable": 3}[report["status"]]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, help="write the report here")
-    p.add_argument("--workdir", type=Path, help="keep models and engines here (default: a temporary folder)")
+    p.add_argument("--out", type=Path, default=REPO / "build" / "gpu-check", help="where gpu_check.json and summary.md go")
+    p.add_argument("--workdir", type=Path, help="keep models, stores and engines here (default: a temporary folder)")
+    p.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check (sections past it skip)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iterations", type=int, default=200)
     return p.parse_args(argv)
 
 
-def write_json(path: Path | None, report: dict[str, Any]) -> None:
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2, default=str))
-        print(f"gpu-check: report written to {path}")
+def status_of(rows: list[dict[str, Any]], probe: Any) -> str:
+    if any(r["status"] == "fail" for r in rows):
+        return "failed"
+    return "unavailable" if probe.problem else "passed"
 
 
 def row(case: str, status: str, detail: str, **extra: Any) -> dict[str, Any]:
@@ -98,18 +127,73 @@ def guarded(case: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return row(case, "fail", f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
 
 
+def section(budget: Budget, name: str, fn: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A section's rows, or one skip row when the budget has not enough time left for it."""
+    if not budget.allows(name):
+        return [row(name, "skip", f"time budget: {budget.left():.0f} s left of {budget.seconds:.0f} s, the section "
+                                  f"needs about {COST.get(name, 30)} s (raise --budget to run it)")]
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - a broken section is a failed row
+        return [row(name, "fail", f"{type(e).__name__}: {e}", traceback=traceback.format_exc())]
+
+
 def environment_rows() -> list[dict[str, Any]]:
     from deploykit import doctor
 
-    keep = ("TensorRT", "cuda-python", "CUDA driver", "GPU", "plugin", "onnxruntime", "ModelOpt")
-    return [row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows
-            if r.component.startswith(keep)]
+    keep = ("TensorRT", "cuda-python", "CUDA", "GPU", "plugin", "onnxruntime", "ModelOpt", "backend")
+    return [row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows if r.component.startswith(keep)]
 
 
-# -- models --------------------------------------------------------------------------------------------
+# -- plugin kernels -------------------------------------------------------------------------------------
+
+def plugin_kernel_rows(folder: Path, probe: Any) -> list[dict[str, Any]]:
+    """CUDA kernels vs the CPU reference, with bandwidth against the HBM floor (plugins/tools/gpu_check.sh)."""
+    missing = [tool for tool in ("nvcc", "cmake") if shutil.which(tool) is None]
+    if probe.problem or missing:
+        why = probe.problem or f"{' and '.join(missing)} not on PATH"
+        return [row("plugin kernels", "skip", f"not run: {why}")]
+    folder.mkdir(parents=True, exist_ok=True)
+    results = folder / "plugins.json"
+    done = subprocess.run([str(REPO / "plugins" / "tools" / "gpu_check.sh"), str(results)], capture_output=True,
+                          text=True, env={**os.environ, "BUILD_DIR": str(folder / "build")}, timeout=600)
+    if not results.is_file():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+        return [row("plugin kernels", "fail", f"gpu_check.sh exited {done.returncode} without results:\n{tail}")]
+    return kernel_rows(json.loads(results.read_text()))
+
+
+def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows from deploykit_gpu_check's JSON: correctness, and timed cases as GB/s against the HBM floor."""
+    device = report.get("device", {})
+    rows = [row("plugin kernels: device", "info", f"{device.get('name', '?')} (compute capability "
+                f"{device.get('compute_capability', '?')}): peak {device.get('peak_gbps', 0):.0f} GB/s from clock x bus, "
+                f"device copy {device.get('copy_gbps', 0):.0f} GB/s")]
+    for r in report.get("results", []):
+        detail = (f"max |CUDA - CPU| {r['max_abs_error']:.3g} (tolerance {r['tolerance']:.3g}), skipped "
+                  f"{r['skipped']}/{r['expected_skipped']}")
+        if "time_ms" in r:
+            detail += (f"; {r['time_ms']:.4f} ms, {r['gbps']:.0f} GB/s = {r['fraction_of_peak']:.0%} of peak "
+                       f"(HBM floor {r['floor_ms']:.4f} ms)")
+        rows.append(row(f"kernel {r['op']} {r['case']} {r['dtype']}", "pass" if r["ok"] else "fail", detail,
+                        **{k: r[k] for k in ("time_ms", "gbps", "floor_ms", "fraction_of_peak") if k in r}))
+    return rows
+
+
+# -- TensorRT --------------------------------------------------------------------------------------------
+
+def tensorrt_rows(work: Path, budget: Budget, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = section(budget, "conv precisions", lambda: precision_rows(work / "conv", conv_net(work / "conv.onnx"),
+                                                                       PROFILE, args))
+    for name, config in EXAMPLES.items():
+        rows += section(budget, "example", lambda n=name, c=config: example_rows(n, c, work / n))
+    rows += section(budget, "timing cache", lambda: [timing_cache_row(work / "cache")])
+    rows += section(budget, "errors", lambda: error_rows(work / "errors"))
+    return rows
+
 
 def conv_net(path: Path) -> Path:
-    """Three convolutions, wide enough for ModelOpt to quantize them; dynamic batch."""
+    """Three convolutions with biases, wide enough for ModelOpt to quantize them; dynamic batch."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -118,41 +202,50 @@ def conv_net(path: Path) -> Path:
     def weight(name: str, shape: tuple[int, ...]) -> Any:
         return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
 
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Conv", ["r2", "w3"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3", "b3"], ["y"])]
     graph = helper.make_graph(
         nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 64, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 64, 64])],
-        [weight("w1", (32, 3, 3, 3)), weight("w2", (64, 32, 3, 3)), weight("w3", (16, 64, 1, 1))])
+        [weight("w1", (32, 3, 3, 3)), weight("w2", (64, 32, 3, 3)), weight("w3", (16, 64, 1, 1)),
+         *(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"b{i}")
+           for i, n in ((1, 32), (2, 64), (3, 16)))])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
 
 def variant(model: Path, precision: str, out: Path, calibration: dict[str, np.ndarray]) -> tuple[Path | None, str]:
-    """The model in ``precision`` (FP16 casts or Q/DQ), or (None, why it cannot be made here)."""
+    """The model in ``precision``, made the way users make it, or (None, why it cannot be made here)."""
     if precision == "fp32":
         return model, "as exported"
-    if precision == "fp16":
-        try:
-            import onnx
-            from onnxconverter_common import float16
-        except ImportError as e:
-            return None, f"onnxconverter-common is not installed ({e})"
-        onnx.save(float16.convert_float_to_float16(onnx.load(str(model)), keep_io_types=True), str(out))
-        return out, "FP16 with FP32 I/O (onnxconverter-common)"
     try:
-        from modelopt.onnx.quantization import quantize
-    except ImportError as e:
-        if precision == "fp8":
-            return None, f"ModelOpt is not installed ({e}); pip install 'deploykit[quant]'"
-        return ort_int8(model, out, calibration), "INT8 Q/DQ (onnxruntime quantizer; ModelOpt absent)"
-    quantize(str(model), quantize_mode=precision, calibration_data=calibration, calibration_method="max",
-             calibration_eps=["cpu"], output_path=str(out), log_level="ERROR")
-    return out, f"{precision.upper()} Q/DQ (ModelOpt, max-abs calibration on random data)"
+        return project_quantize(model, precision, out.parent / f"{precision}-store", calibration), (
+            f"{precision.upper()} from deploykit's quantize stage (tensorrt flavour)")
+    except DeployKitError as e:
+        if precision != "int8":
+            return None, f"deploykit's quantize stage cannot make {precision} here: {e.message}"
+        return ort_int8(model, out, calibration), (f"INT8 Q/DQ from ONNX Runtime's quantizer, symmetric, biases "
+                                                   f"unquantized (the quantize stage could not run: {e.message})")
+
+
+def project_quantize(model: Path, precision: str, store: Path, calibration: dict[str, np.ndarray]) -> Path:
+    """Q/DQ (or FP16) through ``deploykit.quantize`` with calibration samples written as .npy files."""
+    import deploykit
+
+    samples = store / "calibration"
+    samples.mkdir(parents=True, exist_ok=True)
+    (name, batch), = calibration.items()
+    for i, sample in enumerate(batch):
+        np.save(samples / f"{i:03d}.npy", sample[None])
+    result = deploykit.quantize(model, calib_data=samples, workdir=store, dims={"batch": (1, 4, 8)},
+                                quantize__precision=precision, quantize__target="tensorrt")
+    return result.artifacts["model"].file("model.onnx")
 
 
 def ort_int8(model: Path, out: Path, calibration: dict[str, np.ndarray]) -> Path:
+    """Symmetric INT8 Q/DQ by ONNX Runtime, biases left in float: TensorRT's parser rejects an INT32 bias
+    DequantizeLinear, and computes the bias itself from the quantized conv."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -165,7 +258,7 @@ def ort_int8(model: Path, out: Path, calibration: dict[str, np.ndarray]) -> Path
 
     quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
     return out
 
 
@@ -174,15 +267,12 @@ def random_feeds(profiles: dict[str, Any], which: int, dtypes: dict[str, str], s
     return {n: rng.standard_normal(shapes[which]).astype(dtypes.get(n, "float32")) for n, shapes in profiles.items()}
 
 
-# -- engines --------------------------------------------------------------------------------------------
-
-def precision_rows(folder: Path, model: Path, profiles: dict[str, Any], args: argparse.Namespace,
-                   label: str = "conv") -> list[dict[str, Any]]:
+def precision_rows(folder: Path, model: Path, profiles: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
     folder.mkdir(parents=True, exist_ok=True)
     calibration = {n: np.concatenate([random_feeds(profiles, 2, {}, s)[n] for s in range(4)]) for n in profiles}
     rows = []
-    for precision in ("fp32", "fp16", "int8", "fp8"):
-        case = f"{label} {precision}"
+    for precision in PRECISIONS:
+        case = f"conv {precision}"
         if precision == "fp8" and not fp8_capable():
             rows.append(row(case, "skip", "FP8 needs compute capability 8.9+ (Ada, Hopper, Blackwell)"))
             continue
@@ -204,6 +294,9 @@ def fp8_capable() -> bool:
 
 def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, precision: str, how: str,
                args: argparse.Namespace) -> dict[str, Any]:
+    from deploykit.backends.tensorrt import TensorRTBackend
+    from deploykit.config import BuildConfig
+
     backend = TensorRTBackend()
     summary = backend.build(model, BuildConfig(backend="tensorrt"), out, profiles=profiles)
     session = backend.load(out)
@@ -220,12 +313,12 @@ def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, prec
     e2e_ms = percentiles(session.timed_runner(opt), args)
     session.close()
     worst = max(errors.values())
-    ok = worst <= TOLERANCE[precision]
     detail = (f"{how}; rel-L2 vs ORT CPU {worst:.2e} (limit {TOLERANCE[precision]:.0e}); engine p50 "
-              f"{engine_ms['p50']:.3f} ms ({runner.get('mode')}), end-to-end p50 {e2e_ms['p50']:.3f} ms")
-    return row(case, "pass" if ok else "fail", detail, rel_l2=errors, engine_ms=engine_ms, end_to_end_ms=e2e_ms,
-               runner=runner, build_seconds=summary["build_seconds"], plan_bytes=summary["plan_bytes"],
-               inspector=summary["inspector"], tf32=summary["settings"]["tf32"])
+              f"{engine_ms['p50']:.3f} ms ({runner.get('mode')}), end-to-end p50 {e2e_ms['p50']:.3f} ms; "
+              f"inspector output dtypes {summary['inspector'].get('output_dtypes')}")
+    return row(case, "pass" if worst <= TOLERANCE[precision] else "fail", detail, rel_l2=errors, engine_ms=engine_ms,
+               end_to_end_ms=e2e_ms, runner=runner, build_seconds=summary["build_seconds"],
+               plan_bytes=summary["plan_bytes"], inspector=summary["inspector"], engine=str(out))
 
 
 def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
@@ -245,45 +338,134 @@ def percentiles(run: Callable[[], None], args: argparse.Namespace) -> dict[str, 
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(np.mean(times))}
 
 
-# -- the example detector --------------------------------------------------------------------------------
+# -- the examples through the whole pipeline --------------------------------------------------------------
 
-def detector_rows(folder: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    if not DETECTOR.is_file():
-        return [row("detector", "skip", f"{DETECTOR} not found")]
-    try:
-        from deploykit import convert
-    except ImportError as e:
-        return [row("detector", "skip", f"deploykit.convert is not importable ({e})")]
-    first = guarded("detector convert (tensorrt)", lambda: convert_row(convert, folder))
-    rows = [first]
-    if first.get("model"):
-        from deploykit.config import load_config
-
-        profiles = profiles_from_config(load_config(DETECTOR))
-        rows += precision_rows(folder / "variants", Path(first["model"]), profiles, args, label="detector")
+def example_rows(name: str, yaml_path: Path, folder: Path) -> list[dict[str, Any]]:
+    """The example through ``deploykit.convert`` with the tensorrt backend, once per precision."""
+    if not yaml_path.is_file():
+        return [row(f"{name}", "skip", f"{yaml_path} not found")]
+    extra = plugin_overrides(name, folder)
+    if isinstance(extra, str):
+        return [row(f"{name}", "skip", extra)]
+    rows = []
+    for precision in PRECISIONS:
+        case = f"{name} {precision} (convert, tensorrt)"
+        if precision == "fp8" and not fp8_capable():
+            rows.append(row(case, "skip", "FP8 needs compute capability 8.9+"))
+            continue
+        rows.append(guarded(case, lambda c=case, p=precision: convert_row(c, yaml_path, folder / "store", p, extra)))
     return rows
 
 
-def convert_row(convert: Callable[..., Any], folder: Path) -> dict[str, Any]:
-    """The full pipeline on the detector with the tensorrt backend: export, build, parity vs ORT, gate."""
-    from deploykit.stages.export import MODEL
+def plugin_overrides(name: str, folder: Path) -> dict[str, Any] | str:
+    """The bev example needs the TensorRT plugin library, built for this TensorRT: overrides, or why not."""
+    if name != "bev":
+        return {}
+    from deploykit.plugins.build import BuildOptions, build_plugins
 
-    case = "detector convert (tensorrt)"
     try:
-        result = convert(DETECTOR, workdir=folder / "store", report_dir=folder / "reports", build__backend="tensorrt")
+        result = build_plugins(folder / "plugins", BuildOptions())
     except DeployKitError as e:
-        result = getattr(e, "result", None)
-        model = str(result.artifacts["model"].file(MODEL)) if result is not None and "model" in result.artifacts else ""
-        return row(case, "fail", f"{type(e).__name__}: {e}", model=model)
+        return f"the plugin library could not be built: {e.message}"
+    if "tensorrt" not in result.outputs:
+        return f"no TensorRT plugin library: {(result.headers or {}).get('why', 'nvcc or TensorRT headers missing')}"
+    return {"build__plugins": [result.outputs["tensorrt"]]}
+
+
+def convert_row(case: str, config: Path, store: Path, precision: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """export -> quantize (the project's stage) -> TensorRT build -> parity vs ONNX Runtime -> gate timing."""
+    from deploykit import convert
+
+    overrides = {"build__backend": "tensorrt", "quantize__precision": precision, **GATE, **extra}
+    if precision != "fp32":
+        overrides["quantize__target"] = "tensorrt"
+    try:
+        result = convert(config, workdir=store, **overrides)
+    except DeployKitError as e:
+        return row(case, "fail", f"{type(e).__name__}: {e}")
     gate, parity = result.gate or {}, result.parity or {}
-    detail = f"parity and gate passed; {gate.get('fps', 0):.1f} FPS at batch {gate.get('batch', '?')}"
-    return row(case, "pass" if result.passed else "fail", detail, model=str(result.artifacts["model"].file(MODEL)),
-               parity=parity, gate=gate)
+    engine_only = (gate.get("engine_only") or {}).get("latency", {})
+    detail = (f"parity {parity.get('status', 'pass' if parity.get('passed') else 'fail')}; "
+              f"{gate.get('fps', 0):.1f} FPS at batch {gate.get('batch', '?')}, p50 "
+              f"{gate.get('latency', {}).get('p50_ms', 0):.3f} ms end to end, "
+              f"{engine_only.get('p50_ms', 0):.3f} ms engine only")
+    return row(case, "pass" if result.passed else "fail", detail, engine=str(result.artifacts["engine"].path),
+               model=str(result.artifacts["model"].file("model.onnx")), parity=parity, gate=gate)
 
 
-# -- timing cache ------------------------------------------------------------------------------------------
+# -- profiling -------------------------------------------------------------------------------------------
+
+def profiling_rows(folder: Path, with_tensorrt: bool, probe: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per-layer profiles with the roofline: TensorRT engines by precision (or ORT's CUDA provider), and the CPU."""
+    from deploykit.backends.onnxruntime import OnnxRuntimeBackend, provider_status
+    from deploykit.config import BuildConfig
+    from deploykit.profiling import ProfileOptions
+    from deploykit.profiling.run import profile_engine
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = conv_net(folder / "conv.onnx")
+    feeds = random_feeds(PROFILE, 1, {}, seed=3)
+    options, peaks = ProfileOptions(iterations=50, warmup=10), folder / "peaks"
+    engines: list[tuple[str, Path]] = []  # (label, engine folder)
+    if with_tensorrt:
+        engines += [(f"tensorrt {p}", folder.parent / "conv" / f"conv-{p}") for p in PRECISIONS]
+    elif not probe.problem and provider_status("cuda").available:
+        OnnxRuntimeBackend().build(model, BuildConfig(provider="cuda"), _fresh(folder / "ort-cuda"))
+        engines.append(("onnxruntime cuda", folder / "ort-cuda"))
+    else:
+        reason = probe.problem or provider_status("cuda").reason
+        engines_note = row("profile (GPU)", "skip", f"no GPU engine to profile: {reason}")
+        return [engines_note, *_cpu_profile(folder, model, feeds, options, peaks)]
+    rows = []
+    for label, folder_of in engines:  # not `engine`: the TensorRT names checker reads that as an ICudaEngine
+        if not (folder_of / "engine.json").is_file():
+            rows.append(row(f"profile {label}", "skip", "no engine was built for it above"))
+            continue
+        rows.append(guarded(f"profile {label}", lambda e=folder_of, lab=label: profile_row(
+            f"profile {lab}", profile_engine(e, feeds, options, peaks_dir=peaks, model="conv", batch=4))))
+    return rows + _cpu_profile(folder, model, feeds, options, peaks)
+
+
+def _fresh(folder: Path) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _cpu_profile(folder: Path, model: Path, feeds: dict[str, np.ndarray], options: Any, peaks: Path) -> list[dict[str, Any]]:
+    from deploykit.backends.onnxruntime import OnnxRuntimeBackend
+    from deploykit.config import BuildConfig
+    from deploykit.profiling.run import profile_engine
+
+    def run() -> dict[str, Any]:
+        engine = _fresh(folder / "ort-cpu")
+        OnnxRuntimeBackend().build(model, BuildConfig(), engine)
+        return profile_row("profile onnxruntime cpu", profile_engine(engine, feeds, options, peaks_dir=peaks,
+                                                                     model="conv", batch=4))
+
+    return [guarded("profile onnxruntime cpu", run)]
+
+
+def profile_row(case: str, report: dict[str, Any]) -> dict[str, Any]:
+    """One profile as a row: the slowest layers, time by precision, and the roofline floor."""
+    top = ", ".join(f"{r['name']} {r['ms']:.3f} ms ({r['precision']}, {r.get('bound', '?')})"
+                    for r in report["layers"][:3])
+    precisions = ", ".join(f"{g['precision'] or '?'} {g['share']:.0%}" for g in report["by_precision"])
+    floor = (f"; floor {report['floor_ms']:.3f} ms = {report['of_floor']:.0%} of the layer sum"
+             if "floor_ms" in report else f"; no roofline ({report.get('roofline_note', '')})")
+    detail = (f"{report['layers_count']} layers, sum {report['total_ms']:.3f} ms; time by precision: {precisions}; "
+              f"slowest: {top}{floor}")
+    ok = report["layers_count"] > 0 and report["total_ms"] > 0
+    return row(case, "pass" if ok else "fail", detail, profile={k: report[k] for k in report if k != "layers"},
+               layers=report["layers"][:20])
+
+
+# -- timing cache and error paths (real TensorRT) ---------------------------------------------------------
 
 def timing_cache_row(folder: Path) -> dict[str, Any]:
+    from deploykit.backends.tensorrt import TensorRTBackend
+    from deploykit.config import BuildConfig, TensorRTOptions
+
     def run() -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)
         model, backend = conv_net(folder / "m.onnx"), TensorRTBackend()
@@ -301,14 +483,15 @@ def timing_cache_row(folder: Path) -> dict[str, Any]:
     return guarded("timing cache reuse", run)
 
 
-# -- error paths on real TensorRT ---------------------------------------------------------------------------
-
 def error_rows(folder: Path) -> list[dict[str, Any]]:
+    from deploykit.backends.tensorrt import TensorRTBackend
     from deploykit.backends.trt_compat import EngineIncompatible
+    from deploykit.config import BuildConfig
     from deploykit.errors import ArtifactCorrupt, ConfigError, ModelError
 
     folder.mkdir(parents=True, exist_ok=True)
     backend, model = TensorRTBackend(), conv_net(folder / "m.onnx")
+
     def reference_engine() -> dict[str, Any]:
         backend.build(model, BuildConfig(backend="tensorrt"), folder / "engine", profiles=PROFILE)
         return row("error cases: reference engine", "pass", "built (the truncated/tampered copies start from it)")
@@ -372,9 +555,37 @@ def expect(case: str, fn: Callable[[], Any], error: type, text: str) -> dict[str
     return row(case, "fail", f"expected {error.__name__}, nothing was raised")
 
 
+# -- the report -------------------------------------------------------------------------------------------
+
+def write_report(out: Path, report: dict[str, Any]) -> None:
+    """``gpu_check.json`` (everything) and ``summary.md`` (the table), written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("gpu_check.json", json.dumps(report, indent=2, default=str)), ("summary.md", markdown(report))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
+    print(f"gpu-check: {report['status']} in {report['seconds']} s; wrote {out / 'gpu_check.json'} and "
+          f"{out / 'summary.md'}")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    counts = {s: sum(r["status"] == s for r in report["rows"]) for s in ("pass", "fail", "skip")}
+    head = [f"# deploykit gpu-check: {report['status']}", "",
+            f"GPU: {report['gpu'] or 'none'}; TensorRT: {report['tensorrt'] or 'not available'}; "
+            f"{report['seconds']} s of a {report['budget_s']:.0f} s budget; {counts['pass']} passed, {counts['fail']} "
+            f"failed, {counts['skip']} skipped.", ""]
+    if report["no_gpu"]:
+        head += [f"No GPU-side check ran: {report['no_gpu']}", ""]
+    lines = ["| case | status | detail |", "|---|---|---|"]
+    lines += [f"| {r['case']} | {r['status']} | {str(r['detail']).replace('|', '/').replace(chr(10), ' ')} |"
+              for r in report["rows"]]
+    return "\n".join(head + lines) + "\n"
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
     except ImportError:
         for r in rows:
@@ -385,7 +596,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         table.add_column(column, overflow="fold")
     colour = {"pass": "green", "fail": "red", "skip": "yellow", "info": "dim"}
     for r in rows:
-        table.add_row(r["case"], f"[{colour.get(r['status'], 'white')}]{r['status']}[/]", r["detail"])
+        table.add_row(escape(r["case"]), f"[{colour.get(r['status'], 'white')}]{r['status']}[/]", escape(str(r["detail"])))
     Console(width=200).print(table)
 
 

@@ -126,3 +126,20 @@ def test_doctor_command_prints_a_table_and_json() -> None:
     code, out, _ = run_cli("doctor", "--json")
     components = {row["component"] for row in json.loads(out)["rows"]}
     assert {"python", "onnxruntime", "TensorRT", "backend tensorrt"} <= components
+
+
+def test_cuda_versions_row_names_driver_tensorrt_and_cuda_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from deploykit.backends import trt_compat
+
+    monkeypatch.setattr(trt_compat, "tensorrt_cuda_flavour", lambda: "cu13")
+    monkeypatch.setattr(trt_compat, "cuda_python_version", lambda: "13.0.1")
+    row = rows(doctor.collect(cwd=tmp_path, probe=lambda: ONE_GPU))["CUDA versions"]
+    assert row.status == "warn" and "supports CUDA up to 12.8" in row.detail and "tensorrt-cu12" in row.detail
+    monkeypatch.setattr(trt_compat, "tensorrt_cuda_flavour", lambda: "cu12")
+    monkeypatch.setattr(trt_compat, "cuda_python_version", lambda: "12.9.0")
+    row = rows(doctor.collect(cwd=tmp_path, probe=lambda: ONE_GPU))["CUDA versions"]
+    assert row == doctor.Row("CUDA versions", "ok", "driver supports CUDA 12.8; TensorRT wheel cu12; cuda-python 12.9.0")
+    monkeypatch.setattr(trt_compat, "cuda_python_version", lambda: "13.0.1")
+    row = rows(doctor.collect(cwd=tmp_path, probe=lambda: DriverProbe("", "13.0", ONE_GPU.gpus)))["CUDA versions"]
+    assert row.status == "warn" and "different CUDA majors" in row.detail
+    assert "CUDA versions" not in rows(doctor.collect(cwd=tmp_path, probe=lambda: NO_DRIVER))

@@ -200,6 +200,8 @@ std::string readPositiveInts(
 
 } // namespace deploykit::trt
 
+extern "C" int32_t const deploykit_tensorrt_headers[3] = {NV_TENSORRT_MAJOR, NV_TENSORRT_MINOR, NV_TENSORRT_PATCH};
+
 extern "C" void setLoggerFinder(nvinfer1::ILoggerFinder* finder)
 {
     deploykit::trt::gLoggerFinder.store(finder);

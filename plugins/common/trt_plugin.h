@@ -3,6 +3,7 @@
 #pragma once
 
 #include <NvInferRuntime.h>
+#include <NvInferVersion.h>
 
 #include <cstdint>
 #include <string>
@@ -144,4 +145,10 @@ nvinfer1::IPluginCreatorV3One& pillarScatterCreator();
 // Entry points of libdeploykit_plugins.so for IPluginRegistry::loadLibrary
 // (trt.get_plugin_registry().load_library(path) in Python).
 extern "C" DEPLOYKIT_API void setLoggerFinder(nvinfer1::ILoggerFinder* finder);
+
+// {major, minor, patch} of the TensorRT headers this library was compiled against. A data symbol, so
+// deploykit reads it from the file without loading the library: the plugin ABI changes between
+// majors (in 11, ILogger and ILoggerFinder derive from IVersionedInterface, so vtable slot 0 moves),
+// and a library built for the other major crashes on its first log message.
+extern "C" DEPLOYKIT_API int32_t const deploykit_tensorrt_headers[3];
 extern "C" DEPLOYKIT_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators);

@@ -422,7 +422,8 @@ void printCreators()
         }
         std::printf("]}");
     }
-    std::printf("]}\n");
+    std::printf("], \"tensorrt_headers\": [%d, %d, %d]}\n", deploykit_tensorrt_headers[0], deploykit_tensorrt_headers[1],
+        deploykit_tensorrt_headers[2]);
 }
 
 } // namespace

@@ -9,13 +9,16 @@ import types
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Config", "DeployKitError", "RunResult", "build", "convert", "export", "gate", "load_config",
-           "parity", "quantize", "surgery"]
+__all__ = ["Config", "DeployKitError", "MatrixResult", "RunResult", "build", "convert", "export", "gate",
+           "load_config", "matrix", "parity", "profile", "quantize", "surgery"]
 
 _LAZY = {
     "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
-    "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "Config": "deploykit.config",
+    "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "profile": "deploykit.api",
+    "Config": "deploykit.config",
     "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.result",
+    # Once deploykit.matrix (the package) is imported it replaces this attribute; the package is callable alike.
+    "matrix": "deploykit.api", "MatrixResult": "deploykit.matrix.result",
 }
 
 

@@ -160,6 +160,19 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     return result
 
 
+def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
+           workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
+           view: Any = None, **overrides: Any) -> Any:
+    """Run a build matrix (models x precisions x targets); return a MatrixResult (a table, HTML in notebooks).
+
+    See :func:`deploykit.matrix.run_matrix` for the arguments; ``deploykit.matrix(...)`` is the same call.
+    """
+    from deploykit.matrix import run_matrix
+
+    return run_matrix(source, ray=ray, jobs=jobs, workdir=workdir, report_dir=report_dir, rerun=rerun, view=view,
+                      **overrides)
+
+
 RECORD_FILES = ("run.json", "junit.xml", "summary.md")  # what --report-dir holds beside the stages' JSON reports
 
 
@@ -247,3 +260,46 @@ def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dim
         raise UsageError("quantize needs a precision: the config says quantize.precision fp32",
                          hint=f"pass --precision int8 ({listed(Precision, without=('fp32',))})")
     return config
+
+
+def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, batch: int | None = None,
+            dims: dict[str, tuple[int, int, int]] | None = None, options: Any = None, reporter: Reporter | None = None,
+            **overrides: Any) -> dict[str, Any]:
+    """Per-layer profile of an engine, with the roofline columns (see :mod:`deploykit.profiling`).
+
+    Args:
+        source: an engine folder (``deploykit build -o DIR``), or what :func:`convert` takes (the pipeline
+            then runs up to the build, reusing the store).
+        workdir: the artifact store; this machine's measured peaks are cached in ``WORKDIR/peaks``.
+        batch: the batch to profile at (default: the opt shape of the dims; 1 for an engine folder).
+        dims: min/opt/max of named dims (an engine folder uses the opt values).
+        options: a :class:`deploykit.profiling.ProfileOptions` (iterations, warm-up, top-N, roofline).
+        reporter: progress and events of the build (silent by default).
+        **overrides: config fields, dots written as ``__``.
+
+    Returns:
+        The profile report (``schema`` ``deploykit.profile/1``).
+    """
+    import numpy as np
+
+    from deploykit.onnxio import random_feeds
+    from deploykit.profiling.peaks import CACHE_DIR
+    from deploykit.profiling.run import ProfileOptions, engine_feeds, profile_engine
+
+    options = options or ProfileOptions()
+    path = Path(source) if not isinstance(source, Config) else None
+    peaks_dir = Store(workdir).root / CACHE_DIR
+    if path is not None and path.is_dir():
+        if overrides:
+            raise UsageError("config overrides do not apply to an engine folder")
+        opt = {name: values[1] for name, values in (dims or {}).items()} | ({"batch": batch} if batch else {})
+        return profile_engine(path, engine_feeds(path, opt), options, peaks_dir=peaks_dir, model=path.name,
+                              source=str(path), batch=batch or 1)
+    config = resolve_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims)
+    result = convert(config, workdir=workdir, until="build", reporter=reporter)
+    engine = result.artifacts["engine"]
+    feeds = random_feeds(config, "opt", np.random.default_rng(0), batch=batch)
+    first = next(iter(feeds.values()))
+    return profile_engine(engine.path, feeds, options, peaks_dir=peaks_dir, model=config.name,
+                          source=str(source if path is None else path), engine=engine.digest,
+                          batch=int(first.shape[0]) if first.ndim else 1)

@@ -268,6 +268,100 @@ def _quantize_lines(s: Any) -> list[str]:
 
 
 @app.command()
+def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.onnx, or an engine folder (build -o DIR)")],
+            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, backend: opt.BackendOpt = None, dim: opt.Dims = None,
+            batch: Annotated[Optional[int], typer.Option(help="Batch to profile at (default: the opt shape).")] = None,
+            iterations: Annotated[int, typer.Option(help="Profiled runs (a layer's time is its median).")] = 50,
+            warmup: Annotated[int, typer.Option(help="Runs before profiling starts.")] = 10,
+            top: Annotated[int, typer.Option(help="How many of the slowest layers to list.")] = 10,
+            roofline: Annotated[bool, typer.Option(help="Add the roofline columns (peaks measured once, cached).")] = True,
+            output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write profile.json, .md and .html here.")] = None,
+            as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
+            log_format: opt.LogFormatOpt = "human") -> None:
+    """Per-layer time from the backend's own profiler, by node and op type, with FLOPs, bytes and the roofline."""
+    from deploykit import api
+    from deploykit.profiling import ProfileOptions
+
+    overrides = parse_sets(set_) | ({"build.backend": backend} if backend else {})
+    report = api.profile(source, workdir=workdir, batch=batch, dims=parse_dims(dim),
+                         options=ProfileOptions(iterations=iterations, warmup=warmup, top=top, roofline=roofline),
+                         reporter=_reporter(log_format), **{k.replace(".", "__"): v for k, v in overrides.items()})
+    if output is not None:
+        from deploykit.profiling.summary import write_profile
+
+        for path in write_profile(report, output):
+            typer.echo(f"wrote {path}", err=True)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_profile(report)
+
+
+def _print_profile(report: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    from deploykit.report import terminal
+
+    table = terminal.table(f"profile: {report.get('model', '')} ({report['backend']}, batch {report.get('batch', '?')})",
+                           ["layer", "op", "prec", "ms", "share", "GFLOP/s", "GB/s", "of roof", "bound"])
+    for r in report["layers"][: report["top_n"]]:
+        table.add_row(escape(r["name"]), escape(r["op_type"]), r["precision"] or "?", f"{r['ms']:.4f}",
+                      f"{r['share']:.1%}", f"{r['achieved_flops'] / 1e9:.2f}", f"{r['achieved_bandwidth'] / 1e9:.2f}",
+                      f"{r['of_roofline']:.0%}" if "of_roofline" in r else "-", r.get("bound", "-"))
+    console = terminal.console()
+    terminal.print_table(console, table)
+    floor = (f"; roofline floor {report['floor_ms']:.3f} ms ({report['of_floor']:.0%} of it)" if "floor_ms" in report
+             else f"; no roofline: {report.get('roofline_note', '')}")
+    console.print(f"sum of layer times {report['total_ms']:.3f} ms over {report['layers_count']} layers{floor}",
+                  highlight=False, soft_wrap=True)
+
+
+@app.command()
+def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x precisions x targets")],
+           ray: Annotated[Optional[str], typer.Option("--ray", help="local | auto | ray://HOST:10001 (default: a local process pool)")] = None,
+           jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Local pool size (default: the cores).")] = None,
+           workdir: Annotated[Optional[Path], typer.Option("--workdir", "-w", help="The driver's artifact store (default: the file's store, else .deploykit).")] = None,
+           report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Where matrix.json, junit.xml, summary.md go (default: reports/<file name>).")] = None,
+           set_: opt.Sets = None, rerun: opt.Rerun = None, log_format: opt.LogFormatOpt = "human") -> None:
+    """Run models x precisions x targets; shared stages run once; exit non-zero if any cell fails."""
+    from deploykit.matrix import run_matrix
+    from deploykit.matrix.table import JsonView, LiveView
+
+    overrides = {k.replace(".", "__"): v for k, v in parse_sets(set_).items()}
+    folder = report_dir or Path("reports") / file.stem
+    kwargs = {"ray": ray, "jobs": jobs, "workdir": workdir, "report_dir": folder, "rerun": tuple(rerun or ())}
+    if log_format == "json":
+        result = run_matrix(file, view=JsonView(), **kwargs, **overrides)
+    else:
+        from rich.console import Console
+
+        console = Console()
+        console = console if console.is_terminal else Console(width=200)  # a CI log: one line per cell
+        with LiveView(console) as view:
+            result = run_matrix(file, view=view, **kwargs, **overrides)
+    typer.echo(f"report: {', '.join(str(p) for p in result.report_files)}", err=True)
+    if result.interrupted:
+        done = sum(c.status not in ("interrupted", "waiting") for c in result.cells)
+        typer.echo(f"interrupted: {done} of {len(result.cells)} cells finished and are kept; rerun to continue", err=True)
+        raise KeyboardInterrupt
+    if result.exit_code:
+        bad = [c for c in result.cells if c.exit_code]
+        raise _MATRIX_ERRORS.get(result.exit_code, InternalError)(
+            f"{len(bad)} of {len(result.cells)} cells did not pass; first: {bad[0].id}: {bad[0].status}"
+            + (f" ({bad[0].error.splitlines()[0]})" if bad[0].error else ""), hint=f"see {folder / 'summary.md'}")
+
+
+def _matrix_errors() -> dict[int, type[DeployKitError]]:
+    from deploykit import errors
+
+    return {e.exit_code: e for e in (errors.GateFailed, errors.UsageError, errors.EnvironmentProblem,
+                                     errors.InvalidInput, errors.InternalError)}
+
+
+_MATRIX_ERRORS = _matrix_errors()
+
+
+@app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
            as_json: opt.Json = False) -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
@@ -380,7 +474,7 @@ def main() -> None:
     _STATE["json"] = opt.wants_json(sys.argv[1:])
     _wide_help_when_piped()
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
         _fail(e)
     except typer.Abort:

@@ -86,7 +86,9 @@ class TensorRTOptions:
     workspace_mib: int = 4096
     builder_optimization_level: int = 3  # 0-5, TensorRT's default is 3
     hardware_compatibility: Literal["none", "ampere_plus", "same_compute_capability"] = "none"
-    version_compatible: bool = False  # also sets EXCLUDE_LEAN_RUNTIME
+    # The plan embeds its lean runtime (a few MB larger) and its plugin libraries, so any later TensorRT
+    # runs it; it may run slower than a plan built for one version.
+    version_compatible: bool = False
     sparse_weights: bool = False
     refit: bool = False
     strip_plan: bool = False
@@ -394,6 +396,7 @@ class GateConfig:
     baseline: str | None = None  # a previous gate.json to compare against
     regression_threshold: float = 0.10  # slowdown allowed vs the baseline, on top of the measured spread
     spread_warning: float = 0.10  # warn when the trials' p50 spread (max - min over median) exceeds this
+    profile: bool = False  # also profile per layer (the backend's profiler, roofline columns): profile.json
 
     def __post_init__(self) -> None:
         for name in ("iterations", "trials", "concurrency"):

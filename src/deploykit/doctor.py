@@ -66,6 +66,7 @@ def collect(plugin_paths: Sequence[str | Path] = (), cwd: Path | None = None,
     _guard(report, "TensorRT", lambda: _tensorrt_row(report))
     _guard(report, "cuda-python", lambda: _cuda_python_row(report))
     _driver_rows(report, driver)
+    _guard(report, "CUDA versions", lambda: _cuda_versions_row(report, driver))
     _guard(report, "backend tensorrt", lambda: _backend_row(report))
     _guard(report, "plugins", lambda: _plugin_rows(report, plugin_paths, cwd or Path.cwd(), driver))
     return report
@@ -181,6 +182,27 @@ def _driver_rows(report: Report, driver: Any) -> None:
     for gpu in driver.gpus:
         report.add(f"GPU {gpu.index}", "ok", f"{gpu.name}, compute capability {gpu.compute_capability}, "
                    f"{gpu.memory_bytes / 2**30:.1f} GiB" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""))
+
+
+def _cuda_versions_row(report: Report, driver: Any) -> None:
+    """The driver's CUDA against the CUDA majors of the TensorRT wheel and cuda-python (all three named)."""
+    from deploykit.backends import trt_compat
+
+    flavour, cuda_python = trt_compat.tensorrt_cuda_flavour(), trt_compat.cuda_python_version()
+    if driver is None or driver.problem or not (flavour or cuda_python):
+        return
+    problem = trt_compat.cuda_version_problem(driver.driver_version, flavour, cuda_python)
+    seen = (f"driver supports CUDA {driver.driver_version}; TensorRT wheel {flavour or 'not installed'}; "
+            f"cuda-python {cuda_python or 'not installed'}")
+    if problem:
+        report.add("CUDA versions", "warn", problem)
+        return
+    python_major = trt_compat.parse_version(cuda_python)[:1]
+    if flavour and python_major and int(flavour.removeprefix("cu")) != python_major[0]:
+        report.add("CUDA versions", "warn", f"{seen}: TensorRT and cuda-python target different CUDA majors "
+                   f"(two CUDA runtimes in one process); install cuda-python {flavour.removeprefix('cu')}.x")
+        return
+    report.add("CUDA versions", "ok", seen)
 
 
 def plugin_candidates(plugin_paths: Iterable[str | Path], cwd: Path) -> list[Path]:

@@ -53,14 +53,18 @@ class Scenario:
     inspector: dict[str, Any] = field(default_factory=lambda: INSPECTOR_10)
     deserialize_fails_with: str = ""  # a log message; non-empty: deserialize_cuda_engine returns None
     data_dependent_output: bool = False
+    shape_output: bool = False  # a second output ``y_shape`` (INT64, host-located): x's shape, as TensorRT writes it
     capture_fails: bool = False
     plugin_library_creators: tuple[tuple[str, str, str], ...] = ()  # what ctypes-loading a library registers
+    # report_to_profiler: layer name -> ms reported per run (run i reports ms * (1 + i / 100)), as IProfiler would
+    layer_ms: dict[str, float] = field(default_factory=lambda: {"conv1": 0.5})
 
 
 class FakeTensorRT:
     """A recording stand-in for the ``tensorrt`` module (see the module docstring: not TensorRT)."""
 
     ILogger = type("ILogger", (), {"__init__": lambda self: None})
+    IProfiler = type("IProfiler", (), {"__init__": lambda self: None})
     IOutputAllocator = type("IOutputAllocator", (), {"__init__": lambda self: None})
     NetworkDefinitionCreationFlag = _enum("NetworkDefinitionCreationFlag", "EXPLICIT_BATCH", "STRONGLY_TYPED")
     MemoryPoolType = _enum("MemoryPoolType", "WORKSPACE")
@@ -70,7 +74,8 @@ class FakeTensorRT:
                         "STRIP_PLAN", "REFIT_IDENTICAL", "ERROR_ON_TIMING_CACHE_MISS")
     TensorIOMode = _enum("TensorIOMode", "NONE", "INPUT", "OUTPUT")
     LayerInformationFormat = _enum("LayerInformationFormat", "ONELINE", "JSON")
-    DataType = _enum("DataType", "FLOAT", "HALF", "INT8", "INT32", "BF16")
+    DataType = _enum("DataType", "FLOAT", "HALF", "INT8", "INT32", "BF16", "INT64")
+    TensorLocation = _enum("TensorLocation", "DEVICE", "HOST")
 
     def __init__(self, scenario: Scenario | None = None) -> None:
         self.scenario = scenario or Scenario()
@@ -106,7 +111,7 @@ class FakeTensorRT:
 
     def nptype(self, dtype: Any) -> type:
         table = {self.DataType.FLOAT: np.float32, self.DataType.HALF: np.float16, self.DataType.INT8: np.int8,
-                 self.DataType.INT32: np.int32}
+                 self.DataType.INT32: np.int32, self.DataType.INT64: np.int64}
         if dtype not in table:
             raise TypeError(f"Could not resolve TensorRT datatype to an equivalent numpy datatype: {dtype}")
         return table[dtype]
@@ -306,36 +311,44 @@ class FakeRuntime:
 class FakeInspector:
     def __init__(self, trt: FakeTensorRT) -> None:
         self._trt = trt
+        self.execution_context: Any = None
 
     def get_engine_information(self, fmt: Any) -> str:
+        self._trt.record("get_engine_information", self.execution_context is not None)
         return json.dumps(self._trt.scenario.inspector)
 
 
 class FakeEngine:
-    """One input ``x`` (dynamic batch, profile 1..8) and one output ``y = 2 * x``, both float32."""
-
-    num_io_tensors = 2
+    """One input ``x`` (dynamic batch, profile 1..8) and one output ``y = 2 * x``, both float32; with
+    ``shape_output``, also ``y_shape`` (INT64, in host memory), as a Shape node's output is in TensorRT."""
 
     def __init__(self, trt: FakeTensorRT) -> None:
         self._trt = trt
+        self._names = ["x", "y"] + (["y_shape"] if trt.scenario.shape_output else [])
+        self.num_io_tensors = len(self._names)
 
     def create_engine_inspector(self) -> FakeInspector:
         return FakeInspector(self._trt)
 
     def get_tensor_name(self, i: int) -> str:
-        return ["x", "y"][i]
+        return self._names[i]
 
     def get_tensor_mode(self, name: str) -> Any:
         return self._trt.TensorIOMode.INPUT if name == "x" else self._trt.TensorIOMode.OUTPUT
 
     def get_tensor_dtype(self, name: str) -> Any:
-        return self._trt.DataType.FLOAT
+        return self._trt.DataType.INT64 if name == "y_shape" else self._trt.DataType.FLOAT
 
     def get_tensor_shape(self, name: str) -> list[int]:
+        if name == "y_shape":
+            return [4]
         return [-1, 3, 8, 8] if name == "x" else ([-1] if self._trt.scenario.data_dependent_output else [-1, 3, 8, 8])
 
     def is_shape_inference_io(self, name: str) -> bool:
-        return False
+        return name == "y_shape"
+
+    def get_tensor_location(self, name: str) -> Any:
+        return self._trt.TensorLocation.HOST if name == "y_shape" else self._trt.TensorLocation.DEVICE
 
     def get_tensor_profile_shape(self, name: str, profile: int) -> list[list[int]]:
         return [[1, 3, 8, 8], [4, 3, 8, 8], [8, 3, 8, 8]]
@@ -354,6 +367,17 @@ class FakeContext:
         self.addresses: dict[str, int] = {}
         self.allocators: dict[str, Any] = {}
         self.enqueues = 0
+        self.profiler: Any = None
+        self.enqueue_emits_profile = True
+        self._reported = 0
+
+    def report_to_profiler(self) -> bool:
+        """One report per call of every layer's time (TensorRT reports the last enqueue's)."""
+        assert self.profiler is not None and not self.enqueue_emits_profile, "report_to_profiler without a profiler"
+        for name, ms in self._trt.scenario.layer_ms.items():
+            self.profiler.report_layer_time(name, ms * (1 + self._reported / 100))
+        self._reported += 1
+        return True
 
     def set_input_shape(self, name: str, shape: Any) -> bool:
         self._trt.record("set_input_shape", name, tuple(shape))
@@ -363,6 +387,8 @@ class FakeContext:
         return True
 
     def get_tensor_shape(self, name: str) -> list[int]:
+        if name == "y_shape":
+            return [4]
         if name == "y" and self._trt.scenario.data_dependent_output:
             return [-1]
         return list(self.shapes.get("x", (-1, 3, 8, 8)))
@@ -401,6 +427,14 @@ class FakeContext:
             ptr = self.addresses["y"]
         result = np.ascontiguousarray(y, dtype=np.float32)  # held: memmove must not read a freed temporary
         ctypes.memmove(ptr, result.ctypes.data, result.nbytes)
+        if "y_shape" in self.addresses:
+            # TensorRT writes a host-located output through a host pointer; given a device address it would
+            # write to the wrong memory (a crash on a GPU): the double refuses a device address.
+            address = self.addresses["y_shape"]
+            if address in self._trt.cudart.device_addresses:
+                raise AssertionError("y_shape is host-located but was bound to a device buffer")
+            values = np.asarray(shape, dtype=np.int64)
+            ctypes.memmove(address, values.ctypes.data, values.nbytes)
 
 
 class FakeCudart:
@@ -414,6 +448,7 @@ class FakeCudart:
 
     def __init__(self) -> None:
         self._buffers: dict[int, Any] = {}
+        self._device: set[int] = set()  # addresses handed out by cudaMalloc (the rest is host memory)
         self.capturing = False
         self.capture_broken = False
         self.captured: list[Any] = []
@@ -441,15 +476,22 @@ class FakeCudart:
         self.calls.append("sync")
         return (0,)
 
+    @property
+    def device_addresses(self) -> set[int]:
+        return set(self._device)
+
     def cudaMalloc(self, n: int) -> tuple[int, int]:  # noqa: N802
         self.calls.append("malloc")
-        return 0, self._alloc(n)
+        ptr = self._alloc(n)
+        self._device.add(ptr)
+        return 0, ptr
 
     def cudaMallocHost(self, n: int) -> tuple[int, int]:  # noqa: N802
         return 0, self._alloc(n)
 
     def cudaFree(self, ptr: int) -> tuple[int]:  # noqa: N802
         self._buffers.pop(ptr, None)
+        self._device.discard(ptr)
         return (0,)
 
     cudaFreeHost = cudaFree

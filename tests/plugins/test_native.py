@@ -479,6 +479,12 @@ def test_tensorrt_glue_compiles_and_behaves(cuda_build):
             {"name": a["name"], "type": "int32", "length": a["length"]} for a in op["attributes"]
         ]
     assert not creators, f"creators without an op description: {sorted(creators)}"
+    # The library records the headers it was compiled against, read back from the file without loading it.
+    from deploykit.backends.trt_plugins import built_against
+    from deploykit.plugins.trt_headers import header_version
+
+    assert built_against(cuda_build / "libdeploykit_plugins.so") == header_version(TRT_INCLUDE)
+    assert json.loads(done.stdout)["tensorrt_headers"] == list(header_version(TRT_INCLUDE))
 
 
 # ---------------------------------------------------------------------------------------------

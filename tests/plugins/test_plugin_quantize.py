@@ -161,9 +161,13 @@ def _modelopt_int8(path, output, high_precision: str, **kwargs) -> onnx.ModelPro
     pytest.importorskip("modelopt.onnx.quantization")
     from modelopt.onnx.quantization import quantize
 
-    quantize(str(path), quantize_mode="int8", calibration_data={"images": _samples(8, 5)[:, 0]},
-             calibration_method="max", calibration_eps=["cpu"], output_path=str(output),
-             high_precision_dtype=high_precision, log_level="ERROR", **kwargs)
+    from deploykit.quant.modelopt_flavour import ort_patch_guard
+
+    # ModelOpt patches onnxruntime.quantization in place; unguarded, later tests' quantize_static breaks.
+    with ort_patch_guard():
+        quantize(str(path), quantize_mode="int8", calibration_data={"images": _samples(8, 5)[:, 0]},
+                 calibration_method="max", calibration_eps=["cpu"], output_path=str(output),
+                 high_precision_dtype=high_precision, log_level="ERROR", **kwargs)
     return onnx.load(output)
 
 

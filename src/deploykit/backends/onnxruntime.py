@@ -71,7 +71,8 @@ class OnnxRuntimeBackend:
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
-    def load(self, engine_dir: Path) -> OrtSession:
+    def load(self, engine_dir: Path, *, profile_prefix: str | None = None) -> OrtSession:
+        """A session for an engine folder; with ``profile_prefix``, ONNX Runtime profiles every run."""
         engine = json.loads((engine_dir / ENGINE_JSON).read_text())
         provider = engine["provider"]
         if provider != "cpu":
@@ -83,4 +84,4 @@ class OnnxRuntimeBackend:
         # The CPU graph is already optimized: run it as saved. GPU providers rewrite it for themselves.
         return session_from_engine(engine_dir / ENGINE_MODEL, evaluator, provider=provider,
                                    level="disabled" if provider == "cpu" else "all",
-                                   threads=engine["intra_op_threads"])
+                                   threads=engine["intra_op_threads"], profile_prefix=profile_prefix)

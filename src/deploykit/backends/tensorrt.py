@@ -47,23 +47,26 @@ def current_environment(trt: Any, probe: trt_cuda.DriverProbe | None = None) -> 
         raise BackendUnavailable(f"backend 'tensorrt' is unavailable: {probe.problem}", hint="run `deploykit doctor`")
     cudart, _ = trt_cuda.import_cudart()
     gpu = probe.gpus[0]
+    # Two CUDA versions, recorded apart: TensorRT's (its wheel flavour; what the plan is built with) and
+    # cuda-python's runtime (only copies memory and drives streams; it does not change the plan).
     return {"tensorrt": str(trt.__version__), "tensorrt_cuda": trt_compat.tensorrt_cuda_flavour(),
-            "cuda_runtime": trt_cuda.runtime_version(cudart) if cudart is not None else "",
+            "cuda_python_runtime": trt_cuda.runtime_version(cudart) if cudart is not None else "",
             "cuda_driver": probe.driver_version, "gpu": gpu.name, "compute_capability": gpu.compute_capability}
 
 
 def build_fingerprint_from(env: dict[str, Any], plugin_digests: dict[str, str]) -> dict[str, Any]:
     """The toolchain/device facts that change a plan: they enter the build's recipe key.
 
-    The driver version is left out on purpose: a driver update does not invalidate a plan.
+    Left out on purpose: the driver version (a driver update does not invalidate a plan) and
+    cuda-python's runtime version (it moves memory; TensorRT's own CUDA, ``tensorrt_cuda``, builds).
 
     Args:
         env: :func:`current_environment`'s result.
         plugin_digests: plugin library file name -> sha256.
     """
     return {"backend": "tensorrt", "tensorrt": env["tensorrt"], "tensorrt_cuda": env.get("tensorrt_cuda", ""),
-            "cuda_runtime": env.get("cuda_runtime", ""), "gpu": env["gpu"],
-            "compute_capability": env["compute_capability"], "plugins": dict(sorted(plugin_digests.items()))}
+            "gpu": env["gpu"], "compute_capability": env["compute_capability"],
+            "plugins": dict(sorted(plugin_digests.items()))}
 
 
 def timing_cache_key(fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +93,8 @@ class TensorRTBackend:
     device_specific = True
 
     def availability(self) -> Availability:
-        """Available, or the precise reason: TensorRT missing or too old, no CUDA driver, no GPU, no cuda-python."""
+        """Available, or the precise reason: TensorRT missing or too old, no CUDA driver or GPU, no cuda-python,
+        or a driver too old for the CUDA major of the TensorRT wheel or of cuda-python."""
         trt, problem = trt_compat.import_tensorrt()
         if trt is None:
             return Availability(False, problem)
@@ -104,6 +108,10 @@ class TensorRTBackend:
         _, cuda_problem = trt_cuda.import_cudart()
         if cuda_problem:
             return Availability(False, cuda_problem, version)
+        mismatch = trt_compat.cuda_version_problem(probe.driver_version, trt_compat.tensorrt_cuda_flavour(),
+                                                   trt_compat.cuda_python_version())
+        if mismatch:
+            return Availability(False, mismatch, version)
         return Availability(True, version=version)
 
     def _require(self) -> Any:
@@ -155,7 +163,8 @@ class TensorRTBackend:
         trt_plugins.init_builtin_plugins(trt, logger)
         libraries = trt_plugins.load_libraries(trt, library_paths)
         trt_plugins.check_plugin_nodes(trt, trt_plugins.plugin_nodes(onnx_path), libraries)
-        built = trt_build.build_plan(trt, onnx_path, options.tensorrt, checked, logger, timing_cache=timing_cache)
+        built = trt_build.build_plan(trt, onnx_path, options.tensorrt, checked, logger, timing_cache=timing_cache,
+                                     plugin_libraries=library_paths)
         meta = _engine_meta(env, options, onnx_path, built)
         record = trt_files.write_engine_dir(Path(out_dir), built, meta, libraries)
         if timing_cache_out is not None and built.timing_cache is not None:
@@ -184,7 +193,11 @@ class TensorRTBackend:
         plan = trt_files.read_plan(engine_dir, meta)
         logger = get_logger(trt)
         trt_plugins.init_builtin_plugins(trt, logger)
-        trt_plugins.load_libraries(trt, trt_files.plugin_paths(engine_dir, meta))
+        libraries = trt_files.plugin_paths(engine_dir, meta)  # checked against their digests either way
+        if not (meta.get("settings") or {}).get("plugins_serialized"):
+            # A version-compatible plan carries its plugins and runs them in its own runtime: loading the
+            # copies into this TensorRT's registry would be wrong (they may be built for the older major).
+            trt_plugins.load_libraries(trt, libraries)
         runtime, engine = trt_files.deserialize(trt, plan, meta, logger, engine_dir)
         if meta.get("stripped"):
             trt_files.refit_stripped(trt, engine, meta, logger, refit_onnx)

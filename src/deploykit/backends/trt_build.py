@@ -9,6 +9,7 @@ graph (casts and Q/DQ), never from builder flags.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ class BuiltPlan:
 
 
 def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Profiles, logger: Any, *,
-               timing_cache: bytes | None = None) -> BuiltPlan:
+               timing_cache: bytes | None = None, plugin_libraries: Sequence[Path] = ()) -> BuiltPlan:
     """Parse ``onnx_path`` into a strongly typed network and build a serialized plan.
 
     Args:
@@ -47,6 +48,8 @@ def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Pr
         profiles: validated input name -> (min, opt, max); checked again against the parsed network.
         logger: the process-wide logger from :mod:`trt_logger`.
         timing_cache: a serialized timing cache from an earlier build on the same TensorRT and GPU.
+        plugin_libraries: the plugin libraries loaded for the build; a version-compatible plan carries them
+            (``plugins_to_serialize``), since its embedded runtime cannot see the host's plugin registry.
 
     Returns:
         The plan, the engine-inspector JSON, the engine's I/O and the updated timing cache.
@@ -60,7 +63,7 @@ def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Pr
     network = builder.create_network(trt_compat.network_creation_flags(trt))
     parser = parse_network(trt, builder, network, onnx_path, logger)  # keep alive: it owns the weights
     profiles = validate_profiles(profiles, network_inputs(network, onnx_path), f"{onnx_path} (as parsed by TensorRT)")
-    config, settings = configure(trt, builder, options, profiles)
+    config, settings = configure(trt, builder, options, profiles, plugin_libraries)
     cache_state = attach_timing_cache(config, options, timing_cache)
     plan = serialize(builder, network, config, options, logger, onnx_path)
     new_cache = bytes(memoryview(config.get_timing_cache().serialize())) if options.timing_cache else None
@@ -158,7 +161,8 @@ def suggestion(unsupported: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profiles) -> tuple[Any, dict[str, Any]]:
+def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profiles,
+              plugin_libraries: Sequence[Path] = ()) -> tuple[Any, dict[str, Any]]:
     """A builder config carrying ``options`` and one optimization profile; also what was set, for the record."""
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
@@ -171,6 +175,9 @@ def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profil
         config.set_flag(flag)
     if not options.tf32:
         config.clear_flag(trt.BuilderFlag.TF32)  # on by default in TensorRT
+    serialized = [str(Path(p).resolve()) for p in plugin_libraries] if options.version_compatible else []
+    if serialized:
+        config.plugins_to_serialize = serialized  # trtexec's --setPluginsToSerialize
     if profiles:
         profile = builder.create_optimization_profile()
         for name, (lo, opt, hi) in profiles.items():
@@ -181,7 +188,9 @@ def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profil
     settings = {"workspace_mib": options.workspace_mib, "builder_optimization_level": options.builder_optimization_level,
                 "hardware_compatibility": options.hardware_compatibility, "flags": [n for n, _ in flags],
                 "tf32": bool(config.get_flag(trt.BuilderFlag.TF32)), "strongly_typed": True,
-                "profiling_verbosity": "DETAILED", "profiles": format_profiles(profiles)}
+                "profiling_verbosity": "DETAILED", "profiles": format_profiles(profiles),
+                "lean_runtime": "embedded" if options.version_compatible else "none",
+                "plugins_serialized": [Path(p).name for p in serialized]}
     return config, settings
 
 
@@ -197,8 +206,10 @@ def builder_flags(trt: Any, options: TensorRTOptions) -> list[tuple[str, Any]]:
     flag = trt.BuilderFlag
     out = []
     if options.version_compatible:
-        # The lean runtime is installed beside TensorRT; embedding it would make every plan larger.
-        out += [("VERSION_COMPATIBLE", flag.VERSION_COMPATIBLE), ("EXCLUDE_LEAN_RUNTIME", flag.EXCLUDE_LEAN_RUNTIME)]
+        # The plan embeds its lean runtime (a few MB more per plan), so a later TensorRT runs it as built.
+        # EXCLUDE_LEAN_RUNTIME would need that exact version's lean runtime loaded at run time
+        # (runtime.load_runtime), which an engine folder cannot promise: it is not set.
+        out.append(("VERSION_COMPATIBLE", flag.VERSION_COMPATIBLE))
     if options.sparse_weights:
         out.append(("SPARSE_WEIGHTS", flag.SPARSE_WEIGHTS))
     if options.refit:

@@ -84,6 +84,51 @@ def tensorrt_cuda_flavour() -> str:
     return ""
 
 
+def cuda_python_version() -> str:
+    """The installed cuda-python version ("13.0.1"; its major is the CUDA major it targets), or ""."""
+    for dist in ("cuda-bindings", "cuda-python"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+# The oldest driver branch that runs each CUDA major (minor-version compatibility holds within a major).
+_DRIVER_FOR_CUDA = {12: "R525", 13: "R580"}
+
+
+def cuda_version_problem(driver_cuda: str, tensorrt_cuda: str, cuda_python: str) -> str:
+    """Why the CUDA driver cannot run the TensorRT wheel or cuda-python, or "" when it can.
+
+    A cu13 TensorRT wheel on a driver that supports only CUDA 12 fails first inside ``trt.Builder``
+    ("CUDA initialization failure with error: 35"); this names the three versions instead.
+
+    Args:
+        driver_cuda: the newest CUDA the driver supports, from ``cuDriverGetVersion`` ("12.8").
+        tensorrt_cuda: the TensorRT wheel's flavour ("cu12", "cu13"; "" unknown).
+        cuda_python: cuda-python's version ("13.0.1"; "" unknown).
+    """
+    driver = parse_version(driver_cuda)
+    needs = {"TensorRT": _cuda_major(tensorrt_cuda.removeprefix("cu")), "cuda-python": _cuda_major(cuda_python)}
+    too_new = {what: major for what, major in needs.items() if major and driver and major > driver[0]}
+    if not too_new:
+        return ""
+    newest = max(too_new.values())
+    older = driver[0]
+    parts = [f"TensorRT is built for CUDA {needs['TensorRT'] or '?'} ({tensorrt_cuda or 'flavour unknown'})",
+             f"cuda-python {cuda_python or '(not installed)'} targets CUDA {needs['cuda-python'] or '?'}"]
+    return (f"the NVIDIA driver supports CUDA up to {driver_cuda}, but {' and '.join(parts)}: "
+            f"{', '.join(too_new)} cannot start on this driver; update the driver to "
+            f"{_DRIVER_FOR_CUDA.get(newest, 'a branch for CUDA ' + str(newest))} or newer, or install the "
+            f"CUDA {older} builds (pip install tensorrt-cu{older} 'cuda-python>={older},<{older + 1}')")
+
+
+def _cuda_major(version: str) -> int:
+    parsed = parse_version(version)
+    return parsed[0] if parsed else 0
+
+
 def parse_compute_capability(text: str) -> tuple[int, int]:
     """``"8.6"`` -> ``(8, 6)``."""
     major_s, _, minor_s = str(text).partition(".")
@@ -109,19 +154,25 @@ def _check_tensorrt_version(recorded: dict[str, Any], here: dict[str, Any], wher
     built, current = str(recorded["tensorrt"]), str(here["tensorrt"])
     rebuild = ("rebuild the engine on this machine (rerun `deploykit build`, or pass "
                "--rebuild-incompatible)")
-    if recorded.get("version_compatible"):
-        # Version-compatible plans run on the same or a later TensorRT of the same major version.
-        b, c = parse_version(built), parse_version(current)
-        if b[:1] != c[:1] or c < b:
+    if recorded.get("version_compatible") and not excludes_lean_runtime(recorded):
+        # The plan carries its own lean runtime, which any later TensorRT loads (10.x plans run on 11.x too).
+        if parse_version(current) < parse_version(built):
             raise EngineIncompatible(
-                f"{where}: the plan was built version-compatible with TensorRT {built}, which runs only "
-                f"on TensorRT {b[0]}.x at or after {built}; this machine has TensorRT {current}", hint=rebuild)
+                f"{where}: the plan was built version-compatible with TensorRT {built}, which runs only on "
+                f"TensorRT {built} or later; this machine has TensorRT {current}", hint=rebuild)
         return
     if built != current:
+        lean = (" without its lean runtime (EXCLUDE_LEAN_RUNTIME, which deploykit no longer sets): it needs that "
+                "version's lean runtime, which deploykit does not load" if recorded.get("version_compatible") else "")
         raise EngineIncompatible(
-            f"{where}: the plan was built with TensorRT {built} but this machine has TensorRT {current}; "
+            f"{where}: the plan was built with TensorRT {built}{lean} but this machine has TensorRT {current}; "
             "a TensorRT plan runs only on the exact version that built it",
             hint=rebuild + ", or build with build.tensorrt.version_compatible: true")
+
+
+def excludes_lean_runtime(recorded: dict[str, Any]) -> bool:
+    """Whether an engine was built with EXCLUDE_LEAN_RUNTIME (by an older deploykit)."""
+    return "EXCLUDE_LEAN_RUNTIME" in (recorded.get("settings") or {}).get("flags", [])
 
 
 def _check_device(recorded: dict[str, Any], here: dict[str, Any], where: str) -> None:

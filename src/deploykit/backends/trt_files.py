@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -122,18 +123,38 @@ def deserialize(trt: Any, plan: bytes, meta: dict[str, Any], logger: Any, where:
         engine = runtime.deserialize_cuda_engine(plan)
     if engine is not None:
         return runtime, engine
-    text = " ".join(m.lower() for _, m in records)
-    if meta.get("version_compatible") and str(meta.get("tensorrt")) != str(trt.__version__):
-        raise EngineIncompatible(
-            f"{where}: the plan was built version-compatible by TensorRT {meta.get('tensorrt')} without its lean "
-            f"runtime (EXCLUDE_LEAN_RUNTIME); TensorRT {trt.__version__} can run it only with that version's lean "
-            f"runtime loaded, which deploykit does not do:\n{last_lines(records)}",
-            hint="rebuild the engine on this machine (or pass --rebuild-incompatible)")
-    if "version" in text or "magic" in text or "tag" in text:
-        raise EngineIncompatible(f"{where}: TensorRT {trt.__version__} refuses the plan:\n{last_lines(records)}",
-                                 hint="rebuild the engine on this machine (or pass --rebuild-incompatible)")
-    raise ArtifactCorrupt(f"{where}: TensorRT cannot deserialize the plan:\n{last_lines(records)}",
-                          hint="rebuild the engine; if it persists, check the plugin libraries it needs")
+    raise deserialize_failure(records, meta, str(trt.__version__), where)
+
+
+# TensorRT's registry, when the plan names a plugin no loaded library registers:
+# "Cannot find plugin: BEVPoolV2, version: 1, namespace: deploykit" (the namespace may be empty).
+_MISSING_PLUGIN = re.compile(r"cannot find plugin:?\s*([^,\s]+)\s*,\s*version:?\s*([^,\s]+)"
+                             r"(?:\s*,\s*namespace:?\s*([^,\s)]*))?", re.IGNORECASE)
+# What TensorRT says when a plan comes from another version (its header's magic tag or version fields).
+_INCOMPATIBLE = re.compile(r"magic ?tag|kplan_magic|version tag|serialization version|not compatible with this "
+                           r"version|incompatible (?:version|plan)", re.IGNORECASE)
+
+
+def deserialize_failure(records: list[tuple[int, str]], meta: dict[str, Any], version: str, where: Path) -> Exception:
+    """The error for a plan TensorRT refused, from what TensorRT logged while refusing it.
+
+    A missing plugin is named as such: its message also says "version" (the plugin's), which must not
+    read as a plan from another TensorRT.
+    """
+    text = " ".join(m for _, m in records)
+    missing = _MISSING_PLUGIN.search(text)
+    if missing:
+        name, plugin_version, namespace = missing.group(1), missing.group(2), (missing.group(3) or "").rstrip(".")
+        return EnvironmentProblem(
+            f"{where}: plugin {name} (version {plugin_version}, namespace {namespace!r}) not loaded: pass --plugins "
+            f"LIB with the library that registers it", hint="build it with `deploykit plugins build`, or rebuild "
+            "the engine with build.plugins set so the engine folder carries the library")
+    if _INCOMPATIBLE.search(text):
+        return EngineIncompatible(f"{where}: TensorRT {version} refuses the plan (built with TensorRT "
+                                  f"{meta.get('tensorrt', '?')}):\n{last_lines(records)}",
+                                  hint="rebuild the engine on this machine (or pass --rebuild-incompatible)")
+    return ArtifactCorrupt(f"{where}: TensorRT cannot deserialize the plan:\n{last_lines(records)}",
+                           hint="rebuild the engine; if it persists, check the plugin libraries it needs")
 
 
 def refit_stripped(trt: Any, engine: Any, meta: dict[str, Any], logger: Any, onnx_path: Path | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -22,38 +23,57 @@ _MEMORY_WORDS = ("out of memory", "outofmemory", "could not be allocated", "insu
                  "cudaerrormemoryallocation", "cuda_error_out_of_memory", "requested amount of gpu memory")
 
 _loggers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_loggers_lock = threading.Lock()
 
 
 def get_logger(trt: Any) -> Any:
     """The process-wide logger for this TensorRT module (an ``ILogger`` subclass instance)."""
-    if trt not in _loggers:
-        _loggers[trt] = _make_logger_class(trt)()
-    return _loggers[trt]
+    with _loggers_lock:  # two threads asking at once must get the same logger: TensorRT keeps the first
+        if trt not in _loggers:
+            _loggers[trt] = _make_logger_class(trt)()
+        return _loggers[trt]
 
 
 def _make_logger_class(trt: Any) -> type:
     # Defined lazily: the base class lives in the tensorrt module, which is imported only on use.
     class CapturingLogger(trt.ILogger):
+        """Captures per thread: the gate's concurrent sessions share this one logger.
+
+        A message goes to every open capture of the thread that logs it (nested captures all see it).
+        A message from a thread with no open capture (one of TensorRT's own worker threads) cannot be
+        attributed, so it goes to every open capture.
+        """
+
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
-            self.records: list[tuple[int, str]] = []
-            self._capturing = 0
+            self._lock = threading.Lock()
+            self._open: dict[int, list[list[tuple[int, str]]]] = {}  # thread id -> its open captures
 
         def log(self, severity: Any, msg: str) -> None:
             level = int(severity)
             _LOG.log(_PY_LEVELS.get(level, logging.DEBUG), "%s", msg)
-            if self._capturing and level <= _KEEP_AT_MOST:
-                self.records.append((level, msg))
+            if level > _KEEP_AT_MOST:
+                return
+            with self._lock:
+                targets = self._open.get(threading.get_ident()) or [r for rs in self._open.values() for r in rs]
+                for records in targets:
+                    records.append((level, msg))
 
         @contextlib.contextmanager
         def capture(self) -> Iterator[list[tuple[int, str]]]:
-            """Collect WARNING-and-above messages logged inside the block."""
-            self.records = []
-            self._capturing += 1
+            """Collect WARNING-and-above messages logged inside the block (by this thread)."""
+            records: list[tuple[int, str]] = []
+            ident = threading.get_ident()
+            with self._lock:
+                self._open.setdefault(ident, []).append(records)
             try:
-                yield self.records
+                yield records
             finally:
-                self._capturing -= 1
+                with self._lock:
+                    stack = self._open[ident]
+                    del stack[next(i for i, r in enumerate(stack) if r is records)]
+                    if not stack:
+                        del self._open[ident]
 
     return CapturingLogger
 

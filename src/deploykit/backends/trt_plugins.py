@@ -10,14 +10,18 @@ found" halfway through a build.
 from __future__ import annotations
 
 import ctypes
+import struct
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploykit import elf
 from deploykit.errors import ConfigError, EnvironmentProblem, InvalidInput
 from deploykit.hashing import digest_file
+
+HEADERS_SYMBOL = "deploykit_tensorrt_headers"  # int32[3] {major, minor, patch}, see plugins/common/trt_plugin.h
 
 Creator = tuple[str, str, str]  # (name, version, namespace)
 
@@ -71,17 +75,55 @@ def registered_creators(trt: Any) -> set[Creator]:
     return out
 
 
+def built_against(path: Path) -> tuple[int, int, int] | None:
+    """The TensorRT headers (major, minor, patch) a deploykit plugin library records, read from the file.
+
+    None when the library records none (another project's library, or one built before deploykit
+    recorded it) or is not an ELF file the reader understands (the dynamic loader then has its say).
+    """
+    try:
+        raw = elf.symbol_bytes(Path(path), HEADERS_SYMBOL)
+    except (InvalidInput, OSError):
+        return None
+    if raw is None or len(raw) < 12:
+        return None
+    return struct.unpack("<3i", raw[:12])
+
+
+def abi_problem(path: Path, tensorrt_version: str) -> str:
+    """Why a plugin library must not be loaded into this TensorRT, or "" (also "" when it records nothing)."""
+    from deploykit.backends.trt_compat import parse_version
+
+    built = built_against(path)
+    runtime = parse_version(tensorrt_version)
+    if built is None or not runtime or built[0] == runtime[0]:
+        return ""
+    return (f"plugin library {path} was compiled against the TensorRT {built[0]}.{built[1]} headers but this is "
+            f"TensorRT {tensorrt_version}; the plugin ABI differs between majors (ILogger and ILoggerFinder derive "
+            f"from IVersionedInterface from 11 on), so it would crash on its first log message: rebuild it "
+            f"against the TensorRT {runtime[0]}.x headers")
+
+
+def rebuild_hint(tensorrt_version: str) -> str:
+    major = tensorrt_version.split(".")[0]
+    return (f"`deploykit plugins build --tensorrt-include DIR` with DIR the include folder of TensorRT "
+            f"{tensorrt_version} (NvInferVersion.h saying {major}.x)")
+
+
 def load_libraries(trt: Any, paths: Sequence[Path], opener: Callable[[str], Any] = ctypes.CDLL) -> list[LoadedLibrary]:
     """Load plugin libraries into TensorRT's registry; each must register at least one creator.
 
     Raises:
-        EnvironmentProblem: the dynamic loader rejects a library (wrong TensorRT major version,
-            missing dependency).
+        EnvironmentProblem: the library was compiled against another TensorRT major's headers (checked
+            from the file, before loading), or the dynamic loader rejects it (missing dependency).
         InvalidInput: a library loads but registers no plugin creator.
     """
     out = []
     loaded = _loaded.setdefault(trt, {})
     for path in paths:
+        problem = abi_problem(Path(path), str(trt.__version__))
+        if problem:
+            raise EnvironmentProblem(problem, hint=rebuild_hint(str(trt.__version__)))
         # Keyed by content: the engine folder's copy of a library already loaded from build/plugins must not
         # be loaded twice (its creators would clash with the ones already registered).
         digest = digest_file(Path(path))

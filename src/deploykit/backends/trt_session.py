@@ -31,7 +31,7 @@ class IOInfo:
     dtype: np.dtype | None  # None: numpy cannot hold this TensorRT type (BF16, FP8, INT4)
     trt_dtype: str
     shape: tuple[int, ...]  # -1 = dynamic
-    host: bool  # shape-inference I/O lives in host memory
+    host: bool  # lives in host memory (get_tensor_location is HOST: shape tensors), bound to a numpy array
     profile: tuple[tuple[int, ...], ...] = ()  # (min, opt, max) of profile 0, for dynamic inputs
 
 
@@ -47,7 +47,7 @@ def engine_io(trt: Any, engine: Any) -> list[IOInfo]:
         except TypeError:
             dtype = None
         shape = tuple(int(d) for d in engine.get_tensor_shape(name))
-        host = bool(engine.is_shape_inference_io(name))
+        host = engine.get_tensor_location(name) == trt.TensorLocation.HOST
         profile: tuple[tuple[int, ...], ...] = ()
         if is_input and not host and any(d < 0 for d in shape):
             profile = tuple(tuple(int(d) for d in s) for s in engine.get_tensor_profile_shape(name, 0))
@@ -133,6 +133,20 @@ def _output_allocator(trt: Any, cudart: Any) -> Any:
     return OutputAllocator()
 
 
+def _layer_profiler(trt: Any) -> Any:
+    """An ``IProfiler`` collecting each layer's time (ms) per report; never raises into TensorRT."""
+
+    class LayerProfiler(trt.IProfiler):
+        def __init__(self) -> None:
+            trt.IProfiler.__init__(self)
+            self.times: dict[str, list[float]] = {}
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            self.times.setdefault(str(layer_name), []).append(float(ms))
+
+    return LayerProfiler()
+
+
 class TensorRTSession(Session):
     """A deserialized engine with its execution context, stream and buffers (the backend Session)."""
 
@@ -151,6 +165,7 @@ class TensorRTSession(Session):
         self._io = engine_io(trt, engine)
         self._memory: dict[str, _Memory] = {}
         self._host_inputs: dict[str, np.ndarray] = {}  # keeps shape-tensor inputs alive while bound
+        self._host_outputs: dict[str, np.ndarray] = {}  # host-located outputs: TensorRT writes them here
         self._allocator: Any = None
         self._signature: tuple[Any, ...] = ()
         self._generation = 0
@@ -205,7 +220,7 @@ class TensorRTSession(Session):
         self._sync()
         launch, generation = self._launcher(), self._generation
         copies_out = [(self._memory[i.name].host, self._memory[i.name].device, _nbytes(i, s))
-                      for i, s in outputs if s is not None]
+                      for i, s in outputs if s is not None and not i.host]
         dynamic = [(i, s) for i, s in outputs if s is None]
 
         def run() -> None:
@@ -218,6 +233,41 @@ class TensorRTSession(Session):
                 self._fetch(dynamic)
 
         return run
+
+    def layer_times(self, feeds: dict[str, np.ndarray], iterations: int, warmup: int = 10) -> dict[str, list[float]]:
+        """Per-layer GPU time in ms, one entry per enqueue, from TensorRT's ``IProfiler``.
+
+        Plain enqueues (a profiler cannot see inside a CUDA graph); ``enqueue_emits_profile`` off and
+        ``report_to_profiler`` after each synchronised run, as trtexec's ``--dumpProfile`` does, so the
+        reporting itself is outside the timed work. The profiler is detached afterwards: the gate's
+        timings never run with one attached.
+        """
+        profiler = _layer_profiler(self._trt)
+        copies = self._stage_inputs(feeds)
+        self._bind_outputs()
+        self._copy(copies, "host-to-device")
+        self._sync()
+        for _ in range(warmup):
+            self._execute()
+        self._sync()
+        context = self._context
+        context.profiler = profiler
+        context.enqueue_emits_profile = False
+        try:
+            for _ in range(iterations):
+                self._execute()
+                self._sync()
+                context.report_to_profiler()
+        finally:
+            context.enqueue_emits_profile = True
+            context.profiler = None
+        return {name: list(times) for name, times in profiler.times.items()}
+
+    def layer_information(self) -> str:
+        """The engine inspector's JSON for this context: layer shapes resolved for the inputs last bound."""
+        inspector = self._engine.create_engine_inspector()
+        inspector.execution_context = self._context
+        return str(inspector.get_engine_information(self._trt.LayerInformationFormat.JSON))
 
     def close(self) -> None:
         """Free device and pinned memory, the CUDA graph and the stream."""
@@ -276,7 +326,8 @@ class TensorRTSession(Session):
                                 hint="rebuild with wider min/max in 'dims'")
 
     def _bind_outputs(self) -> list[tuple[IOInfo, tuple[int, ...] | None]]:
-        """Bind every output: a sized device buffer, or the output allocator when data-dependent."""
+        """Bind every output: host memory for host-located ones (shape tensors), a sized device buffer,
+        or the output allocator when data-dependent."""
         bound: list[tuple[IOInfo, tuple[int, ...] | None]] = []
         changed = False
         for info in (i for i in self._io if not i.is_input):
@@ -284,6 +335,14 @@ class TensorRTSession(Session):
             if info.dtype is None:
                 raise DataError(f"output {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
                                 hint="cast it to float16/float32 at the graph boundary with a surgery pass")
+            if info.host:  # TensorRT writes a shape tensor's values on the host: a device pointer would be wrong
+                array = self._host_outputs.get(info.name)
+                if array is None or array.shape != shape:
+                    array = self._host_outputs[info.name] = np.zeros(shape, info.dtype)
+                    changed = True
+                self._context.set_tensor_address(info.name, array.ctypes.data)
+                bound.append((info, shape))
+                continue
             if any(d < 0 for d in shape):
                 if self._allocator is None:
                     self._allocator = _output_allocator(self._trt, self._cudart)
@@ -337,8 +396,11 @@ class TensorRTSession(Session):
 
     def _fetch(self, outputs: list[tuple[IOInfo, tuple[int, ...] | None]]) -> dict[str, np.ndarray]:
         """Copy outputs to pinned memory, wait, and return owned copies."""
-        plan = []
+        plan, host = [], {}
         for info, shape in outputs:
+            if info.host:
+                host[info.name] = self._host_outputs[info.name]
+                continue
             if shape is None:
                 shape = self._allocator.shapes[info.name]
                 device = self._allocator.memory[info.name].device
@@ -350,7 +412,8 @@ class TensorRTSession(Session):
         self._sync()  # data-dependent sizes are final only after the enqueue completes
         self._copy([(m.host, dev, _nbytes(i, s)) for i, s, m, dev in plan], "device-to-host")
         self._sync()
-        return {i.name: m.host_array(i.dtype, s).copy() for i, s, m, _ in plan}
+        out = {i.name: m.host_array(i.dtype, s).copy() for i, s, m, _ in plan}
+        return {**out, **{name: array.copy() for name, array in host.items()}}
 
     # -- CUDA graphs -----------------------------------------------------------------------------
 

@@ -195,6 +195,10 @@ class OrtSession(Session):
         run, names, prepared = self._session.run, self._output_names, self._feeds(feeds)
         return lambda: run(names, prepared)
 
+    def end_profiling(self) -> str:
+        """Stop ONNX Runtime's profiler (a session made with ``profile_prefix``); return its JSON file."""
+        return str(self._session.end_profiling())
+
 
 # -- making sessions -----------------------------------------------------------------------------
 
@@ -277,10 +281,17 @@ def _as_ort_computes(model: onnx.ModelProto | str | Path, level: str, threads: i
 
 
 def session_from_engine(path: Path, evaluator: str, *, provider: Provider = "cpu", level: OptimizationLevel = "disabled",
-                        threads: int = 0) -> OrtSession:
-    """The onnxruntime backend's saved model at ``path``, on ``provider`` (CPU as fallback), at ``level``."""
+                        threads: int = 0, profile_prefix: str | None = None) -> OrtSession:
+    """The onnxruntime backend's saved model at ``path``, on ``provider`` (CPU as fallback), at ``level``.
+
+    ``profile_prefix``: ONNX Runtime records a per-node profile of every run to ``<prefix>_<time>.json``
+    (:meth:`OrtSession.end_profiling` returns the path).
+    """
     providers = [PROVIDERS[provider]] + (_CPU if provider != "cpu" else [])
-    session = _inference_session(str(path), session_options(level, threads), providers, (),
+    options = session_options(level, threads)
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, profile_prefix
+    session = _inference_session(str(path), options, providers, (),
                                  (f"{path}: ONNX Runtime cannot load the model",
                                   "check the opset and custom ops with `deploykit inspect`"))
     return OrtSession(session, evaluator, subject="the engine")

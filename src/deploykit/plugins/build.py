@@ -15,16 +15,17 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from deploykit.errors import EnvironmentProblem
 from deploykit.hashing import digest_file, digest_value
+from deploykit.plugins import trt_headers
 from deploykit.plugins.descriptions import plugins_source
 
 STAMP = "deploykit-build.json"
-STAMP_VERSION = 1
+STAMP_VERSION = 2
 # What the project can build, by file name (plugins/README.md, "Build").
 OUTPUTS = {
     "cpu": "libdeploykit_plugins_cpu.so",
@@ -41,7 +42,8 @@ class BuildOptions:
     """What enters the cache key besides the sources. Defaults are the CMake project's defaults."""
 
     cuda: bool = True  # DEPLOYKIT_WITH_CUDA: build CUDA kernels where nvcc exists
-    tensorrt_include_dir: str = ""  # TENSORRT_INCLUDE_DIR; "" lets CMake search TENSORRT_ROOT
+    tensorrt_include_dir: str = ""  # TENSORRT_INCLUDE_DIR; "" = chosen by trt_headers.choose for this TensorRT
+    tensorrt_glue: bool = True  # DEPLOYKIT_WITH_TENSORRT; turned off when no headers fit the installed TensorRT
     cuda_architectures: str = ""  # CMAKE_CUDA_ARCHITECTURES; "" = the project default (80..90 + Thor)
     build_type: str = "Release"
     warnings_as_errors: bool = False
@@ -55,6 +57,7 @@ class BuildResult:
     reused: bool
     outputs: dict[str, str] = field(default_factory=dict)  # part -> file path, for what exists
     log: str = ""  # the tail of CMake's output when it ran
+    headers: dict[str, Any] = field(default_factory=dict)  # the TensorRT headers record (see _headers_record)
 
 
 def default_build_dir() -> Path:
@@ -72,12 +75,6 @@ def default_build_dir() -> Path:
 FETCHED_HEADERS = Path("build/kernel-lens/kernel_lens/include/tensorrt")  # where `make test` fetches NvInfer.h
 
 
-def fetched_headers() -> Path | None:
-    """The TensorRT headers ``make test`` fetched beside the sources (plugins/tools/fetch_trt_headers.sh), if any."""
-    folder = plugins_source().parent / FETCHED_HEADERS
-    return folder if (folder / "NvInferRuntime.h").is_file() or (folder / "NvInfer.h").is_file() else None
-
-
 def source_digest(source: Path) -> str:
     """The digest of every source file under ``source`` (names and contents), in a fixed order."""
     files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix in _SOURCE_SUFFIXES)
@@ -93,21 +90,44 @@ def build_plugins(build_dir: Path | None = None, options: BuildOptions = BuildOp
     """
     source = (source or plugins_source()).resolve()
     build_dir = (build_dir or default_build_dir()).resolve()
+    options, headers = with_tensorrt_headers(options, source)
     digest = digest_value({"sources": source_digest(source), "options": asdict(options), "stamp": STAMP_VERSION})
     build_dir.mkdir(parents=True, exist_ok=True)
     with _locked(build_dir):
         stamp = read_stamp(build_dir)
         if not force and stamp.get("digest") == digest and _outputs_unchanged(build_dir, stamp):
-            return BuildResult(build_dir, digest, True, built_outputs(build_dir))
+            return BuildResult(build_dir, digest, True, built_outputs(build_dir), headers=stamp.get("tensorrt_headers", {}))
         log = _run_cmake(source, build_dir, options)
         outputs = built_outputs(build_dir)
         if "cpu" not in outputs:
             raise EnvironmentProblem(f"the plugin build in {build_dir} produced no {OUTPUTS['cpu']}",
                                      hint="see the CMake output above")
+        record = _headers_record(headers, outputs)
         _write_stamp(build_dir, {"version": STAMP_VERSION, "digest": digest, "source": str(source),
-                                 "options": asdict(options),
+                                 "options": asdict(options), "tensorrt_headers": record,
                                  "outputs": {part: digest_file(Path(p)) for part, p in outputs.items()}})
-        return BuildResult(build_dir, digest, False, outputs, log)
+        return BuildResult(build_dir, digest, False, outputs, log, record)
+
+
+def with_tensorrt_headers(options: BuildOptions, source: Path) -> tuple[BuildOptions, trt_headers.Headers | None]:
+    """``options`` with the TensorRT headers the glue is compiled against (or the glue off, when none fit)."""
+    if not (options.cuda and options.tensorrt_glue):
+        return options, None
+    fetched = source.parent / FETCHED_HEADERS
+    headers = trt_headers.choose(options.tensorrt_include_dir, trt_headers.installed_tensorrt(),
+                                 trt_headers.candidates(fetched))
+    return replace(options, tensorrt_include_dir=headers.include_dir, tensorrt_glue=bool(headers.include_dir)), headers
+
+
+def _headers_record(headers: trt_headers.Headers | None, outputs: dict[str, str]) -> dict[str, Any]:
+    """What the build record says about the TensorRT headers; ``library`` is read back from the built file."""
+    from deploykit.backends.trt_plugins import built_against
+
+    if headers is None:
+        return {}
+    library = built_against(Path(outputs["tensorrt"])) if "tensorrt" in outputs else None
+    return {"include_dir": headers.include_dir, "version": list(headers.version or ()), "why": headers.why,
+            "library": list(library) if library else None}
 
 
 def built_outputs(build_dir: Path) -> dict[str, str]:
@@ -145,6 +165,7 @@ def _cmake_arguments(source: Path, build_dir: Path, options: BuildOptions) -> li
             f"-DDEPLOYKIT_WITH_CUDA={'ON' if options.cuda else 'OFF'}"]
     if options.tensorrt_include_dir:
         args.append(f"-DTENSORRT_INCLUDE_DIR={options.tensorrt_include_dir}")
+    args.append(f"-DDEPLOYKIT_WITH_TENSORRT={'ON' if options.tensorrt_glue else 'OFF'}")
     if options.cuda_architectures:
         args.append(f"-DCMAKE_CUDA_ARCHITECTURES={options.cuda_architectures}")
     if options.warnings_as_errors:

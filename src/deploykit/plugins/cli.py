@@ -16,19 +16,16 @@ BuildDir = Annotated[Optional[Path], typer.Option("--build-dir", help="Build fol
 @app.command("build")
 def build(build_dir: BuildDir = None,
           cuda: Annotated[bool, typer.Option(help="Build the CUDA kernels (and the TensorRT plugin) where nvcc is found.")] = True,
-          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (default: the "
-                                                                        "headers `make test` fetched into build/, else "
-                                                                        "CMake searches TENSORRT_ROOT).")] = None,
+          tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (default: "
+                                                                        "headers of the installed TensorRT's major).")] = None,
           cuda_archs: Annotated[str, typer.Option(help="CMAKE_CUDA_ARCHITECTURES, e.g. '87;90' (default: the project's).")] = "",
           force: Annotated[bool, typer.Option(help="Rebuild even when the sources are unchanged.")] = False) -> None:
     """Configure and build the plugin libraries with CMake; a rerun with unchanged sources does nothing."""
     from rich.console import Console
 
-    from deploykit.plugins.build import BuildOptions, build_plugins, fetched_headers
+    from deploykit.plugins.build import BuildOptions, build_plugins
 
-    # Without --tensorrt-include, the headers `make test` fetched (build/kernel-lens/...), else CMake's search.
-    include = tensorrt_include or fetched_headers()
-    options = BuildOptions(cuda=cuda, tensorrt_include_dir=str(include.resolve()) if include else "",
+    options = BuildOptions(cuda=cuda, tensorrt_include_dir=str(tensorrt_include.resolve()) if tensorrt_include else "",
                            cuda_architectures=cuda_archs)
     result = build_plugins(build_dir, options, force=force)
     console = Console()
@@ -36,6 +33,12 @@ def build(build_dir: BuildDir = None,
     console.print(f"plugins {state} in {result.build_dir} (source digest {result.digest[:12]})", highlight=False, soft_wrap=True)
     for part, path in sorted(result.outputs.items()):
         console.print(f"  {part:15} {path}", highlight=False, soft_wrap=True)
+    headers = result.headers or {}
+    if headers:
+        console.print(f"  TensorRT headers: {headers['why']}", highlight=False, soft_wrap=True)
+    if headers.get("library"):
+        console.print(f"  the TensorRT plugin library records TensorRT {'.'.join(map(str, headers['library']))} "
+                      "headers; it loads only into that TensorRT major", highlight=False)
     if "tensorrt" not in result.outputs:
         console.print("  (no TensorRT plugin library: it needs nvcc and TensorRT headers; see plugins/README.md)",
                       highlight=False)
@@ -104,7 +107,7 @@ def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin libr
                                "findings": [asdict(f) for f in report.findings]}, indent=2))
     else:
         table = terminal.table(f"{library} (creators read by: {report.method})", ["check", "status", "detail"])
-        colour = {"ok": "green", "failed": "red", "not checked": "yellow"}
+        colour = {"ok": "green", "failed": "red", "warn": "yellow", "not checked": "yellow"}
         for f in report.findings:
             table.add_row(escape(f.check), f"[{colour[f.status]}]{f.status}[/]", escape(f.detail))
         terminal.print_table(terminal.console(), table)

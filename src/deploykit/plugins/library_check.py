@@ -18,16 +18,16 @@ and what was not:
 from __future__ import annotations
 
 import json
-import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from deploykit import elf
 from deploykit.errors import InvalidInput
 from deploykit.plugins.descriptions import OpDescription, descriptions
 
-Status = Literal["ok", "failed", "not checked"]
+Status = Literal["ok", "failed", "warn", "not checked"]  # only "failed" fails the check
 GLUE_CHECK = "deploykit_trt_glue_check"
 _REQUIRED_SYMBOLS = ("getCreators", "setLoggerFinder")
 
@@ -55,57 +55,17 @@ class LibraryReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# ELF: exported dynamic symbols and read-only strings, without loading the library
-
-
-@dataclass(frozen=True)
-class _Section:
-    name: str
-    type: int
-    offset: int
-    size: int
-    link: int
-
-
-def _sections(data: bytes, path: Path) -> list[_Section]:
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise InvalidInput(f"{path}: not a 64-bit little-endian ELF shared library",
-                           hint="give the .so that `deploykit plugins build` wrote")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names_at = raw[shstrndx][4]
-
-    def name(offset: int) -> str:
-        return data[names_at + offset:data.index(b"\0", names_at + offset)].decode()
-
-    return [_Section(name(s[0]), s[1], s[4], s[5], s[6]) for s in raw]
+# ELF: read without loading (deploykit.elf)
 
 
 def exported_symbols(path: Path) -> set[str]:
     """Defined global symbols of the dynamic symbol table (what ``dlsym`` can find)."""
-    data = path.read_bytes()
-    sections = _sections(data, path)
-    dynsym = next((s for s in sections if s.type == 11), None)  # SHT_DYNSYM
-    if dynsym is None:
-        return set()
-    strtab = sections[dynsym.link].offset
-    out = set()
-    for at in range(dynsym.offset, dynsym.offset + dynsym.size, 24):
-        name, info, other, shndx = struct.unpack_from("<IBBH", data, at)
-        if shndx != 0 and info >> 4 in (1, 2) and other & 3 in (0, 3):  # defined, global/weak, visible
-            out.add(data[strtab + name:data.index(b"\0", strtab + name)].decode(errors="replace"))
-    return out
+    return set(elf.exported(path))
 
 
 def readonly_strings(path: Path, min_length: int = 2) -> set[str]:
     """NUL-terminated printable strings of ``.rodata``."""
-    data = path.read_bytes()
-    section = next((s for s in _sections(data, path) if s.name == ".rodata"), None)
-    if section is None:
-        return set()
-    chunks = data[section.offset:section.offset + section.size].split(b"\0")
-    return {c.decode() for c in chunks if len(c) >= min_length and all(32 <= b < 127 for b in c)}
+    return elf.readonly_strings(path, min_length)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +136,51 @@ def _check_strings(report: LibraryReport, path: Path, ops: dict[str, OpDescripti
                                     f"{op.plugin_version!r} and its fields (needs TensorRT or {GLUE_CHECK})")
 
 
+def _check_headers(report: LibraryReport, path: Path) -> None:
+    """The TensorRT headers the library records, against the installed TensorRT (read from the file)."""
+    from deploykit.backends.trt_plugins import HEADERS_SYMBOL, abi_problem, built_against, rebuild_hint
+    from deploykit.plugins.trt_headers import installed_tensorrt
+
+    built = built_against(path)
+    if built is None:
+        report.add("TensorRT headers", "not checked", f"the library exports no {HEADERS_SYMBOL} (another project's, "
+                   "or built before deploykit recorded it): rebuild with `deploykit plugins build` to record it")
+        return
+    headers, installed = ".".join(map(str, built)), installed_tensorrt()
+    if not installed:
+        report.add("TensorRT headers", "ok", f"compiled against TensorRT {headers} headers; no TensorRT installed here "
+                   f"to compare with: it runs only on TensorRT {built[0]}.x")
+        return
+    problem = abi_problem(path, installed)
+    if problem:
+        report.add("TensorRT headers", "failed", f"{problem}: {rebuild_hint(installed)}")
+        return
+    report.add("TensorRT headers", "ok", f"compiled against TensorRT {headers} headers; TensorRT {installed} is "
+               "installed (same major)")
+
+
+def _check_cuda_runtime(report: LibraryReport, path: Path) -> None:
+    """The libcudart major the library links against TensorRT's CUDA (two CUDA runtimes in one process)."""
+    from deploykit.backends.trt_compat import tensorrt_cuda_flavour
+
+    linked = sorted(n for n in elf.needed(path) if n.startswith("libcudart.so"))
+    if not linked:
+        report.add("CUDA runtime", "ok", "links no libcudart (static CUDA runtime or no CUDA code)")
+        return
+    major = linked[0].rsplit(".so.", 1)[-1].split(".")[0]
+    flavour = tensorrt_cuda_flavour()
+    if not flavour:
+        report.add("CUDA runtime", "ok", f"links {linked[0]} (the CUDA {major} toolkit it was built with); "
+                   "TensorRT's CUDA is not known here (no tensorrt-cu12/cu13 wheel installed)")
+    elif flavour != f"cu{major}":
+        report.add("CUDA runtime", "warn", f"links {linked[0]} but TensorRT is built for CUDA "
+                   f"{flavour.removeprefix('cu')} ({flavour}): two CUDA runtimes in one process, and {linked[0]} must "
+                   f"be installed; rebuild with the CUDA {flavour.removeprefix('cu')} toolkit's nvcc "
+                   "(CMAKE_CUDA_COMPILER)")
+    else:
+        report.add("CUDA runtime", "ok", f"links {linked[0]}, the CUDA major TensorRT is built for ({flavour})")
+
+
 def check_library(path: Path, ops: dict[str, OpDescription] | None = None) -> LibraryReport:
     """Check a TensorRT plugin library against the op descriptions; never raises for a bad library.
 
@@ -192,6 +197,9 @@ def check_library(path: Path, ops: dict[str, OpDescription] | None = None) -> Li
         found = symbol in symbols
         report.add(f"exports {symbol}", "ok" if found else "failed",
                    "found in the dynamic symbol table" if found else "not exported: TensorRT's loadLibrary needs it")
+    if "getCreators" in symbols:
+        _check_headers(report, path)
+        _check_cuda_runtime(report, path)
     if "getCreators" not in symbols:
         if "deploykit_bev_pool_v2_cpu" in symbols:
             report.add("library kind", "failed", "this is the CPU kernel library (C ABI for ctypes), not the TensorRT "

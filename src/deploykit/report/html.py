@@ -75,6 +75,8 @@ def render_fragment(record: RunRecord, with_plots: bool = False) -> str:
         parts.append(_parity(d["parity"], with_plots))
     if d.get("gate"):
         parts.append(_gate(d["gate"], with_plots, record.gate_cached))
+        if d["gate"].get("profile"):
+            parts.append(profile_section(d["gate"]["profile"], with_plots))
     parts.append(_environment(record))
     if not with_plots and (d.get("parity") or d.get("gate") or d.get("quantize")):
         parts.append("<p class='note'>Plots: <code>deploykit report</code> or <code>result.report_html()</code> "
@@ -283,6 +285,45 @@ def _baseline(b: dict[str, Any] | None) -> str:
             f"to be more than {b['threshold'] * 100:g}% slower.</p>"
             + _table(["metric", "baseline", "now", "change (median)", "at least", "spread", "result"], rows,
                      {1, 2, 3, 4, 5}))
+
+
+def profile_section(p: dict[str, Any], with_plots: bool) -> str:
+    """The per-layer profile: headline, the slowest layers with the roofline columns, op types, plots."""
+    out = [f"<h2>Per-layer profile ({e(p.get('backend', ''))})</h2>",
+           f"<p>{e(p.get('evaluator', ''))}; batch {e(p.get('batch', '?'))}, {p.get('iterations', '?')} profiled runs "
+           f"after {p.get('warmup', '?')} warm-up; {e(p.get('timing', ''))}. Sum of layer times "
+           f"<b>{p['total_ms']:.3f} ms</b> over {p['layers_count']} layers.</p>"]
+    if "floor_ms" in p:
+        out.append(f"<p>Roofline floor <b>{p['floor_ms']:.3f} ms</b> ({p['of_floor']:.0%} of the measured time); "
+                   f"{p['compute_bound_share']:.0%} of the time in compute-bound layers. Peaks measured on "
+                   f"{e(p['peaks']['device'])}.</p>")
+    elif p.get("roofline_note"):
+        out.append(f"<p class='note'>No roofline: {e(p['roofline_note'])}.</p>")
+    rows = [[f"<code>{e(r['name'])}</code>", e(r["op_type"]), e(r["precision"] or "?"), f"{r['ms']:.4f}",
+             f"{r['share']:.1%}", f"{r['flops'] / 1e9:.3f}", f"{r['bytes'] / 1e6:.2f}", f"{r['intensity']:.1f}",
+             f"{r['achieved_flops'] / 1e9:.2f}", f"{r['achieved_bandwidth'] / 1e9:.2f}",
+             f"{r['of_roofline']:.0%}" if "of_roofline" in r else "–", e(r.get("bound", "–"))]
+            for r in p["layers"][: p.get("top_n", 10)]]
+    out.append(f"<h3>Slowest {len(rows)} layers</h3>" + _table(
+        ["layer", "op", "precision", "ms", "share", "GFLOP", "MB", "FLOP/B", "GFLOP/s", "GB/s", "of roofline", "bound"],
+        rows, {3, 4, 5, 6, 7, 8, 9, 10}))
+    for title, key in (("By op type", "op_type"), ("By precision", "precision")):
+        out.append(f"<h3>{title}</h3>" + _table([key.replace("_", " "), "layers", "ms", "share"], [
+            [e(g[key]), str(g["count"]), f"{g['ms']:.4f}", f"{g['share']:.1%}"] for g in p[f"by_{key}"]], {1, 2, 3}))
+    if with_plots:
+        out.append(_img(plots.profile_layers, p))
+        if "peaks" in p:
+            out.append(_img(plots.roofline, p))
+    return "".join(out)
+
+
+def render_profile_page(p: dict[str, Any], with_plots: bool = True) -> str:
+    """A self-contained HTML page of one profile (``deploykit profile -o DIR``)."""
+    with_plots = with_plots and plots.available()
+    title = f"deploykit profile {p.get('model', '')}"
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{e(title)}</title></head><body><style>{CSS}</style><div class='dk-report'>"
+            f"<h1>{e(title)}</h1>{profile_section(p, with_plots)}</div></body></html>\n")
 
 
 def _environment(record: RunRecord) -> str:

@@ -117,7 +117,8 @@ def _gate(record: RunRecord) -> list[str]:
     out += ["", "| check | target | measured | result |", "| --- | --- | --- | --- |"]
     out += [f"| {c.name} | {fmt(c.limit, 'g')} | {fmt(c.measured, '.2f')} | {_verdict(c)} |" if c.measured is not None
             else f"| {c.name} | — | — | {_verdict(c)} ({c.message}) |" for c in targets]
-    return out + _sweep(report) + _baseline(report, {c.name: c for c in record.group("baseline")})
+    out += _sweep(report) + _baseline(report, {c.name: c for c in record.group("baseline")})
+    return out + (["", report["profile_markdown"].rstrip("\n")] if report.get("profile_markdown") else [])
 
 
 def _range(values: list[float] | None, spec: str) -> str:

@@ -22,7 +22,8 @@ def available() -> bool:
 
 
 def _figure(width: float = 7.0, height: float = 2.8, cols: int = 1) -> tuple[Any, Any]:
-    # The Figure API, never pyplot or matplotlib.use: a notebook's backend (and its plt.show) stays as it was.
+    # The Figure API, not pyplot: no global backend switch (matplotlib.use would change the host
+    # application's, e.g. a notebook's), no figure registry to leak into; savefig renders with Agg.
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
@@ -31,7 +32,7 @@ def _figure(width: float = 7.0, height: float = 2.8, cols: int = 1) -> tuple[Any
 
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")  # a Figure draws itself with Agg for PNG, whatever the backend
+    fig.savefig(buf, format="png")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -141,4 +142,59 @@ def repair_steps(steps: list[dict[str, Any]], limits: dict[str, float] | None = 
     ax.set_xticks(x)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+_BOUND_COLOURS = {"compute": _BLUE, "memory": "#bf8700"}
+
+
+def profile_layers(profile: dict[str, Any]) -> str:
+    """The slowest layers as horizontal bars (ms), coloured compute- or memory-bound, with their share."""
+    rows = profile["layers"][: profile.get("top_n", 10)][::-1]
+    fig, ax = _figure(height=max(2.2, 0.28 * len(rows) + 0.9))
+    names = [r["name"] if len(r["name"]) <= 40 else r["name"][:37] + "..." for r in rows]
+    colours = [_BOUND_COLOURS.get(r.get("bound", ""), _GREY) for r in rows]
+    bars = ax.barh(range(len(rows)), [r["ms"] for r in rows], color=colours)
+    for bar, r in zip(bars, rows, strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r['share']:.1%} {r.get('precision', '')}",
+                va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), names, fontsize=7)
+    ax.set(xlabel="ms per run (median)", title=f"slowest {len(rows)} layers ({profile.get('backend', '')})")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=f"{b}-bound") for b, c in _BOUND_COLOURS.items()], fontsize=7,
+              loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
+    return _png(fig)
+
+
+def roofline(profile: dict[str, Any]) -> str:
+    """Achieved FLOP/s against arithmetic intensity, one point per layer (area ~ time), under the measured roofs."""
+    peaks = profile["peaks"]
+    layers = [r for r in profile["layers"] if r["flops"] > 0 and r["ms"] > 0]
+    fig, ax = _figure(width=6.0, height=3.6)
+    intensities = [r["intensity"] for r in layers] or [1.0]
+    x = [min(intensities + [0.01]) / 2, max(intensities + [1e3]) * 2]
+    bandwidths = sorted((float(v), int(k)) for k, v in peaks["bandwidth"].items())
+    dram = peaks["copy_bytes_per_s"]
+    for i, (precision, flops) in enumerate(sorted(peaks["gemm_flops"].items(), key=lambda kv: kv[1])):
+        ridge = flops / dram
+        ax.plot([x[0], ridge, x[1]], [x[0] * dram, flops, flops], color=(_FAIL, _PASS, _BLUE, _GREY)[i % 4], lw=1.2,
+                label=f"{precision} peak {flops / 1e9:.0f} GFLOP/s")
+    top = max(peaks["gemm_flops"].values(), default=0.0)
+    for bandwidth, size in bandwidths:  # cache-sized working sets: faster memory roofs, up to the top compute roof
+        if bandwidth != dram and top:
+            ridge = top / bandwidth
+            ax.plot([x[0], ridge], [x[0] * bandwidth, top], color=_GREY, ls=":", lw=0.8,
+                    label=f"copy at {size >> 20 or size >> 10} {'MiB' if size >> 20 else 'KiB'}: {bandwidth / 1e9:.0f} GB/s")
+    total = sum(r["ms"] for r in layers) or 1.0
+    ax.scatter(intensities if layers else [], [r["achieved_flops"] for r in layers],
+               s=[max(8.0, 400 * r["ms"] / total) for r in layers],
+               c=[_BOUND_COLOURS.get(r.get("bound", ""), _GREY) for r in layers], alpha=0.6, edgecolors="none")
+    for r in sorted(layers, key=lambda r: r["ms"], reverse=True)[:5]:
+        ax.annotate(r["name"][:24], (r["intensity"], r["achieved_flops"]), fontsize=6, alpha=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte)", ylabel="achieved FLOP/s",
+           title=f"roofline: {peaks['device']}")
+    ax.legend(fontsize=6, loc="lower right")
+    ax.grid(alpha=0.3, which="both")
     return _png(fig)

@@ -27,7 +27,7 @@ from deploykit.report.record import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import load_engine
 
-REPORT = "gate.json"
+REPORT, PROFILE = "gate.json", "profile.json"
 SCHEMA = "deploykit.gate/2"
 
 
@@ -120,9 +120,18 @@ class GateStage(Stage):
         checks = report["checks"] + (report["baseline"]["checks"] if base else [])
         report["passed"] = all(c["passed"] for c in checks)
         report["warnings"] = spread_warnings(report, g.spread_warning)
+        report["profile"] = _profile(inputs["engine"], cfg, batch, ctx, out) if g.profile else None
         jsonio.write(out / REPORT, report)
         return GateSummary(report["passed"], report["fps"], report["latency"]["p99_ms"], platform,
                            [c["message"] for c in checks if not c["passed"]])
+
+    @classmethod
+    def report(cls, artifact: Artifact) -> dict[str, Any] | None:
+        """``gate.json``, with the per-layer profile (gate.profile) also as Markdown for the run's summary."""
+        report = super().report(artifact)
+        if report is not None and report.get("profile"):
+            report["profile_markdown"] = _profile_markdown(report["profile"])
+        return report
 
     @classmethod
     def checks(cls, artifact: Artifact) -> list[Check]:
@@ -159,6 +168,23 @@ def spread_warnings(report: dict[str, Any], limit: float) -> list[str]:
     return [f"trial spread is high: the p50 latency of the {report.get('trials_count', len(report.get('trials', [])))} "
             f"trials ranges {s['min']:.3f}-{s['max']:.3f} ms, {s['rel'] * 100:.0f}% of the median (warning above "
             f"{limit * 100:g}%); differences smaller than that are noise — rerun on a quiet machine (--remeasure)"]
+
+
+def _profile(engine: Artifact, cfg: Config, batch: int, ctx: StageContext, out: Path) -> dict[str, Any]:
+    """gate.profile: the per-layer profile at the gate's batch, after (never during) the timed trials."""
+    from deploykit.profiling.peaks import CACHE_DIR
+    from deploykit.profiling.run import profile_engine
+
+    feeds = random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch)
+    report = profile_engine(engine.path, feeds, peaks_dir=ctx.store.root / CACHE_DIR, model=cfg.name, batch=batch)
+    jsonio.write(out / PROFILE, report)
+    return report
+
+
+def _profile_markdown(profile: dict[str, Any] | None) -> str:
+    from deploykit.profiling.summary import render_markdown
+
+    return render_markdown(profile) if profile else ""
 
 
 def _baseline(cfg: Config, platform: str, target: Target | None) -> dict[str, Any] | None:

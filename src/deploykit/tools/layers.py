@@ -27,10 +27,10 @@ PACKAGE = "deploykit"
 # DESIGN.md's Layers picture, lowest first. ``deploykit`` is the package root (its lazy public API).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("core", frozenset({"errors", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
-                        "config", "artifacts", "export_hooks"})),
+                        "config", "artifacts", "export_hooks", "elf"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
-                              "torchsource", "inspect", "doctor"})),
+                              "torchsource", "inspect", "doctor", "profiling"})),
     ("stages", frozenset({"stages"})),
     ("pipeline", frozenset({"pipeline", "result"})),
     ("matrix", frozenset({"matrix"})),
