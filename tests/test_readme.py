@@ -86,8 +86,10 @@ def _skip_reason(cmd: str, marker: str) -> str:
         return "needs a GPU (make plugins: the same build as `deploykit plugins build`)"
     if "plugins check" in cmd:
         return "needs the TensorRT plugin library (nvcc and TensorRT)"
-    if cmd.startswith(("make bench", "make lint", "make test-all")):
+    if cmd.startswith(("make bench", "make lint", "make test-all", "make fuzz")):
         return "a make target CI runs itself"
+    if cmd.startswith("deploykit matrix"):
+        return "needs a matrix file of your own (tests/matrix runs examples/matrix/matrix.yaml)"
     if not cmd.startswith("deploykit ") or PLACEHOLDER.search(cmd):
         return "a synopsis, not a command"
     return ""
