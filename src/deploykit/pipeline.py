@@ -20,6 +20,7 @@ from deploykit.stages.base import Stage, StageContext
 class _Run:
     ctx: StageContext
     stages: Sequence[Stage]
+    whole: bool = True  # every stage was asked for (no ``until``)
     roles: dict[str, Artifact] = field(default_factory=dict)
     records: list[StageRecord] = field(default_factory=list)
     failures: list[GateFailed] = field(default_factory=list)
@@ -36,7 +37,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     for name in [*rerun, *([until] if until else [])]:
         if name not in known:
             raise UsageError(f"no stage named {name!r}; the stages are: {', '.join(known)}")
-    run = _Run(StageContext(config, store, reporter or SilentReporter()), stages)
+    run = _Run(StageContext(config, store, reporter or SilentReporter()), stages, whole=until is None)
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
         stage.preflight(run.ctx)
@@ -130,7 +131,12 @@ def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> R
     q = config.quantize
     identity = (config.name, q.precision, config.build.backend, q.flavour(config.build.backend) if q.enabled else "")
     record = build_record(identity, rows, produced, run.stages, store, error=error)
-    if run.records:
+    # A partial run (`deploykit export`, `parity`, ...) is recorded unless a record of the whole
+    # pipeline exists: `deploykit report NAME` keeps showing the last complete verdict.
+    stored = records.find(store.root, record.identity)
+    if run.records and (run.whole or not stored or stored[0].details.get("partial")):
+        if not run.whole:
+            record.details["partial"] = True
         records.write(store.root, record)
         store.name_run(record.identity, {role: a.digest for role, a in run.roles.items()})
     return RunResult(config.name, list(run.records), dict(run.roles), store.root, record)

@@ -111,3 +111,19 @@ def test_deploykit_surgery_is_the_api_function_whatever_was_imported_first(first
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert "api: /nonexistent/deploykit.yaml: config file not found" in proc.stdout
+
+
+@pytest.mark.parametrize("flags", [("--precision", "fp8"), ("--precision", "int8", "--set", "quantize.target=tensorrt"),
+                                   ("--precision", "fp16")])
+def test_without_modelopt_a_quantizer_that_needs_it_is_one_line_exit_3(onnx_model, tmp_path, monkeypatch, flags):
+    import importlib.util
+
+    from tests.conftest import run_cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "modelopt" else real(name, *a))
+    code, _, err = run_cli("convert", str(onnx_model), "-w", str(tmp_path / "s"), "--set",
+                           "calibration.files=calib", *flags)
+    assert code == 3, err
+    assert "needs NVIDIA ModelOpt" in err and "pip install 'deploykit[quant]'" in err and "Traceback" not in err
+    assert not (tmp_path / "s" / "objects").exists() or not list((tmp_path / "s" / "objects").iterdir())

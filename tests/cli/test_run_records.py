@@ -81,3 +81,12 @@ def test_parity_prints_one_row_per_output_and_reference(tiny):
     assert {("features", "onnx"), ("features", "torch"), ("pooled", "onnx"), ("pooled", "torch")} <= table
     assert "(<= 0.0001)" in proc.stdout  # the limit beside the measurement
     assert "parity: PASS" in proc.stdout
+
+
+def test_a_partial_run_does_not_replace_the_record_of_a_whole_one(tiny):
+    cfg, store = tiny
+    whole = deploykit.convert(cfg, workdir=store).record
+    partial = deploykit.export(cfg, workdir=store).record
+    assert [s.stage for s in partial.stages] == ["export"]
+    [kept] = records.find(store, whole.identity)
+    assert [s.stage for s in kept.stages][-1] == "gate" and "partial" not in kept.details
