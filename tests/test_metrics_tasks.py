@@ -215,3 +215,43 @@ def test_topk_agreement_counts_ties_as_agreeing():
     assert r["metrics"]["top1"] == 0.0 and r["metrics"]["topk"] == 0.5
     with pytest.raises(DataError, match="needs at least 5 classes"):
         run_check("classification", ClassificationCheck(output="y", k=5), [{"y": ref[:, :3]}], [{"y": ref[:, :3]}])
+
+
+def test_trajectory_with_mode_scores_compares_each_sides_best_mode_and_top1():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((4, 3, 5, 2)).astype(np.float32)  # 4 rows, K=3 modes, T=5 steps, xy
+    scores = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.5, 0.5, 0.0]], np.float32)
+    got, got_scores = ref.copy(), scores.copy()
+    got[0, 1] += 9.0  # a mode nobody picks may change freely
+    got_scores[3] = [0.3, 0.7, 0.0]  # row 3 ties 0 and 1 in the reference: picking 1 agrees
+    check = TrajectoryCheck(output="t", scores="s", max_ade=1e-6, max_fde=1e-6, min_top1=1.0)
+    r = run_check("trajectory", check, [{"t": ref, "s": scores}], [{"t": got, "s": got_scores}])
+    assert r["violations"] == [] and r["metrics"]["top1"] == 1.0 and r["metrics"]["rows"] == 4
+    got_scores[2] = [0.7, 0.2, 0.1]  # row 2's best mode flips from 2 to 0: its trajectory is another one
+    r = run_check("trajectory", check, [{"t": ref, "s": scores}], [{"t": got, "s": got_scores}])
+    assert r["metrics"]["top1"] == 0.75
+    expected = np.linalg.norm(ref[2, 0] - ref[2, 2], axis=-1)
+    assert r["metrics"]["ade"] == pytest.approx(expected.sum() / 20, rel=1e-5)
+    assert r["metrics"]["fde"] == pytest.approx(expected[-1] / 4, rel=1e-5)
+    assert r["violations"][-1] == "top1 0.75 < 1"
+    with pytest.raises(DataError, match=r"mode scores \(\.\.\., K\)"):
+        run_check("trajectory", check, [{"t": ref, "s": scores[:, :2]}], [{"t": got, "s": got_scores[:, :2]}])
+
+
+def test_post_nms_detections_of_different_counts_are_matched_not_compared_elementwise():
+    from deploykit.config import ParityConfig, Tolerance
+    from deploykit.metrics.comparison import Comparison
+
+    boxes = grid_boxes(4)
+    ref = {"boxes": boxes, "scores": np.array([0.9, 0.8, 0.7, 0.6], np.float32), "labels": np.array([0, 1, 2, 1])}
+    order = [2, 0, 1]  # the candidate lost one box and reports the rest in another order
+    got = {"boxes": boxes[order] + 0.2, "scores": ref["scores"][order] - 0.01, "labels": ref["labels"][order]}
+    check = DetectionCheck(boxes="boxes", scores="scores", classes="labels", elementwise=False, min_matched=0.8)
+    comparison = Comparison(ParityConfig(tasks=TaskChecks(detection=(check,))), Tolerance(rel_l2=1e-4))
+    comparison.add({"onnx": ref}, got)
+    report = comparison.report()
+    assert report["outputs"] == {} and set(report["not_compared_elementwise"]) == {"boxes", "scores", "labels"}
+    metrics = report["tasks"][0]["metrics"]
+    assert (metrics["missing"], metrics["extra"], metrics["pairs"]) == (1, 0, 3)
+    assert metrics["matched"] == pytest.approx(6 / 7) and metrics["class_flips"] == 0
+    assert report["passed"]

@@ -16,7 +16,7 @@ from typing import Any
 from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
 from deploykit.config import Config, config_from_dict, load_config
-from deploykit.errors import UsageError
+from deploykit.errors import DeployKitError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import RunResult
 
@@ -151,6 +151,13 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     store = Store(workdir)
     try:
         result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
+    except DeployKitError as e:
+        from deploykit.exporter_fallback import explain_with_other_exporter
+
+        explain_with_other_exporter(e, config, store, default_stages())
+        if report_dir is not None and getattr(e, "result", None) is not None:
+            copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]
+        raise
     except Exception as e:
         if report_dir is not None and getattr(e, "result", None) is not None:
             copy_reports(e.result, Path(report_dir))  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runt
 Provider = Literal["cpu", "cuda", "tensorrt"]  # ONNX Runtime execution providers
 BackendName = Literal["onnxruntime", "tensorrt"]  # build backends (deploykit.backends dispatches on them)
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
+InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]
 
 

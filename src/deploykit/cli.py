@@ -99,11 +99,13 @@ def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .
             dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
             opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, plugins: opt.Plugins = None,
             timing_cache: opt.TimingCache = None, iterations: opt.Iterations = None, warmup: opt.Warmup = None,
-            duration: opt.Duration = None, remeasure: opt.Remeasure = False, report_dir: opt.ReportDir = None,
+            duration: opt.Duration = None, remeasure: opt.Remeasure = False, auto_repair: opt.AutoRepair = False,
+            report_dir: opt.ReportDir = None,
             allow_missing_target: opt.AllowMissingTarget = False, baseline: opt.Baseline = None,
             log_format: opt.LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
-    flags = {"quantize.precision": precision, "build.backend": backend, "build.provider": provider,
+    flags = {"quantize.precision": precision, "quantize.repair.enabled": True if auto_repair else None,
+             "build.backend": backend, "build.provider": provider,
              "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache),
              **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
     _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
@@ -223,7 +225,7 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
              precision: opt.QuantPrecisionOpt = None, target: opt.TargetOpt = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
              method: opt.MethodOpt = None,
-             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
+             auto_repair: opt.AutoRepair = False,
              workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
              dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""

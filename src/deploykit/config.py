@@ -14,6 +14,7 @@ from deploykit.choices import (
     Exporter,
     Flavour,
     InputDtype,
+    InputKind,
     Method,
     OptimizationLevel,
     Precision,
@@ -57,9 +58,27 @@ class Dim:
 
 @dataclass(frozen=True)
 class InputSpec:
+    """One model input. ``kind`` says what the values mean, so the inputs deploykit makes up (the
+    export check, parity without validation data, the gate) look like real ones:
+
+    * ``tensor`` (default): standard normal floats, integers in [0, 16), random booleans;
+    * ``image``: floats uniform in [0, 1] (what ``preprocess`` makes), uint8 in [0, 255];
+    * ``tokens``: token features, standard normal;
+    * ``mask``: True/1 marks a valid element; ``padding_mask``: True/1 marks padding (torch's
+      ``key_padding_mask``). Either way every row (the last axis) keeps at least one valid element:
+      a fully masked attention row is NaN in any runtime, and torch's fast path raises on it.
+    """
+
     name: str
     shape: tuple[int | str, ...]
     dtype: InputDtype = "float32"
+    kind: InputKind = "tensor"
+
+    def __post_init__(self) -> None:
+        if self.kind in ("mask", "padding_mask") and not self.shape:
+            raise ValueError(f"input {self.name!r}: a {self.kind} needs at least one axis (its rows are the last)")
+        if self.kind in ("image", "tokens") and self.dtype == "bool":
+            raise ValueError(f"input {self.name!r}: kind {self.kind} cannot be bool (use mask or padding_mask)")
 
 
 @dataclass(frozen=True)
@@ -217,6 +236,9 @@ class QuantizeConfig:
     exclude_op_types: tuple[str, ...] = ()
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
     keep_fp32_nodes: tuple[str, ...] = ()  # node names kept in FP32 even where the rest is FP16
+    # Normalisations kept out of INT8/FP8 by default: on the example planner (MatMul-heavy), quantizing
+    # them added error and cost time; see examples/planner/README.md. [] quantizes them too.
+    high_precision_ops: tuple[str, ...] = ("LayerNormalization", "Softmax")
     int4_block_size: int = 128
     check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
     repair: RepairConfig = RepairConfig()
@@ -299,6 +321,9 @@ class DetectionCheck:
     min_mean_iou: float = 0.9
     max_score_delta: float = 0.05  # mean |score difference| over matched pairs
     max_class_flips: float = 0.0  # fraction of matched pairs whose class differs
+    # false for post-NMS outputs: their number and order of boxes are data-dependent, so only this
+    # check compares them (an elementwise comparison would need equal shapes and order).
+    elementwise: bool = True
 
 
 @dataclass(frozen=True)
@@ -323,11 +348,18 @@ class DepthCheck:
 
 @dataclass(frozen=True)
 class TrajectoryCheck:
-    """ADE/FDE between trajectories (..., T, 2 or 3), in the output's units."""
+    """ADE/FDE between trajectories (..., T, 2 or 3), in the output's units.
+
+    With ``scores`` (an output (..., K) scoring the K modes of trajectories (..., K, T, D)), each
+    side's best-scored mode is compared (what a planner acts on), and the share of rows whose best
+    mode agrees (tie-aware) is held to ``min_top1``.
+    """
 
     output: str
     max_ade: float = 0.05
     max_fde: float = 0.1
+    scores: str | None = None
+    min_top1: float = 0.95
 
 
 @dataclass(frozen=True)

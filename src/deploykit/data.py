@@ -11,7 +11,7 @@ import importlib
 import importlib.util
 import itertools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -72,6 +72,7 @@ class InputInfo:
     name: str
     shape: tuple[int | str, ...]  # str = dynamic
     dtype: str
+    kind: str = "tensor"  # deploykit.config.InputSpec.kind
 
 
 class DataSource:
@@ -144,8 +145,8 @@ class DataSource:
             for f in self._files():
                 yield str(f), {name: load_image(f, cfg.preprocess)[None]}
         else:
-            for f in self._files():
-                yield from _from_array_file(f, self._single_input())
+            for f in self._files():  # .npz files keyed by input name need no 'input:'; a bare .npy does
+                yield from _from_array_file(f, self._single_input)
 
     def _from_function(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         module_name, _, fn_name = self.cfg.function.partition(":")  # type: ignore[union-attr]
@@ -200,9 +201,17 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
                         f"{list(info.shape)}", hint="fix the preprocessing (resize/crop/layout) or the data")
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
         raise DataError(f"{where}: input {info.name!r} contains NaN or Inf", hint="clean the data")
+    if info.kind in ("mask", "padding_mask") and arr.size:
+        valid = arr.astype(bool) if info.kind == "mask" else ~arr.astype(bool)
+        empty = np.flatnonzero(~valid.reshape(-1, arr.shape[-1]).any(axis=1))
+        if empty.size:
+            marks = "True marks a valid element" if info.kind == "mask" else "True marks padding"
+            raise DataError(f"{where}: input {info.name!r} ({info.kind}: {marks}) has {empty.size} row(s) with no "
+                            f"valid element, first row {int(empty[0])}",
+                            hint="a fully masked attention row is NaN in every runtime; keep one valid element per row")
 
 
-def _from_array_file(path: Path, default_input: str) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+def _from_array_file(path: Path, default_input: Callable[[], str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     import zipfile
 
     try:
@@ -210,7 +219,7 @@ def _from_array_file(path: Path, default_input: str) -> Iterator[tuple[str, dict
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npy/.npz file ({e})") from e
     if isinstance(data, np.ndarray):
-        yield str(path), {default_input: data}
+        yield str(path), {default_input(): data}
     else:
         with data:
             yield str(path), {k: data[k] for k in data.files}
@@ -245,7 +254,7 @@ def load_image(path: Path, p: Preprocess) -> np.ndarray:
 
 def inputs_from_config(config: Any) -> list[InputInfo]:
     """The model's inputs as the config declares them (dynamic dims by name)."""
-    return [InputInfo(s.name, tuple(s.shape), s.dtype) for s in config.inputs]
+    return [InputInfo(s.name, tuple(s.shape), s.dtype, s.kind) for s in config.inputs]
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -51,14 +51,27 @@ def random_feeds(config: Config, which: str, rng: np.random.Generator, batch: in
         shape = list(config.shape(spec, which))  # type: ignore[arg-type]
         if batch is not None and spec.shape and isinstance(spec.shape[0], str):
             shape[0] = batch
-        dtype = NP_DTYPES[spec.dtype]
-        if np.issubdtype(dtype, np.floating):
-            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[spec.name] = rng.integers(0, 2, shape).astype(np.bool_)
-        else:
-            feeds[spec.name] = rng.integers(0, 16, shape).astype(dtype)
+        feeds[spec.name] = random_input(spec.kind, shape, NP_DTYPES[spec.dtype], rng)
     return feeds
+
+
+def random_input(kind: str, shape: list[int], dtype: type, rng: np.random.Generator) -> np.ndarray:
+    """Random values for one input of ``kind`` (see ``deploykit.config.InputSpec``)."""
+    if kind in ("mask", "padding_mask"):
+        valid = rng.random(shape) < 0.7
+        if valid.size:
+            rows = valid.reshape(-1, shape[-1])  # a view: setting it sets ``valid``
+            rows[np.arange(rows.shape[0]), rng.integers(0, shape[-1], rows.shape[0])] = True  # >= 1 valid per row
+        return (valid if kind == "mask" else ~valid).astype(dtype)
+    if kind == "image":
+        if np.issubdtype(dtype, np.floating):
+            return rng.random(shape).astype(dtype)
+        return rng.integers(0, 256 if dtype == np.uint8 else 128, shape).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    return rng.integers(0, 16, shape).astype(dtype)
 
 
 def distinct_shapes(config: Config) -> list[str]:

@@ -43,6 +43,7 @@ def _import_factory_module(config: Config) -> Any:
     two configs may both name ``model:build``, and a notebook may have edited the file since."""
     name = config.source.factory.split(":")[0]  # type: ignore[union-attr]
     local = _local_module_file(config)
+    _forget_other_folders_modules(config.base_dir)
     with importable_from(config.base_dir):  # the module's own imports resolve from its folder
         if local is None:
             return importlib.import_module(name)
@@ -51,6 +52,16 @@ def _import_factory_module(config: Config) -> Any:
         sys.modules[name] = module
         spec.loader.exec_module(module)  # type: ignore[union-attr]
         return module
+
+
+def _forget_other_folders_modules(folder: Path) -> None:
+    """Drop top-level modules named like a file in ``folder`` but loaded from elsewhere, so the
+    factory's own ``from model import ...`` reads its sibling, not another example's ``model``."""
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        sibling = folder / f"{name}.py"
+        if "." not in name and origin and sibling.is_file() and Path(origin).resolve() != sibling.resolve():
+            del sys.modules[name]
 
 
 def source_fingerprint(config: Config) -> dict[str, str]:

@@ -122,3 +122,18 @@ def test_weights_are_loaded_without_unpickling_code(tmp_path):
         pickle.dump(Evil(), f)
     with pytest.raises(ModelError, match="cannot read weights as a state_dict"):
         deploykit.convert(cfg, workdir=tmp_path / "store", until="export")
+
+
+def test_a_factory_imports_its_own_sibling_not_another_folders_module_of_that_name(tmp_path):
+    from deploykit.config import load_config
+    from deploykit.torchsource import build_model
+
+    for folder, width in (("a", 3), ("b", 5)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "layers.py").write_text(f"WIDTH = {width}\n")
+        (tmp_path / folder / "net.py").write_text(
+            "import torch\nfrom layers import WIDTH\n\ndef build():\n    return torch.nn.Linear(2, WIDTH)\n")
+        (tmp_path / folder / "deploykit.yaml").write_text(
+            "name: n\nsource: {factory: 'net:build'}\ninputs: [{name: x, shape: [1, 2]}]\n")
+    widths = [build_model(load_config(tmp_path / f / "deploykit.yaml")).out_features for f in ("a", "b", "a")]
+    assert widths == [3, 5, 3]

@@ -273,3 +273,15 @@ def test_validation_data_equal_to_calibration_data_is_flagged(tmp_path):
     with pytest.warns(UserWarning):
         report = convert(cfg, tmp_path).parity
     assert "is the calibration data" in report["data"]["warning"]
+
+
+def test_surgery_that_cuts_outputs_is_compared_against_the_fp32_graph_after_surgery(tiny):
+    """The export has outputs the cut graph lacks: parity compares with the FP32 graph after
+    surgery (which the surgery stage checked pass by pass), says so, and leaves torch out."""
+    cfg, store = tiny
+    cfg.write_text(cfg.read_text() + "surgery: {passes: [sanitize, {cut: {outputs: [features]}}]}\n")
+    result = deploykit.convert(cfg, workdir=store)
+    parity = result.parity
+    assert result.passed and set(parity["outputs"]) == {"features"} and set(parity["outputs"]["features"]) == {"onnx"}
+    assert parity["reference_note"].startswith("surgery changed the outputs (features, pooled -> features)")
+    assert parity["outputs"]["features"]["onnx"]["metrics"]["ref_absmax"] > 0

@@ -15,7 +15,7 @@ import numpy as np
 
 from deploykit.config import ParityConfig, Tolerance
 from deploykit.metrics.elementwise import ErrorAccumulator, vacuity, violations
-from deploykit.metrics.tasks import TaskMetric, build_tasks, max_abs_exempt
+from deploykit.metrics.tasks import TaskMetric, build_tasks, max_abs_exempt, unordered_outputs
 
 
 class Comparison:
@@ -26,6 +26,7 @@ class Comparison:
         self.elementwise: dict[tuple[str, str], ErrorAccumulator] = {}
         self.tasks: dict[str, list[TaskMetric]] = {}
         self.samples = 0
+        self.unordered = unordered_outputs(parity.tasks)
 
     def add(self, expected: dict[str, dict[str, np.ndarray]], got: dict[str, np.ndarray]) -> float:
         """Fold one sample (reference name -> outputs; candidate outputs); return its worst rel-L2."""
@@ -33,6 +34,8 @@ class Comparison:
         for ref_name, outputs in expected.items():
             for out_name, ref in outputs.items():
                 cand = _output(got, out_name)
+                if out_name in self.unordered:
+                    continue  # compared by its detection check only
                 key = (ref_name, out_name)
                 if key not in self.elementwise:
                     floor = self.parity.tolerance(out_name, self.preset).rel_floor or 0.0
@@ -83,7 +86,9 @@ class Comparison:
         passed = status == "pass" or (status == "inconclusive" and self.parity.inconclusive == "warn")
         return {"status": status, "passed": passed, "failures": failures, "inconclusive": vacuous,
                 "outputs": outputs, "tasks": tasks, "precision": self.precision, "preset": asdict(self.preset),
-                "samples": self.samples}
+                "samples": self.samples,
+                "not_compared_elementwise": {n: "data-dependent box count and order (detection check "
+                                                "with elementwise: false)" for n in sorted(self.unordered)}}
 
     def _elementwise_entry(self, out_name: str, acc: ErrorAccumulator, exempt: bool) -> dict[str, Any]:
         tol = self.parity.tolerance(out_name, self.preset)

@@ -84,6 +84,25 @@ def trajectory_sums(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
             "ref_moving": int(np.count_nonzero(np.asarray(ref) != 0))}
 
 
+def best_mode_sums(ref: np.ndarray, got: np.ndarray, ref_scores: np.ndarray, got_scores: np.ndarray
+                   ) -> dict[str, float]:
+    """Trajectory sums between each side's best-scored mode of (..., K, T, D), and top-1 mode agreement.
+
+    Where the two sides' best modes can agree (ties included), both use the same mode, so a tie
+    broken differently is no error.
+    """
+    r_s, g_s = _rows(ref_scores, -1), _rows(got_scores, -1)
+    common = _top_set(r_s, 1) & _top_set(g_s, 1)
+    agree = common.any(axis=1)
+    shared = common.argmax(axis=1)
+    r_best, g_best = np.where(agree, shared, r_s.argmax(axis=1)), np.where(agree, shared, g_s.argmax(axis=1))
+    k, tail = ref.shape[-3], ref.shape[-2:]
+    r_t, g_t = ref.reshape(-1, k, *tail), got.reshape(-1, k, *tail)
+    rows = np.arange(r_t.shape[0])
+    sums = trajectory_sums(r_t[rows, r_best], g_t[rows, g_best])
+    return {**sums, "rows": int(r_t.shape[0]), "top1": int(agree.sum())}
+
+
 def mask_sums(ref: np.ndarray, got: np.ndarray, threshold: float) -> dict[str, int]:
     """Intersection and union of the thresholded probability maps."""
     r, g = np.asarray(ref) >= threshold, np.asarray(got) >= threshold

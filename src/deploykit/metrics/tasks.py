@@ -199,20 +199,35 @@ class Depth(TaskMetric):
 class Trajectory(TaskMetric):
     kind = "trajectory"
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (self.check.output,) + ((self.check.scores,) if self.check.scores else ())
+
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
-        a = ref[self.check.output]
+        c = self.check
+        a = ref[c.output]
         if a.ndim < 2 or a.shape[-1] not in (2, 3):
-            raise self._error(f"expects trajectories (..., T, 2 or 3); output {self.check.output!r} has shape "
-                              f"{list(a.shape)}")
+            raise self._error(f"expects trajectories (..., T, 2 or 3); output {c.output!r} has shape {list(a.shape)}")
+        if c.scores and (a.ndim < 3 or ref[c.scores].shape != a.shape[:-2]):
+            raise self._error(f"expects mode scores (..., K) for trajectories (..., K, T, D); output {c.scores!r} has "
+                              f"shape {list(ref[c.scores].shape)}, {c.output!r} {list(a.shape)}")
+
+    def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
+        c = self.check
+        if not c.scores:
+            return super().fold(sums, ref, got)
+        return dense.add_sums(sums, dense.best_mode_sums(ref[c.output], got[c.output], ref[c.scores], got[c.scores]))
 
     def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
         return dense.trajectory_sums(ref, got)
 
     def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
-        return {"ade": s["ade"] / s["steps"], "fde": s["fde"] / s["agents"], "agents": s["agents"]}
+        out = {"ade": s["ade"] / s["steps"], "fde": s["fde"] / s["agents"], "agents": s["agents"]}
+        return {**out, "top1": s["top1"] / s["rows"], "rows": s["rows"]} if self.check.scores else out
 
     def limits(self) -> list[Limit]:
-        return [("ade", "<=", self.check.max_ade), ("fde", "<=", self.check.max_fde)]
+        c = self.check
+        return [("ade", "<=", c.max_ade), ("fde", "<=", c.max_fde)] + ([("top1", ">=", c.min_top1)] if c.scores else [])
 
     def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
         return "every reference trajectory point is zero" if s["ref_moving"] == 0 else ""
@@ -252,6 +267,12 @@ KINDS: dict[str, type[TaskMetric]] = {c.kind: c for c in (Classification, Detect
 def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:
     """One accumulator per configured check, in config order."""
     return [KINDS[kind](check, i) for kind in KINDS for i, check in enumerate(getattr(tasks, kind))]
+
+
+def unordered_outputs(tasks: TaskChecks) -> set[str]:
+    """Outputs only a task check compares: detections after NMS (``elementwise: false``), whose box
+    count and order are data-dependent."""
+    return {name for c in tasks.detection if not c.elementwise for name in (c.boxes, c.scores, c.classes) if name}
 
 
 def max_abs_exempt(tasks: TaskChecks) -> set[str]:

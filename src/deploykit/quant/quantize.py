@@ -80,6 +80,8 @@ def quantize_model(job: Job) -> Result:
     model, prep = g.prepare(job.model, _min_opset(job), job.where)
     notes = prep.notes
     excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
+    excluded.update({n.name: f"{n.op_type} kept in higher precision (quantize.high_precision_ops)"
+                     for n in model.graph.node if n.op_type in cfg.high_precision_ops and n.name not in excluded})
     notes += [f"exclude_patterns {p!r} matches no node" for p in g.unmatched_patterns(model, cfg.exclude_patterns)]
     fp32 = _configured_fp32(model, cfg, job.where)
     if job.flavour == "onnxruntime" and cfg.precision == "int8":
@@ -91,6 +93,7 @@ def quantize_model(job: Job) -> Result:
     settings = _settings(cfg, job.flavour)
     calibration = _calibrate(job, model, settings, notes)
     range_sets = calibration.sets
+    excluded.update({k: v for k, v in _masking_nodes(model, calibration.infinite).items() if k not in excluded})
     if cfg.bounded == "exclude":
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
     any_set = next(iter(range_sets.values()))  # observed min/max are the same in every set
@@ -212,6 +215,19 @@ def _max_calibrated(model: onnx.ModelProto) -> set[str]:
     their Transpose/Reshape/Concat (the onnxruntime flavour quantizes them; clipping one is error in
     the result itself: entropy clipped a box head to rel-L2 20 on the example detector)."""
     return g.through_layout(model, {o.name for o in model.graph.output}, g.bounded_tensors(model))
+
+
+def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str, str]:
+    """Nodes that write or read a tensor holding ±inf on the calibration data: an attention mask
+    (``masked_fill(-inf)`` before a Softmax). They stay unquantized: a quantized -inf is a finite
+    number, and the masked token would get weight."""
+    made_by, readers = g.producers(model), g.consumers(model)
+    out: dict[str, str] = {}
+    for tensor in sorted(infinite):
+        for node in [made_by.get(tensor), *readers.get(tensor, [])]:
+            if node is not None and node.name not in out:
+                out[node.name] = f"reads or writes {tensor!r}, which holds ±inf (masking): kept exact"
+    return out
 
 
 def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:

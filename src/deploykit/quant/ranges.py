@@ -13,6 +13,11 @@ Entropy is computed here because ``onnxruntime.quantization.quantize_static`` gi
 calibrator 128 bins for 128 quantized levels, so its "entropy" range is the max range.
 Bounded tensors (Sigmoid/Softmax/Tanh outputs) always get max calibration: entropy capped a
 Sigmoid probability map at 0.063 on a real detector.
+
+±inf is legitimate where a model masks: ``masked_fill(mask, -inf)`` before a Softmax is the
+standard way to keep padded tokens out of attention. Such tensors are ranged on their finite values
+and listed in ``Calibration.infinite``; the quantize stage keeps them out of Q/DQ (a quantized -inf
+becomes a finite value and the masked token gets weight). NaN is still an error.
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class Calibration:
     sets: dict[str, dict[str, TensorRange]]
     held_out: list[dict[str, np.ndarray]]  # the first samples of the stream; ranges never saw them
     seen: int  # samples the stream produced
+    infinite: frozenset[str] = frozenset()  # tensors that held ±inf (ranged on their finite values)
 
 
 def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
@@ -117,6 +123,7 @@ def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], 
     names = tensors if tensors is not None else float_tensors(model)
     tap = _Tap(model, names)
     lo, hi = {n: math.inf for n in names}, {n: -math.inf for n in names}
+    infinite: set[str] = set()
     first: list[dict[str, np.ndarray]] = []
     seen = 0
     for sample in samples:
@@ -124,18 +131,18 @@ def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], 
         if len(first) < hold_out:
             first.append(sample)
         else:
-            _update_min_max(tap, sample, lo, hi)
+            _update_min_max(tap, sample, lo, hi, infinite)
         if progress:
             progress(1)
     held = min(hold_out, seen // 4)
     for sample in first[held:]:  # a short stream: these go back into the statistics
-        _update_min_max(tap, sample, lo, hi)
+        _update_min_max(tap, sample, lo, hi, infinite)
     absmax = {n: max(abs(lo[n]), abs(hi[n])) if math.isfinite(lo[n]) else 0.0 for n in names}
     calibrated = [n for n in names if n not in bounded and absmax[n] > 0]
     hists = _histograms(tap, itertools.islice(samples, held, None), calibrated, absmax, settings.num_bins,
                         progress) if any(m != "max" for m in methods) else {}
     sets = {m: _range_set(m, names, calibrated, lo, hi, absmax, hists, settings) for m in methods}
-    return Calibration(sets, first[:held], seen)
+    return Calibration(sets, first[:held], seen, frozenset(infinite))
 
 
 def _range_set(method: str, names: list[str], calibrated: list[str], lo: dict[str, float], hi: dict[str, float],
@@ -149,9 +156,12 @@ def _range_set(method: str, names: list[str], calibrated: list[str], lo: dict[st
     return {n: TensorRange(_finite_or_zero(lo[n]), _finite_or_zero(hi[n]), amax[n], used[n]) for n in names}
 
 
-def _update_min_max(tap: _Tap, sample: dict[str, np.ndarray], lo: dict[str, float], hi: dict[str, float]) -> None:
+def _update_min_max(tap: _Tap, sample: dict[str, np.ndarray], lo: dict[str, float], hi: dict[str, float],
+                    infinite: set[str]) -> None:
     for name, value in tap.run(sample).items():
-        _check_finite(value, name, tap)
+        if _check_finite(value, name, tap):
+            infinite.add(name)
+            value = value[np.isfinite(value)]
         if value.size:
             lo[name] = min(lo[name], float(value.min()))
             hi[name] = max(hi[name], float(value.max()))
@@ -168,7 +178,8 @@ def _histograms(tap: _Tap, samples: Iterable[dict[str, np.ndarray]], names: list
     for sample in samples:
         for name, value in tap.run(sample).items():
             if name in wanted:
-                hists[name] += thresholds.abs_histogram(value, absmax[name], bins)
+                finite = value if not np.issubdtype(value.dtype, np.floating) else value[np.isfinite(value)]
+                hists[name] += thresholds.abs_histogram(finite, absmax[name], bins)
         if progress:
             progress(1)
     return hists
@@ -196,12 +207,17 @@ def _threshold(hist: np.ndarray, absmax: float, s: RangeSettings) -> float:
     return max(found, thresholds.percentile(hist, absmax, 100.0 - MAX_CLIPPED_PERCENT))
 
 
-def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> None:
-    if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
+def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> bool:
+    """True when ``value`` holds ±inf (masking); NaN is an error naming the tensor and its node."""
+    if not np.issubdtype(value.dtype, np.floating) or np.all(np.isfinite(value)):
+        return False
+    if np.isnan(value).any():
         node = tap.producer(name)
-        raise ModelError(f"the FP32 model computes NaN/Inf in tensor {name!r}"
+        raise ModelError(f"the FP32 model computes NaN in tensor {name!r}"
                          + (f" (node {node!r})" if node else "") + " on the calibration data",
-                         hint="fix the model or the data; a range cannot be calibrated from NaN/Inf")
+                         hint="fix the model or the data (a fully masked attention row gives NaN); "
+                              "a range cannot be calibrated from NaN")
+    return True
 
 
 class _Tap:

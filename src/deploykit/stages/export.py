@@ -17,7 +17,7 @@ from deploykit import export_hooks
 from deploykit.artifacts import Artifact
 from deploykit.config import Config
 from deploykit.environment import tool_versions
-from deploykit.errors import ModelError, first_line
+from deploykit.errors import ModelError
 from deploykit.graph.files import save_model
 from deploykit.graph.run import session_from_onnx
 from deploykit.hashing import digest_file
@@ -92,7 +92,7 @@ def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
         try:
             return _export_with(model, cfg, exporter), exporter, "; ".join(errors)
         except Exception as e:  # each exporter fails in its own way; keep the first line of each
-            errors.append(f"{exporter} exporter failed: {type(e).__name__}: {first_line(e, '')}"[:300])
+            errors.append(f"{exporter} exporter failed: {_cause(e)}")
     raise ModelError(f"source.factory {cfg.source.factory}: export failed. " + " | ".join(errors),
                      hint="try export.exporter: torchscript or dynamo, or simplify data-dependent code")
 
@@ -125,7 +125,10 @@ def _quiet_exporter() -> Iterator[None]:
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        # stderr too: torch.export prints the whole traced graph there when it fails (27 kB for
+        # the NMS detector), which `auto` then handles by falling back
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -181,3 +184,14 @@ def check_against_torch(model: Any, cfg: Config, path: Path) -> ExportCheck:
                                      hint="try the other exporter (export.exporter) or check for randomness in forward()")
     return ExportCheck(session.evaluator, distinct_shapes(cfg), cfg.export.check_samples, **worst)
 
+
+def _cause(e: BaseException) -> str:
+    """Why an exporter failed, in one line: the innermost cause (torch.export wraps the real error in a
+    generic "Failed to export ... step 1/3" with colour codes), and where in the model it was."""
+    import re
+
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines() if ln.strip()]
+    where = next((ln for ln in lines if ln.startswith("Caused by:")), "")
+    return f"{type(e).__name__}: {lines[0] if lines else ''}{' ' + where if where else ''}"[:300]

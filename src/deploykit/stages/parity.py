@@ -67,10 +67,11 @@ class ParityStage(Stage):
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ParitySummary:
         cfg = ctx.config
+        inputs, reference_note = _fp32_reference(ctx, inputs)
         candidate = _candidate(inputs)
         # The reference: the FP32 graph's nodes one by one, no graph optimizations.
         references = {"onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled")}
-        torch_model = _torch_model(cfg)
+        torch_model = None if reference_note else _torch_model(cfg)
         comparison = Comparison(cfg.parity, parity_preset(cfg.quantize), cfg.quantize.precision)
         comparison.check_outputs([o.name for o in references["onnx"].outputs])
         samples, data = _samples(cfg)
@@ -85,7 +86,8 @@ class ParityStage(Stage):
         data["samples"] = comparison.samples
         report = {**comparison.report(), "data": data, "candidate_evaluator": candidate.evaluator,
                   "references": {"onnx": references["onnx"].evaluator,
-                                 **({"torch": "torch (CPU, eval mode)"} if torch_model is not None else {})}}
+                                 **({"torch": "torch (CPU, eval mode)"} if torch_model is not None else {})},
+                  **({"reference_note": reference_note} if reference_note else {})}
         against_onnx = any(" vs onnx: " in f for f in report["failures"])  # torch-only gaps: nothing to trace
         if against_onnx and cfg.parity.diagnose and worst[1] is not None:
             report["diagnosis"] = diagnose_failure(cfg, inputs, worst[1])
@@ -132,6 +134,31 @@ def parity_checks(report: dict[str, Any]) -> list[Check]:
         out.append(Check("parity", "parity", report.get("status", "fail"), False,
                          message="; ".join(report.get("failures") or report.get("inconclusive") or ["failed"])))
     return out
+
+
+def _fp32_reference(ctx: StageContext, inputs: dict[str, Artifact]) -> tuple[dict[str, Artifact], str]:
+    """The inputs with the FP32 graph to compare against, and a note when it is not the export.
+
+    Surgery that changes the outputs (``cut`` of the post-processing for TensorRT) leaves nothing in
+    the export to compare the candidate's outputs with; the reference is then the FP32 graph after
+    surgery, which the surgery stage checked pass by pass, and torch (whose outputs are the old
+    ones) is left out."""
+    reference, model = inputs["reference"], inputs["model"]
+    if _output_names(reference) == _output_names(model):
+        return inputs, ""
+    fp32 = model
+    while fp32.manifest.stage == "quantize":
+        fp32 = ctx.store.get(fp32.manifest.parents["model"])
+    note = (f"surgery changed the outputs ({', '.join(_output_names(reference))} -> "
+            f"{', '.join(_output_names(fp32))}): compared against the FP32 graph after surgery, not the export "
+            "or torch")
+    return {**inputs, "reference": fp32}, note
+
+
+def _output_names(artifact: Artifact) -> list[str]:
+    from deploykit.onnxio import load_model
+
+    return [o.name for o in load_model(artifact.file(MODEL), load_external=False).graph.output]
 
 
 def _candidate(inputs: dict[str, Artifact]) -> Any:

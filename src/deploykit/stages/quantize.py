@@ -235,11 +235,13 @@ def _reduce_range(ctx: StageContext) -> bool:
 
 def _tolerance(ctx: StageContext) -> Any:
     """The parity stage's tolerance per output, so this check and parity judge alike."""
-    from deploykit.config import parity_preset
+    from deploykit.config import Tolerance, parity_preset
+    from deploykit.metrics.tasks import unordered_outputs
 
     c = ctx.config
     preset = parity_preset(c.quantize)
-    return lambda output: c.parity.tolerance(output, preset)
+    unordered = unordered_outputs(c.parity.tasks)  # post-NMS outputs: only parity's detection check compares them
+    return lambda output: Tolerance() if output in unordered else c.parity.tolerance(output, preset)
 
 
 def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> QuantizeSummary:

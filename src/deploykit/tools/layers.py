@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
                               "torchsource", "inspect", "doctor", "profiling"})),
     ("stages", frozenset({"stages"})),
-    ("pipeline", frozenset({"pipeline", "result"})),
+    ("pipeline", frozenset({"pipeline", "result", "exporter_fallback"})),
     ("matrix", frozenset({"matrix"})),
     ("api", frozenset({"api"})),
     ("cli", frozenset({"cli", "cliargs", "tools", PACKAGE})),

@@ -1,0 +1,72 @@
+"""When a stage after export fails on one exporter's graph, try the other exporter's graph.
+
+``exporter: auto`` picks dynamo and falls back to TorchScript only when dynamo raises; a graph that
+exports fine can still break a later stage (a DETR-style dynamo graph broke INT8 on a ``Range``
+node, and FP16 on dim names that ONNX Runtime's buffer reuse rejected, where the TorchScript graph
+passed both). So when a stage cannot process the graph (a ModelError or DataError: exit 4), the
+pipeline runs once more, up to that stage, with the other exporter: when that passes, the error
+says so and names the one switch to retry with. A missed tolerance or FPS target does not trigger it.
+The trial run's artifacts stay in the store, so the retry reuses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from deploykit.config import Config
+from deploykit.errors import DeployKitError, InvalidInput
+
+OTHER = {"dynamo": "torchscript", "torchscript": "dynamo"}
+
+
+def explain_with_other_exporter(error: DeployKitError, config: Config, store: Any, stages: list[Any]) -> None:
+    """Add to ``error`` (raised by a run of ``config``) whether the other exporter's graph passes the
+    failed stage; leave it untouched when that does not apply (not auto, failed at export, not a
+    stage that could not process the graph)."""
+    from deploykit.pipeline import run_pipeline
+
+    failed, used = _failure(error, config)
+    if failed is None or used not in OTHER:
+        return
+    other = OTHER[used]
+    trial = dataclasses.replace(config, name=f"{config.name}+{other}",
+                                export=dataclasses.replace(config.export, exporter=other))
+    try:
+        run_pipeline(trial, store, stages, until=failed)
+    except DeployKitError as e:
+        if _failed_stage(getattr(e, "result", None)) == "export":
+            return  # the other exporter cannot export this model: auto's choice was the only one
+        error.hint = _join(error.hint, f"the {other} exporter's graph fails at {_failed_stage(e.result) or failed} "
+                                       f"too (run {trial.name!r})")
+        return
+    error.message = (f"{error.message} [the {failed} stage fails on the {used} exporter's graph; the {other} "
+                     f"exporter's graph passes it]")
+    error.hint = _join(f"rerun with --set export.exporter={other} (export.exporter: {other} in the config; its "
+                       f"artifacts are in the store already)", error.hint)
+
+
+def _failure(error: DeployKitError, config: Config) -> tuple[str | None, str]:
+    """(the stage that failed, the exporter the failed run used), or (None, '') when not applicable."""
+    result = getattr(error, "result", None)
+    if config.source.factory is None or config.export.exporter != "auto" or result is None:
+        return None, ""
+    if not isinstance(error, InvalidInput):
+        # a stage that could not process the graph (exit 4); a missed tolerance or target is about
+        # numerics or speed, and config or environment problems are not the exporter's either
+        return None, ""
+    failed = _failed_stage(result)
+    export = next((r for r in result.stages if r.stage == "export" and r.artifact is not None), None)
+    if failed in (None, "export") or export is None:
+        return None, ""
+    return failed, str(export.artifact.manifest.summary.get("exporter", ""))
+
+
+def _failed_stage(result: Any) -> str | None:
+    if result is None:
+        return None
+    return next((r.stage for r in result.stages if r.status == "failed" or r.error), None)
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)

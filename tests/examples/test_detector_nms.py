@@ -1,0 +1,72 @@
+"""The detector with in-graph NMS (deploykit-nms.yaml) and its cut for TensorRT builds
+(deploykit-nms-cut.yaml): both convert, parity matches boxes independent of their order."""
+
+import numpy as np
+import pytest
+
+from deploykit.errors import ParityFailed
+from deploykit.onnxio import load_model
+from tests.examples.cases import EXAMPLES, convert, torch_outputs, validation_samples
+
+NMS = EXAMPLES / "detector" / "deploykit-nms.yaml"
+CUT = EXAMPLES / "detector" / "deploykit-nms-cut.yaml"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("detector-nms-store")  # both configs share the export
+
+
+def test_the_detections_depend_on_the_input():
+    a, b = validation_samples(NMS)
+    (ba, sa, _), (bb, _, _) = torch_outputs(NMS, a), torch_outputs(NMS, b)
+    assert len(ba) >= 5 and len(bb) >= 5 and (sa > 0.3).all()
+    from deploykit.metrics.detection import match_boxes
+
+    matched = match_boxes(ba.astype(np.float64), bb.astype(np.float64), 0.5)
+    assert len(matched) < 0.5 * min(len(ba), len(bb))  # other images, other boxes
+
+
+def test_fp32_with_nms_in_the_graph(store, capfd):
+    result = convert(NMS, store)
+    assert "def forward" not in capfd.readouterr().err  # torch.export's graph dump of the failed dynamo try
+    assert result.passed, repr(result)
+    export = result.artifacts["reference"].manifest.summary
+    assert export["exporter"] == "torchscript"
+    assert "GuardOnDataDependentSymNode" in export["fallback_reason"] and "\x1b" not in export["fallback_reason"]
+    assert "NonMaxSuppression" in {n.op_type for n in load_model(result.artifacts["model"].file("model.onnx")).graph.node}
+    parity = result.parity
+    assert set(parity["not_compared_elementwise"]) == {"boxes", "scores", "labels"} and parity["outputs"] == {}
+    task = next(t for t in parity["tasks"] if t["reference"] == "torch")
+    assert task["metrics"]["reference_boxes"] > 50 and task["metrics"]["matched"] == 1.0
+
+
+def test_cut_for_tensorrt_and_int8_tensorrt_flavour(store):
+    fp32 = convert(CUT, store)
+    assert fp32.passed, repr(fp32)
+    graph = load_model(fp32.artifacts["model"].file("model.onnx")).graph
+    assert "NonMaxSuppression" not in {n.op_type for n in graph.node}
+    assert [o.name for o in graph.output] == ["/Concat_output_0", "/detector/Sigmoid_output_0"]
+    assert "surgery changed the outputs" in fp32.parity["reference_note"]
+    assert fp32.artifacts["reference"].digest == convert(NMS, store).artifacts["reference"].digest  # one export
+    int8 = convert(CUT, store, "int8", "tensorrt")
+    assert int8.passed, repr(int8)
+    task = next(t for t in int8.parity["tasks"] if t["reference"] == "onnx")
+    assert task["metrics"]["matched"] >= 0.95 and task["metrics"]["reference_boxes"] > 50
+
+
+# Measured with NMS in the graph: ORT flavour 103 of 107 boxes matched, mean IoU 0.897 < 0.9, class
+# flips 0.097 > 0.02; tensorrt flavour mean IoU 0.934, class flips 0.106 > 0.02. Cut before NMS, the
+# same INT8 passes (class flips 0.006): NMS turns small score changes into different kept boxes.
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 with NMS in the graph: class flips 0.097-0.106 "
+                   "> 0.02 (measured)")
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_int8_with_nms_in_the_graph(store, target):
+    assert convert(NMS, store, "int8", target).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("precision", "target"), [("int8", "onnxruntime"), ("fp8", "tensorrt")])
+def test_cut_matrix(store, precision, target):
+    assert convert(CUT, store, precision, target).passed
