@@ -1,0 +1,114 @@
+"""README drift: every command the README shows exists as written. The default suite parses each
+``deploykit`` line with the CLI's own parser (commands, flags, choices: a renamed flag fails here);
+the slow test runs the shell blocks that can run on this machine, in a copy of the examples, and
+names why it skips the others (GPU, TensorRT, installs that CI's .ci/run makes)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PLACEHOLDER = re.compile(r"\[|\||\.\.\.|\b(CONFIG|RUN|DIGEST|LIB|DIR|STAGE|WORKDIR|B|P|N|SECONDS|FILE)\b")
+
+
+def shell_lines() -> list[tuple[int, str, str]]:
+    """(line number, command, marker of its block) for every line of the README's plain/shell code blocks."""
+    out, block, marker, last = [], None, "", ""
+    for no, line in enumerate(README.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            if block is None:
+                block = line[3:].strip()
+                marker = last if last.startswith("<!-- ci:") else ""
+            else:
+                block = None
+            continue
+        if block in ("", "sh", "bash") and line.strip() and not line.startswith(" "):
+            out.append((no, line.split("  #")[0].split(" # ")[0].strip(), marker))
+        last = line.strip() if line.strip() else last
+    return out
+
+
+def deploykit_lines() -> list[tuple[int, str]]:
+    return [(no, cmd) for no, cmd, _ in shell_lines() if cmd.startswith("deploykit ")]
+
+
+def _command(words: list[str]):
+    """The click command a README line names, and the words after its name."""
+    import typer
+
+    from deploykit.cli import app
+
+    cmd = typer.main.get_command(app)
+    words = list(words)
+    while words and hasattr(cmd, "commands") and words[0] in cmd.commands:
+        cmd = cmd.commands[words.pop(0)]
+    return cmd, words
+
+
+def test_the_readme_shows_deploykit_commands():
+    assert len(deploykit_lines()) >= 20
+
+
+@pytest.mark.parametrize(("no", "line"), deploykit_lines(), ids=lambda v: str(v)[:60])
+def test_each_deploykit_line_parses_with_the_cli(no, line):
+    import typer
+
+    cmd, rest = _command(shlex.split(line)[1:])
+    if rest and "|" in rest[0] and hasattr(cmd, "commands"):  # `plugins build|list|check`: each must exist
+        assert all(c in cmd.commands for c in rest[0].split("|")), f"README line {no}: {line}"
+        return
+    assert not hasattr(cmd, "commands") or rest and rest[0].startswith("-"), f"README line {no}: no such command: {line}"
+    known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    for flag in [w.split("=")[0].strip("[]") for w in line.replace("|", " ").split() if w.lstrip("[").startswith("-")]:
+        if flag.rstrip(".") and not flag.startswith("--no-"):
+            assert flag.rstrip(".") in known, f"README line {no}: {cmd.name} has no {flag}"
+    if not PLACEHOLDER.search(line):  # a concrete line: the parser takes it, values and choices included
+        try:
+            cmd.make_context(cmd.name, rest)
+        except typer.Exit:  # --version
+            pass
+
+
+# -- the slow part: run what can run here -----------------------------------------------------------------
+
+def _skip_reason(cmd: str, marker: str) -> str:
+    if marker == "<!-- ci: install-by-hand -->" or cmd.startswith(("make demo", "make test", "python3 -m venv")):
+        return "an install: .ci/run makes it in a fresh venv"
+    if "tensorrt" in cmd.split("--backend")[-1:][0] and "--backend tensorrt" in cmd or "[tensorrt]" in cmd:
+        return "needs TensorRT and a GPU"
+    if cmd.startswith(("make gpu-check", "make plugins")):
+        return "needs a GPU (make plugins: the same build as `deploykit plugins build`)"
+    if "plugins check" in cmd:
+        return "needs the TensorRT plugin library (nvcc and TensorRT)"
+    if cmd.startswith(("make bench", "make lint", "make test-all", "make fuzz")):
+        return "a make target CI runs itself"
+    if cmd.startswith("deploykit matrix"):
+        return "needs a matrix file of your own (tests/matrix runs examples/matrix/matrix.yaml)"
+    if not cmd.startswith("deploykit ") or PLACEHOLDER.search(cmd):
+        return "a synopsis, not a command"
+    return ""
+
+
+@pytest.mark.slow
+def test_the_readme_shell_blocks_run_as_written(tmp_path):
+    from tests.cli.console import deploykit as run
+
+    for folder in ("examples", "calibration", "plugins"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    ran, skipped = [], []
+    for no, cmd, marker in shell_lines():
+        why = _skip_reason(cmd, marker)
+        if why:
+            skipped.append(f"line {no} ({why}): {cmd}")
+            continue
+        proc = run(*shlex.split(cmd)[1:], cwd=tmp_path, timeout=1800)
+        assert proc.returncode == 0, f"README line {no}: `{cmd}` exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+        ran.append(cmd)
+    print("\n".join(["ran:", *ran, "skipped:", *skipped]))
+    assert len(ran) >= 8
