@@ -20,6 +20,8 @@ from tests.cli.console import deploykit as run
     (("quantize", "x.yaml", "--precision", "fp32"), ("--precision 'fp32'", "fp16 | int8 | fp8 | int4")),
     (("convert", "x.yaml", "--shapes", "x:1xax3"), ("--shapes 'x:1xax3'", "input:DxDx")),
     (("convert", "x.yaml", "--dim", "batch=4,1"), ("--dim 'batch=4,1'",)),
+    (("convert", "x.yaml", "--shapes", "x:1x0x3"), ("--shapes 'x:1x0x3'", "from 1 to 2147483647")),
+    (("convert", "x.yaml", "--dim", "batch=1,1,99999999999"), ("--dim 'batch=1,1,99999999999'", "<= 2147483647")),
 ])
 def test_a_usage_error_is_one_line_and_exit_2(args, needles):
     proc = run(*args)
@@ -54,6 +56,31 @@ def test_json_log_format_reports_a_usage_error_as_json():
     assert result["exit_code"] == 2 and "did you mean 'int8'" in result["error"]
     event = json.loads(proc.stderr.strip().splitlines()[-1])
     assert event["event"] == "error" and event["exit_code"] == 2
+
+
+CRASH = """
+import ctypes
+from torch import nn
+
+
+def build():
+    ctypes.string_at(0)  # SIGSEGV in native code: only the supervising parent is left to say so
+    return nn.Identity()
+"""
+
+
+def test_json_log_format_reports_a_crash_the_supervisor_saw_as_json(tmp_path):
+    (tmp_path / "crash.py").write_text(CRASH)
+    cfg = tmp_path / "deploykit.yaml"
+    cfg.write_text('name: crash\nsource: {factory: "crash:build"}\ninputs: [{name: x, shape: [1, 4]}]\n')
+    proc = run("export", str(cfg), "-w", str(tmp_path / "store"), "--log-format", "json", cwd=tmp_path,
+               extra_path=(tmp_path,))
+    assert proc.returncode == 70 and "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout)  # stdout holds exactly one JSON object: the error
+    assert result["schema"] == "deploykit.error/1" and result["exit_code"] == 70
+    assert "native code crashed (SIGSEGV)" in result["error"] and "stage export" in result["error"]
+    event = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert event["event"] == "error" and event["exit_code"] == 70
 
 
 def test_a_missing_config_is_blamed_on_the_file_and_a_bad_override_on_the_override(tmp_path):
