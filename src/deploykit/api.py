@@ -16,21 +16,12 @@ from typing import Any
 from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
 from deploykit.config import Config, config_from_dict, load_config
+from deploykit.config_load import merged_overrides
 from deploykit.errors import ConfigError, DeployKitError, ModelError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import RunResult
 
 DEFAULT_WORKDIR = ".deploykit"
-
-
-def merged_overrides(overrides: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Dotted overrides from a mapping and from ``a__b=value`` keywords; a field given both ways must agree."""
-    out = {k.replace("__", "."): v for k, v in fields.items()}
-    for key, value in (overrides or {}).items():
-        if key in out and out[key] != value:
-            raise UsageError(f"override {key!r} is given twice, as {out[key]!r} and {value!r}")
-        out[key] = value
-    return out
 
 
 Shapes = dict[str, dict[str, tuple[int, ...]]]  # input -> {"min" | "opt" | "max": shape}
@@ -182,7 +173,7 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
 
 def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
            workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
-           view: Any = None, **overrides: Any) -> Any:
+           view: Any = None, overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
     """Run a build matrix (models x precisions x targets); return a MatrixResult (a table, HTML in notebooks).
 
     See :func:`deploykit.matrix.run_matrix` for the arguments; ``deploykit.matrix(...)`` is the same call.
@@ -190,7 +181,7 @@ def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = Non
     from deploykit.matrix import run_matrix
 
     return run_matrix(source, ray=ray, jobs=jobs, workdir=workdir, report_dir=report_dir, rerun=rerun, view=view,
-                      **overrides)
+                      overrides=overrides, **fields)
 
 
 def _check_report_dir(report_dir: Path) -> None:
@@ -298,7 +289,7 @@ def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dim
 
 def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, batch: int | None = None,
             dims: dict[str, tuple[int, int, int]] | None = None, options: Any = None, reporter: Reporter | None = None,
-            **overrides: Any) -> dict[str, Any]:
+            overrides: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """Per-layer profile of an engine, with the roofline columns (see :mod:`deploykit.profiling`).
 
     Args:
@@ -309,7 +300,8 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         dims: min/opt/max of named dims (an engine folder uses the opt values).
         options: a :class:`deploykit.profiling.ProfileOptions` (iterations, warm-up, top-N, roofline).
         reporter: progress and events of the build (silent by default).
-        **overrides: config fields, dots written as ``__``.
+        overrides: config fields by dotted name (``{"build.backend": "onnxruntime"}``).
+        **fields: config fields, dots written as ``__``.
 
     Returns:
         The profile report (``schema`` ``deploykit.profile/1``).
@@ -321,6 +313,7 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     from deploykit.profiling.run import ProfileOptions, engine_feeds, profile_engine
 
     options = options or ProfileOptions()
+    overrides = merged_overrides(overrides, fields)
     path = Path(source) if not isinstance(source, Config) else None
     peaks_dir = Store(workdir).root / CACHE_DIR
     if path is not None and path.is_dir():
@@ -329,7 +322,7 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         opt = {name: values[1] for name, values in (dims or {}).items()} | ({"batch": batch} if batch else {})
         return profile_engine(path, engine_feeds(path, opt), options, peaks_dir=peaks_dir, model=path.name,
                               source=str(path), batch=batch or 1)
-    config = resolve_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims)
+    config = resolve_config(source, overrides, dims)
     result = convert(config, workdir=workdir, until="build", reporter=reporter)
     engine = result.artifacts["engine"]
     feeds = random_feeds(config, "opt", np.random.default_rng(0), batch=batch)

@@ -285,10 +285,9 @@ def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.o
     from deploykit import api
     from deploykit.profiling import ProfileOptions
 
-    overrides = parse_sets(set_) | ({"build.backend": backend} if backend else {})
     report = api.profile(source, workdir=workdir, batch=batch, dims=parse_dims(dim),
                          options=ProfileOptions(iterations=iterations, warmup=warmup, top=top, roofline=roofline),
-                         reporter=_reporter(log_format), **{k.replace(".", "__"): v for k, v in overrides.items()})
+                         reporter=_reporter(log_format), overrides=parse_sets(set_) | opt.overrides(**{"build.backend": backend}))
     if output is not None:
         from deploykit.profiling.summary import write_profile
 
@@ -330,18 +329,18 @@ def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x prec
     from deploykit.matrix import run_matrix
     from deploykit.matrix.table import JsonView, LiveView
 
-    overrides = {k.replace(".", "__"): v for k, v in parse_sets(set_).items()}
+    overrides = parse_sets(set_)
     folder = report_dir or Path("reports") / file.stem
     kwargs = {"ray": ray, "jobs": jobs, "workdir": workdir, "report_dir": folder, "rerun": tuple(rerun or ())}
     if log_format == "json":
-        result = run_matrix(file, view=JsonView(), **kwargs, **overrides)
+        result = run_matrix(file, view=JsonView(), overrides=overrides, **kwargs)
     else:
         from rich.console import Console
 
         console = Console()
         console = console if console.is_terminal else Console(width=200)  # a CI log: one line per cell
         with LiveView(console) as view:
-            result = run_matrix(file, view=view, **kwargs, **overrides)
+            result = run_matrix(file, view=view, overrides=overrides, **kwargs)
     typer.echo(f"report: {', '.join(str(p) for p in result.report_files)}", err=True)
     if result.interrupted:
         done = sum(c.status not in ("interrupted", "waiting") for c in result.cells)

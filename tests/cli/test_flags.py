@@ -127,3 +127,28 @@ def test_without_modelopt_a_quantizer_that_needs_it_is_one_line_exit_3(onnx_mode
     assert code == 3, err
     assert "needs NVIDIA ModelOpt" in err and "pip install 'deploykit[quant]'" in err and "Traceback" not in err
     assert not (tmp_path / "s" / "objects").exists() or not list((tmp_path / "s" / "objects").iterdir())
+
+
+def test_profile_and_matrix_pass_overrides_as_given(onnx_model, tmp_path):
+    """--set reaches `profile` and `matrix` as dotted keys, unchanged: a key holding ``__`` (a target
+    named edge__box) is not split into two levels by a re-encoding on the way."""
+    import json
+
+    edge = ("--set", "gate.targets.edge__box.fps=1")
+    proc = run("profile", str(onnx_model), "-w", str(tmp_path / "store"), "--dim", "batch=1,2,2", "--iterations", "3",
+               "--warmup", "1", "--no-roofline", "--json", *edge)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["layers"][0]["op_type"] == "MatMul"
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "deploykit.yaml").write_text(
+        "name: net\nsource: {onnx: ../m.onnx}\ninputs: [{name: x, shape: [batch, 8]}]\ndims: {batch: {min: 1, opt: 1, max: 2}}\nparity: {samples: 1}\n"
+        "gate: {warmup: 1, warmup_s: 0.0, iterations: 5, trials: 1, targets: {default: {fps: 1}}}\n")
+    (tmp_path / "matrix.yaml").write_text("models: [net/deploykit.yaml]\nprecisions: [fp32]\n"
+                                          "targets: [{name: cpu, backend: onnxruntime}]\n")
+    proc = run("matrix", str(tmp_path / "matrix.yaml"), "-w", str(tmp_path / "store"), "-j", "1",
+               "--report-dir", str(tmp_path / "report"), "--log-format", "json", *edge)
+    assert proc.returncode == 0, proc.stderr
+    [cell] = json.loads((tmp_path / "report" / "matrix.json").read_text())["cells"]
+    assert cell["status"] == "passed", cell
+    assert_one_error(run("profile", str(onnx_model), "-w", str(tmp_path / "store"), "--set", "gate.targets.edge.box=1"),
+                     2, "gate.targets.edge")  # the same key split in two is an invalid config, as it was
