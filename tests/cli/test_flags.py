@@ -113,20 +113,66 @@ def test_deploykit_surgery_is_the_api_function_whatever_was_imported_first(first
     assert "api: /nonexistent/deploykit.yaml: config file not found" in proc.stdout
 
 
+NO_MODELOPT = """
+import importlib.abc, importlib.util, sys
+
+_find_spec = importlib.util.find_spec
+
+
+class _NoModelOpt(importlib.abc.MetaPathFinder):  # a plain `pip install deploykit`: no ModelOpt to import
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "modelopt":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoModelOpt())
+importlib.util.find_spec = lambda name, package=None: (
+    None if name.split(".")[0] == "modelopt" else _find_spec(name, package))
+"""
+
+
 @pytest.mark.parametrize("flags", [("--precision", "fp8"), ("--precision", "int8", "--set", "quantize.target=tensorrt"),
                                    ("--precision", "fp16")])
-def test_without_modelopt_a_quantizer_that_needs_it_is_one_line_exit_3(onnx_model, tmp_path, monkeypatch, flags):
-    import importlib.util
-
-    from tests.conftest import run_cli
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "modelopt" else real(name, *a))
-    code, _, err = run_cli("convert", str(onnx_model), "-w", str(tmp_path / "s"), "--set",
-                           "calibration.files=calib", *flags)
-    assert code == 3, err
-    assert "needs NVIDIA ModelOpt" in err and "pip install 'deploykit[quant]'" in err and "Traceback" not in err
+def test_without_modelopt_a_quantizer_that_needs_it_is_one_line_exit_3(onnx_model, tmp_path, flags):
+    """Through the console script of an install without the quant extra (ModelOpt hidden from it)."""
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(NO_MODELOPT)
+    proc = run("convert", str(onnx_model), "-w", str(tmp_path / "s"), "--set", "calibration.files=calib", *flags,
+               extra_path=(tmp_path / "hide",))
+    assert_one_error(proc, 3, "needs NVIDIA ModelOpt")
+    assert "hint: pip install 'deploykit[quant]'" in proc.stderr
     assert not (tmp_path / "s" / "objects").exists() or not list((tmp_path / "s" / "objects").iterdir())
+
+
+def test_duration_sets_the_timed_seconds(onnx_model, tmp_path):
+    import json
+
+    proc = run("gate", str(onnx_model), "-w", str(tmp_path / "store"), "--iterations", "5", "--warmup", "1",
+               "--duration", "1.0", "--report-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    gate = json.loads((tmp_path / "r" / "gate.json").read_text())
+    assert gate["iterations"] > 50 and gate["latency"]["n"] == gate["iterations"] * gate["trials_count"]
+
+
+def test_every_stage_command_takes_rerun(onnx_model, tmp_path):
+    """``--rerun STAGE`` on each stage command runs that stage again where the store already holds it."""
+    import json
+
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(8):
+        np.save(calib / f"s{i}.npy", np.random.default_rng(i).standard_normal((1, 8)).astype(np.float32))
+    common = ("-w", str(tmp_path / "store"), "--log-format", "json")
+    quant = ("--precision", "int8", "--calib-data", str(calib), "--set", "quantize.check_samples=2")
+    assert run("gate", str(onnx_model), *common).returncode == 0
+    assert run("quantize", str(onnx_model), *common, *quant).returncode == 0
+    for command, stage, extra in (("surgery", "surgery", ()), ("build", "build", ()), ("parity", "parity", ()),
+                                  ("gate", "gate", ()), ("quantize", "quantize", quant)):
+        proc = run(command, str(onnx_model), *common, *extra, "--rerun", stage)
+        assert proc.returncode == 0, (command, proc.stderr)
+        status = {s["stage"]: s["status"] for s in json.loads(proc.stdout)["stages"]}
+        assert status[stage] == "ran" and status["ingest"] == "reused", (command, status)
 
 
 def test_profile_and_matrix_pass_overrides_as_given(onnx_model, tmp_path):
