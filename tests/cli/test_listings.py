@@ -33,3 +33,19 @@ def test_artifacts_listings_print_json_and_whole_digests(tiny):
     assert [r["kind"] for r in chain][:2] == ["bench-report", "engine"]
     table = run("artifacts", "ls", "-w", str(store)).stdout
     assert all(a["digest"][:12] in table for a in listed)  # one whole short digest per row, never wrapped
+
+
+def test_a_corrupt_store_is_listed_as_such_and_verify_reads_the_run_records(tiny):
+    _, store = tiny
+    clean = run("artifacts", "verify", "-w", str(store))
+    assert clean.returncode == 0 and "run records: 0 problem(s)" in clean.stdout, clean.stdout
+    [record] = sorted((store / "records").glob("*.json"))
+    record.write_text("[]")  # a run record that is not one
+    manifest = next(p for p in sorted((store / "objects").glob("*/manifest.json")) if '"stage": "gate"' in p.read_text())
+    manifest.write_text(manifest.read_text().replace('"passed": true', '"passed": false', 1))
+    listed = run("artifacts", "ls", "-w", str(store), "--json")
+    assert listed.returncode == 4 and "Traceback" not in listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r for r in rows if "corrupt" in r] and all(len(r["digest"]) == 64 for r in rows if "digest" in r)
+    verify = run("artifacts", "verify", "-w", str(store))
+    assert verify.returncode == 4 and f"problem: {record}: not a readable run record" in verify.stdout, verify.stdout
