@@ -51,6 +51,12 @@ def test_every_view_and_the_exit_code_agree(quantizable, tmp_path, case):
     failing = [c.get("classname").rsplit(".", 1)[-1] for c in suite.iter("testcase") if c.find("failure") is not None]
     assert suite.get("failures") == str(len(failing)) == str(len(record.failed_checks))
     assert set(failing) == failed_groups and suite.get("errors") == "0"
+    names: dict[str, set[str]] = {}  # one testcase per parity output x reference, quantize output, gate check
+    for c in suite.iter("testcase"):
+        names.setdefault(c.get("classname").rsplit(".", 1)[-1], set()).add(c.get("name"))
+    assert {f"{o} vs {r}" for o in ("features", "pooled") for r in ("onnx", "torch")} <= names["parity"]
+    assert names["gate"] and all(n.startswith(f"{record.name} on ") for n in names["gate"])  # model x platform
+    assert names.get("quantize", set()) == ({"features", "pooled"} if "--precision" in flags else set())
     # 4. Markdown
     md = (tmp_path / "r" / "summary.md").read_text()
     assert md.startswith(f"## deploykit {record.identity} — {verdict} (exit {code})")
