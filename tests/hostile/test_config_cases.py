@@ -149,10 +149,13 @@ def test_the_alias_bomb_is_refused_in_bounded_memory(tmp_path):
     """The 2 KB bomb used to take > 6 GB; refused while parsing, it peaks at what the interpreter needs."""
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(BOMB + textwrap.dedent(CONFIG))
-    probe = ("import resource, sys\nfrom deploykit.config import load_config\nfrom deploykit.errors import ConfigError\n"
-             "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    # VmHWM is this process's own peak: ru_maxrss survives exec, so it would report the forking
+    # parent's (a pytest that already loaded torch) instead.
+    probe = ("import re, sys\nfrom deploykit.config import load_config\nfrom deploykit.errors import ConfigError\n"
+             "def hwm():\n    return int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])\n"
+             "base = hwm()\n"
              "try:\n    load_config(sys.argv[1])\nexcept ConfigError as e:\n    print('refused', e.message)\n"
-             "print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+             "print(base, hwm())\n")
     done = subprocess.run([sys.executable, "-c", probe, str(bomb)], capture_output=True, text=True, timeout=60,
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     lines = done.stdout.splitlines()
