@@ -191,8 +191,8 @@ def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> R
     record = build_record(identity, rows, produced, run.stages, store, error=error)
     # A partial run (`deploykit export`, `parity`, ...) is recorded unless a record of the whole
     # pipeline exists: `deploykit report NAME` keeps showing the last complete verdict.
-    stored = records.find(store.root, record.identity)
-    if run.records and (run.whole or not stored or stored[0].details.get("partial")):
+    stored = None if run.whole else records.stored(store.root, record.identity)
+    if run.records and (run.whole or stored is None or stored.details.get("partial")):
         if not run.whole:
             record.details["partial"] = True
         records.write(store, record)

@@ -184,6 +184,12 @@ def read(path: Path) -> RunRecord:
                               hint=f"delete {path} and rerun") from e
 
 
+def stored(root: Path, identity: str) -> RunRecord | None:
+    """The record of ``identity`` in the store, or None (only that file is read)."""
+    path = root / FOLDER / f"{identity}.json"
+    return read(path) if RUN_NAME.fullmatch(identity) and (path.exists() or path.is_symlink()) else None
+
+
 def find(root: Path, ref: str, *, precision: str | None = None, backend: str | None = None) -> list[RunRecord]:
     """The records of run ``ref`` (a config name or a record identity), newest first."""
     folder = root / FOLDER
