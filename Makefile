@@ -4,14 +4,16 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all fuzz bench lint plugins gpu-check clean
+.PHONY: install demo test test-all fuzz bench lint plugins gpu-check clean constraints
 
-# torch==2.13.0 first: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+# The venv's own pip (23.x) crashes in the resolver on these dependencies: upgrade it first.
+# torch==2.13.0 next: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
+# constraints.txt pins every package to the versions the suite passed with (a reproducible green run).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,quant,ray]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,quant,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -55,6 +57,11 @@ plugins: $(STAMP) $(TRT_HEADERS)
 # two examples) vs ONNX Runtime, timed; per-layer profiles. One report: build/gpu-check/{gpu_check.json,summary.md}.
 gpu-check: $(STAMP) $(TRT_HEADERS)
 	$(PY) scripts/gpu_check.py --out build/gpu-check
+
+# After a dependency change passes the suite: pin what the venv holds (less deploykit itself).
+constraints: $(STAMP)
+	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -vi '^deploykit=='; } > constraints.new
+	mv constraints.new constraints.txt
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -5,6 +5,7 @@ Heavy libraries (torch, onnxruntime, TensorRT) load only when a stage needs them
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -12,13 +13,34 @@ __all__ = ["Config", "DeployKitError", "MatrixResult", "RunResult", "build", "co
            "load_config", "matrix", "parity", "profile", "quantize", "surgery"]
 
 _LAZY = {
-    "convert": "deploykit.api", "export": "deploykit.api", "surgery": "deploykit.api", "build": "deploykit.api",
+    "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
     "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "profile": "deploykit.api",
     "Config": "deploykit.config",
     "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.result",
     # Once deploykit.matrix (the package) is imported it replaces this attribute; the package is callable alike.
     "matrix": "deploykit.api", "MatrixResult": "deploykit.matrix.result",
 }
+
+
+class _CallableSurgery(types.ModuleType):
+    """``deploykit.surgery`` is both the subpackage (passes, registry, runner) and the API function
+    :func:`deploykit.api.surgery`: importing ``deploykit.surgery.<module>`` binds the package as the
+    attribute, so the package itself forwards a call to the function, whatever was imported first."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from deploykit import api
+
+        return api.surgery(*args, **kwargs)
+
+
+def _bind_surgery() -> None:
+    import importlib
+
+    module = importlib.import_module("deploykit.surgery")  # cheap: the package imports nothing at load
+    module.__class__ = _CallableSurgery
+
+
+_bind_surgery()
 
 
 def __getattr__(name: str) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
 from deploykit.config import Config, config_from_dict, load_config
+from deploykit.config_load import merged_overrides
 from deploykit.errors import ConfigError, DeployKitError, ModelError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import RunResult
@@ -23,24 +24,61 @@ from deploykit.result import RunResult
 DEFAULT_WORKDIR = ".deploykit"
 
 
-def merged_overrides(overrides: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Dotted overrides from a mapping and from ``a__b=value`` keywords; a field given both ways must agree."""
-    out = {k.replace("__", "."): v for k, v in fields.items()}
-    for key, value in (overrides or {}).items():
-        if key in out and out[key] != value:
-            raise UsageError(f"override {key!r} is given twice, as {out[key]!r} and {value!r}")
-        out[key] = value
-    return out
+Shapes = dict[str, dict[str, tuple[int, ...]]]  # input -> {"min" | "opt" | "max": shape}
 
 
 def resolve_config(source: str | Path | Config, overrides: dict[str, Any] | None = None,
-                   dims: dict[str, tuple[int, int, int]] | None = None) -> Config:
-    """A validated Config from a YAML path, an ONNX path, or a Config (overrides applied)."""
+                   dims: dict[str, tuple[int, int, int]] | None = None, shapes: Shapes | None = None) -> Config:
+    """A validated Config from a YAML path, an ONNX path, or a Config (overrides applied).
+
+    ``shapes`` (trtexec's ``--shapes``/``--min-shapes``...) set the named dims of each input's shape.
+    """
     overrides = overrides or {}
     if isinstance(source, Config):
-        if overrides:
+        if overrides or shapes:
             raise UsageError("overrides apply to a config file; change the Config object with dataclasses.replace")
         return source
+    if shapes:
+        found = shape_dims(_resolve(source, overrides, dims), shapes)
+        if Path(source).suffix == ".onnx":
+            return _resolve(source, overrides, {**(dims or {}), **found})
+        return _resolve(source, {**overrides, **{f"dims.{d}": dict(zip(("min", "opt", "max"), v, strict=True))
+                                                  for d, v in found.items()}}, dims)
+    return _resolve(source, overrides, dims)
+
+
+def shape_dims(config: Config, shapes: Shapes) -> dict[str, tuple[int, int, int]]:
+    """The (min, opt, max) of every named dim the given input shapes fix; fixed axes must agree."""
+    specs = {s.name: s for s in config.inputs}
+    got: dict[str, dict[str, int]] = {}
+    for name, by_which in shapes.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise UsageError(f"--shapes {name}: no input named {name!r}; the inputs are {', '.join(specs)}")
+        for which, shape in by_which.items():
+            text = f"{name}:{'x'.join(map(str, shape))}"
+            if len(shape) != len(spec.shape):
+                raise UsageError(f"--{which}-shapes {text}: input {name!r} has {len(spec.shape)} axes "
+                                 f"({list(spec.shape)})")
+            for axis, (want, dim) in enumerate(zip(shape, spec.shape, strict=True)):
+                if isinstance(dim, int) and dim != want:
+                    raise UsageError(f"--shapes {text}: axis {axis} of {name!r} is fixed at {dim}",
+                                     hint="only named (dynamic) dims can change; see `deploykit config show`")
+                if isinstance(dim, str):
+                    if got.setdefault(dim, {}).setdefault(which, want) != want:
+                        raise UsageError(f"--shapes {text}: dim {dim!r} is {got[dim][which]} in another input")
+    out = {}
+    for dim, values in got.items():
+        base = config.dims[dim]
+        lo, opt, hi = (values.get(k, getattr(base, k)) for k in ("min", "opt", "max"))
+        if not lo <= opt <= hi:
+            raise UsageError(f"--shapes: dim {dim!r} would be min {lo}, opt {opt}, max {hi}",
+                             hint="give --min-shapes, --opt-shapes and --max-shapes together, or --shapes alone")
+        out[dim] = (lo, opt, hi)
+    return out
+
+
+def _resolve(source: str | Path, overrides: dict[str, Any], dims: dict[str, tuple[int, int, int]] | None) -> Config:
     path = Path(source)
     if path.suffix == ".onnx":
         from deploykit.config import apply_overrides
@@ -95,8 +133,8 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
 
 def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, until: str | None = None,
             rerun: tuple[str, ...] = (), report_dir: str | Path | None = None, reporter: Reporter | None = None,
-            dims: dict[str, tuple[int, int, int]] | None = None, overrides: Mapping[str, Any] | None = None,
-            **fields: Any) -> RunResult:
+            dims: dict[str, tuple[int, int, int]] | None = None, shapes: Shapes | None = None,
+            overrides: Mapping[str, Any] | None = None, **fields: Any) -> RunResult:
     """Run the pipeline; return the result, or raise (GateFailed and others carry ``.result``).
 
     Args:
@@ -107,13 +145,14 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         report_dir: where to copy parity/gate reports (JSON, JUnit XML, Markdown).
         reporter: progress and events (silent by default).
         dims: min/opt/max for an ONNX source's dynamic dims.
+        shapes: input -> {"min"/"opt"/"max": shape}, setting the named dims those shapes fix.
         overrides: config fields by dotted name (``{"gate.iterations": 50}``).
         **fields: config fields, dots written as ``__`` (``gate__iterations=50``).
     """
     from deploykit.pipeline import run_pipeline
     from deploykit.stages import default_stages
 
-    config = resolve_config(source, merged_overrides(overrides, fields), dims)
+    config = resolve_config(source, merged_overrides(overrides, fields), dims, shapes)
     if report_dir is not None:
         _check_report_dir(Path(report_dir))
     with Store(workdir) as store, store.tempdir():  # every temporary of the run lives in the store
@@ -134,7 +173,7 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
 
 def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
            workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
-           view: Any = None, **overrides: Any) -> Any:
+           view: Any = None, overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
     """Run a build matrix (models x precisions x targets); return a MatrixResult (a table, HTML in notebooks).
 
     See :func:`deploykit.matrix.run_matrix` for the arguments; ``deploykit.matrix(...)`` is the same call.
@@ -142,7 +181,7 @@ def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = Non
     from deploykit.matrix import run_matrix
 
     return run_matrix(source, ray=ray, jobs=jobs, workdir=workdir, report_dir=report_dir, rerun=rerun, view=view,
-                      **overrides)
+                      overrides=overrides, **fields)
 
 
 def _check_report_dir(report_dir: Path) -> None:
@@ -155,9 +194,14 @@ def _check_report_dir(report_dir: Path) -> None:
             return
 
 
+RECORD_FILES = ("run.json", "junit.xml", "summary.md")  # what --report-dir holds beside the stages' JSON reports
+
+
 def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
-    """Copy the run's reports (each stage names its own) to a stable folder CI can pick up."""
+    """Write the run's reports to a stable folder CI can pick up: each stage's JSON report (each stage
+    names its own), and the run record as ``run.json``, ``junit.xml`` and ``summary.md``."""
     from deploykit.errors import os_error
+    from deploykit.report import jsonio, junit, markdown
     from deploykit.stages import report_files
 
     files = report_files()
@@ -168,18 +212,25 @@ def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
             for name in files.get(record.stage, ()) if record.artifact else ():
                 shutil.copyfile(record.artifact.file(name), report_dir / name)
                 written.append(report_dir / name)
+        rendered = (jsonio.dumps(result.record.to_dict()), junit.render(result.record), markdown.render(result.record))
+        for name, text in zip(RECORD_FILES, rendered, strict=True):
+            (report_dir / name).write_text(text, encoding="utf-8")
+            written.append(report_dir / name)
     except OSError as e:
         raise os_error(e, report_dir, "write the reports") from e
     return written
 
 
 def write_report(ref: str, output: str | Path = "report.html", *, workdir: str | Path = DEFAULT_WORKDIR,
-                 with_plots: bool = True) -> Path:
-    """Write the HTML report of a run (its name) or an artifact (a digest) from the store; return its path."""
+                 with_plots: bool = True, precision: str | None = None, backend: str | None = None) -> Path:
+    """Write the HTML report of a run (its name or record identity) or an artifact (a digest) from the
+    store; return its path. A name with several recorded runs gives the newest (or the one of
+    ``precision`` / ``backend``); :func:`deploykit.report.write_html` also returns a note naming the others."""
     from deploykit.report import write_html
     from deploykit.stages import default_stages
 
-    return write_html(workdir, ref, output, default_stages(), with_plots=with_plots)
+    return write_html(workdir, ref, output, default_stages(), with_plots=with_plots, precision=precision,
+                      backend=backend)[0]
 
 
 def _stage_function(stage: str) -> Any:
@@ -200,8 +251,8 @@ gate = _stage_function("gate")
 
 def quantize(source: str | Path | Config, *, calib_data: str | Path | None = None, workdir: str | Path = DEFAULT_WORKDIR,
              rerun: tuple[str, ...] = (), reporter: Reporter | None = None,
-             dims: dict[str, tuple[int, int, int]] | None = None, overrides: Mapping[str, Any] | None = None,
-             **fields: Any) -> RunResult:
+             dims: dict[str, tuple[int, int, int]] | None = None, shapes: Shapes | None = None,
+             overrides: Mapping[str, Any] | None = None, **fields: Any) -> RunResult:
     """Run the pipeline up to and including the quantize stage; the artifact is ``result.artifacts["model"]``.
 
     Args:
@@ -211,23 +262,25 @@ def quantize(source: str | Path | Config, *, calib_data: str | Path | None = Non
         rerun: stages to run even when their artifact exists.
         reporter: progress and events (silent by default).
         dims: min/opt/max for an ONNX source's dynamic dims.
+        shapes: input -> {"min"/"opt"/"max": shape}, setting the named dims those shapes fix.
         overrides: config fields by dotted name (``{"quantize.precision": "int8"}``).
         **fields: config fields, dots written as ``__`` (``quantize__precision="int8"``).
     """
-    config = _quantize_config(source, merged_overrides(overrides, fields), dims, calib_data)
+    config = _quantize_config(source, merged_overrides(overrides, fields), dims, calib_data, shapes)
     return convert(config, workdir=workdir, until="quantize", rerun=rerun, reporter=reporter)
 
 
-def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dims: Any, calib_data: Any) -> Config:
+def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dims: Any, calib_data: Any,
+                     shapes: Shapes | None = None) -> Config:
     if calib_data is not None:
         from deploykit.config import apply_overrides
         from deploykit.quant.calib_source import calibration_section
 
         calib = {k: v for k, v in overrides.items() if k.startswith("calibration.")}
         rest = {k: v for k, v in overrides.items() if k not in calib}
-        section = calibration_section(Path(calib_data), resolve_config(source, rest, dims))
+        section = calibration_section(Path(calib_data), resolve_config(source, rest, dims, shapes))
         overrides = {**rest, "calibration": apply_overrides({"calibration": section}, calib)["calibration"]}
-    config = resolve_config(source, overrides, dims)
+    config = resolve_config(source, overrides, dims, shapes)
     if not config.quantize.enabled:
         raise UsageError("quantize needs a precision: the config says quantize.precision fp32",
                          hint=f"pass --precision int8 ({listed(Precision, without=('fp32',))})")
@@ -236,7 +289,7 @@ def _quantize_config(source: str | Path | Config, overrides: dict[str, Any], dim
 
 def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, batch: int | None = None,
             dims: dict[str, tuple[int, int, int]] | None = None, options: Any = None, reporter: Reporter | None = None,
-            **overrides: Any) -> dict[str, Any]:
+            overrides: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """Per-layer profile of an engine, with the roofline columns (see :mod:`deploykit.profiling`).
 
     Args:
@@ -247,7 +300,8 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         dims: min/opt/max of named dims (an engine folder uses the opt values).
         options: a :class:`deploykit.profiling.ProfileOptions` (iterations, warm-up, top-N, roofline).
         reporter: progress and events of the build (silent by default).
-        **overrides: config fields, dots written as ``__``.
+        overrides: config fields by dotted name (``{"build.backend": "onnxruntime"}``).
+        **fields: config fields, dots written as ``__``.
 
     Returns:
         The profile report (``schema`` ``deploykit.profile/1``).
@@ -259,6 +313,7 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     from deploykit.profiling.run import ProfileOptions, engine_feeds, profile_engine
 
     options = options or ProfileOptions()
+    overrides = merged_overrides(overrides, fields)
     path = Path(source) if not isinstance(source, Config) else None
     peaks_dir = Store(workdir).root / CACHE_DIR
     if path is not None and path.is_dir():
@@ -267,7 +322,7 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         opt = {name: values[1] for name, values in (dims or {}).items()} | ({"batch": batch} if batch else {})
         return profile_engine(path, engine_feeds(path, opt), options, peaks_dir=peaks_dir, model=path.name,
                               source=str(path), batch=batch or 1)
-    config = resolve_config(source, {k.replace("__", "."): v for k, v in overrides.items()}, dims)
+    config = resolve_config(source, overrides, dims)
     result = convert(config, workdir=workdir, until="build", reporter=reporter)
     engine = result.artifacts["engine"]
     feeds = random_feeds(config, "opt", np.random.default_rng(0), batch=batch)

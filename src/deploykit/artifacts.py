@@ -5,6 +5,7 @@ Layout under the workdir::
     objects/<digest>/           one artifact: its files + manifest.json, nothing else
     recipes/<recipe key>        text file holding the digest the recipe produced
     runs/<name>.json            human names for the artifacts of a run (like git refs)
+    records/<identity>.json     the run record of each (name, precision, backend, flavour): every verdict
     tmp/<host>-<pid>-<rand>/    one process's temporaries (staging folders, atomic-write
                                 temporaries, $TMPDIR of the quantizers), held by an flock
     lock                        held while publishing, so concurrent runs never interleave
@@ -57,7 +58,7 @@ from deploykit.manifest import DIGEST, MANIFEST, RECIPE_KEY, SCHEMA_VERSION, Man
 from deploykit.smallfile import read_small
 from deploykit.tempspace import TempSpace, clean_stale
 
-LAYOUT = ("objects", "recipes", "runs", "tmp")
+LAYOUT = ("objects", "recipes", "runs", "records", "tmp")
 RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _PROCESS_LOCKS: dict[str, threading.Lock] = {}  # byte-range locks do not exclude this process's threads
 _USERS: dict[str, list[int]] = {}  # store -> [descriptor with the shared lock, open stores in this process]
@@ -301,6 +302,15 @@ class Store:
             raise ArtifactCorrupt(f"{path}: run record is not a map of roles to artifact digests",
                                   hint=f"delete {path} and rerun")
         return data
+
+    def write_record(self, name: str, data: bytes) -> Path:
+        """``records/<name>.json`` (a run record, :mod:`deploykit.report.record`), written atomically."""
+        path = self.root / "records" / self._run_path(name).name  # named as runs are
+        try:
+            self._write_atomic(path, data)
+        except OSError as e:
+            raise os_error(e, path, "write the run record") from e
+        return path
 
     def has_run(self, name: str) -> bool:
         return RUN_NAME.fullmatch(name) is not None and self._run_path(name).exists()

@@ -19,6 +19,7 @@ Evaluator = Literal["as_written", "onnxruntime"]  # how a graph's numbers are co
 Exporter = Literal["auto", "dynamo", "torchscript"]
 OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runtime graph optimizations
 Provider = Literal["cpu", "cuda", "tensorrt"]  # ONNX Runtime execution providers
+BackendName = Literal["onnxruntime", "tensorrt"]  # build backends (deploykit.backends dispatches on them)
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
 InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]
@@ -32,3 +33,17 @@ def values(kind: Any) -> tuple[str, ...]:
 def listed(kind: Any, *, without: tuple[str, ...] = ()) -> str:
     """``a | b | c``: the values as help texts show them."""
     return " | ".join(v for v in values(kind) if v not in without)
+
+
+def only(kind: Any, *, without: tuple[str, ...]) -> Any:
+    """The ``Literal`` of ``kind``'s values less ``without`` (a CLI flag that accepts fewer)."""
+    return Literal[tuple(v for v in values(kind) if v not in without)]  # type: ignore[valid-type]
+
+
+def suggest(value: str, kind: Any) -> str:
+    """`` (did you mean 'int8'?)`` for a near miss of one of ``kind``'s values (case ignored), else ''."""
+    import difflib
+
+    lower = {v.lower(): v for v in values(kind)}
+    key = value.lower() if value.lower() in lower else next(iter(difflib.get_close_matches(value.lower(), lower, n=1)), None)
+    return f" (did you mean {lower[key]!r}?)" if key else ""

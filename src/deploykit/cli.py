@@ -1,4 +1,5 @@
-"""The ``deploykit`` command: parse -> call the API -> render -> exit code. Thin on purpose."""
+"""The ``deploykit`` command: parse -> call the API -> render the run record -> exit code. Thin on purpose:
+options and their parsing live in :mod:`deploykit.cliargs`, rendering in :mod:`deploykit.report.terminal`."""
 
 from __future__ import annotations
 
@@ -11,141 +12,109 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from deploykit.choices import Flavour, LogFormat, Method, Precision, Provider, listed, values
+from deploykit import cliargs as opt
+from deploykit.cliargs import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Take a PyTorch model or an ONNX file to a verified, benchmarked engine.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="List, inspect, verify and garbage-collect stored artifacts.")
 app.add_typer(config_app, name="config")
 app.add_typer(artifacts_app, name="artifacts")
-
-Workdir = Annotated[Path, typer.Option("--workdir", "-w", help="Artifact store; reruns reuse what it holds.")]
-Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: --set gate.iterations=50")]
-Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", help="Run this stage even if its artifact exists.")]
-Backend = Annotated[Optional[str], typer.Option("--backend", help="Build backend (overrides build.backend).")]
-ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help=f"onnxruntime execution provider: {listed(Provider)}")]
-Dims = Annotated[Optional[list[str]], typer.Option("--dim", help="Dynamic dim of an ONNX input: --dim batch=1,4,8")]
-ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", help="Copy parity/gate reports (JSON, JUnit, Markdown) here.")]
-LogFormatOpt = Annotated[str, typer.Option("--log-format", help=listed(LogFormat))]
+_STATE = {"json": False, "result_printed": False}  # --log-format json: errors go out as JSON too
 
 
-def _console() -> Any:
-    from rich.console import Console
+def _version(value: bool) -> None:
+    if value:
+        from deploykit import __version__
 
-    return Console(stderr=True)
+        typer.echo(f"deploykit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Take a PyTorch model or an ONNX file to a verified, benchmarked engine."""
 
 
 def _reporter(log_format: str) -> Any:
     from deploykit.progress import JsonReporter, RichReporter
+    from deploykit.report.terminal import console
 
-    if log_format not in values(LogFormat):
-        raise UsageError(f"--log-format {log_format!r}: use {listed(LogFormat)}")
-    return JsonReporter() if log_format == "json" else RichReporter(_console())
-
-
-def parse_sets(items: list[str] | None) -> dict[str, Any]:
-    """``key.path=value`` pairs; values are YAML, so numbers, lists and booleans work."""
-    from deploykit.config_load import parse_override
-
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {item!r}: expected key.path=value")
-        out[key.strip()] = parse_override(key.strip(), value)
-    return out
+    _STATE["json"] = log_format == "json"
+    return JsonReporter() if log_format == "json" else RichReporter(console(stderr=True))
 
 
-def parse_dims(items: list[str] | None) -> dict[str, tuple[int, int, int]]:
-    """``name=MIN,OPT,MAX`` or ``name=N``; each a positive integer of at most 32 bits."""
-    from deploykit.config_load import MAX_DIM
+def _show(record: Any, log_format: str, parity_table: bool = False, details: list[str] | None = None) -> None:
+    """The run record: JSON on stdout (one object), or the stage table, ``details`` and the verdict lines."""
+    from deploykit.report import terminal
 
-    out = {}
-    for item in items or []:
-        name, _, values = item.partition("=")
-        try:
-            nums = tuple(int(v) for v in values.split(",")) if len(values) <= 64 else ()
-        except ValueError:
-            nums = ()
-        if len(nums) == 1:
-            nums = nums * 3
-        if not name or len(nums) != 3:
-            raise UsageError(f"--dim {item!r}: expected name=MIN,OPT,MAX or name=N (integers)")
-        if not all(1 <= n <= MAX_DIM for n in nums) or not nums[0] <= nums[1] <= nums[2]:
-            raise UsageError(f"--dim {item!r}: needs 1 <= MIN <= OPT <= MAX <= {MAX_DIM}")
-        out[name] = nums  # type: ignore[assignment]
-    return out
+    if log_format == "json":
+        from deploykit.report.jsonio import dumps
+
+        typer.echo(dumps({k: v for k, v in record.to_dict().items() if k != "details"}), nl=False)
+        _STATE["result_printed"] = True
+        return
+    out = terminal.console()
+    if parity_table and record.details.get("parity"):
+        terminal.print_table(out, terminal.parity_table(record))
+    terminal.print_run(record, out, details or [])
 
 
-def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None, rerun: list[str] | None,
-         backend: str | None, dims: list[str] | None, report_dir: Path | None, log_format: str,
-         extra: dict[str, Any] | None = None) -> Any:
+def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None, log_format: str, *,
+         flags: dict[str, Any] | None = None, rerun: list[str] | None = None, dims: list[str] | None = None,
+         shapes: dict[str, Any] | None = None, report_dir: Path | None = None, parity_table: bool = False) -> Any:
     from deploykit import api
 
-    overrides = parse_sets(sets) | (extra or {})
-    if backend:
-        overrides["build.backend"] = backend
+    reporter = _reporter(log_format)
     try:
         result = api.convert(source, workdir=workdir, until=until, rerun=tuple(rerun or ()), report_dir=report_dir,
-                             reporter=_reporter(log_format), dims=parse_dims(dims), overrides=overrides)
+                             reporter=reporter, dims=parse_dims(dims), shapes=shapes,
+                             overrides=parse_sets(sets) | opt.overrides(**(flags or {})))
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
-            _print_table(e.result)  # type: ignore[attr-defined]
+            _show(e.result.record, log_format, parity_table)  # type: ignore[attr-defined]
         raise
-    _print_table(result)
+    _show(result.record, log_format, parity_table)
     return result
 
 
-def _print_table(result: Any) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=f"deploykit: {result.name}", title_justify="left")
-    for col in ("stage", "status", "time", "artifact", "note"):
-        table.add_column(col, overflow="fold")
-    colour = {"ran": "green", "reused": "cyan", "failed": "red"}
-    for stage, status, seconds, digest, note in result.rows():
-        table.add_row(stage, f"[{colour.get(status, 'white')}]{status}[/]", seconds, digest, escape(note))
-    console = Console()
-    console.print(table)
-    gate = result.gate
-    if gate:
-        lat = gate["latency"]
-        console.print(f"gate: {gate['fps']:.1f} FPS at batch {gate['batch']} (p50 {lat['p50_ms']:.2f} ms, "
-                      f"p99 {lat['p99_ms']:.2f} ms) on {gate['platform']}", highlight=False)
+def _gate_flags(allow_missing_target: bool, baseline: Path | None, iterations: int | None, warmup: int | None,
+                duration: float | None) -> dict[str, Any]:
+    return {"gate.allow_missing_target": True if allow_missing_target else None,
+            # relative to where the command runs, not to the config's folder
+            "gate.baseline": str(baseline.resolve()) if baseline is not None else None,
+            "gate.iterations": iterations, "gate.warmup": warmup, "gate.duration_s": duration}
 
 
-BaselineOpt = Annotated[Optional[Path], typer.Option(
-    "--baseline", help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.")]
-
-
-def _gate_flags(allow_missing_target: bool, baseline: Path | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"gate.allow_missing_target": True} if allow_missing_target else {}
-    if baseline is not None:
-        out["gate.baseline"] = str(baseline.resolve())  # relative to where the command runs, not the config
-    return out
+def _reruns(rerun: list[str] | None, remeasure: bool) -> list[str]:
+    return [*(rerun or []), *(["gate"] if remeasure else [])]
 
 
 @app.command()
 def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .onnx file)")],
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, rerun: Rerun = None, backend: Backend = None,
-            dim: Dims = None, report_dir: ReportDir = None, provider: ProviderOpt = None,
-            precision: Annotated[Optional[str], typer.Option(help=f"{listed(Precision)} (sets quantize.precision)")] = None,
-            allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-            auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Quantized: keep the nodes that add the most error out of quantization until the check passes (quantize.repair.enabled).")] = False,
-            baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
+            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+            backend: opt.BackendOpt = None, provider: opt.ProviderOpt = None, precision: opt.PrecisionOpt = None,
+            dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
+            opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, plugins: opt.Plugins = None,
+            timing_cache: opt.TimingCache = None, iterations: opt.Iterations = None, warmup: opt.Warmup = None,
+            duration: opt.Duration = None, remeasure: opt.Remeasure = False, auto_repair: opt.AutoRepair = False,
+            report_dir: opt.ReportDir = None,
+            allow_missing_target: opt.AllowMissingTarget = False, baseline: opt.Baseline = None,
+            log_format: opt.LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
-    extra: dict[str, Any] = _gate_flags(allow_missing_target, baseline)
-    if precision:
-        extra["quantize.precision"] = precision
-    if auto_repair:
-        extra["quantize.repair.enabled"] = True
-    if provider:
-        extra["build.provider"] = provider
-    _run(config, None, workdir, set_, rerun, backend, dim, report_dir, log_format, extra)
+    flags = {"quantize.precision": precision, "quantize.repair.enabled": True if auto_repair else None,
+             "build.backend": backend, "build.provider": provider,
+             "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache),
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
+    _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+         shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
+
+
+def _timing_cache(path: Path | None) -> dict[str, Any]:
+    return {"build.tensorrt.timing_cache_file": str(path.resolve()) if path is not None else None}
 
 
 def _copy_out(result: Any, role: str, out: Path | None) -> None:
@@ -162,35 +131,37 @@ def _copy_out(result: Any, role: str, out: Path | None) -> None:
         copy_model_files(artifact.file(MODEL), out)  # with its .data file, when it has one
     else:
         shutil.copytree(artifact.path, out, dirs_exist_ok=True)
-    typer.echo(f"wrote {out}")
-
-
-Out = Annotated[Optional[Path], typer.Option("--output", "-o", help="Copy the stage's output here.")]
+    typer.echo(f"wrote {out}", err=_STATE["json"])
 
 
 @app.command()
-def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], output: Out = None,
-           workdir: Workdir = Path(".deploykit"), set_: Sets = None, log_format: LogFormatOpt = "human") -> None:
+def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], output: opt.Out = None,
+           workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+           log_format: opt.LogFormatOpt = "human") -> None:
     """Export the torch model to ONNX (checked against torch)."""
-    _copy_out(_run(config, "export", workdir, set_, None, None, None, None, log_format),
-              "model", output)
+    _copy_out(_run(config, "export", workdir, set_, log_format, rerun=rerun), "model", output)
 
 
 @app.command()
-def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml or model.onnx")] = None, output: Out = None,
+def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml or model.onnx")] = None,
+            output: opt.Out = None,
             pass_: Annotated[Optional[list[str]], typer.Option("--pass", help="A pass: name or name={json params}")] = None,
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human",
-            list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False) -> None:
+            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+            dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human",
+            list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False,
+            as_json: opt.Json = False) -> None:
     """Run graph surgery passes (default: the config's, else sanitize)."""
     if list_:
-        from deploykit.surgery.registry import format_passes
+        from deploykit.surgery.registry import format_passes, list_passes
 
-        typer.echo(format_passes())
+        typer.echo(json.dumps(list_passes(), indent=2, default=str) if as_json else format_passes())
         return
     if model is None:
         raise UsageError("surgery: give a deploykit.yaml or model.onnx (or --list)")
-    extra = {"surgery.passes": [_pass_spec(p) for p in pass_]} if pass_ else {}
-    _copy_out(_run(model, "surgery", workdir, set_, None, None, dim, None, log_format, extra), "model", output)
+    flags = {"surgery.passes": [_pass_spec(p) for p in pass_] if pass_ else None}
+    result = _run(model, "surgery", workdir, set_, log_format, flags=flags, rerun=rerun, dims=dim,
+                  shapes=opt.shape_profiles(shapes, None, None, None))
+    _copy_out(result, "model", output)
 
 
 def _pass_spec(text: str) -> Any:
@@ -204,75 +175,86 @@ def _pass_spec(text: str) -> Any:
 
 
 @app.command()
-def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-          backend: Backend = None, provider: ProviderOpt = None, workdir: Workdir = Path(".deploykit"), set_: Sets = None,
-          dim: Dims = None, plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="TensorRT plugin library (repeatable).")] = None,
-          log_format: LogFormatOpt = "human") -> None:
+def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: opt.Out = None,
+          backend: opt.BackendOpt = None, provider: opt.ProviderOpt = None, precision: opt.PrecisionOpt = None,
+          workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+          dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
+          opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, plugins: opt.Plugins = None,
+          timing_cache: opt.TimingCache = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Build an engine for a backend."""
-    extra: dict[str, Any] = {"build.provider": provider} if provider else {}
-    if plugins:
-        extra["build.plugins"] = [str(Path(p).resolve()) for p in plugins]
-    _copy_out(_run(model, "build", workdir, set_, None, backend, dim, None, log_format, extra), "engine", output)
+    flags = {"build.backend": backend, "build.provider": provider, "quantize.precision": precision,
+             "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache)}
+    result = _run(model, "build", workdir, set_, log_format, flags=flags, rerun=rerun, dims=dim,
+                  shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes))
+    _copy_out(result, "engine", output)
 
 
 @app.command()
-def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], backend: Backend = None,
-           workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
-           log_format: LogFormatOpt = "human") -> None:
-    """Build (or reuse) the engine and compare it with the FP32 reference."""
-    _run(model, "parity", workdir, set_, None, backend, dim, report_dir, log_format)
+def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
+           backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
+           workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+           dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
+           log_format: opt.LogFormatOpt = "human") -> None:
+    """Build (or reuse) the engine and compare it with the FP32 reference: one row per output x reference."""
+    _run(model, "parity", workdir, set_, log_format, flags={"build.backend": backend, "quantize.precision": precision},
+         rerun=rerun, dims=dim, shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir,
+         parity_table=True)
 
 
 @app.command()
-def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], backend: Backend = None,
-         workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, report_dir: ReportDir = None,
+def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
+         backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
+         workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+         dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
          fps: Annotated[Optional[float], typer.Option(help="Target FPS (sets gate.targets.default.fps).")] = None,
-         allow_missing_target: Annotated[bool, typer.Option(help="Measure without failing when no target matches.")] = False,
-         baseline: BaselineOpt = None, log_format: LogFormatOpt = "human") -> None:
+         iterations: opt.Iterations = None, warmup: opt.Warmup = None, duration: opt.Duration = None,
+         remeasure: opt.Remeasure = False, allow_missing_target: opt.AllowMissingTarget = False,
+         baseline: opt.Baseline = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Benchmark the engine against the FPS/latency target for this platform (and a baseline report)."""
-    extra = _gate_flags(allow_missing_target, baseline)
-    if fps is not None:
-        extra["gate.targets"] = {"default": {"fps": fps}}
-    _run(model, None, workdir, set_, None, backend, dim, report_dir, log_format, extra)
+    flags = {"build.backend": backend, "quantize.precision": precision,
+             "gate.targets": {"default": {"fps": fps}} if fps is not None else None,
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
+    _run(model, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+         shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir)
 
 
 # Commands that live in their own modules register below (one line each).
 
 
 @app.command()
-def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: Out = None,
-             precision: Annotated[Optional[str], typer.Option(help=listed(Precision, without=("fp32",)))] = None,
-             target: Annotated[Optional[str], typer.Option(help=f"{listed(Flavour)} | auto (follows the backend)")] = None,
+def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")], output: opt.Out = None,
+             precision: opt.QuantPrecisionOpt = None, target: opt.TargetOpt = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
-             method: Annotated[Optional[str], typer.Option(help=listed(Method))] = None,
-             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
-             workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human") -> None:
+             method: opt.MethodOpt = None,
+             auto_repair: opt.AutoRepair = False,
+             workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
+             dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
     from deploykit import api
 
-    extra = {k: v for k, v in {"quantize.precision": precision, "quantize.target": target, "quantize.method": method,
-                                "quantize.repair.enabled": True if auto_repair else None}.items() if v is not None}
+    flags = opt.overrides(**{"quantize.precision": precision, "quantize.target": target, "quantize.method": method,
+                             "quantize.repair.enabled": True if auto_repair else None})
     try:
-        result = api.quantize(model, calib_data=calib_data, workdir=workdir, dims=parse_dims(dim),
-                              reporter=_reporter(log_format), overrides=parse_sets(set_) | extra)
+        result = api.quantize(model, calib_data=calib_data, workdir=workdir, rerun=tuple(rerun or ()), dims=parse_dims(dim),
+                              shapes=opt.shape_profiles(shapes, None, None, None), reporter=_reporter(log_format),
+                              overrides=parse_sets(set_) | flags)
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
-            _print_table(e.result)  # type: ignore[attr-defined]
+            _show(e.result.record, log_format)  # type: ignore[attr-defined]
         raise
-    _print_table(result)
     from deploykit.stages.quantize import QuantizeSummary
 
-    _print_quantize(QuantizeSummary.of(result.artifacts["model"]))
+    _show(result.record, log_format, details=_quantize_lines(QuantizeSummary.of(result.artifacts["model"])))
     if output is not None:
         import shutil
 
         shutil.copytree(result.artifacts["model"].path, output, dirs_exist_ok=True)
-        typer.echo(f"wrote {output}")
+        typer.echo(f"wrote {output}", err=_STATE["json"])
 
 
-def _print_quantize(s: Any) -> None:
+def _quantize_lines(s: Any) -> list[str]:
     """The quantize stage's summary (a ``QuantizeSummary``) in a few lines."""
-    lines = [f"quantize: {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
+    lines = [f"  {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
              f"{s.quantized_nodes} nodes quantized"]
     for name, m in (s.check.metrics if s.check else {}).items():
         lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({s.evaluator})")
@@ -285,13 +267,12 @@ def _print_quantize(s: Any) -> None:
     if s.repair:
         lines.append(f"  repair: {s.repair.iterations} iteration(s), excluded {', '.join(s.repair.excluded_nodes) or '-'}"
                      f" ({s.repair.stopped})")
-    notes = [f"  note: {n}" for n in s.notes] + [f"  warning: {w}" for w in s.warnings]
-    typer.echo("\n".join(lines + notes))
+    return lines + [f"  note: {n}" for n in s.notes]
 
 
 @app.command()
 def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.onnx, or an engine folder (build -o DIR)")],
-            workdir: Workdir = Path(".deploykit"), set_: Sets = None, backend: Backend = None, dim: Dims = None,
+            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, backend: opt.BackendOpt = None, dim: opt.Dims = None,
             batch: Annotated[Optional[int], typer.Option(help="Batch to profile at (default: the opt shape).")] = None,
             iterations: Annotated[int, typer.Option(help="Profiled runs (a layer's time is its median).")] = 50,
             warmup: Annotated[int, typer.Option(help="Runs before profiling starts.")] = 10,
@@ -299,15 +280,14 @@ def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.o
             roofline: Annotated[bool, typer.Option(help="Add the roofline columns (peaks measured once, cached).")] = True,
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write profile.json, .md and .html here.")] = None,
             as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
-            log_format: LogFormat = "human") -> None:
+            log_format: opt.LogFormatOpt = "human") -> None:
     """Per-layer time from the backend's own profiler, by node and op type, with FLOPs, bytes and the roofline."""
     from deploykit import api
     from deploykit.profiling import ProfileOptions
 
-    overrides = parse_sets(set_) | ({"build.backend": backend} if backend else {})
     report = api.profile(source, workdir=workdir, batch=batch, dims=parse_dims(dim),
                          options=ProfileOptions(iterations=iterations, warmup=warmup, top=top, roofline=roofline),
-                         reporter=_reporter(log_format), **{k.replace(".", "__"): v for k, v in overrides.items()})
+                         reporter=_reporter(log_format), overrides=parse_sets(set_) | opt.overrides(**{"build.backend": backend}))
     if output is not None:
         from deploykit.profiling.summary import write_profile
 
@@ -320,21 +300,18 @@ def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.o
 
 
 def _print_profile(report: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title=f"profile: {report.get('model', '')} ({report['backend']}, batch {report.get('batch', '?')})",
-                  title_justify="left")
-    for col in ("layer", "op", "prec", "ms", "share", "GFLOP/s", "GB/s", "of roof", "bound"):
-        table.add_column(col, overflow="fold", justify="right" if col in ("ms", "share", "GFLOP/s", "GB/s", "of roof")
-                         else "left")
+    from deploykit.report import terminal
+
+    table = terminal.table(f"profile: {report.get('model', '')} ({report['backend']}, batch {report.get('batch', '?')})",
+                           ["layer", "op", "prec", "ms", "share", "GFLOP/s", "GB/s", "of roof", "bound"])
     for r in report["layers"][: report["top_n"]]:
         table.add_row(escape(r["name"]), escape(r["op_type"]), r["precision"] or "?", f"{r['ms']:.4f}",
                       f"{r['share']:.1%}", f"{r['achieved_flops'] / 1e9:.2f}", f"{r['achieved_bandwidth'] / 1e9:.2f}",
                       f"{r['of_roofline']:.0%}" if "of_roofline" in r else "-", r.get("bound", "-"))
-    console = Console()
-    console.print(table)
+    console = terminal.console()
+    terminal.print_table(console, table)
     floor = (f"; roofline floor {report['floor_ms']:.3f} ms ({report['of_floor']:.0%} of it)" if "floor_ms" in report
              else f"; no roofline: {report.get('roofline_note', '')}")
     console.print(f"sum of layer times {report['total_ms']:.3f} ms over {report['layers_count']} layers{floor}",
@@ -347,25 +324,23 @@ def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x prec
            jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Local pool size (default: the cores).")] = None,
            workdir: Annotated[Optional[Path], typer.Option("--workdir", "-w", help="The driver's artifact store (default: the file's store, else .deploykit).")] = None,
            report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Where matrix.json, junit.xml, summary.md go (default: reports/<file name>).")] = None,
-           set_: Sets = None, rerun: Rerun = None, log_format: LogFormat = "human") -> None:
+           set_: opt.Sets = None, rerun: opt.Rerun = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Run models x precisions x targets; shared stages run once; exit non-zero if any cell fails."""
     from deploykit.matrix import run_matrix
     from deploykit.matrix.table import JsonView, LiveView
 
-    if log_format not in ("human", "json"):
-        raise UsageError(f"--log-format {log_format!r}: use 'human' or 'json'")
-    overrides = {k.replace(".", "__"): v for k, v in parse_sets(set_).items()}
+    overrides = parse_sets(set_)
     folder = report_dir or Path("reports") / file.stem
     kwargs = {"ray": ray, "jobs": jobs, "workdir": workdir, "report_dir": folder, "rerun": tuple(rerun or ())}
     if log_format == "json":
-        result = run_matrix(file, view=JsonView(), **kwargs, **overrides)
+        result = run_matrix(file, view=JsonView(), overrides=overrides, **kwargs)
     else:
         from rich.console import Console
 
         console = Console()
         console = console if console.is_terminal else Console(width=200)  # a CI log: one line per cell
         with LiveView(console) as view:
-            result = run_matrix(file, view=view, **kwargs, **overrides)
+            result = run_matrix(file, view=view, overrides=overrides, **kwargs)
     typer.echo(f"report: {', '.join(str(p) for p in result.report_files)}", err=True)
     if result.interrupted:
         done = sum(c.status not in ("interrupted", "waiting") for c in result.cells)
@@ -390,42 +365,48 @@ _MATRIX_ERRORS = _matrix_errors()
 
 @app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output for CI.")] = False) -> None:
+           as_json: opt.Json = False) -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
-    from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     from deploykit import doctor as doctor_module
+    from deploykit.report import terminal
 
     report = doctor_module.collect(plugin_paths=plugins or ())
     if as_json:
         typer.echo(report.to_json())
         return
-    table = Table(title="deploykit doctor", title_justify="left")
-    for col in ("component", "status", "detail"):
-        table.add_column(col, overflow="fold")
+    table = terminal.table("deploykit doctor", ["component", "status", "detail"])
     colour = {"ok": "green", "warn": "yellow", "missing": "red"}
     for row in report.rows:
         table.add_row(escape(row.component), f"[{colour.get(row.status, 'white')}]{row.status}[/]", escape(row.detail))
-    Console().print(table)
+    terminal.print_table(terminal.console(), table)
+
+
 app.add_typer(__import__("deploykit.plugins.cli", fromlist=["app"]).app, name="plugins")
 app.command("inspect")(__import__("deploykit.inspect", fromlist=["command"]).command)
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="A run name (the config's name) or an artifact digest.")],
+def report(run: Annotated[str, typer.Argument(help="A run name (the config's name), a record identity "
+                                                   "(name.precision.backend[.flavour]) or an artifact digest.")],
            output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
-           workdir: Workdir = Path(".deploykit"),
+           workdir: opt.Workdir = Path(".deploykit"),
+           precision: opt.PrecisionOpt = None, backend: opt.BackendOpt = None,
            plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True) -> None:
-    """Write one self-contained HTML report: stages, lineage, parity, latency, platform and tools."""
-    from deploykit import api
+    """Write one self-contained HTML report: verdicts, stages, lineage, parity, latency, platform and tools."""
+    from deploykit.report import write_html
+    from deploykit.stages import default_stages
 
-    typer.echo(f"wrote {api.write_report(run, output, workdir=workdir, with_plots=plots)}")
+    path, note = write_html(workdir, run, output, default_stages(), with_plots=plots, precision=precision,
+                            backend=backend)
+    if note:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {path}")
 
 
 @config_app.command("show")
-def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: Sets = None) -> None:
+def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: opt.Sets = None) -> None:
     """Print the fully resolved config (every default filled in)."""
     import yaml
 
@@ -438,51 +419,56 @@ def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], 
 
 
 @artifacts_app.command("ls")
-def artifacts_ls(workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
     """List artifacts, oldest first; one that does not verify is listed as corrupt (exit 4)."""
-    from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
+    from deploykit.report import terminal
 
-    table = Table()
-    for col in ("digest", "kind", "stage", "created", "parents"):
-        table.add_column(col, overflow="fold")
     with Store(workdir) as store:
         good, problems = store.scan()
-    for a in good:
-        m = a.manifest
-        table.add_row(a.digest[:12], m.kind, m.stage, m.created, " ".join(f"{r}:{d[:8]}" for r, d in m.parents.items()))
-    for line in problems:
-        table.add_row("[red]corrupt[/]", "", "", "", escape(line))
-    Console().print(table)
+    rows = [{"digest": a.digest, "kind": a.manifest.kind, "stage": a.manifest.stage, "created": a.manifest.created,
+             "parents": dict(a.manifest.parents)} for a in good]
+    if as_json:
+        typer.echo(json.dumps(rows + [{"corrupt": line} for line in problems], indent=2))
+    else:
+        table = terminal.table("", ["digest", "kind", "stage", "created", "parents"])
+        for r in rows:
+            table.add_row(r["digest"][:12], r["kind"], r["stage"], r["created"],
+                          " ".join(f"{role}:{d[:8]}" for role, d in r["parents"].items()))
+        for line in problems:
+            table.add_row("[red]corrupt[/]", "", "", "", escape(line))
+        terminal.print_table(terminal.console(), table)
     if problems:
         raise ArtifactCorrupt(f"{len(problems)} artifact(s) in {workdir} do not verify; first: {problems[0]}",
                               hint="see `deploykit artifacts verify`; delete what it names and rerun")
 
 
 @artifacts_app.command("verify")
-def artifacts_verify(workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
     """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
     from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
+    from deploykit.report.record import verify_all
     from deploykit.storecheck import verify
 
     with Store(workdir) as store:
         report = verify(store)
+        n_records, bad_records = verify_all(store.root)
+    report.problems += bad_records
     for line in report.problems:
         typer.echo(f"problem: {line}")
-    typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs: "
-               f"{len(report.problems)} problem(s)")
+    typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs, "
+               f"{n_records} run records: {len(report.problems)} problem(s)")
     if report.problems:
         raise ArtifactCorrupt(f"{workdir}: {len(report.problems)} problem(s); first: {report.problems[0]}",
                               hint="delete what is named and rerun; `deploykit artifacts gc` removes unreferenced objects")
 
 
 @artifacts_app.command("gc")
-def artifacts_gc(workdir: Workdir = Path(".deploykit"),
+def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
                  dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False) -> None:
     """Remove objects no recipe or run names (parents of named ones are kept), and stale temporaries."""
     from deploykit.artifacts import Store
@@ -498,7 +484,7 @@ def artifacts_gc(workdir: Workdir = Path(".deploykit"),
 
 
 @artifacts_app.command("show")
-def artifacts_show(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit")) -> None:
     """Print an artifact's manifest (verified against its files)."""
     from dataclasses import asdict
 
@@ -510,34 +496,43 @@ def artifacts_show(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
 
 
 @artifacts_app.command("lineage")
-def artifacts_lineage(digest: str, workdir: Workdir = Path(".deploykit")) -> None:
+def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
     """Print the chain of artifacts an artifact was made from."""
     from deploykit.artifacts import Store
 
     store = Store(workdir)  # closed when the command returns (the process ends)
+    rows: list[dict[str, Any]] = []
 
     def walk(d: str, role: str, depth: int) -> None:
         a = store.get(d)
-        typer.echo(f"{'  ' * depth}{role + ': ' if role else ''}{a.digest[:12]} {a.kind} (stage {a.manifest.stage} "
-                   f"v{a.manifest.stage_version}, {a.manifest.created})")
+        rows.append({"depth": depth, "role": role, "digest": a.digest, "kind": a.kind, "stage": a.manifest.stage,
+                     "version": a.manifest.stage_version, "created": a.manifest.created})
         for r, parent in sorted(a.manifest.parents.items()):
             walk(parent, r, depth + 1)
 
     walk(digest, "", 0)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        typer.echo(f"{'  ' * r['depth']}{r['role'] + ': ' if r['role'] else ''}{r['digest'][:12]} {r['kind']} "
+                   f"(stage {r['stage']} v{r['version']}, {r['created']})")
 
 
 def main() -> None:
-    """Entry point: map every failure class to its exit code and one clear line; never a traceback,
-    and (supervised) never a signal or a hang either."""
+    """Entry point: map every failure class to its exit code and one clear line (JSON with --log-format
+    json); never a traceback, and (supervised) never a signal or a hang either."""
     from deploykit import supervise
 
+    _STATE["json"] = opt.wants_json(sys.argv[1:])
     if supervise.wanted():
-        supervise.run(_main)
+        supervise.run(_main, json_errors=_STATE["json"])
     _main()
 
 
 def _main() -> None:
     _quiet_hooks()
+    _wide_help_when_piped()
     try:
         code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
@@ -545,6 +540,9 @@ def _main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         _fail(UsageError("interrupted"), code=130)
     except Exception as e:  # the parser's own usage errors first, then the machine, then genuine bugs
+        if isinstance(e, typer.TyperException) and type(e).__name__ == "NoArgsIsHelpError":
+            typer.echo(e.ctx.get_help())  # type: ignore[attr-defined]  # bare `deploykit`: the help, exit 2
+            sys.exit(UsageError.exit_code)
         _fail(_last_resort(e))
     sys.exit(code if isinstance(code, int) else 0)
 
@@ -556,7 +554,7 @@ def _last_resort(e: Exception) -> DeployKitError:
     # typer >= 0.29 vendors click: its ClickException derives from typer.TyperException, and
     # `import click` fails on a fresh install.
     if isinstance(e, typer.TyperException) and hasattr(e, "format_message"):
-        return UsageError(e.format_message(), hint="see `deploykit --help` (or COMMAND --help)")
+        return opt.usage_error(e)
     if is_disk_full(e):
         return disk_full(e)
     if isinstance(e, MemoryError):
@@ -589,12 +587,32 @@ def _quiet_hooks() -> None:
     sys.unraisablehook = lambda unraisable: None
 
 
-def _fail(e: DeployKitError, code: int | None = None) -> None:
-    with contextlib.suppress(Exception):
-        from rich.markup import escape
+def _wide_help_when_piped() -> None:
+    """``--help`` in a CI log or a pipe is not cut at 80 columns mid-choice (typer's TERMINAL_WIDTH)."""
+    from typer import rich_utils
 
-        console = _console()  # messages quote shapes and extras like [tensorrt]: never read them as markup
-        console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
-        if e.hint:
-            console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
-    sys.exit(e.exit_code if code is None else code)
+    if getattr(rich_utils, "MAX_WIDTH", 0) is None and not sys.stdout.isatty():
+        rich_utils.MAX_WIDTH = 160
+
+
+def _fail(e: DeployKitError, code: int | None = None) -> None:
+    code = e.exit_code if code is None else code
+    if type(e) is UsageError and not e.hint and e.message.startswith("--"):  # a flag's value: say where help is
+        command = next((a for a in sys.argv[1:2] if not a.startswith("-")), "")
+        e.hint = f"see `deploykit {command + ' ' if command else ''}--help`"
+    with contextlib.suppress(Exception):
+        if _STATE["json"]:
+            error = {"error": e.message, "hint": e.hint, "exit_code": code, "kind": type(e).__name__}
+            sys.stderr.write(json.dumps({"event": "error", **error}) + "\n")
+            if not _STATE["result_printed"]:  # stdout always ends with one result object
+                sys.stdout.write(json.dumps({"schema": "deploykit.error/1", **error}) + "\n")
+        else:
+            from rich.markup import escape
+
+            from deploykit.report.terminal import console
+
+            out = console(stderr=True)  # messages quote shapes and extras like [tensorrt]: never read them as markup
+            out.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
+            if e.hint:
+                out.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
+    sys.exit(code)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deploykit.choices import (
+    BackendName,
     Exporter,
     Flavour,
     InputDtype,
@@ -112,6 +113,7 @@ class TensorRTOptions:
     refit: bool = False
     strip_plan: bool = False
     timing_cache: bool = True  # persist the timing cache as its own artifact
+    timing_cache_file: str | None = None  # also read it from / write it to this file (trtexec's --timingCacheFile)
     error_on_timing_cache_miss: bool = False
     cuda_graphs: bool = True  # replay a captured CUDA graph when benchmarking
     # TensorRT runs FP32 convolutions/GEMMs in TF32 unless told not to: off keeps FP32 parity strict.
@@ -126,7 +128,7 @@ class TensorRTOptions:
 
 @dataclass(frozen=True)
 class BuildConfig:
-    backend: str = "onnxruntime"
+    backend: BackendName = "onnxruntime"
     # onnxruntime backend
     optimization_level: OptimizationLevel = "extended"
     intra_op_threads: int = 0  # 0 = ONNX Runtime's choice (one per physical core)
@@ -192,6 +194,12 @@ class QuantTolerances:
     int8: Tolerance = Tolerance(rel_l2=0.1, cosine=0.995)
     fp8: Tolerance = Tolerance(rel_l2=0.1, cosine=0.995)
     int4: Tolerance = Tolerance(rel_l2=0.2, cosine=0.98)
+
+    def __post_init__(self) -> None:
+        # A precision's entry merges into its preset (``--set quantize.tolerances.int8.rel_l2=0.045``
+        # keeps cosine 0.995), so `config show` and the cache key see the values that apply.
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, getattr(self, f.name).over(f.default))
 
 
 @dataclass(frozen=True)
@@ -266,7 +274,7 @@ class QuantizeConfig:
     def tolerance(self) -> Tolerance:
         """The tolerance for this precision, unset fields from the defaults (fp32 has none: the
         stage does not run)."""
-        return getattr(self.tolerances, self.precision).over(getattr(QuantTolerances(), self.precision))
+        return getattr(self.tolerances, self.precision)  # merged into the preset at load
 
     def flavour(self, backend: str) -> Flavour:
         """The target flavour: as configured, else the build backend's; FP8 and INT4 exist only as
@@ -415,7 +423,8 @@ class Target:
 class GateConfig:
     warmup: int = 20  # warm-up runs at least this many iterations ...
     warmup_s: float = 0.25  # ... and for at least this long (clocks, caches, allocator)
-    iterations: int = 200  # per trial
+    iterations: int = 200  # per trial (at least)
+    duration_s: float = 0.0  # timed seconds at least, over all trials: more iterations per trial when needed
     trials: int = 5  # the report gives the median of trials and their spread
     batches: tuple[int, ...] = ()  # extra batch sizes to measure throughput at (batch x FPS)
     concurrency: int = 1  # > 1: also measure throughput with this many sessions in parallel
@@ -423,14 +432,15 @@ class GateConfig:
     allow_missing_target: bool = False
     baseline: str | None = None  # a previous gate.json to compare against
     regression_threshold: float = 0.10  # slowdown allowed vs the baseline, on top of the measured spread
+    spread_warning: float = 0.10  # warn when the trials' p50 spread (max - min over median) exceeds this
     profile: bool = False  # also profile per layer (the backend's profiler, roofline columns): profile.json
 
     def __post_init__(self) -> None:
         for name in ("iterations", "trials", "concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0 or self.warmup_s < 0:
-            raise ValueError("warmup and warmup_s must be >= 0")
+        if self.warmup < 0 or self.warmup_s < 0 or self.duration_s < 0:
+            raise ValueError("warmup, warmup_s and duration_s must be >= 0")
         if any(b < 1 for b in self.batches):
             raise ValueError(f"batches must be >= 1, got {list(self.batches)}")
 
@@ -485,7 +495,11 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
     try:
         return config_from_dict(raw, path.parent.resolve())
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e.message}", hint=e.hint or "the README's 'Configuration' section lists every key") from e
+        hint = e.hint or "the README's 'Configuration' section lists every key"
+        key = next((k for k in overrides or {} if e.message.startswith((f"config.{k}:", f"config.{k}."))), None)
+        if key is not None:  # the bad value came from the command line (or the API's overrides), not the file
+            raise ConfigError(f"override {key}={(overrides or {})[key]!r}: {e.message}", hint=hint) from e
+        raise ConfigError(f"{path}: {e.message}", hint=hint) from e
 
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,19 @@ def _make_loader() -> Any:
             return super().construct_mapping(node, deep=deep)
 
     return BoundedLoader
+
+
+def merged_overrides(overrides: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted overrides from a mapping and from ``a__b=value`` keywords (the API's two spellings);
+    a field given both ways must agree."""
+    from deploykit.errors import UsageError
+
+    out = {k.replace("__", "."): v for k, v in fields.items()}
+    for key, value in (overrides or {}).items():
+        if key in out and out[key] != value:
+            raise UsageError(f"override {key!r} is given twice, as {out[key]!r} and {value!r}")
+        out[key] = value
+    return out
 
 
 def parse_override(key: str, value: str) -> Any:

@@ -30,7 +30,8 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
     if failed is None or used not in OTHER:
         return
     other = OTHER[used]
-    trial = dataclasses.replace(config, name=f"{config.name}-{other}",
+    suffix = f"-{other}"  # a run name of its own (an identifier: it names the run's files)
+    trial = dataclasses.replace(config, name=config.name[:128 - len(suffix)] + suffix,
                                 export=dataclasses.replace(config.export, exporter=other))
     try:
         run_pipeline(trial, store, stages, until=failed)

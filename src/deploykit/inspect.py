@@ -181,30 +181,26 @@ def _untyped(name: str) -> onnx.ValueInfoProto:
 
 def render(info: dict[str, Any]) -> None:
     """Print the inspection as tables (rich)."""
-    from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
-    console = Console()
+    from deploykit.report import terminal
+
+    console = terminal.console()
     opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
     console.print(f"[bold]{info['path']}[/]  {info['file_bytes'] / 2**20:.2f} MiB, IR {info['ir_version']}, "
                   f"opsets: {opsets}, producer: {info['producer'] or '?'}", highlight=False)
     console.print(f"{info['nodes']} nodes, {info['parameters']:,} parameters "
                   f"({info['parameter_bytes'] / 2**20:.2f} MiB)", highlight=False)
-    io = Table(title="inputs and outputs", title_justify="left")
-    for col in ("", "name", "type", "shape"):
-        io.add_column(col)
+    io = terminal.table("inputs and outputs", ["", "name", "type", "shape"])
     for kind in ("inputs", "outputs"):
         for v in info[kind]:
             shape = "?" if v["shape"] is None else "[" + ", ".join(map(str, v["shape"])) + "]"
             io.add_row(kind[:-1], escape(v["name"]), v["type"], escape(shape))
-    console.print(io)
-    ops = Table(title="ops", title_justify="left")
-    ops.add_column("op")
-    ops.add_column("count", justify="right")
+    terminal.print_table(console, io)
+    ops = terminal.table("ops", ["op", "count"])
     for op, n in sorted(info["ops"].items(), key=lambda kv: (-kv[1], kv[0])):
         ops.add_row(escape(op), str(n))
-    console.print(ops)
+    terminal.print_table(console, ops)
     for c in info["custom_nodes"]:
         body = "has an ONNX body" if c["has_body"] else "no body: needs a plugin or custom-op library"
         console.print(f"custom node {c['name'] or '?'!r}: {c['domain']}::{c['op']} ({body})", highlight=False)

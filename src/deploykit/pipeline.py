@@ -32,6 +32,8 @@ from deploykit.stages.base import Stage, StageContext
 @dataclass
 class _Run:
     ctx: StageContext
+    stages: Sequence[Stage]
+    whole: bool = True  # every stage was asked for (no ``until``)
     roles: dict[str, Artifact] = field(default_factory=dict)
     records: list[StageRecord] = field(default_factory=list)
     failures: list[GateFailed] = field(default_factory=list)
@@ -50,7 +52,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         for name in names:
             if name not in known:
                 raise UsageError(f"{flag} {name!r}: no such stage (stages: {', '.join(known)})")
-    run = _Run(StageContext(config, store, reporter or SilentReporter()))
+    run = _Run(StageContext(config, store, reporter or SilentReporter()), stages, whole=until is None)
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
         stage.preflight(run.ctx)
@@ -58,10 +60,9 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         try:
             _run_stage(run, stage, force=stage.name in rerun)
         except DeployKitError as e:
-            e.result = _result(run, config)  # type: ignore[attr-defined]
+            e.result = _result(run, config, e)  # type: ignore[attr-defined]
             raise
     result = _result(run, config)
-    store.name_run(config.name, {role: a.digest for role, a in run.roles.items()})
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]
         raise run.failures[0]
@@ -175,5 +176,26 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
         return ctx.store.publish(tmp, manifest)
 
 
-def _result(run: _Run, config: Config) -> RunResult:
-    return RunResult(config.name, list(run.records), dict(run.roles), run.ctx.store.root)
+def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> RunResult:
+    """The run's result with its record, written to the store (``records/<identity>.json``) once a stage ran."""
+    from deploykit.report import record as records
+    from deploykit.report.collect import build_record
+
+    store = run.ctx.store
+    rows = [records.StageStatus(r.stage, r.status, round(r.seconds, 4), r.artifact.digest if r.artifact else "",
+                                r.artifact.kind if r.artifact else "",
+                                r.artifact.manifest.created if r.artifact else "", r.error, r.note) for r in run.records]
+    produced = {r.stage: r.artifact for r in run.records if r.artifact is not None}
+    q = config.quantize
+    identity = (config.name, q.precision, config.build.backend, q.flavour(config.build.backend) if q.enabled else "")
+    record = build_record(identity, rows, produced, run.stages, store, error=error)
+    # A partial run (`deploykit export`, `parity`, ...) is recorded unless a record of the whole
+    # pipeline exists: `deploykit report NAME` keeps showing the last complete verdict.
+    stored = None if run.whole else records.stored(store.root, record.identity)
+    if run.records and (run.whole or stored is None or stored.details.get("partial")):
+        if not run.whole:
+            record.details["partial"] = True
+        records.write(store, record)
+        if error is None:  # the run's refs name what a run that finished made (a stopped one changes none)
+            store.name_run(record.identity, {role: a.digest for role, a in run.roles.items()})
+    return RunResult(config.name, list(run.records), dict(run.roles), store.root, record)

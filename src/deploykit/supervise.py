@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 GRACE_S = 10.0  # after a stage's limit, the child's own alarm gets this long (or half the limit) to end it
-_REPORT = {"fd": -1}
+_REPORT = {"fd": -1, "json": False}
 
 
 def wanted() -> bool:
@@ -43,8 +43,10 @@ def report(line: str) -> None:
             os.write(_REPORT["fd"], (line.replace("\n", " ") + "\n").encode())
 
 
-def run(work: Callable[[], None]) -> None:
-    """Run ``work`` in a child; exit with its code, or with a clean error for what killed it."""
+def run(work: Callable[[], None], *, json_errors: bool = False) -> None:
+    """Run ``work`` in a child; exit with its code, or with a clean error for what killed it
+    (``json_errors``: as the JSON error object ``--log-format json`` promises)."""
+    _REPORT["json"] = json_errors
     read_end, write_end = os.pipe()
     parent = os.getpid()
     pid = os.fork()
@@ -128,7 +130,16 @@ def _exit_code(status: int, state: dict) -> int:
 
 def _fail(message: str, hint: str, code: int) -> int:
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"error: {message}\nhint: {hint}\n")
+        if _REPORT["json"]:  # the same objects the CLI writes (deploykit.cli._fail)
+            import json
+
+            kind = "EnvironmentProblem" if code == 3 else "InternalError"
+            error = {"error": message, "hint": hint, "exit_code": code, "kind": kind}
+            sys.stderr.write(json.dumps({"event": "error", **error}) + "\n")
+            sys.stdout.write(json.dumps({"schema": "deploykit.error/1", **error}) + "\n")
+            sys.stdout.flush()
+        else:
+            sys.stderr.write(f"error: {message}\nhint: {hint}\n")
         sys.stderr.flush()
     return code
 

@@ -29,7 +29,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return _dataclass(tp, value, path)
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, args))}")
+            close = difflib.get_close_matches(str(value).lower(), [str(a).lower() for a in args], n=1)
+            guess = f" (did you mean {next(a for a in args if str(a).lower() == close[0])!r}?)" if close else ""
+            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, args))}{guess}")
         return value
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:

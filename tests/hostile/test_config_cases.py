@@ -149,10 +149,10 @@ def test_the_alias_bomb_is_refused_in_bounded_memory(tmp_path):
     """The 2 KB bomb used to take > 6 GB; refused while parsing, it peaks at what the interpreter needs."""
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(BOMB + textwrap.dedent(CONFIG))
-    # VmHWM is this process's own peak: ru_maxrss would start at the forking pytest's size (Linux
-    # carries the parent's high-water mark across fork and exec), which hides any growth below it
-    probe = ("import sys\nfrom deploykit.config import load_config\nfrom deploykit.errors import ConfigError\n"
-             "def hwm():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+    # VmHWM is this process's own peak: ru_maxrss survives exec, so it would report the forking
+    # parent's (a pytest that already loaded torch) instead.
+    probe = ("import re, sys\nfrom deploykit.config import load_config\nfrom deploykit.errors import ConfigError\n"
+             "def hwm():\n    return int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])\n"
              "base = hwm()\n"
              "try:\n    load_config(sys.argv[1])\nexcept ConfigError as e:\n    print('refused', e.message)\n"
              "print(base, hwm())\n")

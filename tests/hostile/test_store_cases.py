@@ -104,14 +104,31 @@ _manifest_case("reformatted", lambda p: p.write_text(json.dumps(json.loads(p.rea
 _manifest_case("old-schema", lambda p: _edit(p, lambda m: m.update(schema_version=1)), "schema")
 
 
-@suite.case("run-record-corrupt", 4, "runs/conv.json")
+RECORD = "records/conv.fp32.onnxruntime.json"  # the run record `deploykit report conv` renders
+REFS = "runs/conv.fp32.onnxruntime.json"  # the run's role -> digest refs (gc roots)
+
+
+@suite.case("run-record-corrupt", 4, RECORD)
 def _run_corrupt(folder, cfg, store, files):
-    (store / "runs" / "conv.json").write_text('{"model": ')
+    (store / RECORD).write_text('{"model": ')
     return [("report", "conv", "-w", store, "-o", folder / "r.html")]
 
 
-@suite.case("run-record-a-list", 4, "runs/conv.json")
+@suite.case("run-record-a-list", 4, RECORD)
 def _run_list(folder, cfg, store, files):
+    (store / RECORD).write_text("[]")
+    return [("report", "conv", "-w", store, "-o", folder / "r.html"), ("artifacts", "verify", "-w", store)]
+
+
+@suite.case("run-refs-corrupt", 4, REFS)
+def _refs_corrupt(folder, cfg, store, files):
+    (store / REFS).write_text('{"model": ')
+    return [("artifacts", "verify", "-w", store)]
+
+
+@suite.case("legacy-run-refs-a-list", 4, "runs/conv.json")
+def _legacy_refs(folder, cfg, store, files):
+    shutil.rmtree(store / "records")  # a store written before run records: the report reads the refs
     (store / "runs" / "conv.json").write_text("[]")
     return [("report", "conv", "-w", store, "-o", folder / "r.html")]
 

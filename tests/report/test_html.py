@@ -29,10 +29,10 @@ def test_report_command_writes_one_self_contained_file(tiny, tmp_path):
 def test_report_of_one_artifact_shows_its_lineage(tiny, tmp_path):
     cfg, store = tiny
     gate = deploykit.convert(cfg, workdir=store).artifacts["gate"]
-    data = from_store(str(store), gate.digest[:10], default_stages())
-    assert data.gate is not None and data.parity is None
-    assert [r["kind"] for r in data.lineage][:2] == ["bench-report", "engine"]
-    assert [s["stage"] for s in data.stages][-1] == "gate"
+    record, note = from_store(str(store), gate.digest[:10], default_stages())
+    assert "gate" in record.details and "parity" not in record.details and note == ""
+    assert [r["kind"] for r in record.details["lineage"]][:2] == ["bench-report", "engine"]
+    assert [s.stage for s in record.stages][-1] == "gate" and {s.status for s in record.stages} == {"stored"}
 
 
 def test_unknown_run_or_artifact_exits_2(tiny, tmp_path):
@@ -58,11 +58,12 @@ def test_failed_run_renders_with_its_failures(tiny, tmp_path):
     assert "failed" in fragment and "fps" in fragment and "&lt; target 1e+09" in fragment
 
 
-def test_markdown_parity_summary_lists_outputs_and_tasks(tiny):
+def test_markdown_summary_has_the_parity_section_with_outputs(tiny):
     cfg, store = tiny
-    parity = deploykit.convert(cfg, workdir=store).parity
-    md = markdown.render_parity(parity)
-    assert md.startswith("## parity — PASS") and "| features | onnx |" in md and "| pooled | torch |" in md
+    record = deploykit.convert(cfg, workdir=store).record
+    md = markdown.render(record)
+    assert md.startswith("## deploykit tiny.fp32.onnxruntime — PASS (exit 0)")
+    assert "### parity — PASS" in md and "| features | onnx |" in md and "| pooled | torch |" in md
 
 
 def test_without_matplotlib_the_page_renders_and_says_so(tiny, tmp_path, monkeypatch):

@@ -100,12 +100,13 @@ def test_latency_target_and_junit_has_one_testcase_per_model_and_target(model, t
                          "gate.targets.default.latency_ms_p99=1e-6", "--report-dir", str(tmp_path / "r"))
     assert code == 1
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
-    [case] = suite.findall("testcase")
-    assert case.get("name") == "default batch 1" and case.get("classname") == "deploykit.gate.m"
-    assert suite.get("tests") == "1" and suite.get("failures") == "1"
-    assert "p99" in case.find("failure").get("message") and "fps" not in case.find("failure").get("message")
+    cases = {c.get("name"): c for c in suite.findall("testcase") if c.get("classname") == "deploykit.m.gate"}
+    assert sorted(cases) == ["m on default batch 1: fps", "m on default batch 1: latency_ms_p99"]  # model x platform
+    assert suite.get("failures") == "1" and cases["m on default batch 1: fps"].find("failure") is None
+    assert "latency_ms_p99" in cases["m on default batch 1: latency_ms_p99"].find("failure").get("message")
+    assert int(suite.get("tests")) == len(suite.findall("testcase")) > 2  # parity's testcases are there too
     summary = (tmp_path / "r" / "summary.md").read_text()
-    assert "**FAIL**" in summary and "trial range" in summary
+    assert "**FAIL**" in summary and "trial range" in summary and "(exit 1)" in summary
 
 
 def test_target_with_neither_fps_nor_latency_exits_2(model):
@@ -165,8 +166,11 @@ def test_regression_beyond_the_spread_fails_and_says_by_how_much(model, tmp_path
     assert code == 1
     assert "gate failed: fps" in err and "% slower, at least" in err
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
-    assert [c.get("name") for c in suite.findall("testcase")] == ["default batch 1", "baseline"]
-    assert suite.get("failures") == "1"
+    gate_cases = [c.get("name") for c in suite.findall("testcase") if c.get("classname") == "deploykit.m.gate"]
+    assert gate_cases == ["m on default batch 1: fps", "m baseline fps", "m baseline p99 latency"]
+    failed = [c.get("name") for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert failed == ["m baseline fps", "m baseline p99 latency"] and suite.get("failures") == "2"
+    assert "% slower" in (tmp_path / "r" / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("edit, reason", [

@@ -91,7 +91,7 @@ def test_file_commands_build_and_surgery(tmp_path):
 
 def test_unknown_backend_and_unknown_pass(tmp_path):
     path = small_onnx(tmp_path / "model.onnx")
-    with pytest.raises(ConfigError, match="unknown backend 'tensorflow'"):
+    with pytest.raises(ConfigError, match="config.build.backend: 'tensorflow' is not one of 'onnxruntime', 'tensorrt'"):
         deploykit.convert(path, workdir=tmp_path / "store", build__backend="tensorflow")
     with pytest.raises(ConfigError, match="unknown pass 'sanitise'; did you mean sanitize"):
         deploykit.convert(path, workdir=tmp_path / "store", surgery__passes=["sanitise"])

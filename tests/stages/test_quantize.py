@@ -50,7 +50,7 @@ def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, o
     assert ranges["samples"] == 12 and ranges["tensors"]["x"]["max"] <= 1.0
     summary = json.loads((tmp_path / "out" / "manifest.json").read_text())["summary"]
     assert summary["flavour"] == "tensorrt" and summary["check"]["passed"] and summary["evaluate"] == "as_written"
-    assert "quantize: int8 for tensorrt" in out and "head_out: rel-L2" in out
+    assert "  int8 for tensorrt" in out and "head_out: rel-L2" in out and "quantize: PASS" in out
 
 
 def test_unchanged_data_reuses_the_artifact_and_changed_data_recalibrates(tmp_path, onnx_model):

@@ -7,7 +7,8 @@ import importlib
 from deploykit.backends.base import Availability, Backend, Session, TensorSpec
 from deploykit.errors import BackendUnavailable, ConfigError
 
-# name -> "module:class"; modules load lazily so a missing library never breaks `import deploykit`.
+# name (deploykit.choices.BackendName) -> "module:class"; modules load lazily so a missing library
+# never breaks `import deploykit`.
 _BACKENDS = {
     "onnxruntime": "deploykit.backends.onnxruntime:OnnxRuntimeBackend",
     "tensorrt": "deploykit.backends.tensorrt:TensorRTBackend",

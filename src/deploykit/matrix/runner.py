@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from deploykit.artifacts import Store
+from deploykit.config_load import merged_overrides
 from deploykit.errors import UsageError
 from deploykit.matrix.driver import Driver, View
 from deploykit.matrix.plan import make_plan
@@ -19,7 +21,7 @@ DEFAULT_STORE = ".deploykit"
 
 def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
                workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
-               view: View | None = None, **overrides: Any) -> MatrixResult:
+               view: View | None = None, overrides: Mapping[str, Any] | None = None, **fields: Any) -> MatrixResult:
     """Run every model x precision x target cell of a matrix file; never raises for a failing cell.
 
     Args:
@@ -32,7 +34,8 @@ def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None =
         report_dir: where to write matrix.json, junit.xml and summary.md.
         rerun: stages to run again even where their artifacts exist.
         view: redrawn after every change (the CLI's live table).
-        **overrides: config fields for every cell, dots written as ``__`` (``gate__iterations=50``).
+        overrides: config fields for every cell by dotted name (``{"gate.iterations": 50}``).
+        **fields: the same, dots written as ``__`` (``gate__iterations=50``).
 
     Raises:
         ConfigError: the matrix file is invalid (exit 2), before anything runs.
@@ -54,7 +57,7 @@ def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None =
     store = Store(_store_root(spec, workdir))
     executor = _executor(spec, store, ray, jobs, quantizes=any(p != "fp32" for p in spec.precisions))
     try:  # connected (or the pool started) before planning hashes any data: a dead cluster fails first
-        plan = make_plan(spec, models, store, {k.replace("__", "."): v for k, v in overrides.items()})
+        plan = make_plan(spec, models, store, merged_overrides(overrides, fields))
         result = Driver(path.stem, plan, executor, store, view, rerun).run()
     finally:
         with contextlib.suppress(Exception):  # closing a cluster that is already gone

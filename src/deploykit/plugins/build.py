@@ -61,8 +61,18 @@ class BuildResult:
 
 
 def default_build_dir() -> Path:
-    """``build/plugins`` beside the sources (the Makefile's and ``doctor``'s default)."""
-    return plugins_source().parent / "build" / "plugins"
+    """``build/plugins`` beside the sources in a checkout (the Makefile's and ``doctor``'s default); for
+    an installed package, a per-user cache folder (site-packages is not a build folder)."""
+    from deploykit.plugins.descriptions import PACKAGED
+
+    source = plugins_source()
+    if source == PACKAGED:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return cache / "deploykit" / "plugins"
+    return source.parent / "build" / "plugins"
+
+
+FETCHED_HEADERS = Path("build/kernel-lens/kernel_lens/include/tensorrt")  # where `make test` fetches NvInfer.h
 
 
 def source_digest(source: Path) -> str:
@@ -103,7 +113,7 @@ def with_tensorrt_headers(options: BuildOptions, source: Path) -> tuple[BuildOpt
     """``options`` with the TensorRT headers the glue is compiled against (or the glue off, when none fit)."""
     if not (options.cuda and options.tensorrt_glue):
         return options, None
-    fetched = source.parent / "build" / "kernel-lens" / "kernel_lens" / "include" / "tensorrt"
+    fetched = source.parent / FETCHED_HEADERS
     headers = trt_headers.choose(options.tensorrt_include_dir, trt_headers.installed_tensorrt(),
                                  trt_headers.candidates(fetched))
     return replace(options, tensorrt_include_dir=headers.include_dir, tensorrt_glue=bool(headers.include_dir)), headers

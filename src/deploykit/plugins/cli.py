@@ -45,31 +45,42 @@ def build(build_dir: BuildDir = None,
 
 
 @app.command("list")
-def list_(build_dir: BuildDir = None) -> None:
+def list_(build_dir: BuildDir = None,
+          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """The ops, their plugin names and versions, and which parts are built."""
-    from rich.console import Console
-    from rich.table import Table
+    import json
+
+    from rich.markup import escape
 
     from deploykit.plugins.build import OUTPUTS, built_outputs, default_build_dir, is_current
     from deploykit.plugins.descriptions import descriptions, plugins_source
+    from deploykit.report import terminal
 
     folder = build_dir or default_build_dir()
     built = built_outputs(folder)
     source = plugins_source()
-    table = Table(title=f"plugins in {source}", title_justify="left")
-    for col in ("op (plugin)", "version", "namespace", "torch op", "attributes", "cpu", "cuda", "tensorrt"):
-        table.add_column(col, overflow="fold")
+    rows = []
     for op in descriptions().values():
-        parts = []
+        parts = {}
         for part, suffix in (("cpu", "_cpu.cpp"), ("cuda", ".cu"), ("tensorrt", "_trt.cpp")):
             has_source = (source / op.folder / f"{op.folder}{suffix}").is_file()
-            parts.append("built" if has_source and part in built else "source only" if has_source else "-")
-        attributes = ", ".join(f"{a.name} ({a.describe()})" for a in op.attributes)
-        table.add_row(op.plugin_name, op.plugin_version, op.plugin_namespace,
-                      f"torch.ops.{op.torch_name.replace('::', '.')}", attributes, *parts)
-    console = Console()
-    console.print(table)
+            parts[part] = "built" if has_source and part in built else "source only" if has_source else "-"
+        rows.append({"op": op.plugin_name, "version": op.plugin_version, "namespace": op.plugin_namespace,
+                     "torch_op": f"torch.ops.{op.torch_name.replace('::', '.')}",
+                     "attributes": {a.name: a.describe() for a in op.attributes}, **parts})
     current = is_current(folder, source)
+    if as_json:
+        typer.echo(json.dumps({"source": str(source), "build_dir": str(folder), "current": current, "ops": rows,
+                               "outputs": {part: built.get(part) for part in OUTPUTS}}, indent=2))
+        return
+    table = terminal.table(f"plugins in {source}", ["op (plugin)", "version", "namespace", "torch op", "attributes",
+                                                    "cpu", "cuda", "tensorrt"], text=("attributes",))
+    for r in rows:
+        attributes = ", ".join(f"{name} ({what})" for name, what in r["attributes"].items())
+        table.add_row(r["op"], r["version"], r["namespace"], r["torch_op"], escape(attributes),
+                      r["cpu"], r["cuda"], r["tensorrt"])
+    console = terminal.console()
+    terminal.print_table(console, table)
     state = {None: "no deploykit build there (run `deploykit plugins build`)",
              True: "built from the current sources", False: "stale: the sources changed since (rebuild)"}[current]
     console.print(f"build folder {folder}: {state}", highlight=False, soft_wrap=True)
@@ -78,22 +89,28 @@ def list_(build_dir: BuildDir = None) -> None:
 
 
 @app.command("check")
-def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin library, e.g. build/plugins/libdeploykit_plugins.so")]) -> None:
+def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin library, e.g. build/plugins/libdeploykit_plugins.so")],
+          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """Check that a plugin library exports getCreators and registers the creators the op descriptions name."""
-    from rich.console import Console
-    from rich.table import Table
+    import json
+    from dataclasses import asdict
+
+    from rich.markup import escape
 
     from deploykit.errors import InvalidInput
     from deploykit.plugins.library_check import check_library
+    from deploykit.report import terminal
 
     report = check_library(library)
-    table = Table(title=f"{library} (creators read by: {report.method})", title_justify="left")
-    for col in ("check", "status", "detail"):
-        table.add_column(col, overflow="fold")
-    colour = {"ok": "green", "failed": "red", "warn": "yellow", "not checked": "yellow"}
-    for f in report.findings:
-        table.add_row(f.check, f"[{colour[f.status]}]{f.status}[/]", f.detail)
-    Console().print(table)
+    if as_json:
+        typer.echo(json.dumps({"library": str(library), "method": report.method, "passed": report.passed,
+                               "findings": [asdict(f) for f in report.findings]}, indent=2))
+    else:
+        table = terminal.table(f"{library} (creators read by: {report.method})", ["check", "status", "detail"])
+        colour = {"ok": "green", "failed": "red", "warn": "yellow", "not checked": "yellow"}
+        for f in report.findings:
+            table.add_row(escape(f.check), f"[{colour[f.status]}]{f.status}[/]", escape(f.detail))
+        terminal.print_table(terminal.console(), table)
     if not report.passed:
         failed = [f"{f.check}: {f.detail}" for f in report.findings if f.status == "failed"]
         raise InvalidInput(f"{library}: plugin library check failed: {failed[0]}"

@@ -88,14 +88,22 @@ class OpDescription:
         return tuple(dict.fromkeys(d for ds in per_backend.values() for d in ds))
 
 
+PACKAGED = Path(__file__).resolve().parents[1] / "_plugin_sources"  # what an installed wheel carries (setup.py)
+
+
 def plugins_source() -> Path:
-    """The ``plugins/`` folder: ``$DEPLOYKIT_PLUGINS_SOURCE``, else the one beside ``src/`` in a checkout."""
+    """The ``plugins/`` folder: ``$DEPLOYKIT_PLUGINS_SOURCE``, else the one beside ``src/`` in a checkout,
+    else the copy an installed package carries (``deploykit/_plugin_sources``)."""
     env = os.environ.get(SOURCE_ENV)
-    folder = Path(env) if env else Path(__file__).resolve().parents[3] / "plugins"
-    if not (folder / "CMakeLists.txt").is_file():
-        raise ConfigError(f"plugin sources not found in {folder}",
-                          hint=f"run from a deploykit checkout or set {SOURCE_ENV} to its plugins/ folder")
-    return folder
+    if env:
+        candidates = [Path(env)]
+    else:
+        candidates = [Path(__file__).resolve().parents[3] / "plugins", PACKAGED]
+    for folder in candidates:
+        if (folder / "CMakeLists.txt").is_file():
+            return folder
+    raise ConfigError(f"plugin sources not found in {' or '.join(map(str, candidates))}",
+                      hint=f"reinstall deploykit (the package carries them), or set {SOURCE_ENV} to a checkout's plugins/")
 
 
 @functools.cache

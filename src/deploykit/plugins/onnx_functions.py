@@ -223,10 +223,12 @@ def is_plugin_node(node: onnx.NodeProto) -> OpDescription | None:
     A node is ours when its op_type names a described op and it sits in our domain or carries our
     ``plugin_namespace`` (TensorRT ignores the domain, so a hand-made node may use another one).
     """
+    namespace = next((a.s.decode() for a in node.attribute if a.name == "plugin_namespace"), None)
+    if node.domain != ONNX_DOMAIN and namespace is None:
+        return None  # not ours: a model without plugin nodes never needs the op descriptions
     op = descriptions().get(node.op_type)
     if op is None:
         return None
-    namespace = next((a.s.decode() for a in node.attribute if a.name == "plugin_namespace"), None)
     return op if node.domain == ONNX_DOMAIN or namespace == op.plugin_namespace else None
 
 

@@ -318,7 +318,15 @@ def _run_or_repair(job: Job, model: onnx.ModelProto, build: Callable[..., onnx.M
     cfg = job.cfg
     if cfg.repair.enabled and cfg.precision in ("int8", "fp8", "int4"):
         rank = partial(_rank, model, samples=samples, opener=opener, threshold=cfg.repair.threshold)
-        rep = repair_loop(build, evaluate, rank, cfg.repair, excluded)
+        task = job.task("repair: quantize-and-check rounds", cfg.repair.max_iterations) if job.task else None
+        with task or contextlib.nullcontext(None) as advance:
+            def counted(candidate: onnx.ModelProto) -> Check:  # one round = one check: the bar moves per round
+                found = evaluate(candidate)
+                if advance is not None:
+                    advance()
+                return found
+
+            rep = repair_loop(build, counted, rank, cfg.repair, excluded)
         return Result(rep.model, model, {}, RangeSettings(), rep.excluded, {}, rep.check, {}, repair=rep)
     candidate = build(excluded)
     return Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, evaluate(candidate), {})

@@ -1,22 +1,24 @@
-"""What a report shows, gathered from a finished run (a RunResult) or from the store (a run name or an
-artifact digest): stage timeline, artifact lineage, the stages' reports, tools and device.
+"""Building the run record (:mod:`deploykit.report.record`): from a run's stage statuses (the
+pipeline calls :func:`build_record`), or from the store (:func:`from_store`: a recorded run by name
+or identity, or any artifact by digest, whose lineage becomes the record).
 
-The stages tell the report what they are (:class:`StageInfo`: their names in pipeline order, their
-typed summaries, their reports); callers pass ``deploykit.stages.default_stages()``.
+The stages tell the record what they are (:class:`StageInfo`: their names in pipeline order, their
+typed summaries, their reports and their checks); callers pass ``deploykit.stages.default_stages()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deploykit.artifacts import Artifact, Store
-from deploykit.errors import ArtifactCorrupt, UsageError
+from deploykit.errors import ArtifactCorrupt, DeployKitError, UsageError
+from deploykit.report import record as records
+from deploykit.report.record import RunRecord, StageStatus
 
 
 class StageInfo(Protocol):
-    """What a report needs of a stage."""
+    """What a record needs of a stage."""
 
     name: str
 
@@ -28,64 +30,113 @@ class StageInfo(Protocol):
         """The report a person reads, or None."""
         ...
 
-
-@dataclass
-class ReportData:
-    title: str
-    stages: list[dict[str, Any]]  # {stage, status, seconds, digest, kind, created, note}
-    lineage: list[dict[str, Any]]  # depth-first rows: {depth, role, digest, kind, stage, version, created}
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage name -> its report
-    tools: dict[str, str] = field(default_factory=dict)
-    device: dict[str, Any] = field(default_factory=dict)
-    workdir: str = ""
-
-    @property
-    def parity(self) -> dict[str, Any] | None:
-        return self.reports.get("parity")  # parity.json
-
-    @property
-    def gate(self) -> dict[str, Any] | None:
-        return self.reports.get("gate")  # gate.json
-
-    @property
-    def quantize(self) -> dict[str, Any] | None:
-        return self.reports.get("quantize")  # the summary, with its precision.json as "patch"
-
-    @property
-    def passed(self) -> bool:
-        failed_stage = any(s["status"] == "failed" or s["note"] for s in self.stages)
-        return not failed_stage and all(r is None or r.get("passed", True) for r in (self.parity, self.gate))
+    def checks(self, artifact: Artifact) -> list[records.Check]:
+        """The verdicts the artifact records."""
+        ...
 
 
-def from_result(result: Any, stages: Sequence[StageInfo]) -> ReportData:
-    """From a RunResult: this run's own stage statuses and times."""
-    rows = [{"stage": r.stage, "status": r.status, "seconds": r.seconds, "note": r.error,
-             "digest": r.artifact.digest if r.artifact else "", "kind": r.artifact.kind if r.artifact else "",
-             "created": r.artifact.manifest.created if r.artifact else ""} for r in result.stages]
-    return _finish(f"deploykit run {result.name}", rows, dict(result.artifacts), str(result.workdir),
-                   {s.name: s for s in stages})
+def build_record(identity: tuple[str, str, str, str], rows: Sequence[StageStatus], artifacts: dict[str, Artifact],
+                 stages: Sequence[StageInfo], store: Store, *, error: DeployKitError | None = None,
+                 source: str = "run") -> RunRecord:
+    """The record of one run (or of stored artifacts): every check, warning and report, in pipeline order.
+
+    Args:
+        identity: (config name, precision, backend, flavour).
+        rows: each stage's status, in the order the stages ran.
+        artifacts: stage name -> the artifact it wrote or reused.
+        stages: the pipeline's stages (``deploykit.stages.default_stages()``).
+        store: where the artifacts live (for their lineage).
+        error: the error that stopped the run, when one did (not a failed check).
+        source: "run" for a run, "artifact" for a record built from an artifact's lineage.
+    """
+    known = {s.name: s for s in stages}
+    checks, details = [], {}
+    for name in [s.name for s in stages if s.name in artifacts]:
+        stage, artifact = known[name], artifacts[name]
+        checks += stage.checks(artifact)
+        report = stage.report(artifact)
+        if report is not None:
+            details[name] = report
+    details["lineage"] = lineage_rows(store, artifacts)
+    details["source"] = source
+    gate = rows_by_stage(rows).get("gate")
+    newest = max(artifacts.values(), key=lambda a: a.manifest.created, default=None)
+    name, precision, backend, flavour = identity
+    return RunRecord(
+        name=name, precision=precision, backend=backend, flavour=flavour, stages=tuple(rows), checks=tuple(checks),
+        warnings=tuple(_warnings(details, flavour, backend)), gate_cached=gate is not None and gate.status == "reused",
+        error=error.message if error is not None else "", hint=error.hint if error is not None else "",
+        error_code=error.exit_code if error is not None else 0, details=details, workdir=str(store.root),
+        created=records.now(), tools=dict(newest.manifest.tools) if newest else {},
+        device=dict(newest.manifest.device) if newest else {})
 
 
-def from_store(workdir: str, ref: str, stages: Sequence[StageInfo]) -> ReportData:
-    """From the store: ``ref`` is a run name (``runs/<name>.json``) or an artifact digest (prefix)."""
+def rows_by_stage(rows: Sequence[StageStatus]) -> dict[str, StageStatus]:
+    return {r.stage: r for r in rows}
+
+
+def _warnings(details: dict[str, Any], flavour: str, backend: str) -> list[str]:
+    """What a reader must know to trust the verdicts and numbers."""
+    out = [f"quantize: {w}" for w in (details.get("quantize") or {}).get("warnings", [])]
+    data_warning = ((details.get("parity") or {}).get("data") or {}).get("warning")
+    if data_warning:
+        out.append(f"parity: {data_warning}")
+    gate = details.get("gate")
+    if gate:
+        out += [f"gate: {w}" for w in gate.get("warnings", [])]
+        load = gate.get("load") or {}
+        if load.get("loaded"):
+            out.append(f"gate: measured under load (CPU pressure {load.get('cpu_pressure')}, load "
+                       f"{load.get('loadavg1')} on {load.get('cpus')} CPUs): the numbers may be low; "
+                       "--remeasure on a quiet machine")
+        if flavour == "tensorrt" and backend != "tensorrt":
+            out.append(f"gate: this is a TensorRT-flavour graph timed with {backend} on the CPU ({gate['evaluator']}); "
+                       "the number says nothing about TensorRT speed — build with --backend tensorrt on the GPU")
+    return out
+
+
+def from_store(workdir: str, ref: str, stages: Sequence[StageInfo], *, precision: str | None = None,
+               backend: str | None = None) -> tuple[RunRecord, str]:
+    """The record ``ref`` names in the store, and a note when several runs match.
+
+    ``ref`` is a run name (the config's ``name``; with several precisions/backends recorded the newest
+    is taken, narrowed by ``precision`` / ``backend``), a record identity (``tiny.int8.onnxruntime.onnxruntime``)
+    or an artifact digest (prefix), whose lineage becomes a record of stored artifacts.
+    """
     store = Store(workdir)
-    if store.has_run(ref):
+    found, note = records.pick(store.root, ref, precision=precision, backend=backend)
+    if found is not None:
+        for row in found.stages:  # the record renders alone, but a verdict whose artifact is gone is no verdict
+            if row.digest:
+                _peek(store, row.digest)
+        return found, note
+    if precision is not None or backend is not None:
+        raise UsageError(f"no recorded run of {ref!r} with precision {precision or 'any'} and backend "
+                         f"{backend or 'any'}", hint=f"recorded: {', '.join(r.identity for r in records.find(store.root, ref)) or 'none'}")
+    if store.has_run(ref):  # a store written before run records
         roles = {role: _peek(store, d) for role, d in store.run_refs(ref).items()}
-        title = f"deploykit run {ref}"
-    else:
-        try:
-            artifact = store.get(ref)
-        except UsageError as e:
-            raise UsageError(f"{ref!r} is neither a run name nor an artifact in {workdir}",
-                             hint="see `deploykit artifacts ls`; run names are the config's 'name'") from e
-        roles = _ancestors(store, artifact, artifact.manifest.stage)
-        title = f"deploykit artifact {artifact.digest[:12]} ({artifact.kind})"
+        return _stored(store, ref, roles, stages, "run"), ""
+    try:
+        artifact = store.get(ref)
+    except UsageError as e:
+        raise records.no_record(store.root, ref) from e
+    roles = _ancestors(store, artifact, artifact.manifest.stage)
+    return _stored(store, f"artifact {artifact.digest[:12]} ({artifact.kind})", roles, stages, "artifact"), ""
+
+
+def _stored(store: Store, name: str, roles: dict[str, Artifact], stages: Sequence[StageInfo], source: str) -> RunRecord:
     known = {s.name: s for s in stages}
     ordered = _in_lineage_order(store, roles, list(known))
-    rows = [{"stage": a.manifest.stage, "status": "stored", "seconds": a.manifest.timings.get("run_s", 0.0),
-             "digest": a.digest, "kind": a.kind, "created": a.manifest.created, "note": _failure(a, known)}
-            for a in ordered]
-    return _finish(title, rows, roles, str(store.root), known, store)
+    rows = [StageStatus(a.manifest.stage, "stored", a.manifest.timings.get("run_s", 0.0), a.digest, a.kind,
+                        a.manifest.created, _failure(a, known)) for a in ordered]
+    # Reports read the artifacts' files: verify them first (the lineage walk read manifests only).
+    by_stage = {a.manifest.stage: store.get(a.digest) if a.manifest.stage in known else a for a in ordered}
+    backend = next((known["build"].summary(a).backend for a in ordered if a.manifest.stage == "build"
+                    and "build" in known), "")
+    quantized = next((known["quantize"].summary(a) for a in ordered if a.manifest.stage == "quantize"
+                      and "quantize" in known), None)
+    identity = (name, quantized.precision if quantized else "", backend, quantized.flavour if quantized else "")
+    return build_record(identity, rows, by_stage, stages, store, source=source)
 
 
 def _peek(store: Store, digest: str) -> Artifact:
@@ -109,12 +160,19 @@ def _ancestors(store: Store, artifact: Artifact, role: str) -> dict[str, Artifac
 def _in_lineage_order(store: Store, roles: dict[str, Artifact], pipeline_order: list[str]) -> list[Artifact]:
     """Distinct artifacts, parents before children (then in pipeline order, then by creation time)."""
     distinct = {a.digest: a for a in roles.values()}
+    # Walk every ancestor: a run's refs name the model after quantize, not the surgery model before it.
+    pending = list(distinct.values())
+    while pending:
+        a = pending.pop()
+        for d in a.manifest.parents.values():
+            if d not in distinct:
+                distinct[d] = _peek(store, d)
+                pending.append(distinct[d])
     depth: dict[str, int] = {}
 
     def level(a: Artifact) -> int:
         if a.digest not in depth:
-            parents = [_peek(store, d) for d in a.manifest.parents.values()]
-            depth[a.digest] = 1 + max((level(p) for p in parents), default=-1)
+            depth[a.digest] = 1 + max((level(distinct[d]) for d in a.manifest.parents.values()), default=-1)
         return depth[a.digest]
 
     order = {name: i for i, name in enumerate(pipeline_order)}
@@ -124,23 +182,6 @@ def _in_lineage_order(store: Store, roles: dict[str, Artifact], pipeline_order: 
 def _failure(artifact: Artifact, stages: dict[str, StageInfo]) -> str:
     stage = stages.get(artifact.manifest.stage)
     return stage.summary(artifact).failure() if stage is not None else ""
-
-
-def _finish(title: str, stages: list[dict[str, Any]], roles: dict[str, Artifact], workdir: str,
-            known: dict[str, StageInfo], store: Store | None = None) -> ReportData:
-    store = store or Store(workdir)
-    data = ReportData(title=title, stages=stages, lineage=lineage_rows(store, roles), workdir=workdir)
-    for artifact in {a.digest: a for a in roles.values()}.values():
-        stage = known.get(artifact.manifest.stage)
-        if stage is None:
-            continue
-        report = stage.report(store.get(artifact.digest))  # its files are read: verify them first
-        if report is not None:
-            data.reports[stage.name] = report
-    newest = max(roles.values(), key=lambda a: a.manifest.created, default=None)
-    if newest is not None:
-        data.tools, data.device = dict(newest.manifest.tools), dict(newest.manifest.device)
-    return data
 
 
 def lineage_rows(store: Store, roles: dict[str, Artifact]) -> list[dict[str, Any]]:

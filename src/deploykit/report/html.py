@@ -7,8 +7,8 @@ import html
 from typing import Any
 
 from deploykit.report import plots
-from deploykit.report.collect import ReportData
-from deploykit.report.markdown import fmt
+from deploykit.report.markdown import change, fmt
+from deploykit.report.record import RunRecord
 
 CSS = """
 .dk-report { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; max-width: 1100px; }
@@ -49,60 +49,69 @@ def _img(render: Any, *args: Any) -> str:
     return f"<img alt='plot' src='{render(*args)}'>"
 
 
-def render_page(data: ReportData, with_plots: bool = True) -> str:
+def render_page(record: RunRecord, with_plots: bool = True) -> str:
     """A complete HTML document."""
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{e(data.title)}</title></head><body>{render_fragment(data, with_plots)}</body></html>\n")
+            f"<title>{e(_title(record))}</title></head><body>{render_fragment(record, with_plots)}</body></html>\n")
 
 
-def render_fragment(data: ReportData, with_plots: bool = False) -> str:
+def _title(record: RunRecord) -> str:
+    return f"deploykit {record.details.get('source', 'run')} {record.identity}"
+
+
+def render_fragment(record: RunRecord, with_plots: bool = False) -> str:
     """The report body (with its CSS) for embedding, e.g. in a notebook cell."""
     with_plots = with_plots and plots.available()
-    verdict = "pass" if data.passed else "fail"
+    d = record.details
+    verdict = {"PASS": "pass", "FAIL": "fail", "ERROR": "fail"}[record.verdict]
+    label = {"PASS": "passed", "FAIL": "failed", "ERROR": "error"}[record.verdict]
     parts = [f"<style>{CSS}</style><div class='dk-report'>",
-             f"<h1>{e(data.title)} <span class='badge {verdict}'>{'passed' if data.passed else 'failed'}</span></h1>",
-             _headline(data), _timeline(data), _lineage(data)]
-    if data.quantize:
-        parts.append(_quantize(data.quantize, with_plots))
-    if data.parity:
-        parts.append(_parity(data.parity, with_plots))
-    if data.gate:
-        parts.append(_gate(data.gate, with_plots))
-    if data.gate and data.gate.get("profile"):
-        parts.append(profile_section(data.gate["profile"], with_plots))
-    parts.append(_environment(data))
-    if not with_plots and (data.parity or data.gate or data.quantize):
+             f"<h1>{e(_title(record))} <span class='badge {verdict}'>{label}</span> "
+             f"<span class='note'>exit {record.exit_code}</span></h1>",
+             _headline(record), _timeline(record), _lineage(record)]
+    if d.get("quantize"):
+        parts.append(_quantize(d["quantize"], with_plots))
+    if d.get("parity"):
+        parts.append(_parity(d["parity"], with_plots))
+    if d.get("gate"):
+        parts.append(_gate(d["gate"], with_plots, record.gate_cached))
+        if d["gate"].get("profile"):
+            parts.append(profile_section(d["gate"]["profile"], with_plots))
+    parts.append(_environment(record))
+    if not with_plots and (d.get("parity") or d.get("gate") or d.get("quantize")):
         parts.append("<p class='note'>Plots: <code>deploykit report</code> or <code>result.report_html()</code> "
                      "(needs matplotlib).</p>")
     return "".join(parts) + "</div>"
 
 
-def _headline(data: ReportData) -> str:
-    bits = []
-    if data.parity:
-        bits.append(f"parity {_status(data.parity.get('status', 'pass' if data.parity['passed'] else 'fail'))}")
-    if data.gate:
-        g = data.gate
-        bits.append(f"{g['fps']:.1f} FPS at batch {g['batch']}, p99 {g['latency']['p99_ms']:.2f} ms on "
-                    f"<code>{e(g['platform'])}</code>")
-    return f"<p>{' · '.join(bits)}</p>" if bits else ""
+def _headline(record: RunRecord) -> str:
+    """The record's verdict lines (the terminal's), the warnings set apart."""
+    from deploykit.report.terminal import verdict_lines
+
+    items = []
+    for line in verdict_lines(record):
+        head, _, rest = line.partition(":")
+        word = rest.split()[0] if rest.split() else ""
+        cls = "inconclusive" if head == "warning" else {"PASS": "pass", "FAIL": "fail", "ERROR": "fail"}.get(word, "")
+        items.append(f"<li><b class='{cls}'>{e(head)}</b>:{e(rest)}</li>")
+    return f"<ul>{''.join(items)}</ul>"
 
 
-def _timeline(data: ReportData) -> str:
-    longest = max((s["seconds"] for s in data.stages), default=0.0) or 1.0
-    rows = [[e(s["stage"]), _status(s["status"]), f"{s['seconds']:.2f} s",
-             f"<div class='bar' style='width:{max(1, int(240 * s['seconds'] / longest))}px'></div>",
-             f"<code>{e(s['digest'][:12])}</code>", e(s["kind"]), e(s["note"])] for s in data.stages]
+def _timeline(record: RunRecord) -> str:
+    longest = max((s.seconds for s in record.stages), default=0.0) or 1.0
+    rows = [[e(s.stage), _status(s.status), f"{s.seconds:.2f} s",
+             f"<div class='bar' style='width:{max(1, int(240 * s.seconds / longest))}px'></div>",
+             f"<code>{e(s.digest[:12])}</code>", e(s.kind), e(s.error or s.note)] for s in record.stages]
     return "<h2>Stages</h2>" + _table(["stage", "status", "time", "", "artifact", "kind", "note"], rows, {2})
 
 
-def _lineage(data: ReportData) -> str:
+def _lineage(record: RunRecord) -> str:
     items = "".join(
         f"<li style='margin-left:{18 * r['depth']}px'>{e(r['role'] + ': ' if r['role'] else '')}"
         f"<code>{e(r['digest'][:12])}</code> {e(r['kind'])} <span class='note'>(stage {e(r['stage'])} "
         f"v{e(r['version'])}, {e(r['created'])}){' — see above' if r.get('repeat') else ''}</span></li>"
-        for r in data.lineage)
-    where = f" <span class='note'>store: {e(data.workdir)}</span>" if data.workdir else ""
+        for r in record.details.get("lineage", []))
+    where = f" <span class='note'>store: {e(record.workdir)}</span>" if record.workdir else ""
     return f"<h2>Artifact lineage</h2>{where}<ul class='lineage'>{items}</ul>"
 
 
@@ -214,8 +223,10 @@ def _diagnosis(d: dict[str, Any] | None, with_plots: bool) -> str:
     return "".join(out)
 
 
-def _gate(g: dict[str, Any], with_plots: bool) -> str:
-    out = [f"<h2>Gate: {_status('pass' if g['passed'] else 'fail')}</h2>",
+def _gate(g: dict[str, Any], with_plots: bool, cached: bool = False) -> str:
+    label = (" <span class='reused'>cached: measured by an earlier run (--remeasure to measure again)</span>"
+             if cached else "")
+    out = [f"<h2>Gate: {_status('pass' if g['passed'] else 'fail')}{label}</h2>",
            f"<p>Platform <code>{e(g['platform'])}</code>, batch {g['batch']}, precision {e(g.get('precision', '?'))}, "
            f"{g.get('trials_count', 1)} trials × {g.get('iterations', g['latency']['n'])} iterations after "
            f"{_warmup(g)}; evaluator: {e(g['evaluator'])}.</p>"]
@@ -230,7 +241,10 @@ def _gate(g: dict[str, Any], with_plots: bool) -> str:
     rows = [[k.removesuffix("_ms"), f"{g['latency'][k]:.3f}",
              f"{spread[k]['min']:.3f} – {spread[k]['max']:.3f} ({spread[k]['rel'] * 100:.1f}%)" if k in spread else ""]
             for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")]
-    rows.insert(0, ["FPS", f"{g['fps']:.1f}", _fps_range(g)])
+    rows.insert(0, ["FPS (batch / median latency)", f"{g['fps']:.1f}", _fps_range(g)])
+    if g.get("wall_fps"):
+        rows.insert(1, ["throughput, wall clock (samples/s)", f"{g['wall_fps']:.1f}",
+                        f"{min(g['wall_fps_trials']):.1f} – {max(g['wall_fps_trials']):.1f}"])
     out.append("<h3>Latency (ms)</h3>" + _table(["statistic", "median of trials", "trial range"], rows, {1}))
     out.append(_sweep(g) + _baseline(g.get("baseline")))
     if with_plots:
@@ -264,12 +278,12 @@ def _sweep(g: dict[str, Any]) -> str:
 def _baseline(b: dict[str, Any] | None) -> str:
     if not b:
         return ""
-    rows = [[e(c["metric"]), f"{c['baseline']:.4g}", f"{c['measured']:.4g}", f"{c['slowdown'] * 100:+.1f}%",
-             f"{c['slowdown_at_least'] * 100:+.1f}%", f"{c['spread'] * 100:.1f}%",
+    rows = [[e(c["metric"]), f"{c['baseline']:.4g}", f"{c['measured']:.4g}", e(change(c["slowdown"])),
+             e(change(c["slowdown_at_least"])), f"{c['spread'] * 100:.1f}%",
              _status("pass" if c["passed"] else "fail")] for c in b["checks"]]
     return (f"<h3>Against baseline</h3><p class='note'>{e(b['path'])}; a regression needs every pairing of trials "
             f"to be more than {b['threshold'] * 100:g}% slower.</p>"
-            + _table(["metric", "baseline", "now", "slower by (median)", "at least", "spread", "result"], rows,
+            + _table(["metric", "baseline", "now", "change (median)", "at least", "spread", "result"], rows,
                      {1, 2, 3, 4, 5}))
 
 
@@ -312,8 +326,8 @@ def render_profile_page(p: dict[str, Any], with_plots: bool = True) -> str:
             f"<h1>{e(title)}</h1>{profile_section(p, with_plots)}</div></body></html>\n")
 
 
-def _environment(data: ReportData) -> str:
-    d = data.device
+def _environment(record: RunRecord) -> str:
+    d = record.device
     device = ", ".join(f"{k}: {v if not isinstance(v, list) else ' '.join(map(str, v))}" for k, v in d.items())
-    tools = [[e(k), e(v)] for k, v in sorted(data.tools.items())]
+    tools = [[e(k), e(v)] for k, v in sorted(record.tools.items())]
     return f"<h2>Platform and tools</h2><p>{e(device)}</p>" + _table(["tool", "version"], tools)

@@ -1,40 +1,51 @@
-"""JUnit XML for CI systems: one testcase per model x target (plus one for a baseline comparison)."""
+"""JUnit XML for CI systems, from the run record: one testcase per quantize output, per parity output
+x reference, per task check, per gate check (model x platform) and per baseline metric; a run that
+stopped on an error is one more testcase with an ``<error>``. ``failures`` counts exactly the checks
+that make the run exit 1."""
 
 from __future__ import annotations
 
-from typing import Any
 from xml.etree import ElementTree as ET
 
+from deploykit.report.record import Check, RunRecord
 
-def render(report: dict[str, Any]) -> str:
-    """The gate report as a JUnit testsuite; every missed check is a ``<failure>`` of its testcase."""
-    model, seconds = report["model"], report["latency"]["mean_ms"] * report["latency"]["n"] / 1000
-    suite = ET.Element("testsuite", name=f"deploykit.gate.{model}")
-    cases = [_target_case(report, model, seconds)]
-    if report.get("baseline"):
-        cases.append(_case(model, "baseline", report["baseline"]["checks"], 0.0))
+
+def render(record: RunRecord) -> str:
+    """The record as one JUnit testsuite."""
+    suite = ET.Element("testsuite", name=f"deploykit.{record.identity}")
+    cases = [_case(record, c) for c in record.checks]
+    if record.error:
+        case = ET.Element("testcase", classname=f"deploykit.{record.name}", name="run", time="0")
+        ET.SubElement(case, "error", message=record.error, type=f"exit {record.exit_code}").text = (
+            record.error + (f"\nhint: {record.hint}" if record.hint else ""))
+        cases.append(case)
     suite.extend(cases)
     suite.set("tests", str(len(cases)))
-    suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
-    suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
-    suite.set("time", f"{seconds:.6f}")
+    suite.set("failures", str(len(record.failed_checks)))
+    suite.set("errors", "1" if record.error else "0")
+    suite.set("skipped", str(sum(c.status == "skipped" for c in record.checks)))
+    suite.set("time", f"{sum(s.seconds for s in record.stages if s.status == 'ran'):.6f}")
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _target_case(report: dict[str, Any], model: str, seconds: float) -> ET.Element:
-    name = f"{report['platform']} batch {report['batch']}"
-    if not report["checks"]:
-        case = ET.Element("testcase", classname=f"deploykit.gate.{model}", name=name, time=f"{seconds:.6f}")
-        ET.SubElement(case, "skipped", message=report.get("note") or "no target")
-        return case
-    return _case(model, name, report["checks"], seconds)
-
-
-def _case(model: str, name: str, checks: list[dict[str, Any]], seconds: float) -> ET.Element:
-    case = ET.Element("testcase", classname=f"deploykit.gate.{model}", name=name, time=f"{seconds:.6f}")
-    failed = [c["message"] for c in checks if not c["passed"]]
-    if failed:
-        ET.SubElement(case, "failure", message="; ".join(failed)).text = "\n".join(failed)
-    ET.SubElement(case, "system-out").text = "\n".join(c["message"] for c in checks)
+def _case(record: RunRecord, check: Check) -> ET.Element:
+    group = "parity" if check.group == "task" else "gate" if check.group == "baseline" else check.group
+    case = ET.Element("testcase", classname=f"deploykit.{record.name}.{group}", name=_name(record, check), time="0")
+    text = check.verdict_line() + (f" ({check.message})" if check.message and check.measured is not None else "")
+    if record.gate_cached and check.group in ("gate", "baseline"):
+        text += " [cached: measured by an earlier run; --remeasure to measure again]"
+    if not check.passed:
+        ET.SubElement(case, "failure", message=text).text = text
+    elif check.status == "skipped":
+        ET.SubElement(case, "skipped", message=check.message or "skipped")
+    ET.SubElement(case, "system-out").text = text + ("" if check.status != "inconclusive" else " [inconclusive]")
     return case
+
+
+def _name(record: RunRecord, check: Check) -> str:
+    if check.group == "gate":
+        return f"{record.name} on {check.name}"  # model x platform: "tiny on default batch 1: fps"
+    if check.group == "baseline":
+        return f"{record.name} {check.name}"
+    return check.name

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 from deploykit.artifacts import Artifact, Store
 from deploykit.config import Config
 from deploykit.progress import Reporter
+from deploykit.report.record import Check
 
 S = TypeVar("S", bound="Summary")
 
@@ -101,6 +102,12 @@ class Stage:
     # Summary keys (at any depth) holding timings or provenance that differ between two runs of one recipe: the
     # manifest's seal covers them, its identity does not, so an unchanged rerun keeps its digest.
     measured: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def checks(cls, artifact: Artifact) -> list[Check]:
+        """The verdicts ``artifact`` records, one :class:`~deploykit.report.record.Check` each (the run
+        record's entries); a stage whose ``verdict`` can raise must fail one of them exactly when it does."""
+        return []
 
     def applies(self, ctx: StageContext) -> bool:
         """Whether this stage runs for this config (e.g. export only for torch sources)."""

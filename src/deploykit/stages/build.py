@@ -17,6 +17,7 @@ from deploykit.artifacts import Artifact, Manifest, recipe_key
 from deploykit.backends import get_backend
 from deploykit.backends.base import SideArtifact, profiles_from_config
 from deploykit.environment import device_fingerprint, tool_versions
+from deploykit.errors import ConfigError
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 
@@ -50,7 +51,17 @@ class BuildStage(Stage):
     summary_type = BuildSummary
 
     def preflight(self, ctx: StageContext) -> None:
-        get_backend(ctx.config.build.backend)  # raises BackendUnavailable (exit 3) with the reason
+        """A missing plugin library or a timing cache file the backend cannot use fail before any stage runs."""
+        options = ctx.config.build
+        for lib in options.plugins:
+            path = ctx.config.path(lib)
+            if not path.is_file():
+                raise ConfigError(f"build.plugins: {path}: {'not a file' if path.exists() else 'no such file'}",
+                                  hint="build the libraries with `deploykit plugins build` and name the .so it wrote")
+        backend = get_backend(options.backend)  # raises BackendUnavailable (exit 3) with the reason
+        if options.tensorrt.timing_cache_file and backend.timing_cache(options) is None:
+            raise ConfigError(f"build.tensorrt.timing_cache_file: the {backend.name} backend keeps no timing cache",
+                              hint="a timing cache file (--timing-cache) is for --backend tensorrt")
 
     def key_config(self, ctx: StageContext) -> Any:
         return {"build": ctx.config.build, "dims": ctx.config.dims, "inputs": ctx.config.inputs}
@@ -66,10 +77,15 @@ class BuildStage(Stage):
             return BuildSummary(backend.name, _record(backend.build(model, options, out, profiles=profiles)))
         recipe = recipe_key(side.kind, side.version, {}, side.key, {})
         earlier = ctx.store.lookup(recipe)
+        given = Path(options.tensorrt.timing_cache_file) if options.tensorrt.timing_cache_file else None
+        start = given.read_bytes() if given is not None and given.is_file() else (
+            earlier.file(side.file).read_bytes() if earlier else None)
         with ctx.store.staging(side.kind) as tmp:
-            record = backend.build(model, options, out, profiles=profiles,
-                                   timing_cache=earlier.file(side.file).read_bytes() if earlier else None,
+            record = backend.build(model, options, out, profiles=profiles, timing_cache=start,
                                    timing_cache_out=tmp / side.file)
+            if given is not None and (tmp / side.file).is_file():  # trtexec's --timingCacheFile: read, then updated
+                given.parent.mkdir(parents=True, exist_ok=True)
+                given.write_bytes((tmp / side.file).read_bytes())
             kept = _keep(ctx, side, recipe, earlier, tmp)
         return BuildSummary(backend.name, _record(record), kept)
 

@@ -28,11 +28,12 @@ from deploykit.errors import ConfigError, TargetMissed
 from deploykit.metrics.latency import aggregate_trials, fps_trials
 from deploykit.onnxio import random_feeds
 from deploykit.report import baseline as baselines
-from deploykit.report import jsonio, junit, markdown
+from deploykit.report import jsonio
+from deploykit.report.record import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import load_engine
 
-REPORT, JUNIT, MARKDOWN, PROFILE = "gate.json", "junit.xml", "summary.md", "profile.json"
+REPORT, PROFILE = "gate.json", "profile.json"
 SCHEMA = "deploykit.gate/2"
 
 
@@ -78,12 +79,12 @@ def _check_batch(cfg: Config, where: str, batch: int) -> None:
 
 class GateStage(Stage):
     name = "gate"
-    version = 2
+    version = 3  # 3: wall-clock throughput and warnings in gate.json; JUnit and Markdown come from the run record
     inputs = {"engine": "engine"}
     output_kind = "bench-report"
     output_roles = ("gate",)
     summary_type = GateSummary
-    report_files = (REPORT, JUNIT, MARKDOWN)
+    report_files = (REPORT,)
 
     def preflight(self, ctx: StageContext) -> None:
         """A missing target, a sweep batch outside the dims or an unusable baseline fail before export."""
@@ -116,6 +117,7 @@ class GateStage(Stage):
         report = {"schema": SCHEMA, "model": cfg.name, "platform": platform, "device": device_fingerprint(),
                   "evaluator": session.evaluator, "precision": cfg.quantize.precision, "batch": batch,
                   **main, "fps_definition": "batch / median latency (median over trials)",
+                  "wall_fps_definition": "batch x iterations / wall-clock time of a trial (median over trials)",
                   "sweep": [measure_batch(session, cfg, b, ctx.reporter, keep_raw=False)
                             for b in sorted(set(g.batches) - {batch})],
                   "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
@@ -126,10 +128,9 @@ class GateStage(Stage):
         report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
         checks = report["checks"] + (report["baseline"]["checks"] if base else [])
         report["passed"] = all(c["passed"] for c in checks)
+        report["warnings"] = spread_warnings(report, g.spread_warning)
         report["profile"] = _profile(inputs["engine"], cfg, batch, ctx, out) if g.profile else None
         jsonio.write(out / REPORT, report)
-        (out / JUNIT).write_text(junit.render(report))
-        (out / MARKDOWN).write_text(markdown.render_gate(report) + _profile_markdown(report["profile"]))
         return GateSummary(report["passed"], report["fps"], report["latency"]["p99_ms"], platform,
                            [c["message"] for c in checks if not c["passed"]], report["load"])
 
@@ -143,10 +144,49 @@ class GateStage(Stage):
                      f"on {load.get('cpus')} CPUs): --rerun gate on a quiet machine for a clean one")
         return note
 
+    @classmethod
+    def report(cls, artifact: Artifact) -> dict[str, Any] | None:
+        """``gate.json``, with the per-layer profile (gate.profile) also as Markdown for the run's summary."""
+        report = super().report(artifact)
+        if report is not None and report.get("profile"):
+            report["profile_markdown"] = _profile_markdown(report["profile"])
+        return report
+
+    @classmethod
+    def checks(cls, artifact: Artifact) -> list[Check]:
+        """One per target check (model x platform), one per baseline metric; a skipped one without a target."""
+        return gate_checks(cls.report(artifact) or {})
+
     def verdict(self, artifact: Artifact) -> None:
         s = GateSummary.of(artifact)
         if not s.passed:
-            raise TargetMissed("gate failed: " + "; ".join(s.failures), hint=f"see {artifact.file(MARKDOWN)}")
+            raise TargetMissed("gate failed: " + "; ".join(s.failures), hint=f"see {artifact.file(REPORT)}")
+
+
+def gate_checks(report: dict[str, Any]) -> list[Check]:
+    """The gate report's verdicts as checks (named ``<platform> batch <n>: <check>``)."""
+    if not report:
+        return []
+    where = f"{report['platform']} batch {report['batch']}"
+    out = [Check("gate", f"{where}: {c['name']}", "pass" if c["passed"] else "fail", c["passed"], c["name"],
+                 c["measured"], c["target"], ">=" if c["name"] == "fps" else "<=", c["message"])
+           for c in report.get("checks", [])]
+    if not out:
+        out.append(Check("gate", where, "skipped", True, message=f"{report.get('note') or 'no target'}: measured only"))
+    for c in (report.get("baseline") or {}).get("checks", []):
+        out.append(Check("baseline", c["name"], "pass" if c["passed"] else "fail", c["passed"], "slowdown",
+                         c["slowdown_at_least"], c["threshold"], "<=", c.get("message", "")))
+    return out
+
+
+def spread_warnings(report: dict[str, Any], limit: float) -> list[str]:
+    """A warning when the trials disagree by more than ``limit`` (the machine was busy or throttling)."""
+    s = report.get("spread", {}).get("p50_ms")
+    if not s or s["rel"] <= limit:
+        return []
+    return [f"trial spread is high: the p50 latency of the {report.get('trials_count', len(report.get('trials', [])))} "
+            f"trials ranges {s['min']:.3f}-{s['max']:.3f} ms, {s['rel'] * 100:.0f}% of the median (warning above "
+            f"{limit * 100:g}%); differences smaller than that are noise — rerun on a quiet machine (--remeasure)"]
 
 
 def _profile(engine: Artifact, cfg: Config, batch: int, ctx: StageContext, out: Path) -> dict[str, Any]:
@@ -163,7 +203,7 @@ def _profile(engine: Artifact, cfg: Config, batch: int, ctx: StageContext, out: 
 def _profile_markdown(profile: dict[str, Any] | None) -> str:
     from deploykit.profiling.summary import render_markdown
 
-    return "\n" + render_markdown(profile) if profile else ""
+    return render_markdown(profile) if profile else ""
 
 
 def _baseline(cfg: Config, platform: str, target: Target | None) -> dict[str, Any] | None:
@@ -178,21 +218,33 @@ def measure_batch(session: Any, cfg: Config, batch: int, reporter: Any, keep_raw
     g = cfg.gate
     run = session.timed_runner(random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch))
     warm_n, warm_s = warm_up(run, g.warmup, g.warmup_s)
-    trials = []
+    iterations = _iterations(g.iterations, g.duration_s / g.trials, warm_s / max(warm_n, 1))
+    trials, walls = [], []
     with reporter.task(f"timing batch {batch}", g.trials) as advance:
         for _ in range(g.trials):
-            trials.append(time_iterations(run, g.iterations))
+            start = time.perf_counter()
+            trials.append(time_iterations(run, iterations))
+            walls.append(time.perf_counter() - start)
             advance()  # between trials: never inside the timed loop
     stats = aggregate_trials(trials)
     per_trial_fps = fps_trials(stats["trials"], batch)
+    wall = [batch * iterations / w for w in walls if w > 0]
     out = {**stats, "batch": batch, "fps": batch * 1000.0 / stats["latency"]["p50_ms"], "fps_trials": per_trial_fps,
+           "wall_fps": float(np.median(wall)) if wall else 0.0, "wall_fps_trials": wall,
            "warmup": {"iterations": warm_n, "seconds": round(warm_s, 4), "min_iterations": g.warmup,
-                      "min_seconds": g.warmup_s}, "trials_count": g.trials, "iterations": g.iterations}
+                      "min_seconds": g.warmup_s}, "trials_count": g.trials, "iterations": iterations}
     if keep_raw:
         out["trials_ms"] = [[round(t, 5) for t in trial] for trial in trials]
     if hasattr(session, "engine_timed_runner"):  # TensorRT: also the engine alone, as trtexec's GPU compute time
         out["engine_only"] = _engine_only(session, cfg, batch)
     return out
+
+
+def _iterations(least: int, seconds: float, per_run_s: float) -> int:
+    """Timed iterations per trial: ``least``, or enough for ``seconds`` at the warm-up's pace (--duration)."""
+    if seconds <= 0 or per_run_s <= 0:
+        return least
+    return max(least, min(10_000_000, int(seconds / per_run_s) + 1))
 
 
 def _engine_only(session: Any, cfg: Config, batch: int) -> dict[str, Any]:

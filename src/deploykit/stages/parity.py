@@ -24,6 +24,7 @@ from deploykit.graph.run import evaluator_for, session_from_onnx
 from deploykit.metrics.comparison import Comparison
 from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.report import jsonio
+from deploykit.report.record import Check, worst_of
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import BuildSummary, load_engine
 from deploykit.stages.export import MODEL
@@ -93,6 +94,11 @@ class ParityStage(Stage):
         jsonio.write(out / REPORT, report)
         return ParitySummary(report["passed"], report["status"], list(report["failures"]), list(report["inconclusive"]))
 
+    @classmethod
+    def checks(cls, artifact: Artifact) -> list[Check]:
+        """One per output x reference (its worst metric against the limit) and one per task check."""
+        return parity_checks(cls.report(artifact) or {})
+
     def verdict(self, artifact: Artifact) -> None:
         s = ParitySummary.of(artifact)
         if s.passed:
@@ -103,6 +109,31 @@ class ParityStage(Stage):
                                hint="configure validation data that exercises these outputs, or set "
                                     f"parity.inconclusive: warn; {hint}")
         raise ParityFailed("parity failed: " + "; ".join(s.failures), hint=hint)
+
+
+def parity_checks(report: dict[str, Any]) -> list[Check]:
+    """The parity report's verdicts as checks. An inconclusive comparison passes only where the
+    config accepts it (``parity.inconclusive: warn``, seen as an inconclusive report that passed)."""
+    accepted = report.get("status") == "inconclusive" and bool(report.get("passed"))
+    out = []
+    for name, refs in report.get("outputs", {}).items():
+        for ref, r in refs.items():
+            metric, measured, limit, op = worst_of(r.get("metrics", {}), r.get("tolerance", {}))
+            reasons = list(r.get("violations", [])) + ([r["inconclusive"]] if r.get("inconclusive") else [])
+            out.append(Check("parity", f"{name} vs {ref}", r["status"], r["status"] == "pass" or
+                             (r["status"] == "inconclusive" and accepted), metric, measured, limit, op,
+                             "; ".join(reasons)))
+    for t in report.get("tasks", []):
+        lim = (t.get("limits") or [{}])[0]
+        reasons = list(t.get("violations", [])) + ([t["inconclusive"]] if t.get("inconclusive") else [])
+        out.append(Check("task", f"{t['label']} vs {t['reference']}", t["status"],
+                         t["status"] == "pass" or (t["status"] == "inconclusive" and accepted), lim.get("metric", ""),
+                         t.get("metrics", {}).get(lim.get("metric")), lim.get("value"), lim.get("op", ""),
+                         "; ".join(reasons)))
+    if report and not report.get("passed") and all(c.passed for c in out):
+        out.append(Check("parity", "parity", report.get("status", "fail"), False,
+                         message="; ".join(report.get("failures") or report.get("inconclusive") or ["failed"])))
+    return out
 
 
 def _fp32_reference(ctx: StageContext, inputs: dict[str, Artifact]) -> tuple[dict[str, Artifact], str]:

@@ -30,10 +30,11 @@ from typing import Any
 from deploykit.artifacts import Artifact
 from deploykit.config import CALIBRATED
 from deploykit.environment import onnxruntime_version, tool_versions
-from deploykit.errors import ConfigError, ParityFailed
+from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.graph.run import evaluator_for
 from deploykit.report.jsonio import clean
+from deploykit.report.record import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 
@@ -107,6 +108,19 @@ class QuantizeStage(Stage):
     def applies(self, ctx: StageContext) -> bool:
         return ctx.config.quantize.enabled
 
+    def preflight(self, ctx: StageContext) -> None:
+        """FP16, and every tensorrt-flavour graph, need NVIDIA ModelOpt (the ``quant`` extra): say so
+        before any stage runs, in one line (exit 3)."""
+        import importlib.util
+
+        c = ctx.config
+        flavour = c.quantize.flavour(c.build.backend)
+        if (c.quantize.precision == "fp16" or flavour == "tensorrt") and importlib.util.find_spec("modelopt") is None:
+            raise BackendUnavailable(
+                f"quantize.precision {c.quantize.precision} for the {flavour} flavour needs NVIDIA ModelOpt, "
+                "which this install lacks", hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU "
+                "kernels, --precision int8 --set quantize.target=onnxruntime, needs only ONNX Runtime)")
+
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
         q, flavour = c.quantize, c.quantize.flavour(c.build.backend)
@@ -152,13 +166,40 @@ class QuantizeStage(Stage):
         patch = artifact.path / PRECISION
         return {**cls.summary(artifact).to_dict(), "patch": json.loads(patch.read_text()) if patch.is_file() else {}}
 
-    def verdict(self, artifact: Artifact) -> None:
+    @classmethod
+    def checks(cls, artifact: Artifact) -> list[Check]:
+        """One per output: its worst rel-L2 on the held-out samples against the limit, and every violation."""
         check = QuantizeSummary.of(artifact).check
-        if check and not check.passed:
+        if check is None:
+            return []
+        patch = artifact.path / PRECISION
+        limits = ((json.loads(patch.read_text()).get("check") or {}).get("rel_l2_limits", {})
+                  if patch.is_file() else {})
+        out, claimed = [], set()
+        for name, m in sorted(check.metrics.items()):
+            bad = [v for v in check.violations if v.startswith(f"{name}: ")]
+            claimed.update(bad)
+            out.append(Check("quantize", name, "fail" if bad else "pass", not bad, "rel_l2", m.get("rel_l2"),
+                             limits.get(name), "<=", "; ".join(v.removeprefix(f"{name}: ") for v in bad)))
+        rest = [v for v in check.violations if v not in claimed]
+        if rest or (not check.passed and all(c.passed for c in out)):
+            out.append(Check("quantize", "check", "fail", False, message="; ".join(rest) or "failed"))
+        return out
+
+    def verdict(self, artifact: Artifact) -> None:
+        s = QuantizeSummary.of(artifact)
+        if s.check and not s.check.passed:
             raise ParityFailed("quantized model misses its tolerance against the FP32 graph on held-out "
-                               "calibration samples: " + "; ".join(check.violations[:4]),
-                               hint=f"see {artifact.file(PRECISION)}; enable quantize.repair (--auto-repair) or "
-                                    "exclude the nodes the diagnosis names")
+                               "calibration samples: " + "; ".join(s.check.violations[:4]),
+                               hint=f"see {artifact.file(PRECISION)}; {_next_step(s)}")
+
+
+def _next_step(s: QuantizeSummary) -> str:
+    """What to try after a failed check: the repair loop, unless it already ran and spent its budget."""
+    if s.repair is None:
+        return "enable quantize.repair (--auto-repair) or exclude the nodes the diagnosis names"
+    return (f"the repair loop ran ({s.repair.iterations} iteration(s), {s.repair.stopped}): raise "
+            "quantize.repair.max_iterations / max_nodes, exclude nodes by hand, or try another method or precision")
 
 
 def _calibration(ctx: StageContext) -> Any:
@@ -181,7 +222,10 @@ def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
 
     if job.flavour != "onnxruntime" or job.cfg.precision != "int8" or result.passthrough or stream is None:
         return None
-    return speed.compare(job.model, result.model, stream.first(), job.ort_level)
+    with job.task("timing FP32 against INT8 on this CPU", 1) as advance:  # about a second: say what it is
+        found = speed.compare(job.model, result.model, stream.first(), job.ort_level)
+        advance()
+    return found
 
 
 def _reduce_range(ctx: StageContext) -> bool:

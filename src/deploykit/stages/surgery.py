@@ -52,6 +52,15 @@ class SurgeryStage(Stage):
         cfg = ctx.config
         feeds = random_feeds(cfg, "opt", np.random.default_rng(0))
         model, reports = run_passes(load_model(src), [instantiate(p) for p in cfg.surgery.passes], feeds,
-                                    atol=cfg.surgery.check_atol, rtol=cfg.surgery.check_rtol, where=src)
+                                    atol=cfg.surgery.check_atol, rtol=cfg.surgery.check_rtol,
+                                    where=users_name(cfg))
         save_model(model, out / MODEL)
         return SurgerySummary(reports, len(model.graph.node))
+
+
+def users_name(cfg: Any) -> str:
+    """The model as the user knows it, for messages: the ONNX file they gave, or their factory's export
+    (never the store's ``objects/<digest>/model.onnx``)."""
+    if cfg.source.onnx is not None:
+        return str(cfg.path(cfg.source.onnx))
+    return f"{cfg.source.factory} (exported)"

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("pipeline", frozenset({"pipeline", "result", "exporter_fallback"})),
     ("matrix", frozenset({"matrix"})),
     ("api", frozenset({"api"})),
-    ("cli", frozenset({"cli", "tools", PACKAGE})),
+    ("cli", frozenset({"cli", "cliargs", "tools", PACKAGE})),
 )
 FORBIDDEN = {("quant", "backends"): "quantization never depends on a backend: it evaluates graphs through graph.run"}
 _MODULE_PATH = re.compile(rf"^{PACKAGE}(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")

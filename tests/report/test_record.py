@@ -1,0 +1,66 @@
+"""The run record's pieces: checks and their verdict lines, warnings, wording, and the HTML plots
+that never touch matplotlib's global state."""
+
+import pytest
+
+from deploykit.report.collect import _warnings
+from deploykit.report.markdown import change
+from deploykit.report.record import Check, RunRecord, worst_of
+from deploykit.stages.gate import spread_warnings
+from deploykit.stages.quantize import QuantizeSummary, RepairSummary, _next_step
+
+
+def test_baseline_changes_read_as_slower_or_faster():
+    assert change(0.12) == "12.0% slower" and change(-0.827) == "82.7% faster" and change(0.0) == "unchanged"
+
+
+def test_the_deciding_check_is_the_first_failure_else_the_closest_to_its_limit():
+    a = Check("parity", "a vs onnx", "pass", True, "rel_l2", 0.01, 0.1, "<=")
+    b = Check("parity", "b vs onnx", "pass", True, "cosine", 0.999, 0.995, ">=")  # uses 20% of its margin
+    record = RunRecord("m", "fp32", "onnxruntime", "", checks=(a, b))
+    assert record.deciding("parity") is b and record.exit_code == 0 and record.verdict == "PASS"
+    c = Check("parity", "c vs torch", "fail", False, "rel_l2", 0.3, 0.1, "<=")
+    failed = RunRecord("m", "fp32", "onnxruntime", "", checks=(a, b, c))
+    assert failed.deciding("parity") is c and failed.exit_code == 1 and c.verdict_line() == "rel_l2 0.3 > 0.1"
+    stopped = RunRecord("m", "fp32", "onnxruntime", "", checks=(a,), error="boom", error_code=4)
+    assert stopped.exit_code == 4 and stopped.verdict == "ERROR"
+    assert RunRecord.from_dict(failed.to_dict()) == failed
+
+
+def test_worst_metric_ignores_unchecked_and_infinite_limits():
+    metrics = {"max_abs": 0.5, "rel_l2": 0.02, "cosine": 0.9999}
+    assert worst_of(metrics, {"max_abs": None, "rel_l2": 0.1, "cosine": 0.995}) == ("rel_l2", 0.02, 0.1, "<=")
+    assert worst_of(metrics, {"max_abs": float("inf"), "rel_l2": 0.1, "cosine": 0.99999})[0] == "cosine"
+
+
+def test_high_trial_spread_is_a_warning_that_says_how_high():
+    report = {"trials_count": 5, "spread": {"p50_ms": {"min": 1.0, "max": 1.5, "rel": 0.45}}}
+    [warning] = spread_warnings(report, 0.10)
+    assert "45%" in warning and "1.000-1.500 ms" in warning and "above 10%" in warning
+    assert spread_warnings({"spread": {"p50_ms": {"min": 1.0, "max": 1.05, "rel": 0.05}}}, 0.10) == []
+
+
+def test_a_tensorrt_flavour_graph_timed_on_the_cpu_says_so():
+    details = {"gate": {"evaluator": "the graph as written on the CPU", "warnings": []}}
+    [warning] = _warnings(details, "tensorrt", "onnxruntime")
+    assert "TensorRT-flavour graph timed with onnxruntime on the CPU" in warning and "says nothing" in warning
+    assert _warnings(details, "onnxruntime", "onnxruntime") == []
+
+
+def test_the_spent_repair_budget_does_not_advise_enabling_repair():
+    spent = QuantizeSummary(repair=RepairSummary(False, 8, ["a"], "iteration budget spent (8)"))
+    assert "enable quantize.repair" not in _next_step(spent)
+    assert "iteration budget spent (8)" in _next_step(spent) and "max_iterations" in _next_step(spent)
+    assert "enable quantize.repair (--auto-repair)" in _next_step(QuantizeSummary())
+
+
+def test_report_plots_leave_the_matplotlib_backend_alone(tiny, tmp_path):
+    matplotlib = pytest.importorskip("matplotlib", reason="plots need matplotlib")
+    import deploykit
+
+    matplotlib.use("svg")  # a notebook's inline backend stands in here: anything but Agg
+    before = matplotlib.get_backend()
+    cfg, store = tiny
+    html = deploykit.convert(cfg, workdir=store).report_html(tmp_path / "r.html")
+    assert html.count("data:image/png;base64,") == 4
+    assert matplotlib.get_backend() == before
