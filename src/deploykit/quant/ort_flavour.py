@@ -241,9 +241,17 @@ def _drop_unread_qdq(model: onnx.ModelProto) -> None:
         model.graph.initializer.extend(inits)
 
 
+# ORT quantizes a normalization's 1-D scale per channel along axis 1 by default, which a rank-1
+# tensor lacks: it logged "Axis 1 is out-of-range for weight ..." for every such node on every
+# quantize call (a dozen times per run) and fell back to one scale for all channels. Axis 0 is
+# the channel axis of those scales.
+NORM_SCALE_AXIS = {"BatchNormalization": 0, "InstanceNormalization": 0, "LayerNormalization": 0}
+
+
 def overrides(ranges: dict[str, TensorRange], model: onnx.ModelProto) -> dict[str, Any]:
     """ORT's extra_options: asymmetric activations whose ranges are deploykit's (rmin <= 0 <= rmax)."""
     inits = {i.name for i in model.graph.initializer}
     per_tensor = {name: [{"rmin": np.float32(min(r.lo, 0.0)), "rmax": np.float32(max(r.hi, 0.0))}]
                   for name, r in ranges.items() if name not in inits}
-    return {"TensorQuantOverrides": per_tensor, "ActivationSymmetric": False, "WeightSymmetric": True}
+    return {"TensorQuantOverrides": per_tensor, "ActivationSymmetric": False, "WeightSymmetric": True,
+            "QDQOpTypePerChannelSupportToAxis": dict(NORM_SCALE_AXIS)}

@@ -41,7 +41,7 @@ TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cac
 
 class QuantizeStage(Stage):
     name = "quantize"
-    version = 2  # 2: onnxruntime-flavour exclusions read float tensors
+    version = 3  # 2: onnxruntime-flavour exclusions read float tensors; 3: norm scales per channel on axis 0
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
