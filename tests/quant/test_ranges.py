@@ -85,17 +85,22 @@ def test_bounded_outputs_keep_max_calibration_whatever_the_method():
     assert ranges["x"].method == "entropy"
 
 
-def test_calibration_reads_a_generator_factory_twice_for_histograms():
+def test_calibration_reads_the_samples_once_for_every_method():
     calls = []
 
     def factory():
         calls.append(1)
         return iter(heavy_tailed(5))
 
+    from deploykit.quant.ranges import calibrate
     from deploykit.quant.reader import SampleStream
 
-    collect_ranges(identity_model(), SampleStream(factory), RangeSettings("percentile"))
-    assert len(calls) == 2
+    result = calibrate(identity_model(), SampleStream(factory), RangeSettings("percentile"),
+                       ("max", "percentile", "mse", "entropy"))
+    assert len(calls) == 1
+    assert {r.method for r in (s["y"] for s in result.sets.values())} == {"max", "percentile", "mse", "entropy"}
+    later = result.statistics.ranges("entropy")  # derived again without reading the samples
+    assert len(calls) == 1 and later["y"] == result.sets["entropy"]["y"]
 
 
 def test_nan_in_an_activation_names_the_tensor_and_node():

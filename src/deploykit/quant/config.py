@@ -80,7 +80,8 @@ class QuantizeConfig:
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
     keep_fp32_nodes: tuple[str, ...] = ()  # node names kept in FP32 even where the rest is FP16
     int4_block_size: int = 128
-    check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
+    check_samples: int = 16  # calibration samples held out of the ranges; the check runs on them
+    auto_samples: int = 8  # of those, how many method auto compares its range sets on
     repair: RepairConfig = RepairConfig()
     tolerances: QuantTolerances = QuantTolerances()
 
@@ -93,6 +94,8 @@ class QuantizeConfig:
             raise ValueError(f"fp16_limit must be in (0, 65504], got {self.fp16_limit}")
         if self.check_samples < 1:
             raise ValueError(f"check_samples must be >= 1, got {self.check_samples}")
+        if self.auto_samples < 1:
+            raise ValueError(f"auto_samples must be >= 1, got {self.auto_samples}")
         for pattern in self.exclude_patterns:
             try:
                 re.compile(pattern)

@@ -1,13 +1,15 @@
-"""Per-tensor calibration ranges, computed by deploykit while streaming the samples.
+"""Per-tensor calibration ranges, computed by deploykit while streaming the samples once.
 
-Pass 1 runs the FP32 graph (every float tensor exposed as an output) over the samples one at a
-time and keeps min/max per tensor. For entropy, percentile and MSE a second pass fills a fixed
-histogram of |x| over [0, max|x|] per tensor; the threshold comes from that histogram
-(:mod:`deploykit.quant.thresholds`). Memory is one sample's activations plus ``num_bins`` counts
-per tensor, whatever the sample count.
+One pass runs the FP32 graph (every float tensor exposed as an output) over the samples one at a
+time and keeps, per tensor, the exact min/max and a histogram of |x| whose range grows as values
+arrive (:class:`deploykit.quant.histogram.AbsHistogram`). Every method's threshold comes from that
+one pass: max from min/max, entropy, percentile and MSE from the histogram
+(:mod:`deploykit.quant.thresholds`). Memory is one sample's activations plus ``2 * num_bins``
+counts per tensor, whatever the sample count; a method asked for later (:meth:`Statistics.ranges`)
+needs no further pass.
 
-Method ``auto`` computes the max, percentile and MSE ranges from the same two passes; the quantize
-stage keeps whichever gives the quantized model the smallest error on its check samples.
+Method ``auto`` derives several range sets from that pass; the quantize stage keeps whichever gives
+the quantized model the smallest error on a few held-out samples.
 
 Entropy is computed here because ``onnxruntime.quantization.quantize_static`` gives its entropy
 calibrator 128 bins for 128 quantized levels, so its "entropy" range is the max range.
@@ -18,7 +20,6 @@ Sigmoid probability map at 0.063 on a real detector.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ import numpy as np
 
 from deploykit.errors import ModelError
 from deploykit.quant import thresholds
+from deploykit.quant.histogram import AbsHistogram
 
 if TYPE_CHECKING:
     import onnx
@@ -74,23 +76,57 @@ class RangeSettings:
 AUTO_METHODS = ("max", "percentile", "mse")  # what method "auto" tries (entropy: slower, rarely better)
 
 
+class Statistics:
+    """What the one calibration pass collected: per tensor min/max and a histogram of |x|.
+
+    Range sets for any method are derived from it (:meth:`ranges`) without reading the samples again.
+    """
+
+    def __init__(self, stats: dict[str, AbsHistogram], calibrated: set[str], settings: RangeSettings) -> None:
+        self.stats, self.calibrated, self.settings = stats, calibrated, settings
+        self._thresholds: dict[tuple[str, str], float] = {}
+
+    def threshold(self, name: str, method: str) -> float:
+        """The |x| threshold ``method`` gives tensor ``name`` (max for bounded or all-zero tensors)."""
+        st = self.stats[name]
+        if method == "max" or name not in self.calibrated or st.absmax <= 0:
+            return st.absmax
+        key = (name, method)
+        if key not in self._thresholds:
+            hist, top = st.trimmed()
+            found = _threshold(hist, top, dataclasses.replace(self.settings, method=method))
+            self._thresholds[key] = min(found, st.absmax)
+        return self._thresholds[key]
+
+    def ranges(self, method: str | dict[str, str], only: set[str] | None = None) -> dict[str, TensorRange]:
+        """A range set: one method for every tensor (or those in ``only``), or a method per tensor;
+        the other tensors get max ranges."""
+        out = {}
+        for name, st in self.stats.items():
+            m = method if isinstance(method, str) else method.get(name, "max")
+            used = m if name in self.calibrated and st.absmax > 0 and (only is None or name in only) else "max"
+            out[name] = TensorRange(_finite(st.lo), _finite(st.hi), self.threshold(name, used), used)
+        return out
+
+
 @dataclass
 class Calibration:
-    """Range sets by method, and the samples held out of them for checking the quantized model."""
+    """Range sets by method, the samples held out of them for checking, and the statistics."""
 
     sets: dict[str, dict[str, TensorRange]]
     held_out: list[dict[str, np.ndarray]]  # the first samples of the stream; ranges never saw them
     seen: int  # samples the stream produced
+    statistics: Statistics | None = None
 
 
 def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
                    *, tensors: list[str] | None = None, bounded: set[str] | frozenset[str] = frozenset(),
                    progress: Any = None) -> dict[str, TensorRange]:
-    """Calibrate every float tensor of ``model`` (or ``tensors``) on ``samples``, streaming.
+    """Calibrate every float tensor of ``model`` (or ``tensors``) on ``samples``, streaming once.
 
     Args:
         model: the FP32 graph (shapes inferred, nodes named).
-        samples: a re-iterable of feeds; read once for ``max``, twice otherwise.
+        samples: a re-iterable of feeds; read once.
         settings: method (not ``auto``), percentile, histogram bins and the grid MSE uses.
         tensors: tensor names to calibrate (default: every float activation).
         bounded: tensors that always get max calibration.
@@ -104,17 +140,22 @@ def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarra
 def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
               methods: tuple[str, ...], *, hold_out: int = 0, tensors: list[str] | None = None,
               bounded: set[str] | frozenset[str] = frozenset(), progress: Any = None) -> Calibration:
-    """Ranges for several methods from the same two passes (min/max, then histograms).
+    """Ranges for several methods from one pass over ``samples`` (min/max and histograms together);
+    the pseudo-method ``histogram`` fills the histograms without deriving a set (derive one later
+    with ``statistics.ranges``).
 
     The first ``hold_out`` samples stay out of the statistics (at most a quarter of the stream:
     a short stream gives some back), so a check on them measures what unseen inputs get; judged
-    on its own calibration samples, max calibration never clips and always looks best.
+    on its own calibration samples, max calibration never clips and always looks best. Histograms
+    are filled only when a method other than max is asked for.
     """
     from deploykit.quant.graph import float_tensors
 
     names = tensors if tensors is not None else float_tensors(model)
     tap = _Tap(model, names)
-    lo, hi = {n: math.inf for n in names}, {n: -math.inf for n in names}
+    wanted = {n for n in names if n not in bounded} if any(m != "max" for m in methods) else set()
+    methods = tuple(m for m in methods if m != "histogram")  # "histogram": statistics only, no set
+    stats = {n: AbsHistogram(2 * settings.num_bins) for n in names}
     first: list[dict[str, np.ndarray]] = []
     seen = 0
     for sample in samples:
@@ -122,54 +163,28 @@ def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], 
         if len(first) < hold_out:
             first.append(sample)
         else:
-            _update_min_max(tap, sample, lo, hi)
+            _fold(tap, sample, stats, wanted)
         if progress:
             progress(1)
     held = min(hold_out, seen // 4)
     for sample in first[held:]:  # a short stream: these go back into the statistics
-        _update_min_max(tap, sample, lo, hi)
-    absmax = {n: max(abs(lo[n]), abs(hi[n])) if math.isfinite(lo[n]) else 0.0 for n in names}
-    calibrated = [n for n in names if n not in bounded and absmax[n] > 0]
-    hists = _histograms(tap, itertools.islice(samples, held, None), calibrated, absmax, settings.num_bins,
-                        progress) if any(m != "max" for m in methods) else {}
-    sets = {m: _range_set(m, names, calibrated, lo, hi, absmax, hists, settings) for m in methods}
-    return Calibration(sets, first[:held], seen)
+        _fold(tap, sample, stats, wanted)
+    statistics = Statistics(stats, {n for n in names if n not in bounded}, settings)
+    return Calibration({m: statistics.ranges(m) for m in methods}, first[:held], seen, statistics)
 
 
-def _range_set(method: str, names: list[str], calibrated: list[str], lo: dict[str, float], hi: dict[str, float],
-               absmax: dict[str, float], hists: dict[str, np.ndarray], settings: RangeSettings
-               ) -> dict[str, TensorRange]:
-    amax, used = dict(absmax), dict.fromkeys(names, "max")
-    if method != "max":
-        for name in calibrated:
-            amax[name] = _threshold(hists[name], absmax[name], dataclasses.replace(settings, method=method))
-            used[name] = method
-    return {n: TensorRange(_finite(lo[n]), _finite(hi[n]), amax[n], used[n]) for n in names}
-
-
-def _update_min_max(tap: _Tap, sample: dict[str, np.ndarray], lo: dict[str, float], hi: dict[str, float]) -> None:
+def _fold(tap: _Tap, sample: dict[str, np.ndarray], stats: dict[str, AbsHistogram], wanted: set[str]) -> None:
     for name, value in tap.run(sample).items():
-        _check_finite(value, name, tap)
-        if value.size:
-            lo[name] = min(lo[name], float(value.min()))
-            hi[name] = max(hi[name], float(value.max()))
+        if not value.size or not np.issubdtype(value.dtype, np.floating):
+            continue
+        lo, hi = float(value.min()), float(value.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN propagates into min/max
+            _nonfinite(name, tap)
+        stats[name].add(value, lo, hi, histogram=name in wanted)
 
 
 def _finite(v: float) -> float:
     return v if math.isfinite(v) else 0.0
-
-
-def _histograms(tap: _Tap, samples: Iterable[dict[str, np.ndarray]], names: list[str], absmax: dict[str, float],
-                bins: int, progress: Any) -> dict[str, np.ndarray]:
-    hists = {n: np.zeros(bins, np.int64) for n in names}
-    wanted = set(names)
-    for sample in samples:
-        for name, value in tap.run(sample).items():
-            if name in wanted:
-                hists[name] += thresholds.abs_histogram(value, absmax[name], bins)
-        if progress:
-            progress(1)
-    return hists
 
 
 # Entropy and MSE may clip at most this share of the values. Both degenerate on data far from zero:
@@ -190,12 +205,11 @@ def _threshold(hist: np.ndarray, absmax: float, s: RangeSettings) -> float:
     return max(found, thresholds.percentile(hist, absmax, 100.0 - MAX_CLIPPED_PERCENT))
 
 
-def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> None:
-    if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
-        node = tap.producer(name)
-        raise ModelError(f"the FP32 model computes NaN/Inf in tensor {name!r}"
-                         + (f" (node {node!r})" if node else "") + " on the calibration data",
-                         hint="fix the model or the data; a range cannot be calibrated from NaN/Inf")
+def _nonfinite(name: str, tap: _Tap) -> None:
+    node = tap.producer(name)
+    raise ModelError(f"the FP32 model computes NaN/Inf in tensor {name!r}"
+                     + (f" (node {node!r})" if node else "") + " on the calibration data",
+                     hint="fix the model or the data; a range cannot be calibrated from NaN/Inf")
 
 
 class _Tap:
