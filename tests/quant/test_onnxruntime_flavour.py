@@ -50,13 +50,25 @@ def test_activation_scales_and_zero_points_come_from_deploykit_ranges():
     assert result.check.passed
 
 
-def test_symbolic_shape_inference_failure_is_skipped_and_said():
+def test_symbolic_shape_inference_failure_is_skipped_and_said(monkeypatch):
+    monkeypatch.setattr(ort_flavour, "_ranked", lambda model: False)  # as for a graph ONNX cannot rank
     samples = [{"x": np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32),
                 "z": np.random.default_rng(i + 99).standard_normal((2, 8)).astype(np.float32)} for i in range(64)]
     result = quantize(models.unmergeable_dims(), samples)
     assert any("symbolic shape inference failed" in n for n in result.notes)
     assert {n.op_type for n in result.model.graph.node} >= {"QuantizeLinear", "Add", "MatMul"}
     assert result.check.metrics["y"]["cosine"] > 0.98  # held-out samples a little outside the ranges
+
+
+def test_symbolic_shape_inference_is_skipped_where_onnx_ranked_every_tensor(monkeypatch):
+    """It only adds dim expressions then, and cost 2-20 s on a real text detector before failing."""
+    ortq = ort_flavour.private_ort_quantization()
+    seen = []
+    real = ortq.quant_pre_process
+    monkeypatch.setattr(ortq, "quant_pre_process", lambda *a, **k: seen.append(k.get("skip_symbolic_shape")) or real(*a, **k))
+    result = quantize(models.depthwise(), models.images(20, size=32))
+    assert seen == [True] and not any("symbolic" in n for n in result.notes)
+    assert result.check.passed
 
 
 def test_fp8_is_refused_for_the_onnxruntime_target_and_auto_picks_tensorrt():

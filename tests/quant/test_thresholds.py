@@ -61,3 +61,12 @@ def test_mse_on_the_fp8_grid_clips_less_than_on_the_int8_grid():
 def test_all_zero_tensor_keeps_its_zero_range():
     h = thresholds.abs_histogram(np.zeros(10), 0.0, 2048)
     assert thresholds.entropy(h, 0.0) == 0.0 and thresholds.percentile(h, 0.0, 99.9) == 0.0
+
+
+def test_quantization_error_of_uniform_values_is_a_twelfth_of_the_step_squared():
+    hist = np.full(127 * 64, 10)  # uniform over [0, 1]: 64 bins per INT8 step
+    step = 1.0 / 127
+    assert thresholds.quantization_error(hist, 1.0, 1.0) == pytest.approx(step**2 / 12, rel=0.01)
+    # clipping at half the range: the upper half's values all lose their distance to 0.5
+    clipped = thresholds.quantization_error(hist, 1.0, 0.5)
+    assert clipped == pytest.approx(0.5 * (0.5**2) / 3 + 0.5 * (step / 2) ** 2 / 12, rel=0.02)

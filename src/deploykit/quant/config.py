@@ -64,8 +64,10 @@ class QuantizeConfig:
 
     precision: Precision = "fp32"  # fp32 skips the stage
     target: Literal["auto", "tensorrt", "onnxruntime"] = "auto"  # auto: follows build.backend (fp8/int4: tensorrt)
-    # auto: max, percentile and MSE ranges from the same passes; the one whose quantized model checks best
-    method: Literal["auto", "max", "entropy", "percentile", "mse"] = "auto"
+    # auto: max, percentile, MSE and per-tensor ranges from the one pass; the one whose quantized model
+    # checks best on auto_samples held-out samples. per_tensor: MSE where a tensor's histogram gains
+    # from clipping (ranges.PER_TENSOR_GAIN), max elsewhere
+    method: Literal["auto", "max", "entropy", "percentile", "mse", "per_tensor"] = "auto"
     percentile: float = 99.99  # of |x| (tensorrt) or of each tail (onnxruntime)
     num_bins: int = 2048  # histogram bins for entropy / percentile / mse
     bounded: Literal["max", "exclude"] = "max"  # Sigmoid/Softmax/Tanh outputs: max calibration, or unquantized
@@ -81,7 +83,7 @@ class QuantizeConfig:
     keep_fp32_nodes: tuple[str, ...] = ()  # node names kept in FP32 even where the rest is FP16
     int4_block_size: int = 128
     check_samples: int = 16  # calibration samples held out of the ranges; the check runs on them
-    auto_samples: int = 8  # of those, how many method auto compares its range sets on
+    auto_samples: int = 4  # of those, how many method auto compares its range sets on
     repair: RepairConfig = RepairConfig()
     tolerances: QuantTolerances = QuantTolerances()
 

@@ -12,8 +12,9 @@ Binning is float32 with 16-bit bin indices: 10x faster than float64 with 64-bit 
 (1.1 ms against 11.9 ms for a 1x32x120x120 tensor measured here), which made histograms the
 larger half of calibration time. A tensor larger than :data:`HISTOGRAM_VALUES` contributes an
 evenly strided subset of its values to the histogram (min and max stay exact): 64 samples of a
-text detector's 240x240x16 stem then still give 16 million values, and the histograms cost less
-than the inference that produces them.
+text detector's tensors then still give 4 million values each (the 99.99th percentile rests on
+400 of them), and the histograms cost less than the inference that produces them (a 464-node
+text detector at 480x480 has 94 million activation values per sample).
 """
 
 from __future__ import annotations
@@ -23,19 +24,19 @@ import math
 import numpy as np
 
 _UINT16_BINS = 1 << 16
-HISTOGRAM_VALUES = 1 << 18  # values per tensor and sample that enter the histogram
+HISTOGRAM_VALUES = 1 << 16  # values per tensor and sample that enter the histogram
 
 
 def bin_counts(a: np.ndarray, edge: float, bins: int) -> np.ndarray:
     """Counts of the non-negative values ``a`` in ``bins`` equal bins over [0, edge]; values at or
-    above ``edge`` land in the last bin."""
+    above ``edge`` land in the last bin. A float32 ``a`` is overwritten (the caller's scratch copy)."""
     if a.size == 0:
         return np.zeros(bins, np.int64)
     if edge <= 0:
         out = np.zeros(bins, np.int64)
         out[0] = a.size
         return out
-    scaled = np.multiply(a, np.float32(bins / edge), dtype=np.float32)
+    scaled = np.multiply(a, np.float32(bins / edge), dtype=np.float32, out=a if a.dtype == np.float32 else None)
     np.minimum(scaled, np.float32(bins - 1), out=scaled)
     idx = scaled.astype(np.uint16 if bins <= _UINT16_BINS else np.int64)
     return np.bincount(idx.ravel(), minlength=bins).astype(np.int64, copy=False)

@@ -240,8 +240,9 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         samples = _random_samples(model)
     reference = Reference(model, samples[: job.cfg.check_samples])
     opener = _opener(job)
-    evaluate = partial(check, reference, opener=opener, tolerance=job.tolerance or _preset(job.cfg))
-    few = partial(check, reference.head(job.cfg.auto_samples), opener=opener, tolerance=job.tolerance or _preset(job.cfg))
+    memo, tolerance = _Memo(opener), job.tolerance or _preset(job.cfg)
+    evaluate = partial(check, reference, opener=memo, tolerance=tolerance)
+    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance)
     range_sets = _range_sets(job, model, calibration, excluded, samples[0])
     method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
     for _ in range(MAX_NONFINITE_FIXES):
@@ -272,7 +273,9 @@ def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excl
 
     placed = _qdq(job, model, calibration.sets["max"], sorted(excluded), sample)
     quantized = {src.removesuffix("_QuantizeLinear_Input") for _, src in activation_quantizers(placed)}
-    return {m: calibration.sets["max"] if m == "max" else stats.ranges(m, only=quantized) for m in methods}
+    return {m: calibration.sets["max"] if m == "max" else
+            stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
+            for m in methods}
 
 
 def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
@@ -355,6 +358,45 @@ def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[
         raise ModelError(f"the quantized model computes NaN/Inf in output(s) {outputs}{where}",
                          hint="keep that node in FP32 (quantize.keep_fp32_nodes) or exclude it from quantization")
     fp32[bad.node] = f"produced NaN/Inf in FP16 (tensor {bad.tensor!r})"
+
+
+class _Memo:
+    """An opener whose sessions remember their outputs per (graph, sample), so the graph method
+    ``auto`` chose, and checked on its first samples, is not run on them again by the check."""
+
+    def __init__(self, opener: Callable[..., Any]) -> None:
+        self.opener = opener
+        self.outputs: dict[tuple[str, int], dict[str, Any]] = {}
+        self.evaluators: dict[str, str] = {}
+
+    def __call__(self, model: onnx.ModelProto) -> _MemoSession:
+        import hashlib
+
+        return _MemoSession(self, model, hashlib.sha256(model.SerializeToString()).hexdigest())
+
+
+class _MemoSession:
+    def __init__(self, memo: _Memo, model: onnx.ModelProto, key: str) -> None:
+        self._memo, self._model, self._key, self._session = memo, model, key, None
+
+    def _open(self) -> Any:
+        if self._session is None:
+            self._session = self._memo.opener(self._model)
+            self._memo.evaluators[self._key] = self._session.evaluator
+        return self._session
+
+    @property
+    def evaluator(self) -> str:
+        return self._memo.evaluators.get(self._key) or self._open().evaluator
+
+    def infer(self, sample: dict[str, Any]) -> dict[str, Any]:
+        key = (self._key, id(sample))  # the check samples live as long as the quantize call
+        if key not in self._memo.outputs:
+            self._memo.outputs[key] = self._open().infer(sample)
+        return self._memo.outputs[key]
+
+    def __getattr__(self, name: str) -> Any:  # everything else (inputs, run_all): the real session
+        return getattr(self._open(), name)
 
 
 def _opener(job: Job) -> Callable[..., Any]:

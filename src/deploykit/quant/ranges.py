@@ -73,7 +73,9 @@ class RangeSettings:
     grid: str = "int8"  # the quantized grid MSE measures error on: int8 | fp8 | uint8
 
 
-AUTO_METHODS = ("max", "percentile", "mse")  # what method "auto" tries (entropy: slower, rarely better)
+AUTO_METHODS = ("max", "percentile", "mse", "per_tensor")  # what method "auto" tries (entropy: slower, rarely better)
+# per_tensor clips a tensor only where its own quantization error drops at least this many times
+PER_TENSOR_GAIN = 2.0
 
 
 class Statistics:
@@ -84,19 +86,41 @@ class Statistics:
 
     def __init__(self, stats: dict[str, AbsHistogram], calibrated: set[str], settings: RangeSettings) -> None:
         self.stats, self.calibrated, self.settings = stats, calibrated, settings
-        self._thresholds: dict[tuple[str, str], float] = {}
+        self._thresholds: dict[tuple[int, str], float] = {}  # by histogram: aliases share one
 
     def threshold(self, name: str, method: str) -> float:
         """The |x| threshold ``method`` gives tensor ``name`` (max for bounded or all-zero tensors)."""
         st = self.stats[name]
         if method == "max" or name not in self.calibrated or st.absmax <= 0:
             return st.absmax
-        key = (name, method)
+        key = (id(st), method)
         if key not in self._thresholds:
             hist, top = st.trimmed()
             found = _threshold(hist, top, dataclasses.replace(self.settings, method=method))
             self._thresholds[key] = min(found, st.absmax)
         return self._thresholds[key]
+
+    def per_tensor(self, candidates: tuple[str, ...] = ("percentile", "mse"), gain: float = PER_TENSOR_GAIN,
+                   only: set[str] | None = None) -> dict[str, str]:
+        """A method per tensor, chosen from its histogram: the candidate with the smallest
+        quantization error of the tensor itself, where that error is at least ``gain`` times
+        smaller than max calibration's; max elsewhere.
+
+        Clipping trades a tensor's own rounding error for errors downstream that its histogram
+        cannot see (a clipped peak is a lost detection), so it is taken only where it pays clearly.
+        """
+        grid = self.settings.grid
+        out = {}
+        for name in sorted(self.calibrated if only is None else self.calibrated & only):
+            st = self.stats[name]
+            if st.absmax <= 0:
+                continue
+            hist, top = st.trimmed()
+            errors = {m: thresholds.quantization_error(hist, top, self.threshold(name, m), grid)
+                      for m in ("max", *candidates)}
+            best = min(candidates, key=lambda m: errors[m])
+            out[name] = best if errors[best] * gain <= errors["max"] else "max"
+        return out
 
     def ranges(self, method: str | dict[str, str], only: set[str] | None = None) -> dict[str, TensorRange]:
         """A range set: one method for every tensor (or those in ``only``), or a method per tensor;
@@ -152,10 +176,12 @@ def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], 
     from deploykit.quant.graph import float_tensors
 
     names = tensors if tensors is not None else float_tensors(model)
-    tap = _Tap(model, names)
-    wanted = {n for n in names if n not in bounded} if any(m != "max" for m in methods) else set()
+    alias = same_values(model, names)
+    roots = [n for n in names if n not in alias]
+    tap = _Tap(model, roots)
+    wanted = {alias.get(n, n) for n in names if n not in bounded} if any(m != "max" for m in methods) else set()
     methods = tuple(m for m in methods if m != "histogram")  # "histogram": statistics only, no set
-    stats = {n: AbsHistogram(2 * settings.num_bins) for n in names}
+    stats = {n: AbsHistogram(2 * settings.num_bins) for n in roots}
     first: list[dict[str, np.ndarray]] = []
     seen = 0
     for sample in samples:
@@ -169,8 +195,29 @@ def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], 
     held = min(hold_out, seen // 4)
     for sample in first[held:]:  # a short stream: these go back into the statistics
         _fold(tap, sample, stats, wanted)
-    statistics = Statistics(stats, {n for n in names if n not in bounded}, settings)
+    stats.update({n: stats[root] for n, root in alias.items()})
+    statistics = Statistics({n: stats[n] for n in names}, {n for n in names if n not in bounded}, settings)
     return Calibration({m: statistics.ranges(m) for m in methods}, first[:held], seen, statistics)
+
+
+# Ops whose output holds exactly the values of their data input, rearranged: same min, max and
+# histogram, so calibration reads the input only (a real text detector has 147 Identity nodes).
+SAME_VALUES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
+                         "SpaceToDepth"})
+
+
+def same_values(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
+    """Tensor -> the tensor whose values it holds (through chains of :data:`SAME_VALUES` ops)."""
+    wanted = set(names)
+    source = {n.output[0]: n.input[0] for n in model.graph.node
+              if n.op_type in SAME_VALUES and n.input and n.output and n.output[0] in wanted and n.input[0] in wanted}
+    out = {}
+    for name in source:
+        root = name
+        while root in source:
+            root = source[root]
+        out[name] = root
+    return out
 
 
 def _fold(tap: _Tap, sample: dict[str, np.ndarray], stats: dict[str, AbsHistogram], wanted: set[str]) -> None:

@@ -13,13 +13,9 @@ _SMOOTH_EPS = 1e-4
 
 def abs_histogram(value: np.ndarray, absmax: float, bins: int) -> np.ndarray:
     """Counts of |value| in ``bins`` equal bins over [0, absmax]; larger values land in the last bin."""
-    a = np.abs(np.asarray(value, dtype=np.float64).ravel())
-    if absmax <= 0 or a.size == 0:
-        out = np.zeros(bins, np.int64)
-        out[0] = a.size
-        return out
-    idx = np.minimum((a * (bins / absmax)).astype(np.int64), bins - 1)
-    return np.bincount(idx, minlength=bins).astype(np.int64)
+    from deploykit.quant.histogram import bin_counts
+
+    return bin_counts(np.abs(np.asarray(value, dtype=np.float32).ravel()), absmax, bins)
 
 
 def percentile(hist: np.ndarray, absmax: float, pct: float) -> float:
@@ -107,6 +103,18 @@ def mse(hist: np.ndarray, absmax: float, grid: str = "int8", candidates: int = 2
     ts = ks * width
     errors = np.array([np.sum(weights * (_fake_quant(centers, t, grid) - centers) ** 2) for t in ts])
     return float(ts[int(np.argmin(errors))])
+
+
+def quantization_error(hist: np.ndarray, absmax: float, threshold: float, grid: str = "int8") -> float:
+    """Mean squared quantize-dequantize error of the histogram's values (bin centres) at ``threshold``."""
+    hist = np.asarray(hist, dtype=np.float64)
+    total = hist.sum()
+    if total == 0 or absmax <= 0 or threshold <= 0:
+        return 0.0
+    centers = (np.arange(len(hist)) + 0.5) * (absmax / len(hist))
+    nz = hist > 0
+    c = centers[nz]
+    return float(np.sum(hist[nz] * (_fake_quant(c, threshold, grid) - c) ** 2) / total)
 
 
 def _fake_quant(x: np.ndarray, amax: float, grid: str) -> np.ndarray:
