@@ -145,7 +145,7 @@ class ClassificationCheck:
     """Top-1 and top-k agreement of a score/logit output; tied scores count as agreeing."""
 
     output: str
-    k: int = 5
+    k: int = 5  # capped at the output's number of classes (min(5, classes) by default)
     axis: int = -1  # the class axis
     min_top1: float = 0.99  # fraction of rows whose top-1 class agrees
     min_topk: float = 0.95  # mean overlap of the top-k sets
@@ -156,13 +156,30 @@ class ClassificationCheck:
 
 
 @dataclass(frozen=True)
-class DetectionCheck:
-    """Boxes matched by IoU between reference and candidate, independent of their order."""
+class PackedDetections:
+    """One YOLO-style output holding every candidate box: ``[B, N, 4(+1)+C]`` or ``[B, 4(+1)+C, N]``
+    (YOLOv5/YOLOX write the first, YOLOv8 the second), decoded before matching: boxes are the first
+    four attributes, the class scores the rest (times the objectness at attribute 4, if any)."""
 
-    boxes: str  # output (..., N, 4)
-    scores: str  # output (..., N) or (..., N, classes)
+    output: str
+    box_format: Literal["cxcywh", "xyxy"] = "cxcywh"  # YOLO exports write centre and size
+    objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
+    layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
+
+
+@dataclass(frozen=True)
+class DetectionCheck:
+    """Boxes matched by IoU between reference and candidate, independent of their order.
+
+    The boxes come from ``boxes`` + ``scores`` (+ ``classes``) outputs, or from one ``packed``
+    output as exported detectors write it (no surgery needed).
+    """
+
+    boxes: str | None = None  # output (..., N, 4)
+    scores: str | None = None  # output (..., N) or (..., N, classes)
     classes: str | None = None  # output (..., N) of class ids, when scores hold one score per box
-    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"
+    packed: PackedDetections | None = None  # instead of boxes/scores/classes
+    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"  # of ``boxes`` (``packed`` has its own)
     score_threshold: float = 0.3  # boxes scoring below it on both sides are ignored
     score_margin: float = 0.05  # a box just under the threshold on one side may still match
     match_iou: float = 0.5  # pairs below this IoU are no match
@@ -170,6 +187,13 @@ class DetectionCheck:
     min_mean_iou: float = 0.9
     max_score_delta: float = 0.05  # mean |score difference| over matched pairs
     max_class_flips: float = 0.0  # fraction of matched pairs whose class differs
+    min_recall: float = 0.0  # reference boxes above threshold that the candidate matches (reported always)
+
+    def __post_init__(self) -> None:
+        if self.packed is not None and (self.boxes or self.scores or self.classes):
+            raise ValueError("give either packed or boxes/scores/classes, not both")
+        if self.packed is None and not (self.boxes and self.scores):
+            raise ValueError("needs boxes and scores (the output names), or packed: {output: NAME}")
 
 
 @dataclass(frozen=True)
