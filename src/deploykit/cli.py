@@ -259,9 +259,18 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
         typer.echo(f"wrote {output}")
 
 
+def _sample_counts(summary: dict[str, Any]) -> str:
+    """'ranges from 48 samples, checked on 16 held out' (or on samples the ranges saw, if few)."""
+    ranges, checked, seen = summary.get("range_samples", 0), summary.get("check_samples", 0), summary["samples"]
+    if not seen:
+        return "no calibration data"
+    held = "held out" if ranges < seen else "the ranges also saw"
+    return f"ranges from {ranges} of {seen} samples, checked on {checked} {held}"
+
+
 def _print_quantize(summary: dict[str, Any]) -> None:
-    lines = [f"quantize: {summary['precision']} for {summary['flavour']}, {summary['method']} calibration on "
-             f"{summary['samples']} samples, {summary['quantized_nodes']} nodes quantized"]
+    lines = [f"quantize: {summary['precision']} for {summary['flavour']}, {summary['method']} calibration, "
+             f"{summary['quantized_nodes']} nodes quantized; {_sample_counts(summary)}"]
     for name, m in (summary.get("check") or {}).get("metrics", {}).items():
         lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({summary['evaluator']})")
     if summary["excluded"] or summary["kept_fp32"]:
@@ -270,7 +279,8 @@ def _print_quantize(summary: dict[str, Any]) -> None:
     speed = summary.get("cpu_speed")
     if speed:
         lines.append(f"  CPU: FP32 {speed['fp32_ms']:.3f} ms, {summary['precision'].upper()} {speed['quantized_ms']:.3f} ms "
-                     f"at batch {speed['batch']} ({speed['speedup']:.2f}x)")
+                     f"at batch {speed['batch']} ({speed['speedup']:.2f}x; {speed.get('speedup_low', 0):.2f}-"
+                     f"{speed.get('speedup_high', 0):.2f}x over {speed['rounds']} interleaved rounds)")
     repair = summary.get("repair")
     if repair:
         lines.append(f"  repair: {repair['iterations']} iteration(s), excluded {', '.join(repair['excluded_nodes']) or '-'}"

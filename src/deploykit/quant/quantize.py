@@ -67,6 +67,8 @@ class Result:
     repair: RepairResult | None = None
     passthrough: bool = False
     unquantized: dict[str, str] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
+    range_samples: int = 0  # calibration samples the ranges come from
+    check_samples: int = 0  # samples the check ran on (held out of the ranges, unless the stream was short)
 
 
 def quantize_model(job: Job) -> Result:
@@ -95,6 +97,7 @@ def quantize_model(job: Job) -> Result:
     observed = calibration.sets["max"]  # min/max: the same in every range set
     fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
     result = _quantize_and_check(job, model, calibration, excluded, fp32, notes)
+    result.range_samples = calibration.seen - len(calibration.held_out)
     result.preparation = prep.to_dict()
     result.unquantized = _skipped_by_quantizer(model, result, job)
     return result
@@ -250,6 +253,7 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
+            result.check_samples = len(reference.samples)
             result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)

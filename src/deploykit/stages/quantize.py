@@ -144,7 +144,8 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> di
     save_model(result.model, out / MODEL)
     samples = job.samples.seen if job.samples is not None else 0
     if result.ranges:
-        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples})
+        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples,
+                                                                    "range_samples": result.range_samples})
     if job.cfg.precision == "int8" and job.flavour == "tensorrt" and result.ranges:
         trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
     report = _finite(_precision_report(result, job))
@@ -154,7 +155,8 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> di
     if job.cfg.method == "auto" and job.cfg.precision in ("int8", "fp8") and result.ranges:
         method = f"auto ({method})"
     return _finite({"precision": job.cfg.precision, "flavour": job.flavour, "method": method,
-            "samples": samples, "quantized_nodes": len(quantized_node_names(result.model)),
+            "samples": samples, "range_samples": result.range_samples, "check_samples": result.check_samples,
+            "quantized_nodes": len(quantized_node_names(result.model)),
             "excluded": sorted(result.excluded), "kept_fp32": sorted(result.fp32),
             "unquantized": sorted(result.unquantized), "check": _short(check),
             "evaluate": "onnxruntime" if job.flavour == "onnxruntime" else "as_written",
