@@ -145,7 +145,7 @@ class DataSource:
                 yield str(f), {name: load_image(f, cfg.preprocess)[None]}
         else:
             for f in self._files():
-                yield from _from_array_file(f, self._single_input())
+                yield from _from_array_file(f, self._single_input, self.inputs, self.what)
 
     def _from_function(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         module_name, _, fn_name = self.cfg.function.partition(":")  # type: ignore[union-attr]
@@ -202,18 +202,26 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
         raise DataError(f"{where}: input {info.name!r} contains NaN or Inf", hint="clean the data")
 
 
-def _from_array_file(path: Path, default_input: str) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+def _from_array_file(path: Path, default_input: Any, inputs: list[InputInfo], what: str
+                     ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     import zipfile
 
     try:
-        data = np.load(path, allow_pickle=False)  # arrays only: never unpickle objects from a data file
+        # arrays only: never unpickle objects from a data file; a .npy is memory-mapped, so a stack of
+        # samples is read one at a time
+        data = np.load(path, allow_pickle=False, mmap_mode="r" if path.suffix.lower() == ".npy" else None)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npy/.npz file ({e})") from e
+    from deploykit.stacking import unstack
+
     if isinstance(data, np.ndarray):
-        yield str(path), {default_input: data}
+        yield from unstack({default_input(): data}, inputs, str(path), what)
     else:
         with data:
-            yield str(path), {k: data[k] for k in data.files}
+            sample = {k: data[k] for k in data.files}
+        yield from unstack(sample, inputs, str(path), what)
+
+
 
 
 def load_image(path: Path, p: Preprocess) -> np.ndarray:

@@ -56,6 +56,18 @@ def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, o
     assert "ranges from 9 of 12 samples, checked on 3 held out" in out
 
 
+def test_a_stacked_npz_calibrates_as_its_samples_and_the_cli_says_so(tmp_path, onnx_model):
+    """A [24, 3, H, W] file is 24 samples (it was refused as one sample of the wrong shape)."""
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([s["x"] for s in models.images(24)]))
+    code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "onnxruntime",
+                             "--calib-data", str(tmp_path / "calib.npz"), "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    assert "holds 24 samples stacked on the first axis of x" in out
+    assert "ranges from 18 of 24 samples, checked on 6 held out" in out
+    summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
+    assert (summary["samples"], summary["range_samples"], summary["check_samples"]) == (24, 18, 6)
+
+
 def test_unchanged_data_reuses_the_artifact_and_changed_data_recalibrates(tmp_path, onnx_model):
     calib = write_arrays(tmp_path / "calib", [s["x"] for s in models.images(6)])
     kwargs = {"workdir": tmp_path / "store", "calib_data": calib, "quantize__precision": "int8",

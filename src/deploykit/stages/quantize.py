@@ -78,7 +78,7 @@ class QuantizeStage(Stage):
             warnings.simplefilter("always")
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
             result = quantize_keeping_plugins(job, quantize_model)
-        notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         speed = _cpu_speed(job, result, stream)
         if speed is not None and speed.warning(job.cfg.precision):
             notes.append(speed.warning(job.cfg.precision))
