@@ -50,25 +50,13 @@ def test_activation_scales_and_zero_points_come_from_deploykit_ranges():
     assert result.check.passed
 
 
-def test_symbolic_shape_inference_failure_is_skipped_and_said(monkeypatch):
-    monkeypatch.setattr(ort_flavour, "_ranked", lambda model: False)  # as for a graph ONNX cannot rank
+def test_symbolic_shape_inference_failure_is_skipped_and_said():
     samples = [{"x": np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32),
                 "z": np.random.default_rng(i + 99).standard_normal((2, 8)).astype(np.float32)} for i in range(64)]
     result = quantize(models.unmergeable_dims(), samples)
     assert any("symbolic shape inference failed" in n for n in result.notes)
     assert {n.op_type for n in result.model.graph.node} >= {"QuantizeLinear", "Add", "MatMul"}
     assert result.check.metrics["y"]["cosine"] > 0.98  # held-out samples a little outside the ranges
-
-
-def test_symbolic_shape_inference_is_skipped_where_onnx_ranked_every_tensor(monkeypatch):
-    """It only adds dim expressions then, and cost 2-20 s on a real text detector before failing."""
-    ortq = ort_flavour.private_ort_quantization()
-    seen = []
-    real = ortq.quant_pre_process
-    monkeypatch.setattr(ortq, "quant_pre_process", lambda *a, **k: seen.append(k.get("skip_symbolic_shape")) or real(*a, **k))
-    result = quantize(models.depthwise(), models.images(20, size=32))
-    assert seen == [True] and not any("symbolic" in n for n in result.notes)
-    assert result.check.passed
 
 
 def test_fp8_is_refused_for_the_onnxruntime_target_and_auto_picks_tensorrt():
@@ -173,3 +161,48 @@ def test_an_excluded_node_after_a_fused_clip_gets_the_clip_and_its_bounds_back()
     assert {"clip_lo", "clip_hi"} <= {t.name for t in result.model.graph.initializer}
     onnx.checker.check_model(result.model, full_check=True)
     assert result.check.passed
+
+
+@pytest.mark.parametrize("make, data", [(models.classifier, lambda: models.images(24)),
+                                        (models.encoder, lambda: models.tokens(24)),
+                                        (lambda: models.depthwise(), lambda: models.images(24, size=32))])
+def test_rescaling_the_qdq_graph_gives_what_the_quantizer_writes_for_those_ranges(make, data):
+    """Method auto runs ORT's quantizer once and rewrites scales, zero points and int32 biases per
+    range set: the result must be the graph the quantizer itself writes for that set, bit for bit."""
+    from deploykit.quant import graph as g
+    from deploykit.quant.ranges import RangeSettings, calibrate
+
+    samples = data()
+    model = g.infer_shapes(ort_flavour.preprocess(g.prepare(make(), 13, "x")[0], []))
+    g.name_nodes(model)
+    sets = calibrate(model, samples, RangeSettings("auto"), ("max", "percentile")).sets
+    assert sets["max"] != sets["percentile"]
+    placed = ort_flavour.quantize(model, samples[0], sets["max"], exclude=[], per_channel=True, reduce_range=True)
+    direct = ort_flavour.quantize(model, samples[0], sets["percentile"], exclude=[], per_channel=True, reduce_range=True)
+    rescaled = ort_flavour.rescale(placed, model, sets["percentile"])
+    want = {i.name: numpy_helper.to_array(i) for i in direct.graph.initializer}
+    got = {i.name: numpy_helper.to_array(i) for i in rescaled.graph.initializer}
+    assert set(got) == set(want)
+    assert all(got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]) for k in want)
+    assert [n.SerializeToString() for n in rescaled.graph.node] == [n.SerializeToString() for n in direct.graph.node]
+    changed = [k for k in want if not np.array_equal(want[k], numpy_helper.to_array(
+        next(i for i in placed.graph.initializer if i.name == k)))]
+    assert any(k.endswith("_scale") for k in changed) and any(k.endswith("bias_quantized") for k in changed)
+
+
+def test_orts_own_calibration_does_not_run(monkeypatch):
+    """deploykit's ranges are the calibration: ORT builds no augmented graph and runs no sample."""
+    calls = []
+    import onnxruntime
+
+    real = onnxruntime.InferenceSession.__init__
+    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    from deploykit.quant import graph as g
+    from deploykit.quant.ranges import RangeSettings, collect_ranges
+
+    model = g.prepare(models.cnn((8, 16)), 13, "x")[0]
+    ranges = collect_ranges(model, models.images(4), RangeSettings("max"))
+    calls.clear()
+    out = ort_flavour.quantize(model, models.images(1)[0], ranges, exclude=[], per_channel=True, reduce_range=False)
+    assert calls == [] and any(n.op_type == "QuantizeLinear" for n in out.graph.node)
