@@ -190,7 +190,7 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
     with task as advance:
         result = calibrate(model, job.samples, settings, histograms, hold_out=_check_count(job.cfg),
-                           bounded=_max_calibrated(model), progress=advance)
+                           bounded=_max_calibrated(model), progress=advance, expected=job.samples.limit)
     if result.held_out:
         notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
                      f"{len(result.held_out)} are held out for the check")
