@@ -238,7 +238,10 @@ def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool) -> list[Run]
     return out
 
 
-ABLATION_OPTIONS: dict[str, dict[str, Any]] = {}  # optional PTQ steps by name -> QuantizeConfig fields
+ABLATION_OPTIONS: dict[str, dict[str, Any]] = {  # optional PTQ steps by name -> QuantizeConfig fields
+    "CLE (HardSwish per channel)": {"equalize": True},
+    "CLE through HardSwish (approximate)": {"equalize": True, "equalize_hardswish": "approximate"},
+}
 
 
 # -- evaluation --------------------------------------------------------------------------------------

@@ -77,6 +77,10 @@ class QuantizeConfig:
     per_channel: bool = True  # per-channel weight scales
     reduce_range: Literal["auto", "on", "off"] = "auto"  # onnxruntime: 7-bit weights; auto = on without VNNI
     already_quantized: Literal["refuse", "pass"] = "refuse"  # a model with Q/DQ or ConvInteger
+    # cross-layer equalization of Conv pairs before calibration (quant/equalize.py); HardSwish between
+    # them: rewritten per channel (exact), kept (approximate: changes the FP32 function) or not equalized
+    equalize: bool = False
+    equalize_hardswish: Literal["exact", "approximate", "skip"] = "exact"
     exclude_nodes: tuple[str, ...] = ()  # node names kept out of quantization
     exclude_op_types: tuple[str, ...] = ()
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names

@@ -90,13 +90,20 @@ def quantize_model(job: Job) -> Result:
         model = g.infer_shapes(preprocess(model, notes))
         g.name_nodes(model)  # pre-processing inlines functions (HardSwish) into unnamed nodes
         excluded = _still_present(model, excluded, notes)
+    original = model
+    if cfg.equalize and cfg.precision in ("int8", "fp8"):
+        from deploykit.quant.equalize import equalize
+
+        model, equalized = equalize(model, cfg.equalize_hardswish)
+        model = g.infer_shapes(model)  # the rewritten activations' tensors need types to be calibrated
+        notes.append(equalized.note())
     settings = _settings(cfg, job.flavour)
     calibration = _calibrate(job, model, settings, notes)
     if cfg.bounded == "exclude":
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
     observed = calibration.sets["max"]  # min/max: the same in every range set
     fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
-    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes)
+    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
     result.range_samples = calibration.seen - len(calibration.held_out)
     result.preparation = prep.to_dict()
     result.unquantized = _skipped_by_quantizer(model, result, job)
@@ -234,14 +241,14 @@ def _uses_fp16(job: Job) -> bool:
 
 
 def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
-                        fp32: dict[str, str], notes: list[str]) -> Result:
+                        fp32: dict[str, str], notes: list[str], original: onnx.ModelProto) -> Result:
     if calibration.held_out:
         samples = calibration.held_out
     elif job.samples is not None:
         samples = list(itertools.islice(job.samples, _check_count(job.cfg)))
     else:
         samples = _random_samples(model)
-    reference = Reference(model, samples[: job.cfg.check_samples])
+    reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
     memo, tolerance = _Memo(opener), job.tolerance or _preset(job.cfg)
     evaluate = partial(check, reference, opener=memo, tolerance=tolerance)
