@@ -241,6 +241,7 @@ def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool) -> list[Run]
 ABLATION_OPTIONS: dict[str, dict[str, Any]] = {  # optional PTQ steps by name -> QuantizeConfig fields
     "CLE (HardSwish per channel)": {"equalize": True},
     "CLE through HardSwish (approximate)": {"equalize": True, "equalize_hardswish": "approximate"},
+    "bias correction": {"bias_correction": True},
 }
 
 

@@ -81,6 +81,7 @@ class QuantizeConfig:
     # them: rewritten per channel (exact), kept (approximate: changes the FP32 function) or not equalized
     equalize: bool = False
     equalize_hardswish: Literal["exact", "approximate", "skip"] = "exact"
+    bias_correction: bool = False  # subtract each quantized layer's mean output error from its bias (quant/bias.py)
     exclude_nodes: tuple[str, ...] = ()  # node names kept out of quantization
     exclude_op_types: tuple[str, ...] = ()
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names

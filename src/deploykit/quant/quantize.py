@@ -51,6 +51,8 @@ class Job:
     # every range set after that only rewrites scales (see _qdq)
     placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = field(default_factory=dict, init=False,
                                                                            repr=False)
+    correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
+    corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 
 
 @dataclass
@@ -255,12 +257,19 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
     few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance)
     range_sets = _range_sets(job, model, calibration, excluded, samples[0])
     method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
+    if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in ("int8", "fp8"):
+        from deploykit.quant.bias import SAMPLES
+
+        held = len(calibration.held_out)  # calibration samples, never the check's
+        job.correction_samples = list(itertools.islice(job.samples, held, held + SAMPLES))
     for _ in range(MAX_NONFINITE_FIXES):
         build = partial(_build, job, model, ranges, fp32=dict(fp32), sample=samples[0])
         result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
             result.check_samples = len(reference.samples)
+            if job.corrected is not None:
+                notes.append(job.corrected.note())
             result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
@@ -427,6 +436,10 @@ def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], exc
 
         return to_fp16(model, sorted(fp32))
     out = _qdq(job, model, ranges, sorted(excluded), sample)
+    if job.correction_samples and cfg.precision != "int4":
+        from deploykit.quant.bias import correct_biases
+
+        out, job.corrected = correct_biases(out, model, job.correction_samples)
     if job.flavour == "onnxruntime" or cfg.precision == "int4" or cfg.high_precision != "fp16":
         return out
     from deploykit.quant.fp16 import to_fp16
