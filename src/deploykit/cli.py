@@ -234,7 +234,7 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
              precision: Annotated[Optional[str], typer.Option(help="fp16 | int8 | fp8 | int4")] = None,
              target: Annotated[Optional[str], typer.Option(help="tensorrt | onnxruntime | auto (follows the backend)")] = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
-             method: Annotated[Optional[str], typer.Option(help="auto | max | entropy | percentile | mse")] = None,
+             method: Annotated[Optional[str], typer.Option(help="auto | max | entropy | percentile | mse | per_tensor")] = None,
              auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
              workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
