@@ -360,13 +360,14 @@ def main() -> None:
 
     from deploykit.environment import cpu_info
 
-    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}
-    results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
     for family in wanted:
-        results["families"][family.name] = bench_family(family, args.ablations)
+        done = bench_family(family, args.ablations)
+        results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
+        results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
+        results["families"][family.name] = {**done, "machine_load": os.getloadavg()}
         RESULTS.parent.mkdir(exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1, default=str))
-    print(table(results))
+    print(table({"families": {k: v for k, v in results["families"].items() if k in {f.name for f in wanted}}}))
     print(f"\nwrote {RESULTS}; load average during the run {os.getloadavg()} (2 cores shared)")
 
 
