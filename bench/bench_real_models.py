@@ -215,8 +215,8 @@ def modelopt_run(path: Path, calib: list[dict], out: Path, mode: str) -> Callabl
     return make
 
 
-def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool) -> list[Run]:
-    out = [Run("deploykit int8 onnxruntime (default)", "int8", "onnxruntime",
+def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False) -> list[Run]:
+    out = [] if only_ablations else [Run("deploykit int8 onnxruntime (default)", "int8", "onnxruntime",
                deploykit_run(path, calib, "int8", "onnxruntime"), deploykit=True),
            Run("deploykit int8 tensorrt (default)", "int8", "as_written", deploykit_run(path, calib, "int8", "tensorrt"),
                deploykit=True),
@@ -227,7 +227,7 @@ def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool) -> list[Run]
                ort_run(path, calib, tmp / "ort_tuned.onnx", True)),
            Run("ModelOpt int8 defaults", "int8", "as_written", modelopt_run(path, calib, tmp / "mo8.onnx", "int8")),
            Run("ModelOpt fp8 defaults", "fp8", "as_written", modelopt_run(path, calib, tmp / "mofp8.onnx", "fp8"))]
-    if ablations:
+    if ablations or only_ablations:
         for method in ("max", "percentile", "mse", "entropy", "per_tensor"):
             out.append(Run(f"deploykit int8 onnxruntime method {method}", "int8", "onnxruntime",
                            deploykit_run(path, calib, "int8", "onnxruntime", method=method), deploykit=True))
@@ -286,7 +286,7 @@ def cpu_speed(fp32: Path, candidate: Any, sample: dict) -> dict[str, Any]:
     return speed.compare(onnx.load(str(fp32)), model, sample, "extended", budget_s=SPEED_BUDGET_S).to_dict()
 
 
-def bench_family(family: Family, ablations: bool) -> dict[str, Any]:
+def bench_family(family: Family, ablations: bool, only_ablations: bool = False) -> dict[str, Any]:
     from deploykit.quant.evaluate import open_as_written
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{family.name}-") as tmp_name:
@@ -296,7 +296,7 @@ def bench_family(family: Family, ablations: bool) -> dict[str, Any]:
         reference = open_as_written(path)
         refs = [reference.infer(s) for s in valid]
         rows, speeds = [], {}
-        for run in runs(path, calib, tmp, ablations):
+        for run in runs(path, calib, tmp, ablations, only_ablations):
             print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -314,7 +314,8 @@ def bench_family(family: Family, ablations: bool) -> dict[str, Any]:
             row = {"tool": run.label, "precision": run.precision, "evaluate": run.evaluate, "seconds": round(seconds, 1),
                    **scores, **getattr(run.make, "info", {})}
             rows.append(row)
-            if run.label in ("deploykit int8 onnxruntime (default)", "ORT quantize_static defaults"):
+            if run.label in ("deploykit int8 onnxruntime (default)", "ORT quantize_static defaults") or (
+                    only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label):
                 speeds[run.label] = cpu_speed(path, candidate, valid[0])
         return {"family": family.name, "model": family.file, "input": [1, 3, *family.hw], "data": family.data,
                 "calibration_samples": CALIB, "validation_samples": VALID, "task_metric": "/".join(family.metric),
@@ -349,6 +350,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(f.name for f in FAMILIES))
     parser.add_argument("--ablations", action="store_true", help="also each method and the optional PTQ steps")
+    parser.add_argument("--only-ablations", action="store_true", help="the ablation rows alone (kept beside earlier rows)")
     args = parser.parse_args()
     wanted = [f for f in FAMILIES if f.name in args.families.split(",")]
     missing = [f for f in wanted if not (MODELS / f.file).is_file()]
@@ -361,9 +363,14 @@ def main() -> None:
     from deploykit.environment import cpu_info
 
     for family in wanted:
-        done = bench_family(family, args.ablations)
+        done = bench_family(family, args.ablations, args.only_ablations)
         results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
         results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
+        earlier = results["families"].get(family.name, {})
+        if args.only_ablations and earlier:  # keep the default rows measured before
+            labels = {r["tool"] for r in done["rows"]}
+            done["rows"] = [r for r in earlier["rows"] if r["tool"] not in labels] + done["rows"]
+            done["cpu_speed"] = {**earlier.get("cpu_speed", {}), **done["cpu_speed"]}
         results["families"][family.name] = {**done, "machine_load": os.getloadavg()}
         RESULTS.parent.mkdir(exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1, default=str))
