@@ -64,9 +64,9 @@ class QuantizeConfig:
 
     precision: Precision = "fp32"  # fp32 skips the stage
     target: Literal["auto", "tensorrt", "onnxruntime"] = "auto"  # auto: follows build.backend (fp8/int4: tensorrt)
-    # auto: max, percentile, MSE and per-tensor ranges from the one pass; the one whose quantized model
-    # checks best on auto_samples held-out samples. per_tensor: MSE where a tensor's histogram gains
-    # from clipping (ranges.PER_TENSOR_GAIN), max elsewhere
+    # auto: max, percentile and MSE ranges from the one pass; the one whose quantized model checks best
+    # on auto_samples held-out samples. per_tensor: MSE where a tensor's histogram gains from clipping
+    # (ranges.PER_TENSOR_GAIN), max elsewhere
     method: Literal["auto", "max", "entropy", "percentile", "mse", "per_tensor"] = "auto"
     percentile: float = 99.99  # of |x| (tensorrt) or of each tail (onnxruntime)
     num_bins: int = 2048  # histogram bins for entropy / percentile / mse

@@ -73,7 +73,10 @@ class RangeSettings:
     grid: str = "int8"  # the quantized grid MSE measures error on: int8 | fp8 | uint8
 
 
-AUTO_METHODS = ("max", "percentile", "mse", "per_tensor")  # what method "auto" tries (entropy: slower, rarely better)
+# What method "auto" tries. Not entropy (rarely better, measured), not per_tensor: it never won on the
+# real models (text detector: mean rel-L2 0.18 against MSE's 0.12; recognizer 0.39 against 0.37)
+# and each candidate costs its check inferences.
+AUTO_METHODS = ("max", "percentile", "mse")
 # per_tensor clips a tensor only where its own quantization error drops at least this many times
 PER_TENSOR_GAIN = 2.0
 
