@@ -270,10 +270,18 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
         typer.echo(f"wrote {output}")
 
 
+def _sample_counts(s: Any) -> str:
+    """'ranges from 48 of 64 samples, checked on 16 held out' (or on samples the ranges saw, if few)."""
+    if not s.samples:
+        return "no calibration data"
+    held = "held out" if s.range_samples < s.samples else "the ranges also saw"
+    return f"ranges from {s.range_samples} of {s.samples} samples, checked on {s.check_samples} {held}"
+
+
 def _print_quantize(s: Any) -> None:
     """The quantize stage's summary (a ``QuantizeSummary``) in a few lines."""
-    lines = [f"quantize: {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
-             f"{s.quantized_nodes} nodes quantized"]
+    lines = [f"quantize: {s.precision} for {s.flavour}, {s.method} calibration, "
+             f"{s.quantized_nodes} nodes quantized; {_sample_counts(s)}"]
     for name, m in (s.check.metrics if s.check else {}).items():
         lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({s.evaluator})")
     if s.excluded or s.kept_fp32:
@@ -281,7 +289,8 @@ def _print_quantize(s: Any) -> None:
     if s.cpu_speed:
         speed = s.cpu_speed
         lines.append(f"  CPU: FP32 {speed.fp32_ms:.3f} ms, {s.precision.upper()} {speed.quantized_ms:.3f} ms "
-                     f"at batch {speed.batch} ({speed.speedup:.2f}x)")
+                     f"at batch {speed.batch} ({speed.speedup:.2f}x; {speed.speedup_low:.2f}-"
+                     f"{speed.speedup_high:.2f}x over {speed.rounds} interleaved rounds)")
     if s.repair:
         lines.append(f"  repair: {s.repair.iterations} iteration(s), excluded {', '.join(s.repair.excluded_nodes) or '-'}"
                      f" ({s.repair.stopped})")

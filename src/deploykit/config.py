@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deploykit.choices import (
+    EqualizeHardSwish,
     Exporter,
     Flavour,
     InputDtype,
@@ -229,6 +230,11 @@ class QuantizeConfig:
     per_channel: bool = True  # per-channel weight scales
     reduce_range: Literal["auto", "on", "off"] = "auto"  # onnxruntime: 7-bit weights; auto = on without VNNI
     already_quantized: Literal["refuse", "pass"] = "refuse"  # a model with Q/DQ or ConvInteger
+    # cross-layer equalization of Conv pairs before calibration (quant/equalize.py); HardSwish between
+    # them: rewritten per channel (exact), kept (approximate: changes the FP32 function) or not equalized
+    equalize: bool = False
+    equalize_hardswish: EqualizeHardSwish = "exact"
+    bias_correction: bool = False  # subtract each quantized layer's mean output error from its bias (quant/bias.py)
     exclude_nodes: tuple[str, ...] = ()  # node names kept out of quantization
     exclude_op_types: tuple[str, ...] = ()
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
@@ -237,7 +243,8 @@ class QuantizeConfig:
     # them added error and cost time; see examples/planner/README.md. [] quantizes them too.
     high_precision_ops: tuple[str, ...] = ("LayerNormalization", "Softmax")
     int4_block_size: int = 128
-    check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
+    check_samples: int = 16  # calibration samples held out of the ranges; the check runs on them
+    auto_samples: int = 4  # of those, how many method auto compares its range sets on
     repair: RepairConfig = RepairConfig()
     tolerances: QuantTolerances = QuantTolerances()
 
@@ -253,6 +260,8 @@ class QuantizeConfig:
             raise ValueError(f"fp16_limit must be in (0, 65504], got {self.fp16_limit}")
         if self.check_samples < 1:
             raise ValueError(f"check_samples must be >= 1, got {self.check_samples}")
+        if self.auto_samples < 1:
+            raise ValueError(f"auto_samples must be >= 1, got {self.auto_samples}")
         for pattern in self.exclude_patterns:
             try:
                 re.compile(pattern)
@@ -293,7 +302,7 @@ class ClassificationCheck:
     """Top-1 and top-k agreement of a score/logit output; tied scores count as agreeing."""
 
     output: str
-    k: int = 5
+    k: int = 5  # capped at the output's number of classes (min(5, classes) by default)
     axis: int = -1  # the class axis
     min_top1: float = 0.99  # fraction of rows whose top-1 class agrees
     min_topk: float = 0.95  # mean overlap of the top-k sets
@@ -304,13 +313,30 @@ class ClassificationCheck:
 
 
 @dataclass(frozen=True)
-class DetectionCheck:
-    """Boxes matched by IoU between reference and candidate, independent of their order."""
+class PackedDetections:
+    """One YOLO-style output holding every candidate box: ``[B, N, 4(+1)+C]`` or ``[B, 4(+1)+C, N]``
+    (YOLOv5/YOLOX write the first, YOLOv8 the second), decoded before matching: boxes are the first
+    four attributes, the class scores the rest (times the objectness at attribute 4, if any)."""
 
-    boxes: str  # output (..., N, 4)
-    scores: str  # output (..., N) or (..., N, classes)
+    output: str
+    box_format: Literal["cxcywh", "xyxy"] = "cxcywh"  # YOLO exports write centre and size
+    objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
+    layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
+
+
+@dataclass(frozen=True)
+class DetectionCheck:
+    """Boxes matched by IoU between reference and candidate, independent of their order.
+
+    The boxes come from ``boxes`` + ``scores`` (+ ``classes``) outputs, or from one ``packed``
+    output as exported detectors write it (no surgery needed).
+    """
+
+    boxes: str | None = None  # output (..., N, 4)
+    scores: str | None = None  # output (..., N) or (..., N, classes)
     classes: str | None = None  # output (..., N) of class ids, when scores hold one score per box
-    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"
+    packed: PackedDetections | None = None  # instead of boxes/scores/classes
+    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"  # of ``boxes`` (``packed`` has its own)
     score_threshold: float = 0.3  # boxes scoring below it on both sides are ignored
     score_margin: float = 0.05  # a box just under the threshold on one side may still match
     match_iou: float = 0.5  # pairs below this IoU are no match
@@ -321,6 +347,13 @@ class DetectionCheck:
     # false for post-NMS outputs: their number and order of boxes are data-dependent, so only this
     # check compares them (an elementwise comparison would need equal shapes and order).
     elementwise: bool = True
+    min_recall: float = 0.0  # reference boxes above threshold that the candidate matches (reported always)
+
+    def __post_init__(self) -> None:
+        if self.packed is not None and (self.boxes or self.scores or self.classes):
+            raise ValueError("give either packed or boxes/scores/classes, not both")
+        if self.packed is None and not (self.boxes and self.scores):
+            raise ValueError("needs boxes and scores (the output names), or packed: {output: NAME}")
 
 
 @dataclass(frozen=True)

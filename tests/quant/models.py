@@ -190,6 +190,79 @@ def unmergeable_dims() -> onnx.ModelProto:
     return _model(graph, 17)
 
 
+def classifier(size: int = 16, classes: int = 10, seed: int = 0) -> onnx.ModelProto:
+    """Conv -> Relu -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm (a classifier head);
+    32 channels, so ModelOpt's FP8 rules quantize the second convolution."""
+    rng = np.random.default_rng(seed)
+    inits: list = []
+    nodes = [_conv("conv0", INPUT, he(rng, 32, 3, 3), rng.standard_normal(32) * 0.1, inits),
+             helper.make_node("Relu", ["conv0_out"], ["relu0"], name="relu0"),
+             _conv("conv1", "relu0", he(rng, 32, 32, 3), rng.standard_normal(32) * 0.1, inits),
+             helper.make_node("Relu", ["conv1_out"], ["relu1"], name="relu1"),
+             helper.make_node("GlobalAveragePool", ["relu1"], ["pooled"], name="pool"),
+             helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten", axis=1),
+             helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1)]
+    inits += [numpy_helper.from_array((rng.standard_normal((classes, 32)) / np.sqrt(32) * 4).astype(np.float32),
+                                      "fc.weight"),
+              numpy_helper.from_array((rng.standard_normal(classes) * 0.1).astype(np.float32), "fc.bias")]
+    graph = helper.make_graph(nodes, "classifier", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
+                                                                                  ["N", 3, size, size])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
+def encoder(tokens: int = 16, dim: int = 32, heads: int = 2, seed: int = 0) -> onnx.ModelProto:
+    """One pre-norm transformer encoder layer on x[N, tokens, dim]: LayerNormalization, Q/K/V
+    MatMuls, per-head MatMul -> Softmax -> MatMul attention, output projection, residual, and a
+    LayerNormalization -> MatMul -> Relu -> MatMul MLP with a residual."""
+    rng = np.random.default_rng(seed)
+    head = dim // heads
+    inits: list = []
+    nodes: list = []
+
+    def weight(name: str, rows: int, cols: int) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32),
+                                             name))
+        return name
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def node(op: str, ins: list[str], out: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    def layer_norm(x: str, name: str) -> str:
+        gamma = const(f"{name}.scale", (1 + 0.1 * rng.standard_normal(dim)).astype(np.float32))
+        beta = const(f"{name}.bias", (0.1 * rng.standard_normal(dim)).astype(np.float32))
+        return node("LayerNormalization", [x, gamma, beta], name, axis=-1, epsilon=1e-5)
+
+    split = const("heads_shape", np.array([0, 0, heads, head], np.int64))
+    merge = const("merge_shape", np.array([0, 0, dim], np.int64))
+    h = layer_norm("x", "ln0")
+    q, k, v = (node("Transpose", [node("Reshape", [node("MatMul", [h, weight(f"w{t}", dim, dim)], f"{t}_proj"), split],
+                                      f"{t}_heads")], f"{t}_t", perm=[0, 2, 1, 3]) for t in "qkv")
+    kt = node("Transpose", [k], "k_tt", perm=[0, 1, 3, 2])
+    scores = node("Mul", [node("MatMul", [q, kt], "qk"), const("inv_sqrt", np.array(head**-0.5, np.float32))], "scaled")
+    attn = node("MatMul", [node("Softmax", [scores], "attn_probs", axis=-1), v], "attn")
+    ctx = node("Reshape", [node("Transpose", [attn], "attn_t", perm=[0, 2, 1, 3]), merge], "ctx")
+    x1 = node("Add", ["x", node("MatMul", [ctx, weight("wo", dim, dim)], "out_proj")], "res0")
+    m = node("Relu", [node("MatMul", [layer_norm(x1, "ln1"), weight("w1", dim, 2 * dim)], "mlp_up")], "mlp_act")
+    node("Add", [x1, node("MatMul", [m, weight("w2", 2 * dim, dim)], "mlp_down")], "y")
+    graph = helper.make_graph(nodes, "encoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               ["N", tokens, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
+def tokens(n: int, count: int = 16, dim: int = 32, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Fresh token embeddings: a shared per-channel offset plus noise (embeddings are not zero-mean)."""
+    rng = np.random.default_rng(seed)
+    offset = rng.standard_normal(dim) * 0.5
+    return [{"x": (offset + rng.standard_normal((1, count, dim))).astype(np.float32)} for _ in range(n)]
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     onnx.save(model, str(path))
     return path

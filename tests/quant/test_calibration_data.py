@@ -56,3 +56,43 @@ def test_a_broken_npz_is_a_data_error(tmp_path):
     (tmp_path / "d" / "bad.npz").write_bytes(b"PK\x03\x04 not a zip")
     with pytest.raises(DataError, match="bad.npz: not a readable"):
         list(source(tmp_path, files="d"))
+
+
+def test_a_stacked_npy_is_split_into_samples_and_said(tmp_path):
+    """[10, 3, 4, 4] for a batch-1 input: 10 samples, in order, read one at a time."""
+    stack = np.random.default_rng(0).standard_normal((10, 3, 4, 4)).astype(np.float32)
+    np.save(tmp_path / "calib.npy", stack)
+    src = DataSource(DataConfig(files="calib.npy", samples=64), tmp_path, [InputInfo("x", (1, 3, 4, 4), "float32")],
+                     what="calibration")
+    with pytest.warns(UserWarning, match=r"calib.npy holds 10 samples stacked on the first axis of x "
+                                         r"\(the model's batch is 1\): read as 10 samples"):
+        samples = list(src)
+    assert len(samples) == 10 and all(s["x"].shape == (1, 3, 4, 4) for s in samples)
+    np.testing.assert_array_equal(np.concatenate([s["x"] for s in samples]), stack)
+    limited = DataSource(DataConfig(files="calib.npy", samples=4), tmp_path, [InputInfo("x", (1, 3, 4, 4), "float32")])
+    with pytest.warns(UserWarning):
+        assert len(list(limited)) == 4
+
+
+def test_stacks_with_their_own_batch_axis_and_a_batch_that_divides_them(tmp_path):
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "own.npy", rng.standard_normal((6, 1, 3, 4, 4)).astype(np.float32))
+    with pytest.warns(UserWarning, match="holds 6 samples"):
+        assert [s["x"].shape for s in source(tmp_path, files="own.npy")] == [(1, 3, 4, 4)] * 6  # dynamic batch
+    np.save(tmp_path / "pairs.npy", rng.standard_normal((8, 3, 4, 4)).astype(np.float32))
+    pairs = DataSource(DataConfig(files="pairs.npy"), tmp_path, [InputInfo("x", (2, 3, 4, 4), "float32")])
+    with pytest.warns(UserWarning, match="holds 4 samples .* batch is 2"):
+        assert [s["x"].shape for s in pairs] == [(2, 3, 4, 4)] * 4
+    np.save(tmp_path / "one.npy", rng.standard_normal((2, 3, 4, 4)).astype(np.float32))
+    one = DataSource(DataConfig(files="one.npy"), tmp_path, [InputInfo("x", (2, 3, 4, 4), "float32")])
+    assert [s["x"].shape for s in one] == [(2, 3, 4, 4)]  # matches the batch: one sample, nothing said
+
+
+def test_a_stacked_npz_with_unequal_inputs_names_them(tmp_path):
+    rng = np.random.default_rng(2)
+    np.savez(tmp_path / "two.npz", a=rng.standard_normal((4, 3)).astype(np.float32),
+             b=rng.standard_normal((5, 3)).astype(np.float32))
+    two = DataSource(DataConfig(files="two.npz"), tmp_path, [InputInfo("a", (1, 3), "float32"),
+                                                             InputInfo("b", (1, 3), "float32")])
+    with pytest.raises(DataError, match=r"two.npz: inputs hold different numbers of stacked samples \(a 4, b 5\)"):
+        list(two)

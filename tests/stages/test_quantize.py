@@ -51,6 +51,21 @@ def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, o
     summary = json.loads((tmp_path / "out" / "manifest.json").read_text())["summary"]
     assert summary["flavour"] == "tensorrt" and summary["check"]["passed"] and summary["evaluate"] == "as_written"
     assert "quantize: int8 for tensorrt" in out and "head_out: rel-L2" in out
+    # a quarter of a short stream is held out: the CLI says how many samples set the ranges, how many checked
+    assert (summary["range_samples"], summary["check_samples"]) == (9, 3) and ranges["range_samples"] == 9
+    assert "ranges from 9 of 12 samples, checked on 3 held out" in out
+
+
+def test_a_stacked_npz_calibrates_as_its_samples_and_the_cli_says_so(tmp_path, onnx_model):
+    """A [24, 3, H, W] file is 24 samples (it was refused as one sample of the wrong shape)."""
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([s["x"] for s in models.images(24)]))
+    code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "onnxruntime",
+                             "--calib-data", str(tmp_path / "calib.npz"), "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    assert "holds 24 samples stacked on the first axis of x" in out
+    assert "ranges from 18 of 24 samples, checked on 6 held out" in out
+    summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
+    assert (summary["samples"], summary["range_samples"], summary["check_samples"]) == (24, 18, 6)
 
 
 def test_unchanged_data_reuses_the_artifact_and_changed_data_recalibrates(tmp_path, onnx_model):
@@ -185,7 +200,8 @@ def test_onnxruntime_int8_is_timed_against_fp32_and_a_slower_model_is_called_out
     assert code == 0, err
     summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
     assert summary["flavour"] == "onnxruntime" and summary["cpu_speed"]["fp32_ms"] > 0
-    assert "CPU: FP32" in out
+    assert "CPU: FP32" in out and "interleaved rounds" in out
+    assert summary["cpu_speed"]["rounds"] >= speed.ROUNDS
 
     slow = speed.SpeedCheck(1.0, 1.4, rounds=5, iterations=3, batch=1, evaluator="onnxruntime (test double)")
     monkeypatch.setattr(speed, "compare", lambda *a, **k: slow)

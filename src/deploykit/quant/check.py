@@ -63,6 +63,13 @@ class Reference:
         self.evaluator = session.evaluator
         self.signal = {name: _signal([o[name] for o in self.outputs]) for name in self.outputs[0]} if samples else {}
 
+    def head(self, n: int) -> Reference:
+        """The first ``n`` samples and their outputs, without running the FP32 graph again."""
+        out = object.__new__(Reference)
+        out.samples, out.outputs, out.evaluator = self.samples[:n], self.outputs[:n], self.evaluator
+        out.signal = {name: _signal([o[name] for o in out.outputs]) for name in out.outputs[0]} if out.samples else {}
+        return out
+
 
 def _signal(values: list[np.ndarray]) -> float | None:
     """How much an output changes with the input: rel-L2 of each sample against the samples' mean.

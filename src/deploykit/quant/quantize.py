@@ -51,6 +51,12 @@ class Job:
     reduce_range: bool = False  # resolved by the caller (see ort_flavour.resolve_reduce_range)
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
     tolerance: Callable[[str], Any] | None = None  # output -> parity Tolerance; default parity_preset(cfg)
+    # Q/DQ graphs by (graph, excluded nodes): the quantizer places Q/DQ once per exclusion set,
+    # every range set after that only rewrites scales (see _qdq)
+    placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = field(default_factory=dict, init=False,
+                                                                           repr=False)
+    correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
+    corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 
 
 @dataclass
@@ -67,6 +73,8 @@ class Result:
     repair: RepairResult | None = None
     passthrough: bool = False
     unquantized: dict[str, str] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
+    range_samples: int = 0  # calibration samples the ranges come from
+    check_samples: int = 0  # samples the check ran on (held out of the ranges, unless the stream was short)
 
 
 def quantize_model(job: Job) -> Result:
@@ -90,23 +98,25 @@ def quantize_model(job: Job) -> Result:
         model = g.infer_shapes(preprocess(model, notes))
         g.name_nodes(model)  # pre-processing inlines functions (HardSwish) into unnamed nodes
         excluded = _still_present(model, excluded, notes)
+    original = model
+    if cfg.equalize and cfg.precision in CALIBRATED:
+        from deploykit.quant.equalize import equalize
+
+        model, equalized = equalize(model, cfg.equalize_hardswish)
+        model = g.infer_shapes(model)  # the rewritten activations' tensors need types to be calibrated
+        notes.append(equalized.note())
     settings = _settings(cfg, job.flavour)
     calibration = _calibrate(job, model, settings, notes)
-    range_sets = calibration.sets
     excluded.update({k: v for k, v in _masking_nodes(model, calibration.infinite).items() if k not in excluded})
     if cfg.bounded == "exclude":
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
-    any_set = next(iter(range_sets.values()))  # observed min/max are the same in every set
-    fp32.update({k: v for k, v in _fp16_guard(job, model, any_set).items() if k not in fp32})
-    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes)
+    observed = calibration.sets["max"]  # min/max: the same in every range set
+    fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
+    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
+    result.range_samples = calibration.seen - len(calibration.held_out)
     result.preparation = prep.to_dict()
-    result.settings = dataclasses.replace(settings, method=_method_of(result.ranges, range_sets))
     result.unquantized = _skipped_by_quantizer(model, result, job)
     return result
-
-
-def _method_of(ranges: dict[str, TensorRange], range_sets: dict[str, dict[str, TensorRange]]) -> str:
-    return next((m for m, r in range_sets.items() if r is ranges), "max")
 
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -187,16 +197,16 @@ def _settings(cfg: QuantizeConfig, flavour: Flavour) -> RangeSettings:
 
 
 def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes: list[str]) -> Calibration:
-    """Range sets by method (every AUTO_METHODS one for ``auto``, from the same two passes), the
-    first samples held out for the check."""
-    methods = AUTO_METHODS if settings.method == "auto" else (settings.method,)
+    """One pass over the samples: min/max (the ``max`` set) and the statistics every other method's
+    ranges come from; the first samples held out for the check."""
     if job.samples is None:
-        return Calibration({methods[0]: {}}, [], 0)
-    total = (job.samples.limit or 0) * (1 if methods == ("max",) else 2)
+        return Calibration({"max": {}}, [], 0)
+    total = job.samples.limit or 0
+    histograms = ("max",) if settings.method == "max" else ("max", "histogram")
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
     with task as advance:
-        result = calibrate(model, job.samples, settings, methods, hold_out=_check_count(job.cfg),
-                           bounded=_max_calibrated(model), progress=advance)
+        result = calibrate(model, job.samples, settings, histograms, hold_out=_check_count(job.cfg),
+                           bounded=_max_calibrated(model), progress=advance, expected=job.samples.limit)
     if result.held_out:
         notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
                      f"{len(result.held_out)} are held out for the check")
@@ -217,6 +227,12 @@ def _max_calibrated(model: onnx.ModelProto) -> set[str]:
     return g.through_layout(model, {o.name for o in model.graph.output}, g.bounded_tensors(model))
 
 
+def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
+    readers = g.consumers(model)
+    return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
+            for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
+
+
 def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str, str]:
     """Nodes that write or read a tensor holding ±inf on the calibration data: an attention mask
     (``masked_fill(-inf)`` before a Softmax). They stay unquantized: a quantized -inf is a finite
@@ -228,12 +244,6 @@ def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str
             if node is not None and node.name not in out:
                 out[node.name] = f"reads or writes {tensor!r}, which holds ±inf (masking): kept exact"
     return out
-
-
-def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
-    readers = g.consumers(model)
-    return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
-            for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
 
 
 def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
@@ -253,42 +263,77 @@ def _uses_fp16(job: Job) -> bool:
 
 
 def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
-                        fp32: dict[str, str], notes: list[str]) -> Result:
-    range_sets = calibration.sets
+                        fp32: dict[str, str], notes: list[str], original: onnx.ModelProto) -> Result:
     if calibration.held_out:
         samples = calibration.held_out
     elif job.samples is not None:
         samples = list(itertools.islice(job.samples, _check_count(job.cfg)))
     else:
         samples = _random_samples(model)
-    reference = Reference(model, samples[: job.cfg.check_samples])
+    reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
-    evaluate = partial(check, reference, opener=opener, tolerance=job.tolerance or _preset(job.cfg))
-    ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], evaluate, notes)
+    memo, tolerance = _Memo(opener), job.tolerance or _preset(job.cfg)
+    evaluate = partial(check, reference, opener=memo, tolerance=tolerance)
+    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance)
+    range_sets = _range_sets(job, model, calibration, excluded, samples[0])
+    method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
+    if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
+        from deploykit.quant.bias import SAMPLES
+
+        held = len(calibration.held_out)  # calibration samples, never the check's
+        job.correction_samples = list(itertools.islice(job.samples, held, held + SAMPLES))
     for _ in range(MAX_NONFINITE_FIXES):
         build = partial(_build, job, model, ranges, fp32=dict(fp32), sample=samples[0])
         result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
+            result.check_samples = len(reference.samples)
+            if job.corrected is not None:
+                notes.append(job.corrected.note())
+            result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
     raise ModelError("the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
                      hint="set quantize.high_precision: fp32")
 
 
+def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
+                sample: dict[str, Any]) -> dict[str, dict[str, TensorRange]]:
+    """The range set of each method to try (every AUTO_METHODS one for ``auto``), from the one pass.
+
+    Thresholds are computed only for the tensors the quantizer puts an activation quantizer on
+    (the rest keep max ranges): MSE costs ~5 ms a tensor, and a graph has hundreds it never quantizes.
+    """
+    method = _settings(job.cfg, job.flavour).method
+    methods = AUTO_METHODS if method == "auto" else (method,)
+    stats = calibration.statistics
+    if stats is None or methods == ("max",):
+        return {methods[0]: calibration.sets["max"]}
+    from deploykit.quant.scales import activation_quantizers
+
+    placed = _qdq(job, model, calibration.sets["max"], sorted(excluded), sample)
+    quantized = {src.removesuffix("_QuantizeLinear_Input") for _, src in activation_quantizers(placed)}
+    return {m: calibration.sets["max"] if m == "max" else
+            stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
+            for m in methods}
+
+
 def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
                    excluded: dict[str, str], fp32: dict[str, str], sample: dict[str, Any],
-                   evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]) -> dict[str, TensorRange]:
-    """Method ``auto``: quantize with each method's ranges, keep the one the check likes best."""
+                   evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]
+                   ) -> tuple[str, dict[str, TensorRange]]:
+    """Method ``auto``: the range set whose quantized model has the smallest mean rel-L2 on a few
+    held-out samples. The quantizer runs once; each set only rewrites the scales of that graph
+    (FP32 elsewhere: FP16 conversion comes after the choice)."""
     if len(range_sets) == 1:
-        return next(iter(range_sets.values()))
+        return next(iter(range_sets.items()))
     scores = {}
     for method, ranges in range_sets.items():
-        scores[method] = evaluate(_build(job, model, ranges, excluded, fp32=fp32, sample=sample)).typical()
+        scores[method] = evaluate(_qdq(job, model, ranges, sorted(excluded), sample)).typical()
     best = min(scores, key=lambda m: scores[m])  # ties: the first (max) wins
     listed = ", ".join(f"{m} {v:.4g}" for m, v in scores.items())
-    notes.append(f"calibration method auto: mean rel-L2 on the held-out check samples {listed} -> {best}")
-    return range_sets[best]
+    notes.append(f"calibration method auto: mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed} -> {best}")
+    return best, range_sets[best]
 
 
 def _preset(cfg: QuantizeConfig) -> Callable[[str], Any]:
@@ -355,6 +400,45 @@ def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[
     fp32[bad.node] = f"produced NaN/Inf in FP16 (tensor {bad.tensor!r})"
 
 
+class _Memo:
+    """An opener whose sessions remember their outputs per (graph, sample), so the graph method
+    ``auto`` chose, and checked on its first samples, is not run on them again by the check."""
+
+    def __init__(self, opener: Callable[..., Any]) -> None:
+        self.opener = opener
+        self.outputs: dict[tuple[str, int], dict[str, Any]] = {}
+        self.evaluators: dict[str, str] = {}
+
+    def __call__(self, model: onnx.ModelProto) -> _MemoSession:
+        import hashlib
+
+        return _MemoSession(self, model, hashlib.sha256(model.SerializeToString()).hexdigest())
+
+
+class _MemoSession:
+    def __init__(self, memo: _Memo, model: onnx.ModelProto, key: str) -> None:
+        self._memo, self._model, self._key, self._session = memo, model, key, None
+
+    def _open(self) -> Any:
+        if self._session is None:
+            self._session = self._memo.opener(self._model)
+            self._memo.evaluators[self._key] = self._session.evaluator
+        return self._session
+
+    @property
+    def evaluator(self) -> str:
+        return self._memo.evaluators.get(self._key) or self._open().evaluator
+
+    def infer(self, sample: dict[str, Any]) -> dict[str, Any]:
+        key = (self._key, id(sample))  # the check samples live as long as the quantize call
+        if key not in self._memo.outputs:
+            self._memo.outputs[key] = self._open().infer(sample)
+        return self._memo.outputs[key]
+
+    def __getattr__(self, name: str) -> Any:  # everything else (inputs, run_all): the real session
+        return getattr(self._open(), name)
+
+
 def _opener(job: Job) -> Callable[..., Any]:
     """Sessions over candidates, computed as the target flavour's runtime will."""
     from deploykit.graph.run import evaluator_for, session_from_onnx
@@ -372,29 +456,48 @@ def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], exc
         from deploykit.quant.fp16 import to_fp16
 
         return to_fp16(model, sorted(fp32))
-    names = sorted(excluded)
-    if job.flavour == "onnxruntime":
-        from deploykit.quant import ort_flavour
+    out = _qdq(job, model, ranges, sorted(excluded), sample)
+    if job.correction_samples and cfg.precision != "int4":
+        from deploykit.quant.bias import correct_biases
 
-        return ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=cfg.per_channel,
-                                    reduce_range=job.reduce_range)
-    return _build_tensorrt(job, model, ranges, names, sample, fp32)
-
-
-def _build_tensorrt(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
-                    sample: Any, fp32: dict[str, str]) -> onnx.ModelProto:
-    from deploykit.quant import modelopt_flavour
-    from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
-
-    cfg = job.cfg
-    out = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
-    if cfg.precision == "int4":
-        return out
-    fp16 = cfg.high_precision == "fp16"
-    set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if fp16 else 1e-30)
-    if not fp16:
+        out, job.corrected = correct_biases(out, model, job.correction_samples)
+    if job.flavour == "onnxruntime" or cfg.precision == "int4" or cfg.high_precision != "fp16":
         return out
     from deploykit.quant.fp16 import to_fp16
 
     # TensorRT takes FP8 with FP16 scales from opset 21 (TENSORRT.md).
     return to_fp16(out, sorted(fp32), opset=21 if cfg.precision == "fp8" else None)
+
+
+def _qdq(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
+         sample: dict[str, Any]) -> onnx.ModelProto:
+    """The Q/DQ graph (FP32 high precision) with ``ranges`` in its activation scales.
+
+    The quantizer (ModelOpt or ORT's) runs once per exclusion set; later range sets rewrite the
+    scales of that graph: ModelOpt's are overwritten anyway, ORT's are recomputed exactly as its
+    quantizer would (:func:`deploykit.quant.ort_flavour.rescale`, else it runs again).
+    """
+    import onnx
+
+    key = (id(model), tuple(names))
+    placed = job.placements.get(key, (None, None))[1]
+    if job.flavour == "onnxruntime":
+        from deploykit.quant import ort_flavour
+
+        out = ort_flavour.rescale(placed, model, ranges) if placed is not None else None
+        if out is None:
+            out = ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=job.cfg.per_channel,
+                                       reduce_range=job.reduce_range)
+            job.placements[key] = (model, onnx.ModelProto.FromString(out.SerializeToString()))
+        return out
+    from deploykit.quant import modelopt_flavour
+    from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
+
+    cfg = job.cfg
+    if placed is None:
+        placed = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
+        job.placements[key] = (model, placed)
+    out = onnx.ModelProto.FromString(placed.SerializeToString())
+    if cfg.precision != "int4":
+        set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30)
+    return out

@@ -111,14 +111,17 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
     check, patch = q.get("check") or {}, q.get("patch") or {}
     status = "pass" if check.get("passed", True) else "fail"
     out = [f"<h2>Quantization: {e(q['precision'].upper())} ({e(q['flavour'])} flavour) {_status(status)}</h2>",
-           f"<p>Method {e(q.get('method', ''))}, {q.get('samples', 0)} calibration samples, "
-           f"{q.get('quantized_nodes', 0)} quantized nodes. Checked on {check.get('samples', 0)} held-out samples "
-           f"with {e(q.get('evaluator') or 'no evaluator')}.</p>"]
+           f"<p>Method {e(q.get('method', ''))}, {q.get('samples', 0)} calibration samples: the ranges come from "
+           f"{q.get('range_samples', q.get('samples', 0))}, the check ran on {check.get('samples', 0)} "
+           f"({'held out of the ranges' if q.get('range_samples', 0) < q.get('samples', 0) else 'that the ranges also saw'}); "
+           f"{q.get('quantized_nodes', 0)} quantized nodes, evaluated with {e(q.get('evaluator') or 'no evaluator')}.</p>"]
     speed = q.get("cpu_speed")
     if speed:
         out.append(f"<p>On this CPU: FP32 {speed['fp32_ms']:.3f} ms, {e(q['precision'].upper())} "
                    f"{speed['quantized_ms']:.3f} ms per inference at batch {speed['batch']} "
-                   f"(<b>{speed['speedup']:.2f}×</b>, median of {speed['rounds']} interleaved rounds).</p>")
+                   f"(<b>{speed['speedup']:.2f}×</b>, median of {speed['rounds']} interleaved rounds of "
+                   f"{speed['iterations']} iteration(s); rounds ranged {speed.get('speedup_low', 0):.2f}–"
+                   f"{speed.get('speedup_high', 0):.2f}×).</p>")
     if q.get("warnings"):
         out.append("<ul>" + "".join(f"<li class='inconclusive'>{e(w)}</li>" for w in q["warnings"]) + "</ul>")
     rows = [[e(name), fmt(m.get("rel_l2")), fmt(m.get("cosine")), fmt(m.get("max_abs"))]

@@ -165,7 +165,8 @@ def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: 
 def _validation_source(cfg: Config) -> Any:
     from deploykit.data import DataSource, inputs_from_config
 
-    return DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation")
+    return DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation",
+                      max_input_mib=cfg.limits.max_input_mib)
 
 
 def _samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[str, Any]]:

@@ -73,6 +73,10 @@ class CpuSpeed(Summary):
     batch: int = 1
     evaluator: str = ""
     speedup: float = 0.0
+    speedup_low: float = 0.0  # the slowest and fastest per-round ratio FP32 / quantized
+    speedup_high: float = 0.0
+    fp32_spread: float = 0.0  # (max - min) / median of the per-round medians
+    quantized_spread: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ class QuantizeSummary(Summary):
     flavour: str = ""  # the target flavour the graph is written for
     method: str = ""  # the calibration method that set the ranges ("auto (mse)" when auto chose)
     samples: int = 0  # calibration samples read
+    range_samples: int = 0  # of those, the samples the ranges come from
+    check_samples: int = 0  # the samples the check ran on (held out of the ranges unless the stream was short)
     quantized_nodes: int = 0
     excluded: list[str] = field(default_factory=list)  # kept out of quantization
     kept_fp32: list[str] = field(default_factory=list)  # kept in FP32 where the rest is FP16
@@ -97,7 +103,7 @@ class QuantizeSummary(Summary):
 
 class QuantizeStage(Stage):
     name = "quantize"
-    version = 2  # 2: onnxruntime-flavour exclusions read float tensors
+    version = 3  # 2: onnxruntime-flavour exclusions read float tensors; 3: norm scales per channel on axis 0
     inputs = {"model": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
@@ -136,7 +142,7 @@ class QuantizeStage(Stage):
             warnings.simplefilter("always")
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
             result = quantize_keeping_plugins(job, quantize_model)
-        notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         speed = _cpu_speed(job, result, stream)
         if speed is not None and speed.warning(job.cfg.precision):
             notes.append(speed.warning(job.cfg.precision))
@@ -172,7 +178,8 @@ def _calibration(ctx: StageContext) -> Any:
         raise ConfigError(f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
                           "no 'calibration' section",
                           hint="add calibration: {folder: images/} (or files:/function:), or pass --calib-data")
-    return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration")
+    return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration",
+                      max_input_mib=c.limits.max_input_mib)
 
 
 def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
@@ -210,7 +217,8 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
     save_model(result.model, out / MODEL)
     samples = job.samples.seen if job.samples is not None else 0
     if result.ranges:
-        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples})
+        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples,
+                                                                    "range_samples": result.range_samples})
     if job.cfg.precision == "int8" and job.flavour == "tensorrt" and result.ranges:
         trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
     report = clean(_precision_report(result, job))
@@ -221,6 +229,7 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         method = f"auto ({method})"
     return QuantizeSummary(
         precision=job.cfg.precision, flavour=job.flavour, method=method, samples=samples,
+        range_samples=result.range_samples, check_samples=result.check_samples,
         quantized_nodes=len(quantized_node_names(result.model)), excluded=sorted(result.excluded),
         kept_fp32=sorted(result.fp32), unquantized=sorted(result.unquantized), check=_short(check),
         evaluate=evaluator_for(job.flavour), evaluator=result.check.evaluator if result.check else "",
