@@ -75,6 +75,7 @@ class InputInfo:
     shape: tuple[int | str, ...]  # str = dynamic
     dtype: str
     kind: str = "tensor"  # deploykit.config.InputSpec.kind
+    batch_range: tuple[int, int] | None = None  # a dynamic first dim's configured (min, max)
 
 
 class DataSource:
@@ -235,7 +236,8 @@ def _from_array_file(path: Path, default_input: Callable[[], str], inputs: list[
     # of samples is read one sample at a time.
     arrays = dict(read_arrays(path, mmap=True))
     sample = {default_input(): arrays[""]} if "" in arrays else arrays
-    yield from unstack(sample, {i.name: i.shape for i in inputs}, str(path), what)
+    yield from unstack(sample, {i.name: i.shape for i in inputs}, str(path), what,
+                       {i.name: i.batch_range for i in inputs if i.batch_range})
 
 
 def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None = None) -> np.ndarray:
@@ -274,7 +276,11 @@ def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None =
 
 def inputs_from_config(config: Any) -> list[InputInfo]:
     """The model's inputs as the config declares them (dynamic dims by name)."""
-    return [InputInfo(s.name, tuple(s.shape), s.dtype, s.kind) for s in config.inputs]
+    def batch_range(spec: Any) -> tuple[int, int] | None:
+        d = config.dims.get(spec.shape[0]) if spec.shape and isinstance(spec.shape[0], str) else None
+        return (d.min, d.max) if d is not None else None
+
+    return [InputInfo(s.name, tuple(s.shape), s.dtype, s.kind, batch_range(s)) for s in config.inputs]
 
 
 def _relative(path: Path, root: Path) -> str:
