@@ -182,12 +182,13 @@ def test_tensors_holding_the_same_values_are_read_once_and_share_their_ranges(mo
 def test_histograms_take_every_kth_sample_and_min_max_every_sample():
     from deploykit.quant import ranges as r
 
-    samples = heavy_tailed(64)
+    n = 16 + 3 * r.HISTOGRAM_SAMPLES  # a stream three times longer than the histograms need
+    samples = heavy_tailed(n)
     samples[60] = {"x": np.full((1, 64), 500.0, np.float32)}  # folded 44th: not a histogram sample (every 3rd)
     result = r.calibrate(identity_model(), samples, RangeSettings("percentile"), ("max", "histogram"), hold_out=16,
-                         expected=64)
+                         expected=n)
     st = result.statistics.stats["y"]
-    every = -(-(64 - 16) // r.HISTOGRAM_SAMPLES)
-    assert every == 3 and st.counts.sum() == 64 * r.HISTOGRAM_SAMPLES  # 16 of the 48 samples, 64 values each
+    every = -(-(n - 16) // r.HISTOGRAM_SAMPLES)
+    assert every == 3 and st.counts.sum() == 64 * r.HISTOGRAM_SAMPLES  # a third of the samples, 64 values each
     assert st.hi == 500.0 and result.sets["max"]["y"].amax == 500.0
     assert result.statistics.ranges("percentile")["y"].amax < 100.0  # the outlier sample is not in the histogram
