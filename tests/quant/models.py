@@ -256,6 +256,31 @@ def encoder(tokens: int = 16, dim: int = 32, heads: int = 2, seed: int = 0) -> o
     return _model(graph, 17)
 
 
+def sliced_tokens(seed: int = 0) -> onnx.ModelProto:
+    """x (1, 8, 16) -> MatMul -> Slice (tokens 0-3) -> Reshape (1, 64) -> MatMul -> y: ONNX Runtime's
+    quantizer gives the Slice and Reshape outputs the parameters of the MatMul output they read
+    (one scale along the chain), not their own narrower range."""
+    rng = np.random.default_rng(seed)
+    arrays = {"w1": rng.standard_normal((16, 16)) / 4, "w2": rng.standard_normal((64, 8)) / 8}
+    inits = [numpy_helper.from_array(a.astype(np.float32), k) for k, a in arrays.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k)
+              for k, v in (("start", [0]), ("end", [4]), ("axis", [1]), ("flat", [1, 64]))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Slice", ["h", "start", "end", "axis"], ["s"], name="slice"),
+             helper.make_node("Reshape", ["s", "flat"], ["r"], name="reshape"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "sliced", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    return _model(graph, 17)
+
+
+def sliced_token_samples(n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Tokens 4-7 (sliced away) four times larger than tokens 0-3, so the chain's ranges differ."""
+    rng = np.random.default_rng(seed)
+    gain = np.where(np.arange(8) >= 4, 4.0, 1.0)[None, :, None]
+    return [{"x": (rng.standard_normal((1, 8, 16)) * gain).astype(np.float32)} for _ in range(n)]
+
+
 def tokens(n: int, count: int = 16, dim: int = 32, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Fresh token embeddings: a shared per-channel offset plus noise (embeddings are not zero-mean)."""
     rng = np.random.default_rng(seed)

@@ -51,10 +51,10 @@ class Job:
     reduce_range: bool = False  # resolved by the caller (see ort_flavour.resolve_reduce_range)
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
     tolerance: Callable[[str], Any] | None = None  # output -> parity Tolerance; default parity_preset(cfg)
-    # Q/DQ graphs by (graph, excluded nodes): the quantizer places Q/DQ once per exclusion set,
-    # every range set after that only rewrites scales (see _qdq)
-    placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = field(default_factory=dict, init=False,
-                                                                           repr=False)
+    # (graph, Q/DQ graph, the ranges it was placed with) by (graph, excluded nodes): the quantizer
+    # places Q/DQ once per exclusion set, every range set after that only rewrites scales (see _qdq)
+    placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any, Any]] = field(default_factory=dict, init=False,
+                                                                                repr=False)
     correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
     corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 
@@ -480,15 +480,15 @@ def _qdq(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names
     import onnx
 
     key = (id(model), tuple(names))
-    placed = job.placements.get(key, (None, None))[1]
+    _, placed, placed_with = job.placements.get(key, (None, None, None))
     if job.flavour == "onnxruntime":
         from deploykit.quant import ort_flavour
 
-        out = ort_flavour.rescale(placed, model, ranges) if placed is not None else None
+        out = ort_flavour.rescale(placed, model, ranges, placed_with) if placed is not None else None
         if out is None:
             out = ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=job.cfg.per_channel,
                                        reduce_range=job.reduce_range)
-            job.placements[key] = (model, onnx.ModelProto.FromString(out.SerializeToString()))
+            job.placements.setdefault(key, (model, onnx.ModelProto.FromString(out.SerializeToString()), ranges))
         return out
     from deploykit.quant import modelopt_flavour
     from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
@@ -496,7 +496,7 @@ def _qdq(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names
     cfg = job.cfg
     if placed is None:
         placed = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
-        job.placements[key] = (model, placed)
+        job.placements[key] = (model, placed, ranges)
     out = onnx.ModelProto.FromString(placed.SerializeToString())
     if cfg.precision != "int4":
         set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30)
