@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Precision = Literal["fp32", "fp16", "int8", "fp8", "int4"]
 Flavour = Literal["tensorrt", "onnxruntime"]
+LayerPrecision = Literal["int4", "int8", "fp8", "fp16", "fp32"]
 
 
 @dataclass(frozen=True)
@@ -43,17 +44,20 @@ class QuantTolerances:
 
 @dataclass(frozen=True)
 class RepairConfig:
-    """The precision-repair loop: exclude the nodes that add most error until parity holds."""
+    """The mixed-precision search (``--auto-repair``): when the quantized model misses parity, raise
+    the layer groups whose measured effect on parity's metrics is largest per latency they cost,
+    until parity's check passes on its data (``deploykit.quant.sensitivity``)."""
 
     enabled: bool = False
-    max_iterations: int = 8  # quantize-and-check rounds, the first included
-    max_nodes: int = 12  # nodes the loop may take out of quantization in total
-    nodes_per_step: int = 1
-    samples: int = 8  # calibration samples the check and the per-layer diagnosis run on
-    threshold: float = 0.05  # rel-L2 at which the diagnosis calls a tensor broken
+    max_iterations: int = 24  # states the search evaluates after measuring (the base and full checks included)
+    max_nodes: int = 64  # layer groups the search may raise above the stage's precision
+    nodes_per_step: int = 1  # groups raised per step (more: fewer evaluations, coarser steps)
+    samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
+    screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
+    candidates: int = 12  # top-ranked groups whose effect is measured causally (one evaluation per precision)
 
     def __post_init__(self) -> None:
-        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples"):
+        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples", "screen_samples", "candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"repair.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -82,6 +86,9 @@ class QuantizeConfig:
     int4_block_size: int = 128
     check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
     repair: RepairConfig = RepairConfig()
+    # layer group (named after its first node) -> precision, applied to the quantized graph; the
+    # search writes the one it chose into precision.json ready to paste here (then it is replayed)
+    layer_precisions: dict[str, LayerPrecision] = field(default_factory=dict)
     tolerances: QuantTolerances = QuantTolerances()
 
     def __post_init__(self) -> None:
@@ -117,4 +124,4 @@ class QuantizeConfig:
         return "onnxruntime"
 
 
-__all__ = ["Flavour", "Precision", "QuantTolerance", "QuantTolerances", "QuantizeConfig", "RepairConfig"]
+__all__ = ["Flavour", "LayerPrecision", "Precision", "QuantTolerance", "QuantTolerances", "QuantizeConfig", "RepairConfig"]

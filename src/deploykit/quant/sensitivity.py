@@ -1,0 +1,190 @@
+"""Sensitivity-driven mixed precision: measure each layer group's causal effect, then search.
+
+What the quantize stage runs when ``quantize.repair.enabled`` and the base graph misses parity:
+
+1. **First-order ranking** (``repair.screen_samples`` samples): every group alone quantized, all
+   others at the float rest's precision; the damage it does on its own ranks the groups. One
+   evaluation per group, on the base graph's own ranges (no recalibration: a candidate is the base
+   graph with a patch applied, :mod:`deploykit.quant.patch`).
+2. **Causal measurement** (``repair.samples`` samples) of the ``repair.candidates`` worst groups:
+   the base graph with only that group raised, at each precision its flavour offers; what that
+   gains on parity's metrics is the group's effect, measured, not inferred from where the error
+   shows up downstream.
+3. **Search** (:mod:`deploykit.quant.search`) for the fastest assignment that passes, with latency
+   costs from :mod:`deploykit.quant.latency_cost`.
+
+Every evaluation is judged by :class:`deploykit.quant.judge.Judge` (parity's data, metrics and
+tolerances) and memoised by (patch, sample count). The measurements go into the artifact
+(``sensitivity.json``, covered by its digest) under a key of everything they depend on except the
+limits (:func:`cache_key`), so a rerun at a tighter tolerance re-scores them instead of measuring
+again. The final verdict is always a fresh evaluation on every judging sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deploykit.quant.groups import Group
+from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
+from deploykit.quant.latency_cost import Costs
+from deploykit.quant.search import Budget, Move, Outcome, Patch, greedy
+
+if TYPE_CHECKING:
+    import onnx
+
+    from deploykit.quant.check import Check
+    from deploykit.quant.config import RepairConfig
+
+CACHE_SCHEMA = 1
+
+
+@dataclass
+class Evaluations:
+    """Patch -> Measurement, memoised in ``cache`` (persisted in the artifact); counts what ran."""
+
+    judge: Judge
+    build: Callable[[Patch], onnx.ModelProto]
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fresh: int = 0
+    cached: int = 0
+
+    def measure(self, patch: Patch, n: int) -> Measurement:
+        key = f"{n}|" + ",".join(f"{g}={p}" for g, p in sorted(patch.items()))
+        if key in self.cache:
+            self.cached += 1
+            return Measurement.from_dict(self.cache[key])
+        found = self.judge.measure(self.build(patch), n)
+        self.cache[key] = found.to_dict()
+        self.fresh += 1
+        return found
+
+    def score(self, patch: Patch, n: int) -> Score:
+        return score(self.measure(patch, n), self.judge.parity, self.judge.preset)
+
+
+@dataclass
+class SearchResult:
+    """The chosen graph and everything that justifies it (``precision.json``'s ``search`` entry)."""
+
+    model: onnx.ModelProto
+    check: Check  # parity's verdict on every judging sample, evaluated fresh
+    patch: Patch  # group -> precision above the base
+    outcome: Outcome
+    groups: list[Group]
+    sensitivity: list[dict[str, Any]]
+    costs: Costs
+    table: list[dict[str, Any]]
+    measured_ms: dict[str, float]  # label (fp32, base, chosen, step N) -> ms on this CPU (onnxruntime flavour)
+    evaluations: dict[str, int]
+    ladder: tuple[str, ...]
+    data: str
+
+    @property
+    def stopped(self) -> str:
+        return self.outcome.stopped
+
+    @property
+    def added(self) -> list[str]:
+        """Groups the search raised above the base precision."""
+        return sorted(self.patch)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.check.passed, "stopped": self.stopped, "patch": dict(sorted(self.patch.items())),
+                "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
+                "judged_on": self.data, "evaluations": self.evaluations, "latency": self.costs.method,
+                "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
+                "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
+                "groups": [g.to_dict() for g in self.groups]}
+
+
+def cache_key(facts: Mapping[str, Any]) -> str:
+    """The key a measurement cache is filed under: ``facts`` (the base graph's digest, the reference,
+    the judging data, the evaluator, the sample counts, the device) plus the schema version."""
+    from deploykit.hashing import digest_value
+
+    return digest_value({"schema": CACHE_SCHEMA, **facts})
+
+
+def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto, data: str) -> dict[str, Any]:
+    """What every cached measurement depends on (limits excluded: they only change the scores)."""
+    import hashlib
+
+    from deploykit.environment import device_fingerprint
+
+    return {"base": hashlib.sha256(base.SerializeToString()).hexdigest(),
+            "reference": hashlib.sha256(judge.reference.SerializeToString()).hexdigest(),
+            "data": data, "samples": len(judge.samples), "screen_samples": cfg.screen_samples,
+            "search_samples": cfg.samples, "parity": measurement_settings(judge.parity),
+            "device": device_fingerprint()}
+
+
+def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], costs: Costs, cfg: RepairConfig,
+               start: Patch, timer: Callable[[dict[str, Patch]], dict[str, float]] | None = None) -> SearchResult:
+    """Rank, measure and search; see the module docstring.
+
+    Args:
+        ev: the memoised evaluations (judge, patch builder, cache).
+        groups: the base graph's groups.
+        ladder: the precisions each group may take, the base first.
+        costs: latency per group and precision.
+        cfg: the budgets.
+        start: the configured patch (``quantize.layer_precisions``), where the search begins.
+        timer: label -> patch to measured ms (the onnxruntime flavour times the states it kept).
+    """
+    judge = ev.judge
+    n_screen, n_search, n_all = (min(n, len(judge.samples)) for n in (cfg.screen_samples, cfg.samples, 10**9))
+    high = next((p for p in ladder[1:] if p != "fp8"), ladder[-1])
+    by_name = {g.name: g for g in groups}
+    clean = ev.score({g: high for g in by_name}, n_screen).objective
+    damage = {name: ev.score({g: high for g in by_name if g != name}, n_screen).objective - clean
+              for name in by_name}
+    ranked = sorted(damage, key=lambda g: (-damage[g], list(by_name).index(g)))[: cfg.candidates]
+    base = ev.score(start, n_search).objective
+    moves = []
+    for name in ranked:
+        for p in ladder[1:]:
+            if p == "fp32" and high == "fp16":
+                continue  # FP32 over FP16 buys range, not rounding: offered in layer_precisions only
+            gain = base - ev.score({**start, name: p}, n_search).objective
+            moves.append(Move(name, p, gain, costs.delta.get(name, {}).get(p, 0.0)))
+    steps = {g: ladder for g in by_name}
+    budget = Budget(cfg.max_iterations, cfg.max_nodes, cfg.nodes_per_step, costs.top if costs.top > costs.base else
+                    float("inf"))
+    outcome = greedy(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, moves, start, steps,
+                     budget)
+    model = ev.build(outcome.best)
+    check = judge.check(model)
+    sensitivity = [{"group": name, "ops": by_name[name].ops, "alone_damage": damage[name], "rank": i,
+                    "measured": name in ranked, "gain": {m.precision: m.gain for m in moves if m.group == name},
+                    "cost": costs.delta.get(name, {})} for i, name in enumerate(ranked + [g for g in damage
+                                                                                         if g not in ranked])]
+    table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], timer)
+    return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
+                        {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source)
+
+
+def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
+                 timer: Callable[[dict[str, Patch]], dict[str, float]] | None
+                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """One row per evaluated state: precision counts, accuracy (worst ratio to a limit, the measured
+    values), latency (the cost model's, relative to every group at the top precision, and measured
+    where a timer is given), whether the search kept it and whether no other state beats it on both."""
+    kept = {f"step {s.step}": s.patch for s in outcome.steps if s.kept}
+    measured = timer({**kept, "chosen": outcome.best}) if timer else {}
+    rows = []
+    for s in outcome.steps:
+        counts: dict[str, int] = {}
+        for g in groups:
+            counts[s.patch.get(g, base)] = counts.get(s.patch.get(g, base), 0) + 1
+        est = costs.of(s.patch)
+        rows.append({"step": s.step, "action": s.action, "changes": s.changes, "precisions": counts,
+                     "worst_ratio": s.score.worst, "excess": s.score.excess, "passed": s.score.passed,
+                     "samples": s.samples, "values": s.score.values, "latency": est,
+                     "latency_vs_top": est / costs.top if costs.top > 0 else None, "kept": s.kept,
+                     "chosen": s.patch == outcome.best, "measured_ms": measured.get(f"step {s.step}")})
+    for r in rows:
+        r["pareto"] = not any(o["latency"] <= r["latency"] and o["worst_ratio"] <= r["worst_ratio"] and
+                              (o["latency"] < r["latency"] or o["worst_ratio"] < r["worst_ratio"]) for o in rows)
+    return rows, measured
