@@ -235,7 +235,7 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
              target: Annotated[Optional[str], typer.Option(help="tensorrt | onnxruntime | auto (follows the backend)")] = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
              method: Annotated[Optional[str], typer.Option(help="auto | max | entropy | percentile | mse")] = None,
-             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
+             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Search for the layers to keep in higher precision until parity holds.")] = False,
              workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormat = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
     from deploykit import api
@@ -271,10 +271,12 @@ def _print_quantize(summary: dict[str, Any]) -> None:
     if speed:
         lines.append(f"  CPU: FP32 {speed['fp32_ms']:.3f} ms, {summary['precision'].upper()} {speed['quantized_ms']:.3f} ms "
                      f"at batch {speed['batch']} ({speed['speedup']:.2f}x)")
-    repair = summary.get("repair")
-    if repair:
-        lines.append(f"  repair: {repair['iterations']} iteration(s), excluded {', '.join(repair['excluded_nodes']) or '-'}"
-                     f" ({repair['stopped']})")
+    search = summary.get("repair")
+    if search:
+        raised = ", ".join(f"{g} {p}" for g, p in search["layer_precisions"].items()) or "-"
+        ev = search["evaluations"]
+        lines.append(f"  mixed-precision search: {ev['fresh']} evaluation(s) run, {ev['cached']} reused; "
+                     f"raised {raised} ({search['stopped']})")
     notes = [f"  note: {n}" for n in summary["notes"]] + [f"  warning: {w}" for w in summary["warnings"]]
     typer.echo("\n".join(lines + notes))
 

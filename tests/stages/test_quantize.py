@@ -117,15 +117,29 @@ def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(
     assert code == 1 and "misses its tolerance" in err and "--auto-repair" in err
     code, out, err = run_cli(*args, "--auto-repair", "-o", str(tmp_path / "out"))
     assert code == 0, err
-    assert "repair: 2 iteration(s), excluded conv1 (passed)" in out
+    assert "mixed-precision search:" in out and "raised conv1 " in out and "(passed)" in out
     report = json.loads((tmp_path / "out" / "precision.json").read_text())
-    assert report["repair"]["excluded_nodes"] == ["conv1"] and len(report["repair"]["steps"]) == 2
+    search = report["search"]
+    assert "conv1" in search["layer_precisions"] and report["layer_precisions"] == search["layer_precisions"]
+    assert search["passed"] and search["table"][0]["action"] == "base" and not search["table"][0]["passed"]
+    assert (tmp_path / "out" / "base.onnx").is_file() and (tmp_path / "out" / "sensitivity.json").is_file()
     code, _, err = run_cli("report", summary_run_name(tmp_path / "store"), "-w", str(tmp_path / "store"),
                            "-o", str(tmp_path / "r.html"))
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
-    assert "Repair loop (passed)" in page and "<h3>Precision patch</h3>" in page
-    assert "<code>conv1</code>" in page and "repair step 1: adds rel-L2" in page
+    assert "Mixed-precision search: " in page and "quantize.layer_precisions" in page
+    section = page[page.index("Mixed-precision search: "):].split("<h2")[0]
+    assert "<code>conv1</code>" in section and "data:image/png;base64," in section  # the Pareto plot
+
+
+def test_a_spent_search_budget_says_so_and_does_not_suggest_enabling_it(tmp_path):
+    model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
+    calib = write_images(tmp_path / "calib", 16)
+    code, _, err = run_cli("quantize", str(model), "--precision", "int8", "--target", "onnxruntime", "--calib-data",
+                           str(calib), "-w", str(tmp_path / "store"), "--auto-repair",
+                           "--set", "quantize.repair.max_iterations=1")
+    assert code == 1 and "misses its tolerance" in err
+    assert "search stopped: evaluation budget spent (1)" in err and "enable quantize.repair" not in err
 
 
 def _garbage_images(folder: Path) -> Path:

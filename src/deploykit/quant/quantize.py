@@ -159,10 +159,15 @@ def _prepare(job: Job) -> tuple[onnx.ModelProto, g.Preparation]:
     given up, with a note, where the opset converter cannot reach 21."""
     opset = _min_opset(job)
     try:
-        return g.prepare(job.model, opset, job.where)
+        model, prep = g.prepare(job.model, opset, job.where)
     except ModelError:
         if opset != FP8_LAYERS_OPSET or job.cfg.precision != "int8":
             raise
+    else:
+        if opset == FP8_LAYERS_OPSET and job.cfg.precision == "int8":
+            prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
+                          for n in prep.notes]
+        return model, prep
     model, prep = g.prepare(job.model, 19, job.where)
     prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
     return model, prep

@@ -46,14 +46,20 @@ class Evaluations:
 
     judge: Judge
     build: Callable[[Patch], onnx.ModelProto]
-    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
-    fresh: int = 0
-    cached: int = 0
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)  # filled from an earlier artifact, or empty
+    fresh: int = 0  # candidates built and run
+    cached: int = 0  # measurements taken from the earlier artifact instead
+    _inherited: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._inherited = set(self.cache)
 
     def measure(self, patch: Patch, n: int) -> Measurement:
         key = f"{n}|" + ",".join(f"{g}={p}" for g, p in sorted(patch.items()))
         if key in self.cache:
-            self.cached += 1
+            if key in self._inherited:
+                self.cached += 1
+                self._inherited.discard(key)
             return Measurement.from_dict(self.cache[key])
         found = self.judge.measure(self.build(patch), n)
         self.cache[key] = found.to_dict()

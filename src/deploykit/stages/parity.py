@@ -128,6 +128,15 @@ def _validation_source(cfg: Config) -> Any:
     return DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation")
 
 
+def validation_samples(cfg: Config) -> tuple[list[dict[str, np.ndarray]], str] | None:
+    """Parity's validation samples in parity's order, and how the report names them; None without
+    validation data. The quantize stage's check and mixed-precision search judge on exactly these."""
+    if cfg.validation is None:
+        return None
+    samples, data = _samples(cfg)
+    return list(samples), data["note"]
+
+
 def _samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[str, Any]]:
     """The samples to compare on, and how the report describes them."""
     if cfg.validation is not None:

@@ -6,16 +6,26 @@ calibration data, and writes one artifact:
 * ``model.onnx`` — the quantized graph (the ``model`` role the build reads);
 * ``ranges.json`` — per-tensor observed min/max and the calibrated threshold, with the method;
 * ``calibration.cache`` — TensorRT's legacy INT8 cache (INT8, tensorrt flavour);
-* ``precision.json`` — every node kept out of quantization or in FP32 and why, the repair
-  steps (the "precision patch"), the final check against the FP32 graph and its evaluator.
+* ``precision.json`` — every node kept out of quantization or in FP32 and why, the layer
+  precisions (the "precision patch": group -> precision, ready for ``quantize.layer_precisions``),
+  the mixed-precision search (its measurements, steps and accuracy-vs-latency table), the final
+  check and its evaluator;
+* ``base.onnx`` — the quantized graph before the precision patch (when there is one): applying
+  ``layer_precisions`` to it gives ``model.onnx`` byte for byte;
+* ``sensitivity.json`` — the search's per-layer measurements, filed under a key of everything they
+  depend on except the tolerances: a rerun at another tolerance finds them here (the file is in
+  the artifact's digest, so an edited cache is refused, never trusted).
 
 For INT8 in the onnxruntime flavour the summary also holds ``cpu_speed``, FP32 vs INT8 timed on
 this CPU (:mod:`deploykit.quant.speed`), with a warning when INT8 is not faster.
 
-Skipped for ``precision: fp32``. The check runs on calibration samples held out of the ranges
-(``quantize.check_samples``) with the parity tolerances for the precision, through the evaluator of
-the target flavour (``summary["evaluate"]``: ``as_written`` or ``onnxruntime``). It is a gate: a
-quantized model that misses its tolerance fails here (the artifact and its report are kept).
+Skipped for ``precision: fp32``. The check is parity's: its tolerances and task checks, against
+parity's reference graph, on the validation samples parity will use when the config has validation
+data (so a pass here implies a parity pass, up to the engine's kernel rounding), else on calibration
+samples held out of the ranges (``quantize.check_samples``; parity then runs on random inputs and
+may disagree), through the evaluator of the target flavour (``summary["evaluate"]``: ``as_written``
+or ``onnxruntime``). It is a gate: a quantized model that misses it fails here (the artifact and its
+report are kept).
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ from deploykit.stages.base import Stage, StageContext
 from deploykit.stages.export import MODEL
 
 RANGES = "ranges.json"
+BASE = "base.onnx"
+SENSITIVITY = "sensitivity.json"
 CACHE = "calibration.cache"
 PRECISION = "precision.json"
 TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cache is for <= 10
@@ -41,8 +53,8 @@ TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cac
 
 class QuantizeStage(Stage):
     name = "quantize"
-    version = 2  # 2: onnxruntime-flavour exclusions read float tensors
-    inputs = {"model": "onnx"}
+    version = 3  # 3: judged by parity's data and checks; mixed-precision search
+    inputs = {"model": "onnx", "reference": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
 
@@ -56,7 +68,9 @@ class QuantizeStage(Stage):
         return {"quantize": q, "flavour": flavour, "reduce_range": _reduce_range(ctx) if flavour == "onnxruntime" else None,
                 "calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims,
                 "ort_level": c.build.optimization_level if flavour == "onnxruntime" else None,
-                "parity": {"default": c.parity.default, "outputs": c.parity.outputs}, "trt_cache": TRT_CACHE_VERSION}
+                "parity": {"default": c.parity.default, "outputs": c.parity.outputs, "tasks": c.parity.tasks,
+                           "inconclusive": c.parity.inconclusive, "vacuous_below": c.parity.vacuous_below},
+                "validation": _validation_fingerprint(ctx), "trt_cache": TRT_CACHE_VERSION}
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return {"onnxruntime": onnxruntime_version(), "modelopt": tool_versions().get("nvidia-modelopt", "absent")}
@@ -73,7 +87,7 @@ class QuantizeStage(Stage):
         job = Job(load_model(inputs["model"].file(MODEL)), c.quantize, flavour, stream,
                   where=str(inputs["model"].file(MODEL)), ort_level=c.build.optimization_level,
                   reduce_range=_reduce_range(ctx) if flavour == "onnxruntime" else False,
-                  task=ctx.reporter.task, tolerance=_tolerance(ctx))
+                  task=ctx.reporter.task, judging=_judging(ctx, inputs), search_cache=_cache_lookup(ctx))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
@@ -89,12 +103,11 @@ class QuantizeStage(Stage):
         return summary
 
     def verdict(self, artifact: Artifact) -> None:
-        check = artifact.manifest.summary.get("check")
+        summary = artifact.manifest.summary
+        check = summary.get("check")
         if check and not check["passed"]:
-            raise ParityFailed("quantized model misses its tolerance against the FP32 graph on held-out "
-                               "calibration samples: " + "; ".join(check["violations"][:4]),
-                               hint=f"see {artifact.file(PRECISION)}; enable quantize.repair (--auto-repair) or "
-                                    "exclude the nodes the diagnosis names")
+            raise ParityFailed(f"quantized model misses its tolerance against the FP32 graph on {check['data']}: "
+                               + "; ".join(check["violations"][:4]), hint=_hint(summary, artifact.file(PRECISION)))
 
 
 def _calibration(ctx: StageContext) -> Any:
@@ -126,13 +139,47 @@ def _reduce_range(ctx: StageContext) -> bool:
     return resolve_reduce_range(ctx.config.quantize.reduce_range)
 
 
-def _tolerance(ctx: StageContext) -> Any:
-    """The parity stage's tolerance per output, so this check and parity judge alike."""
-    from deploykit.config import parity_preset
+def _hint(summary: dict[str, Any], report: Path) -> str:
+    """What to do next; never "enable the search" when it ran and spent its budget."""
+    search = summary.get("repair")
+    if search is None:
+        return (f"see {report}; enable quantize.repair (--auto-repair) to search for the layers to keep in higher "
+                "precision, or exclude the nodes the diagnosis names")
+    return (f"the mixed-precision search stopped: {search['stopped']}; see its table in {report}. Raise "
+            "quantize.repair.max_iterations / max_nodes / candidates, use quantize.high_precision: fp32, or loosen "
+            "the tolerance if the best state shown is acceptable")
 
-    c = ctx.config
-    preset = parity_preset(c.quantize)
-    return lambda output: c.parity.tolerance(output, preset)
+
+def _validation_fingerprint(ctx: StageContext) -> Any:
+    from deploykit.stages.parity import _validation_source
+
+    return _validation_source(ctx.config).fingerprint() if ctx.config.validation else None
+
+
+def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
+    """Parity's config, validation samples and reference graph: the check and the search judge by them."""
+    from deploykit.quant.judge import Judging
+    from deploykit.stages.parity import validation_samples
+
+    found = validation_samples(ctx.config)
+    samples, note = found if found is not None else (None, "")
+    reference = inputs["reference"]
+    graph = load_model(reference.file(MODEL)) if reference.digest != inputs["model"].digest else None
+    return Judging(ctx.config.parity, samples, f"{len(samples)} samples of {note}" if samples else "", graph)
+
+
+def _cache_lookup(ctx: StageContext) -> Any:
+    """key -> the search measurements an earlier quantize artifact in the store filed under it."""
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        found = [a for a in ctx.store.list() if a.manifest.stage == "quantize"
+                 and (a.manifest.summary.get("repair") or {}).get("cache_key") == key]
+        for candidate in reversed(found):  # newest first
+            artifact = ctx.store.get(candidate.digest)  # verifies every file against the manifest
+            return json.loads(artifact.file(SENSITIVITY).read_text())
+        return None
+
+    return lookup
 
 
 def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> dict[str, Any]:
@@ -142,6 +189,10 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> di
     from deploykit.quant.ranges import write_ranges
 
     save_model(result.model, out / MODEL)
+    if result.layer_precisions and result.base is not None:
+        save_model(result.base, out / BASE)
+    if result.search_cache is not None:
+        (out / SENSITIVITY).write_text(json.dumps(_finite(result.search_cache), sort_keys=True, allow_nan=False))
     samples = job.samples.seen if job.samples is not None else 0
     if result.ranges:
         write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples})
@@ -159,7 +210,8 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> di
             "unquantized": sorted(result.unquantized), "check": _short(check),
             "evaluate": "onnxruntime" if job.flavour == "onnxruntime" else "as_written",
             "evaluator": result.check.evaluator if result.check else "",
-            "repair": _repair_summary(result.repair), "notes": result.notes,
+            "repair": _repair_summary(result), "layer_precisions": dict(sorted(result.layer_precisions.items())),
+            "notes": result.notes,
             "warnings": warnings_ + (result.check.warnings if result.check else []),
             "passthrough": result.passthrough})
 
@@ -168,7 +220,9 @@ def _precision_report(result: Any, job: Any) -> dict[str, Any]:
     return {"precision": job.cfg.precision, "flavour": job.flavour, "high_precision": job.cfg.high_precision,
             "excluded_from_quantization": result.excluded, "kept_fp32": result.fp32,
             "left_unquantized_by_quantizer": result.unquantized,
-            "repair": result.repair.to_dict() if result.repair else None,
+            "layer_precisions": dict(sorted(result.layer_precisions.items())),
+            "base": BASE if result.layer_precisions and result.base is not None else None,
+            "search": result.repair.to_dict() if result.repair else None,
             "check": result.check.to_dict() if result.check else None, "preparation": result.preparation,
             "notes": result.notes, "passthrough": result.passthrough}
 
@@ -179,14 +233,18 @@ def _short(check: dict[str, Any] | None) -> dict[str, Any] | None:
     keys = ("rel_l2", "cosine", "max_abs", "nonfinite", "signal_rel_l2", "error_to_signal")
     metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
     return {"passed": check["passed"], "violations": check["violations"], "metrics": metrics,
-            "samples": check["samples"]}
+            "samples": check["samples"], "data": check.get("data") or "held-out calibration samples",
+            "tasks": [{k: t[k] for k in ("label", "metrics", "status")} for t in check.get("tasks", [])]}
 
 
-def _repair_summary(repair: Any) -> dict[str, Any] | None:
-    if repair is None:
+def _repair_summary(result: Any) -> dict[str, Any] | None:
+    search = result.repair
+    if search is None:
         return None
-    return {"passed": repair.check.passed, "iterations": len(repair.steps), "excluded_nodes": repair.added,
-            "stopped": repair.stopped, "worst_rel_l2": [round(s.check.worst(), 6) for s in repair.steps]}
+    return {"passed": search.check.passed, "stopped": search.stopped, "layer_precisions": dict(sorted(search.patch.items())),
+            "steps": len(search.outcome.steps), "evaluations": search.evaluations,
+            "cache_key": (result.search_cache or {}).get("key"), "judged_on": search.data,
+            "worst_ratio": [round(s.score.worst, 6) for s in search.outcome.steps]}
 
 
 def _finite(value: Any) -> Any:
