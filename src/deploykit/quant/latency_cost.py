@@ -158,7 +158,7 @@ def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tup
     for name, group in groups.items():
         cost = {p: sum(_node_us(nodes[n], shapes, p, base_precision, activations) for n in group.nodes if n in nodes)
                 for p in steps}
-        delta[name] = {p: cost[p] - cost[steps[0]] for p in steps[1:]}
+        delta[name] = {p: float(cost[p] - cost[steps[0]]) for p in steps[1:]}
         base_total += cost[steps[0]]
         top_total += cost[steps[-1]]
     return Costs(delta, base_total, top_total, "us (estimate)",
@@ -188,7 +188,7 @@ def _node_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision
     io = sum(np.prod(shapes.get(t, (0,)), dtype=np.float64) for t in (*node.input[:1], *node.output[:1]))
     weights = float(np.prod(shapes.get(node.input[1], (0,)), dtype=np.float64)) if len(node.input) > 1 else 0.0
     bytes_ = io * act_bytes + weights * BYTES[precision]
-    return max(flops / (PEAKS[precision] * 1e6), bytes_ / (BANDWIDTH_TBS * 1e6))
+    return float(max(flops / (PEAKS[precision] * 1e6), bytes_ / (BANDWIDTH_TBS * 1e6)))
 
 
 def _flops(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> float:

@@ -14,8 +14,7 @@ more accurate comes first), evaluates the new state, and keeps it only if the ob
 the best state ever evaluated is what the search returns, never simply the last one. When a state
 passes on the search samples it is checked on every judging sample; a pass there stops the raising,
 and a trimming pass then lowers raised groups again, cheapest gain first, as long as the full check
-still passes (the fastest passing state wins). A state no faster than the all-high-precision graph is
-not worth shipping and is never taken.
+still passes (the fastest passing state wins).
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ class Budget:
     evaluations: int  # states the greedy and trimming phases may evaluate (the base included)
     groups: int  # groups that may be raised above the base precision
     per_step: int = 1  # groups raised per step
-    ceiling: float = float("inf")  # latency a state must stay below (the all-high-precision graph's)
 
 
 @dataclass
@@ -95,10 +93,6 @@ def greedy(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         changes = {m.group: m.precision for m in picks}
         if len([g for g, p in new.items() if p != ladder[g][0]]) > budget.groups:
             return run.outcome(f"layer budget spent ({budget.groups} groups above the base precision)")
-        if latency(new) >= budget.ceiling:
-            run.rejected |= {(m.group, m.precision) for m in picks}
-            run.notes.append(f"{', '.join(changes)}: would be no faster than the all-high-precision graph")
-            continue
         score = run.evaluate(new, changes, "raise")
         if score.objective < current.objective - 1e-12:
             state, current = new, score
@@ -144,7 +138,6 @@ class _Run:
         self.steps: list[Step] = []
         self.full = False  # after a search-sample pass failed on all samples, every state is judged on all
         self.rejected: set[tuple[str, str]] = set()
-        self.notes: list[str] = []
         self.best: tuple[Patch, Score, bool] | None = None
 
     def spent(self) -> bool:
@@ -201,6 +194,4 @@ class _Run:
     def outcome(self, stopped: str) -> Outcome:
         assert self.best is not None
         best, score, passed = self.best
-        if self.notes:
-            stopped += "; " + "; ".join(self.notes[:3])
         return Outcome(best, score, passed, stopped, self.steps)

@@ -96,10 +96,18 @@ class SearchResult:
         """Groups the search raised above the base precision."""
         return sorted(self.patch)
 
+    def faster_than_top(self) -> bool:
+        """Whether the chosen mix beats every group at the top precision: measured on this CPU where it
+        was timed (the onnxruntime flavour: against the FP32 graph), else by the cost model."""
+        if "chosen" in self.measured_ms and "fp32" in self.measured_ms:
+            return self.measured_ms["chosen"] < self.measured_ms["fp32"]
+        return self.costs.of(self.patch) < self.costs.top
+
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.check.passed, "stopped": self.stopped, "patch": dict(sorted(self.patch.items())),
                 "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
                 "judged_on": self.data, "evaluations": self.evaluations, "latency": self.costs.method,
+                "faster_than_top": self.faster_than_top(),
                 "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
                 "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
                 "groups": [g.to_dict() for g in self.groups]}
@@ -156,8 +164,7 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
             gain = base - ev.score({**start, name: p}, n_search).objective
             moves.append(Move(name, p, gain, costs.delta.get(name, {}).get(p, 0.0)))
     steps = {g: ladder for g in by_name}
-    budget = Budget(cfg.max_iterations, cfg.max_nodes, cfg.nodes_per_step, costs.top if costs.top > costs.base else
-                    float("inf"))
+    budget = Budget(cfg.max_iterations, cfg.max_nodes, cfg.nodes_per_step)
     outcome = greedy(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, moves, start, steps,
                      budget)
     model = ev.build(outcome.best)
