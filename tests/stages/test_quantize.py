@@ -226,3 +226,43 @@ def test_tensorrt_flavour_is_not_timed_on_the_cpu(tmp_path, onnx_model):
 
 def summary_run_name(store: Path) -> str:
     return next((store / "runs").glob("*.json")).stem
+
+
+DEPTHWISE_CONFIG = """
+name: dw
+source: {onnx: model.onnx}
+inputs: [{name: x, shape: [N, 3, 32, 32]}]
+dims: {N: {min: 1, opt: 1, max: 1}}
+calibration: {folder: calib, samples: 40}
+validation: {folder: val, samples: 8}
+quantize: {precision: int8, target: onnxruntime, tolerances: {int8: {rel_l2: 0.04, cosine: 0.999}}}
+parity: {tasks: {probability_map: [{output: prob, min_iou: 0.975}]}}
+gate: {warmup: 1, iterations: 5, allow_missing_target: true}
+"""
+
+
+def test_search_passed_implies_parity_passed_through_convert_with_validation_data(tmp_path):
+    """The quantize check and the search are judged on parity's validation data, metrics and
+    tolerances: plain INT8 fails at the quantize stage, the search passes there, and then parity
+    passes with the very numbers the quantize stage computed."""
+    models.save(models.depthwise(), tmp_path / "model.onnx")
+    write_images(tmp_path / "calib", 40, size=32)
+    write_images(tmp_path / "val", 8, size=32, seed=9)
+    cfg = tmp_path / "deploykit.yaml"
+    cfg.write_text(DEPTHWISE_CONFIG)
+    args = ["convert", str(cfg), "-w", str(tmp_path / "store")]
+    code, _, err = run_cli(*args)
+    assert code == 1 and "misses its tolerance against the FP32 graph on 8 samples of validation data" in err
+    code, out, err = run_cli(*args, "--set", "quantize.repair.enabled=true")
+    assert code == 0, out + err
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "store" / "objects").glob("*/manifest.json")]
+    searched = next(m for m in manifests if m["stage"] == "quantize" and m["summary"]["repair"] is not None)
+    q = searched["summary"]
+    assert q["repair"]["passed"] and q["layer_precisions"] and q["check"]["samples"] == 8
+    judged = next(m for m in manifests if m["stage"] == "parity" and m["parents"]["model"] == searched["digest"])
+    parity = json.loads((tmp_path / "store" / "objects" / judged["digest"] / "parity.json").read_text())
+    assert parity["passed"] and parity["samples"] == 8, parity["failures"]
+    assert parity["outputs"]["prob"]["onnx"]["metrics"]["rel_l2"] == pytest.approx(q["check"]["metrics"]["prob"]["rel_l2"],
+                                                                                   rel=1e-6)
+    iou = next(t["metrics"]["iou"] for t in parity["tasks"] if t["reference"] == "onnx")
+    assert iou == pytest.approx(q["check"]["tasks"][0]["metrics"]["iou"], rel=1e-9) and iou >= 0.975
