@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -60,9 +61,10 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
     build = builder(p, base, reference, cfg.precision)
-    facts = {**cache_facts(judge, cfg.repair, base, judge.source), "flavour": flavour,
+    facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour,
              "ort_level": ort_level if flavour == "onnxruntime" else None, "ladder": list(p.ladder)}
     key = cache_key(facts)
+    start = time.perf_counter()
     previous = lookup(key) if lookup is not None else None
     if previous is not None and previous.get("schema") == CACHE_SCHEMA and previous.get("key") == key:
         ev = Evaluations(judge, build, dict(previous["measurements"]))
@@ -71,6 +73,7 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
         ev, costs = Evaluations(judge, build), _costs(p, base, reference, build, flavour, cfg, ort_level, sample)
     timer = _timer(build, base, reference, sample, ort_level) if flavour == "onnxruntime" else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)
+    result.wall_s = time.perf_counter() - start
     payload = {"schema": CACHE_SCHEMA, "key": key, "facts": facts, "measurements": ev.cache, "costs": costs.to_dict(),
                "reused": previous is not None}
     return result, payload

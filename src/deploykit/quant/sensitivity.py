@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from deploykit.quant.groups import Group
 from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
 from deploykit.quant.latency_cost import Costs
@@ -86,6 +88,7 @@ class SearchResult:
     evaluations: dict[str, int]
     ladder: tuple[str, ...]
     data: str
+    wall_s: float = 0.0  # the search's own time (measurements, search, final check, timing)
 
     @property
     def stopped(self) -> str:
@@ -106,7 +109,7 @@ class SearchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.check.passed, "stopped": self.stopped, "patch": dict(sorted(self.patch.items())),
                 "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
-                "judged_on": self.data, "evaluations": self.evaluations, "latency": self.costs.method,
+                "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "latency": self.costs.method,
                 "faster_than_top": self.faster_than_top(),
                 "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
                 "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
@@ -121,17 +124,25 @@ def cache_key(facts: Mapping[str, Any]) -> str:
     return digest_value({"schema": CACHE_SCHEMA, **facts})
 
 
-def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto, data: str) -> dict[str, Any]:
-    """What every cached measurement depends on (limits excluded: they only change the scores)."""
+def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[str, Any]:
+    """What every cached measurement depends on, by content (the base graph, the reference graph, the
+    judging samples), plus the sample counts, parity's non-limit settings and the device; the limits
+    are left out: they only change the scores."""
     import hashlib
 
-    from deploykit.environment import device_fingerprint
+    from deploykit.environment import device_fingerprint, onnxruntime_version
 
+    samples = hashlib.sha256()
+    for sample in judge.samples:
+        for name in sorted(sample):
+            array = np.ascontiguousarray(sample[name])
+            samples.update(f"{name}:{array.dtype}:{array.shape}".encode())
+            samples.update(array.tobytes())
     return {"base": hashlib.sha256(base.SerializeToString()).hexdigest(),
             "reference": hashlib.sha256(judge.reference.SerializeToString()).hexdigest(),
-            "data": data, "samples": len(judge.samples), "screen_samples": cfg.screen_samples,
+            "data": samples.hexdigest(), "samples": len(judge.samples), "screen_samples": cfg.screen_samples,
             "search_samples": cfg.samples, "parity": measurement_settings(judge.parity),
-            "device": device_fingerprint()}
+            "device": device_fingerprint(), "onnxruntime": onnxruntime_version()}
 
 
 def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], costs: Costs, cfg: RepairConfig,
