@@ -1,95 +1,120 @@
-"""The greedy search core, driven by fakes: best state kept, full-sample verification, trimming, budgets."""
+"""The search core, driven by fakes: the best state is kept, passes are confirmed on every sample,
+the shortest passing prefix is found by bisection, trimming lowers what is not needed, budgets hold."""
 
 from deploykit.quant.judge import Score
-from deploykit.quant.search import Budget, Move, greedy
+from deploykit.quant.search import Budget, Move, rank, search
 
 LADDER = ("int8", "fp32")
 
 
-def fake(table, full_table=None, log=None):
-    """evaluate(patch, full) from a table: frozenset of raised groups -> worst ratio."""
+def additive(weights, limit=1.0, full_extra=0.0, floor=0.0, log=None):
+    """A fake judge: the worst ratio is the sum of the weights of the groups still in INT8, plus
+    ``full_extra`` on all samples (a few samples can look better than all of them), plus ``floor``
+    (error no precision removes)."""
 
     def evaluate(patch, full):
-        key = frozenset(patch)
-        value = (full_table or {}).get(key, table[key]) if full else table[key]
         if log is not None:
             log.append((tuple(sorted(patch)), full))
-        return Score({"out.rel_l2": value})
+        value = floor + sum(w for g, w in weights.items() if g not in patch) + (full_extra if full else 0.0)
+        return Score({"out.rel_l2": value / limit})
 
     return evaluate
 
 
 def latency(patch):
-    return 10.0 + sum({"a": 1.0, "b": 2.0, "c": 4.0, "d": -0.5}.get(g, 0.0) for g in patch)
+    return 10.0 + sum({"d": -0.5}.get(g, 1.0) for g in patch)
 
 
-def ladders(*groups):
-    return {g: LADDER for g in groups}
+def ladders(groups, ladder=LADDER):
+    return {g: ladder for g in groups}
 
 
-def test_a_later_state_that_is_worse_is_never_returned():
-    # raising a helps, then b (ranked next) makes it worse; c is never measured to help
-    table = {frozenset(): 3.0, frozenset("a"): 2.0, frozenset("ab"): 2.5, frozenset("ac"): 2.2}
-    moves = [Move("a", "fp32", 1.0, 1.0), Move("b", "fp32", 0.9, 1.0), Move("c", "fp32", 0.1, 1.0)]
-    out = greedy(fake(table), latency, moves, {}, ladders("a", "b", "c"), Budget(10, 10))
-    assert out.best == {"a": "fp32"} and not out.passed
-    assert [s.patch for s in out.steps] == [{}, {"a": "fp32"}, {"a": "fp32", "b": "fp32"}, {"a": "fp32", "c": "fp32"}]
-    assert out.steps[-1].score.worst > out.best_score.worst  # the last state evaluated is worse than the best
-    assert out.stopped.startswith("no measured layer improves")
+def moves(weights, cost=1.0):
+    return [Move(g, "fp32", w, cost) for g, w in weights.items()]
 
 
-def test_the_best_state_survives_a_spent_budget():
-    table = {frozenset(): 3.0, frozenset("a"): 1.5, frozenset("ab"): 4.0}
-    moves = [Move("a", "fp32", 1.0, 1.0), Move("b", "fp32", 0.5, 1.0)]
-    out = greedy(fake(table), latency, moves, {}, ladders("a", "b"), Budget(3, 10))
-    assert out.stopped == "evaluation budget spent (3)" and out.best == {"a": "fp32"}
-
-
-def test_a_pass_on_the_search_samples_is_confirmed_on_all_before_stopping():
+def test_one_culprit_is_found_with_a_single_raise():
+    weights = {"a": 3.0, "b": 0.05, "c": 0.05, "d": 0.05}
     log = []
-    table = {frozenset(): 3.0, frozenset("a"): 0.9, frozenset("ab"): 0.8, frozenset("b"): 2.0}
-    full = {frozenset("a"): 1.2, frozenset("ab"): 0.95, frozenset("b"): 2.5}  # a alone passes only on few samples
-    moves = [Move("a", "fp32", 2.0, 1.0), Move("b", "fp32", 1.0, 2.0)]
-    out = greedy(fake(table, full, log), latency, moves, {}, ladders("a", "b"), Budget(10, 10))
-    assert out.passed and out.best == {"a": "fp32", "b": "fp32"} and out.stopped == "passed"
-    assert (("a",), True) in log and (("a", "b"), True) in log  # judged on every sample before stopping
-    assert [s.action for s in out.steps][:4] == ["base", "raise", "verify", "raise"]
+    out = search(additive(weights, log=log), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert out.passed and out.best == {"a": "fp32"} and out.stopped == "passed"
+    assert log[:3] == [((), False), (("a",), False), (("a",), True)]  # base, raise a, confirm on all samples
 
 
-def test_trimming_lowers_raised_layers_the_pass_does_not_need():
-    # b then a get raised (b is the better ratio), but a alone already passes: trimming drops b
-    table = {frozenset(): 3.0, frozenset("b"): 2.0, frozenset("ab"): 0.5, frozenset("a"): 0.9}
-    moves = [Move("a", "fp32", 0.5, 1.0), Move("b", "fp32", 1.0, 1.0)]
-    out = greedy(fake(table, table), latency, moves, {}, ladders("a", "b"), Budget(10, 10))
+def test_spread_out_error_is_bisected_to_the_shortest_passing_prefix():
+    weights = {f"g{i:02d}": 0.1 for i in range(20)}  # 2.0 in total, 0.85 allowed: 12 groups must go
+    order = rank([Move(g, "fp32", 0.1 + (20 - i) * 1e-3, 1.0) for i, g in enumerate(weights)])
+    out = search(additive(weights, limit=0.85), latency, order, {}, ladders(weights), Budget(40, 20))
+    assert out.passed and len(out.best) == 12 and set(out.best) == {f"g{i:02d}" for i in range(12)}
+    assert sum(s.action in ("raise", "bisect") for s in out.steps) <= 2 * 5 + 1  # doubling, then halving
+    assert len(out.steps) < 40
+
+
+def test_a_pass_on_few_samples_is_confirmed_and_the_search_goes_on_when_it_fails_on_all():
+    weights = {"a": 2.0, "b": 0.15, "c": 0.05}
+    log = []
+    out = search(additive(weights, limit=0.25, full_extra=0.1, log=log), latency, rank(moves(weights)), {}, ladders(weights),
+                 Budget(20, 10))
+    assert (("a",), False) in log and (("a",), True) in log  # a alone: 0.2 on few samples, 0.3 on all
+    assert out.passed and out.best == {"a": "fp32", "b": "fp32"}
+    assert all(full for _, full in log[log.index((("a",), True)):])  # judged on every sample from then on
+
+
+def test_the_best_state_is_returned_when_later_states_are_worse():
+    """Trimming evaluates states worse than the best (they fail); the answer is still the best one,
+    and when nothing passes, the closest state, not the last one evaluated."""
+    weights = {"a": 2.0, "b": 0.5, "c": 0.4}
+    out = search(additive(weights, limit=0.45), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert out.passed and out.best == {"a": "fp32", "b": "fp32"}
+    assert out.steps[-1].action == "trim" and not out.steps[-1].score.passed  # the last state is worse
+    nothing = search(additive(weights, limit=0.1, floor=0.2), latency, rank(moves(weights)), {},
+                     ladders(weights), Budget(20, 10))
+    assert not nothing.passed and nothing.best == {"a": "fp32", "b": "fp32", "c": "fp32"}
+    assert nothing.stopped.startswith("every ranked group raised (3) still fails")
+
+
+def test_trimming_lowers_groups_the_pass_does_not_need():
+    # the ranking puts b first (it looked good alone) but only a matters
+    weights = {"a": 1.5, "b": 0.0, "c": 0.0}
+    order = rank([Move("b", "fp32", 2.0, 1.0), Move("a", "fp32", 1.0, 1.0), Move("c", "fp32", 0.1, 1.0)])
+    out = search(additive(weights), latency, order, {}, ladders(weights), Budget(20, 10))
     assert out.passed and out.best == {"a": "fp32"}
-    assert any(s.action == "trim" and s.kept for s in out.steps)
+    assert any(s.action == "trim" and s.changes == {"b": "int8"} and s.score.passed for s in out.steps)
 
 
-def test_a_move_that_is_faster_and_more_accurate_comes_first():
-    log = []
-    table = {frozenset(): 3.0, frozenset("d"): 2.9, frozenset("a"): 2.0, frozenset("ad"): 1.9}
-    moves = [Move("a", "fp32", 1.0, 1.0), Move("d", "fp32", 0.1, -0.5)]
-    greedy(fake(table, log=log), latency, moves, {}, ladders("a", "d"), Budget(10, 10))
-    assert log[1] == (("d",), False)
-
-
-def test_the_layer_budget_stops_the_search():
-    table = {frozenset(): 3.0, frozenset("a"): 2.0, frozenset("ab"): 1.5}
-    moves = [Move("a", "fp32", 1.0, 1.0), Move("b", "fp32", 0.5, 1.0)]
-    out = greedy(fake(table), latency, moves, {}, ladders("a", "b"), Budget(10, 1))
-    assert out.best == {"a": "fp32"} and out.stopped.startswith("layer budget spent (1")
-
-
-def test_a_ladder_step_gains_only_what_it_adds_over_the_current_precision():
-    ladder = {"a": ("int8", "fp8", "fp16")}
-    seen = []
+def test_trimming_steps_down_the_ladder():
+    ladder = ("int8", "fp8", "fp16")
 
     def evaluate(patch, full):
-        seen.append(dict(patch))
-        return Score({"r": {(): 3.0, ("fp8",): 2.0, ("fp16",): 1.8}[tuple(patch.values())]})
+        return Score({"r": {None: 3.0, "fp8": 0.9, "fp16": 0.5}[patch.get("a")]})
 
-    moves = [Move("a", "fp8", 1.0, 0.0), Move("a", "fp16", 1.2, 1.0)]
-    out = greedy(evaluate, lambda p: 10.0 + (1.0 if p.get("a") == "fp16" else 0.0), moves, {}, ladder,
-                 Budget(10, 5))
-    assert seen[1] == {"a": "fp8"} and seen[2] == {"a": "fp16"}  # free FP8 first, then the 0.2 FP16 adds
-    assert out.best == {"a": "fp16"}  # FP16 lowered the objective further
+    out = search(evaluate, lambda p: 10.0 + {"fp8": 0.0, "fp16": 1.0}.get(p.get("a"), 0.0),
+                 rank([Move("a", "fp8", 1.0, 0.0), Move("a", "fp16", 2.5, 1.0)]), {}, {"a": ladder}, Budget(20, 5))
+    assert out.best == {"a": "fp8"}  # raised to FP16 (the most gain), trimmed to FP8: faster and still passing
+
+
+def test_faster_and_more_accurate_moves_rank_first_and_no_gain_last():
+    order = rank([Move("a", "fp32", 1.0, 1.0), Move("d", "fp32", 0.1, -0.5), Move("z", "fp32", -0.2, 0.1),
+                  Move("b", "fp32", 3.0, 1.0)])
+    assert [m.group for m in order] == ["d", "b", "a", "z"]
+
+
+def test_budgets_stop_the_search_with_the_best_state_so_far():
+    weights = {f"g{i}": 0.3 for i in range(8)}
+    out = search(additive(weights), latency, rank(moves(weights)), {}, ladders(weights), Budget(3, 8))
+    assert not out.passed and out.stopped == "evaluation budget spent (3)"
+    assert out.best == {"g0": "fp32", "g1": "fp32"}  # base, 1 and 2 raised: the last is the closest
+    capped = search(additive(weights), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 2))
+    assert not capped.passed and len(capped.best) == 2 and "(2) still fails" in capped.stopped
+
+
+def test_a_worse_later_prefix_never_replaces_the_best_earlier_one():
+    table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0}  # raising b interacts badly
+
+    def evaluate(patch, full):
+        return Score({"r": table[tuple(sorted(patch))]})
+
+    weights = {"a": 1.0, "b": 0.5, "c": 0.2}
+    out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert [len(s.patch) for s in out.steps] == [0, 1, 2, 3] and not out.passed
+    assert out.best == {"a": "fp32"} and out.best_score.worst == 1.5 < out.steps[-1].score.worst

@@ -45,13 +45,14 @@ class QuantTolerances:
 @dataclass(frozen=True)
 class RepairConfig:
     """The mixed-precision search (``--auto-repair``): when the quantized model misses parity, raise
-    the layer groups whose measured effect on parity's metrics is largest per latency they cost,
-    until parity's check passes on its data (``deploykit.quant.sensitivity``)."""
+    the layer groups whose measured effect on parity's metrics is largest per latency they cost, the
+    fewest that pass parity's check on its data, then lower what is not needed
+    (``deploykit.quant.sensitivity``, ``deploykit.quant.search``)."""
 
     enabled: bool = False
-    max_iterations: int = 24  # states the search evaluates after measuring (the base and full checks included)
+    max_iterations: int = 32  # states the search evaluates after measuring (the base and confirmations included)
     max_nodes: int = 64  # layer groups the search may raise above the stage's precision
-    nodes_per_step: int = 1  # groups raised per step (more: fewer evaluations, coarser steps)
+    nodes_per_step: int = 1  # groups the first step raises; each later step raises twice as many
     samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
     screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
     candidates: int = 12  # top-ranked groups whose effect is measured causally (one evaluation per precision)

@@ -166,6 +166,7 @@ class Judge:
     source: str
     evaluations: int = 0  # candidates run, for budgets and benchmarks
     inferences: int = 0
+    evaluator: str = ""  # the sentence the last candidate's session gave
     _ref: Reference | None = field(default=None, repr=False)
 
     @property
@@ -185,7 +186,7 @@ class Judge:
             comparison.add({"onnx": expected}, session.infer(sample))
         self.evaluations += 1
         self.inferences += count
-        comparison.evaluator = session.evaluator
+        self.evaluator = session.evaluator
         return comparison
 
     def measure(self, candidate: onnx.ModelProto, n: int | None = None) -> Measurement:
@@ -193,8 +194,8 @@ class Judge:
 
     def check(self, candidate: onnx.ModelProto) -> Check:
         """Parity's verdict on every judging sample, as the stage's Check."""
-        comparison = self.compare(candidate)
-        return check_of(comparison.report(), comparison.evaluator, self.ref, self.parity, self.preset, self.source)
+        report = self.compare(candidate).report()
+        return check_of(report, self.evaluator, self.ref, self.parity, self.preset, self.source)
 
 
 def measurement_settings(parity: ParityConfig) -> dict[str, Any]:

@@ -83,25 +83,23 @@ def apply_patch(base: onnx.ModelProto, reference: onnx.ModelProto, groups: Mappi
     import onnx
 
     model = onnx.ModelProto.FromString(base.SerializeToString())
-    edits = [(groups[name], p) for name, p in sorted(patch.items(), key=lambda kv: _position(groups, kv[0]))
+    order = {name: i for i, name in enumerate(groups)}
+    edits = [(groups[name], p) for name, p in sorted(patch.items(), key=lambda kv: order[kv[0]])
              if p != base_precision]
     if not edits:
         return model
     wide = [g for g, p in edits if p == "fp32" and high_precision == "fp16"]
     types = _types(model) if wide else {}
-    for group, precision in edits:
-        if precision == "fp8":
-            _to_fp8(model, group)
-        else:
-            _to_float(model, reference, group)
+    fp8 = {n for g, p in edits if p == "fp8" for n in g.nodes}
+    if fp8:
+        _to_fp8(model, fp8)
+    floats = {n for g, p in edits if p != "fp8" for n in g.nodes}
+    if floats:
+        _to_float(model, reference, floats)
     for group in wide:
         _to_fp32(model, group, types)
     _drop_unread(model)
     return model
-
-
-def _position(groups: Mapping[str, Group], name: str) -> int:
-    return list(groups).index(name)
 
 
 # -- float: read past the Q/DQ pairs ------------------------------------------------------------------
@@ -115,8 +113,9 @@ def _chain(made_by: dict[str, onnx.NodeProto], tensor: str) -> tuple[list[onnx.N
     return casts, node if node is not None and node.op_type == "DequantizeLinear" else None
 
 
-def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, group: Group) -> None:
-    """Rewire the group's nodes to read float values where they read dequantized ones."""
+def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, members: set[str]) -> None:
+    """Rewire ``members`` (the nodes of the groups raised to a float precision) to read float values
+    where they read dequantized ones; one pass over the graph."""
     from deploykit.quant.graph import producers
     from deploykit.quant.ort_flavour import _bring_initializers, _float_source
 
@@ -125,7 +124,7 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, group: Group) 
     ref_nodes = {n.name: n for n in reference.graph.node}
     ref_inits = {t.name: t for t in reference.graph.initializer}
     added: list[onnx.NodeProto] = []
-    for node in (n for n in model.graph.node if n.name in group.nodes):
+    for node in (n for n in model.graph.node if n.name in members):
         original = ref_nodes.get(node.name)
         for i, tensor in enumerate(node.input):
             casts, dq = _chain(made_by, tensor)
@@ -134,7 +133,7 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, group: Group) 
             if dq.input[0] in inits:  # integer weights (ONNX Runtime, INT4): the FP32 graph holds the floats
                 value = ref_inits.get(original.input[i])
                 if value is not None:
-                    node.input[i] = _float_initializer(model, value, _type_after(dq, casts, inits))
+                    node.input[i] = _float_initializer(model, inits, value, _type_after(dq, casts, inits))
                 continue
             q = made_by.get(dq.input[0])
             if q is None or q.op_type != "QuantizeLinear":
@@ -153,32 +152,37 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, group: Group) 
                 made_by[activation.output[0]] = activation
             node.input[i] = _recast(source if activation is None else activation.output[0], casts, made_by, added)
     _insert(model, added)
-    _unquantize_outputs(model, group)
+    _unquantize_outputs(model, members)
 
 
-def _unquantize_outputs(model: onnx.ModelProto, group: Group) -> None:
+def _unquantize_outputs(model: onnx.ModelProto, members: set[str]) -> None:
     """A model output the group computes through a Q/DQ pair (ONNX Runtime quantizes outputs) is
     written by the group itself: nothing downstream reads that pair but the user."""
     outputs = {o.name for o in model.graph.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
+    nodes = list(model.graph.node)
+    readers: dict[str, list[int]] = {}
+    for k, node in enumerate(nodes):
         for name in node.input:
-            readers.setdefault(name, []).append(node)
-    drop: set[str] = set()
-    for node in (n for n in model.graph.node if n.name in group.nodes):
+            readers.setdefault(name, []).append(k)
+    drop: set[int] = set()
+    for node in nodes:
+        if node.name not in members:
+            continue
         for j, name in enumerate(node.output):
-            q = next((r for r in readers.get(name, []) if r.op_type == "QuantizeLinear"), None)
-            dq = next((r for r in readers.get(q.output[0], []) if r.op_type == "DequantizeLinear"), None) if q else None
-            if dq is None or dq.output[0] not in outputs or len(readers.get(q.output[0], [])) != 1:
+            q = next((k for k in readers.get(name, ()) if nodes[k].op_type == "QuantizeLinear"), None)
+            after = readers.get(nodes[q].output[0], []) if q is not None else []
+            if len(after) != 1 or nodes[after[0]].op_type != "DequantizeLinear" or \
+                    nodes[after[0]].output[0] not in outputs:
                 continue
-            node.output[j] = dq.output[0]
-            for reader in readers.get(name, []):
-                reader.input[:] = [dq.output[0] if i == name else i for i in reader.input]
-            drop |= {q.name, dq.name}
+            final = nodes[after[0]].output[0]
+            node.output[j] = final
+            for k in readers.get(name, ()):
+                if k != q:
+                    nodes[k].input[:] = [final if i == name else i for i in nodes[k].input]
+            drop |= {q, after[0]}
     if drop:
-        keep = [n for n in model.graph.node if n.name not in drop]
         del model.graph.node[:]
-        model.graph.node.extend(keep)
+        model.graph.node.extend(n for k, n in enumerate(nodes) if k not in drop)
 
 
 def _type_after(dq: onnx.NodeProto, casts: list[onnx.NodeProto], inits: dict[str, onnx.TensorProto]) -> int:
@@ -188,13 +192,15 @@ def _type_after(dq: onnx.NodeProto, casts: list[onnx.NodeProto], inits: dict[str
     return scale.data_type if scale is not None else _FLOAT
 
 
-def _float_initializer(model: onnx.ModelProto, value: onnx.TensorProto, dtype: int) -> str:
+def _float_initializer(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], value: onnx.TensorProto,
+                       dtype: int) -> str:
     from onnx import numpy_helper
 
     name = f"{value.name}__float"
-    if all(t.name != name for t in model.graph.initializer):
+    if name not in inits:
         array = numpy_helper.to_array(value).astype(np.float16 if dtype == _FLOAT16 else np.float32)
-        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        inits[name] = numpy_helper.from_array(array, name)
+        model.graph.initializer.append(inits[name])
     return name
 
 
@@ -238,14 +244,14 @@ def _insert(model: onnx.ModelProto, added: list[onnx.NodeProto]) -> None:
 
 # -- fp8: the same ranges, FLOAT8E4M3FN ----------------------------------------------------------------
 
-def _to_fp8(model: onnx.ModelProto, group: Group) -> None:
-    """Give the group's nodes their own FP8 Q/DQ pairs in place of the INT8 ones they read."""
+def _to_fp8(model: onnx.ModelProto, members: set[str]) -> None:
+    """Give ``members`` (the nodes of the FP8 groups) FP8 Q/DQ pairs in place of the INT8 ones they read."""
     from deploykit.quant.graph import producers
 
     made_by = producers(model)
     inits = {t.name: t for t in model.graph.initializer}
     added: list[onnx.NodeProto] = []
-    for node in (n for n in model.graph.node if n.name in group.nodes):
+    for node in (n for n in model.graph.node if n.name in members):
         for i, tensor in enumerate(node.input):
             casts, dq = _chain(made_by, tensor)
             q = made_by.get(dq.input[0]) if dq is not None else None

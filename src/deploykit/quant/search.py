@@ -1,20 +1,23 @@
-"""The mixed-precision search core: greedy by accuracy gained per latency lost, keeping the best state.
+"""The mixed-precision search core: the fewest, cheapest layers in higher precision that pass.
 
 Generic over callables so it can be tested with fakes:
 
 * ``evaluate(patch, full)`` scores a precision patch (group -> precision) on the search samples, or on
-  every judging sample when ``full`` (:class:`deploykit.quant.judge.Score`; ``passed`` on all
-  samples is parity's verdict);
-* ``latency(patch)`` is the patch's latency (measured or estimated costs add up per group);
-* ``moves`` are the measured candidates: a group at a higher precision and what that alone gained
-  over the base state (the causal leave-one-out measurement).
+  every judging sample when ``full`` (:class:`deploykit.quant.judge.Score`; ``passed`` on every
+  sample is parity's verdict);
+* ``latency(patch)`` is the patch's latency (per-group costs add up);
+* ``order`` is every group's move (the group at its target precision) ranked by accuracy gained per
+  latency lost, best first (:func:`rank`): a move that makes the model faster *and* more accurate
+  comes before any trade.
 
-Each step raises the moves with the best gain per latency (a move that makes the model faster and
-more accurate comes first), evaluates the new state, and keeps it only if the objective improves;
-the best state ever evaluated is what the search returns, never simply the last one. When a state
-passes on the search samples it is checked on every judging sample; a pass there stops the raising,
-and a trimming pass then lowers raised groups again, cheapest gain first, as long as the full check
-still passes (the fastest passing state wins).
+The search raises a growing prefix of that order (``per_step`` groups, then twice as many, ...)
+until a state passes, then bisects for the shortest passing prefix: a few evaluations whether one
+layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
+network). A pass on the search samples counts only once confirmed on every judging sample (after a
+failed confirmation every state is judged on all of them). Trimming then lowers the raised groups,
+least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
+still passes. The result is the best state ever evaluated: the fastest that passed on every sample,
+else the one closest to passing, never simply the last one.
 """
 
 from __future__ import annotations
@@ -40,9 +43,9 @@ class Move:
 
 @dataclass(frozen=True)
 class Budget:
-    evaluations: int  # states the greedy and trimming phases may evaluate (the base included)
+    evaluations: int  # states the search may evaluate (the base and confirmations included)
     groups: int  # groups that may be raised above the base precision
-    per_step: int = 1  # groups raised per step
+    per_step: int = 1  # groups the first step raises; each later step doubles it
 
 
 @dataclass
@@ -50,7 +53,7 @@ class Step:
     """One evaluated state: what changed, its score, its latency, whether the search kept it."""
 
     step: int
-    action: str  # base | raise | trim | verify
+    action: str  # base | raise | bisect | verify | trim
     changes: Patch
     patch: Patch
     score: Score
@@ -74,59 +77,50 @@ class Outcome:
     steps: list[Step] = field(default_factory=list)
 
 
-def greedy(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], moves: list[Move],
+def priority(gain: float, cost: float) -> tuple[int, float]:
+    """Faster *and* more accurate beats any trade; then gain per unit of latency; no gain last."""
+    if gain <= 0:
+        return (-1, gain)
+    return (1, gain) if cost <= 0 else (0, gain / cost)
+
+
+def rank(moves: list[Move]) -> list[Move]:
+    """One move per group, the precision that gains most (trimming lowers it again where a cheaper one
+    suffices), groups by the priority of that move, best first; ties keep the given order."""
+    best: dict[str, Move] = {}
+    for m in moves:
+        if m.group not in best or m.gain > best[m.group].gain:
+            best[m.group] = m
+    return sorted(best.values(), key=lambda m: priority(m.gain, m.cost), reverse=True)
+
+
+def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
            start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget) -> Outcome:
     """Search from ``start``; see the module docstring. ``ladder``: group -> its precisions, cheapest first."""
     run = _Run(evaluate, latency, budget)
-    state, current = dict(start), run.evaluate(dict(start), {}, "base")
-    while True:
-        if current.passed and not run.full:
-            current = run.verify(state)
-        if current.passed and run.full:
-            return run.trim(state, moves, ladder)
-        if run.spent():
-            return run.outcome(f"evaluation budget spent ({budget.evaluations})")
-        picks = _ranked(state, moves, ladder, run.rejected)[: budget.per_step]
-        if not picks:
-            return run.outcome("no measured layer improves the score any more")
-        new = {**state, **{m.group: m.precision for m in picks}}
-        changes = {m.group: m.precision for m in picks}
-        if len([g for g, p in new.items() if p != ladder[g][0]]) > budget.groups:
-            return run.outcome(f"layer budget spent ({budget.groups} groups above the base precision)")
-        score = run.evaluate(new, changes, "raise")
-        if score.objective < current.objective - 1e-12:
-            state, current = new, score
-            run.keep()
+    order = [m for m in order if m.group not in start][: budget.groups]
+    if run.judge(dict(start), {}, "base"):
+        return run.outcome("passed")
+    failing, passing, k = 0, None, min(budget.per_step, len(order))
+    while passing is None and k > failing and not run.spent():
+        if run.judge(_prefix(start, order, k), {m.group: m.precision for m in order[failing:k]}, "raise"):
+            passing = k
         else:
-            run.rejected |= {(m.group, m.precision) for m in picks}
+            failing, k = k, min(2 * k, len(order))
+    while passing is not None and passing - failing > 1 and not run.spent():
+        mid = (failing + passing) // 2
+        if run.judge(_prefix(start, order, mid), {m.group: m.precision for m in order[failing:mid]}, "bisect"):
+            passing = mid
+        else:
+            failing = mid
+    if passing is None:
+        why = "evaluation budget spent" if run.spent() else f"every ranked group raised ({len(order)}) still fails"
+        return run.outcome(why if not run.spent() else f"{why} ({budget.evaluations})")
+    return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder)
 
 
-def _ranked(state: Patch, moves: list[Move], ladder: Mapping[str, tuple[str, ...]], rejected: set) -> list[Move]:
-    """Moves above each group's current precision, best gain per latency first, one per group."""
-    measured = {(m.group, m.precision): m for m in moves}
-    options = []
-    for m in moves:
-        now = state.get(m.group, ladder[m.group][0])
-        steps = ladder[m.group]
-        if steps.index(m.precision) <= steps.index(now) or (m.group, m.precision) in rejected:
-            continue
-        held = measured.get((m.group, now))
-        gain = m.gain - (held.gain if held else 0.0)
-        cost = m.cost - (held.cost if held else 0.0)
-        if gain > 0:
-            options.append((_priority(gain, cost), m))
-    options.sort(key=lambda pm: pm[0], reverse=True)
-    seen, out = set(), []
-    for _, m in options:
-        if m.group not in seen:
-            seen.add(m.group)
-            out.append(m)
-    return out
-
-
-def _priority(gain: float, cost: float) -> tuple[int, float]:
-    """Faster *and* more accurate beats any trade; then gain per unit of latency."""
-    return (1, gain) if cost <= 0 else (0, gain / cost)
+def _prefix(start: Patch, order: list[Move], k: int) -> Patch:
+    return {**start, **{m.group: m.precision for m in order[:k]}}
 
 
 class _Run:
@@ -137,47 +131,36 @@ class _Run:
         self._evaluate, self._latency, self.budget = evaluate, latency, budget
         self.steps: list[Step] = []
         self.full = False  # after a search-sample pass failed on all samples, every state is judged on all
-        self.rejected: set[tuple[str, str]] = set()
         self.best: tuple[Patch, Score, bool] | None = None
 
     def spent(self) -> bool:
         return len(self.steps) >= self.budget.evaluations
 
-    def evaluate(self, patch: Patch, changes: Patch, action: str) -> Score:
-        score = self._evaluate(patch, self.full)
-        self.steps.append(Step(len(self.steps), action, changes, dict(patch), score, self._latency(patch),
-                               "all" if self.full else "search", action == "base"))
-        self._consider(patch, score, self.full)
-        return score
+    def judge(self, patch: Patch, changes: Patch, action: str) -> bool:
+        """Whether ``patch`` passes on every judging sample (a search-sample pass is confirmed)."""
+        score = self._record(patch, changes, action, self.full)
+        if score.passed and not self.full and not self.spent():
+            self.full = True  # judge this state and every later one on all samples
+            score = self._record(patch, {}, "verify", True)
+        return score.passed and self.full
 
-    def verify(self, patch: Patch) -> Score:
-        """The state passed on the search samples: judge it on every sample (parity's verdict)."""
-        self.full = True
-        score = self._evaluate(patch, True)
-        self.steps.append(Step(len(self.steps), "verify", {}, dict(patch), score, self._latency(patch), "all", True))
-        self._consider(patch, score, True)
-        return score
-
-    def keep(self) -> None:
-        self.steps[-1].kept = True
-
-    def _consider(self, patch: Patch, score: Score, full: bool) -> None:
-        """Best: a state that passed on every sample, fastest first; else the lowest objective."""
+    def _record(self, patch: Patch, changes: Patch, action: str, full: bool) -> Score:
+        score = self._evaluate(patch, full)
+        self.steps.append(Step(len(self.steps), action, dict(changes), dict(patch), score, self._latency(patch),
+                               "all" if full else "search", False))
         passed = score.passed and full
         key = self._key(patch, score, passed)
         if self.best is None or key < self._key(*self.best):
             self.best = (dict(patch), score, passed)
+        return score
 
     def _key(self, patch: Patch, score: Score, passed: bool) -> tuple[int, float, float]:
         latency = self._latency(patch)
         return (0, latency, score.objective) if passed else (1, score.objective, latency)
 
-    def trim(self, state: Patch, moves: list[Move], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
-        """Lower raised groups one step, least gain per latency first, while every sample still passes."""
-        gains = {(m.group, m.precision): (m.gain, m.cost) for m in moves}
-        raised = [g for g, p in state.items() if p != ladder[g][0]]
-        raised.sort(key=lambda g: _priority(*gains.get((g, state[g]), (0.0, 1.0))))
-        for group in raised:
+    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
+        """Lower each raised group one precision step, least valuable first, while every sample passes."""
+        for group in reversed(raised):
             if self.spent():
                 break
             steps = ladder[group]
@@ -185,13 +168,15 @@ class _Run:
             new = {**state, group: lower}
             if lower == steps[0]:
                 del new[group]
-            score = self.evaluate(new, {group: lower}, "trim")
-            if score.passed and self._latency(new) <= self._latency(state):
+            if self._latency(new) > self._latency(state):
+                continue  # lowering it would be slower (INT8 slower than FP32 for this layer here)
+            if self.judge(new, {group: lower}, "trim"):
                 state = new
-                self.keep()
         return self.outcome("passed")
 
     def outcome(self, stopped: str) -> Outcome:
         assert self.best is not None
         best, score, passed = self.best
+        for s in self.steps:  # the states worth a row of their own: the start and every confirmed pass
+            s.kept = s.step == 0 or (s.score.passed and s.samples == "all")
         return Outcome(best, score, passed, stopped, self.steps)

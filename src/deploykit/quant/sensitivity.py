@@ -31,7 +31,7 @@ import numpy as np
 from deploykit.quant.groups import Group
 from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
 from deploykit.quant.latency_cost import Costs
-from deploykit.quant.search import Budget, Move, Outcome, Patch, greedy
+from deploykit.quant.search import Budget, Move, Outcome, Patch, rank, search
 
 if TYPE_CHECKING:
     import onnx
@@ -174,10 +174,11 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
                 continue  # FP32 over FP16 buys range, not rounding: offered in layer_precisions only
             gain = base - ev.score({**start, name: p}, n_search).objective
             moves.append(Move(name, p, gain, costs.delta.get(name, {}).get(p, 0.0)))
+    moves += _estimated(damage, moves, ranked, high, costs)
     steps = {g: ladder for g in by_name}
     budget = Budget(cfg.max_iterations, cfg.max_nodes, cfg.nodes_per_step)
-    outcome = greedy(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, moves, start, steps,
-                     budget)
+    outcome = search(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, rank(moves), start,
+                     steps, budget)
     model = ev.build(outcome.best)
     check = judge.check(model)
     sensitivity = [{"group": name, "ops": by_name[name].ops, "alone_damage": damage[name], "rank": i,
@@ -187,6 +188,18 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], timer)
     return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
                         {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source)
+
+
+def _estimated(damage: dict[str, float], measured: list[Move], ranked: list[str], high: str, costs: Costs
+               ) -> list[Move]:
+    """Moves for the groups not measured causally: their first-order damage on the scale of the causal
+    gains (the median ratio of gain to damage over the measured groups)."""
+    best: dict[str, float] = {}
+    for m in measured:
+        best[m.group] = max(m.gain, best.get(m.group, m.gain))
+    ratios = sorted(best[g] / damage[g] for g in ranked if damage[g] > 0 and g in best)
+    scale = ratios[len(ratios) // 2] if ratios and ratios[len(ratios) // 2] > 0 else 1.0
+    return [Move(g, high, damage[g] * scale, costs.delta.get(g, {}).get(high, 0.0)) for g in damage if g not in ranked]
 
 
 def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
