@@ -64,8 +64,10 @@ class Costs:
 # -- onnxruntime: the profiler -----------------------------------------------------------------------
 
 def profiled(base: onnx.ModelProto, top: onnx.ModelProto, groups: Mapping[str, Group], sample: dict[str, np.ndarray],
-             level: str, top_precision: str = "fp32", rounds: int = 3, runs: int = 2) -> Costs:
-    """Per-group costs from ONNX Runtime's profiler (``top``: every group at ``top_precision``)."""
+             level: str, top_precision: str = "fp32", rounds: int = 3, budget_s: float = 2.0) -> Costs:
+    """Per-group costs from ONNX Runtime's profiler (``top``: every group at ``top_precision``); each
+    round profiles as many runs as fit ``budget_s`` (small graphs get many: their kernels are short)."""
+    runs = _runs(top, sample, level, budget_s / (2 * rounds))
     times = _kernel_times([base, top], sample, level, rounds, runs)
     base_t, top_t = times
     delta = {}
@@ -94,6 +96,16 @@ def _kernels(base: onnx.ModelProto, group: Group) -> set[str]:
             if source is not None and source.name in members:
                 out.update(chain)
     return out
+
+
+def _runs(model: onnx.ModelProto, sample: dict[str, np.ndarray], level: str, budget_s: float) -> int:
+    from deploykit.quant.evaluate import open_as_ort_computes
+
+    run = open_as_ort_computes(model, level).timed_runner(sample)
+    run()
+    start = time.perf_counter()
+    run()
+    return int(min(50, max(2, budget_s / max(time.perf_counter() - start, 1e-6))))
 
 
 def _kernel_times(models: list[onnx.ModelProto], sample: dict[str, np.ndarray], level: str, rounds: int,

@@ -11,7 +11,9 @@ Generic over callables so it can be tested with fakes:
   comes before any trade.
 
 The search raises a growing prefix of that order (``per_step`` groups, then twice as many, ...)
-until a state passes, then bisects for the shortest passing prefix: a few evaluations whether one
+until a state passes, never a prefix as slow as every group at the top precision (``ceiling``: such
+a mix is not worth shipping, and the search says it cannot pass rather than return it), then bisects
+for the shortest passing prefix: a few evaluations whether one
 layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
 network). A pass on the search samples counts only once confirmed on every judging sample (after a
 failed confirmation every state is judged on all of them). Trimming then lowers the raised groups,
@@ -46,6 +48,7 @@ class Budget:
     evaluations: int  # states the search may evaluate (the base and confirmations included)
     groups: int  # groups that may be raised above the base precision
     per_step: int = 1  # groups the first step raises; each later step doubles it
+    ceiling: float = float("inf")  # a state this slow is not worth shipping (every group at the top precision)
 
 
 @dataclass
@@ -77,21 +80,23 @@ class Outcome:
     steps: list[Step] = field(default_factory=list)
 
 
-def priority(gain: float, cost: float) -> tuple[int, float]:
-    """Faster *and* more accurate beats any trade; then gain per unit of latency; no gain last."""
+def priority(gain: float, cost: float, floor: float = 0.0) -> tuple[int, float]:
+    """Gain per unit of latency, the cost floored at ``floor`` (a layer that is faster in higher
+    precision, or costs less than measurement noise, ranks by its gain at that floor); no gain last."""
     if gain <= 0:
         return (-1, gain)
+    cost = max(cost, floor)
     return (1, gain) if cost <= 0 else (0, gain / cost)
 
 
-def rank(moves: list[Move]) -> list[Move]:
+def rank(moves: list[Move], floor: float = 0.0) -> list[Move]:
     """One move per group, the precision that gains most (trimming lowers it again where a cheaper one
     suffices), groups by the priority of that move, best first; ties keep the given order."""
     best: dict[str, Move] = {}
     for m in moves:
         if m.group not in best or m.gain > best[m.group].gain:
             best[m.group] = m
-    return sorted(best.values(), key=lambda m: priority(m.gain, m.cost), reverse=True)
+    return sorted(best.values(), key=lambda m: priority(m.gain, m.cost, floor), reverse=True)
 
 
 def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
@@ -101,6 +106,9 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
     order = [m for m in order if m.group not in start][: budget.groups]
     if run.judge(dict(start), {}, "base"):
         return run.outcome("passed")
+    affordable = next((k for k in range(len(order), 0, -1) if latency(_prefix(start, order, k)) < budget.ceiling), 0)
+    slow = affordable < len(order)
+    order = order[:affordable]
     failing, passing, k = 0, None, min(budget.per_step, len(order))
     while passing is None and k > failing and not run.spent():
         if run.judge(_prefix(start, order, k), {m.group: m.precision for m in order[failing:k]}, "raise"):
@@ -114,8 +122,12 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         else:
             failing = mid
     if passing is None:
-        why = "evaluation budget spent" if run.spent() else f"every ranked group raised ({len(order)}) still fails"
-        return run.outcome(why if not run.spent() else f"{why} ({budget.evaluations})")
+        if run.spent():
+            return run.outcome(f"evaluation budget spent ({budget.evaluations})")
+        if slow:
+            return run.outcome(f"cannot pass faster than every layer at the top precision: the {len(order)} "
+                               "best-ranked groups raised still fail, and raising more would be no faster")
+        return run.outcome(f"every ranked group raised ({len(order)}) still fails")
     return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder)
 
 
