@@ -6,15 +6,15 @@ depthwise convolutions, a Sigmoid text map at 160x160; tests/quant/models.py), a
 text detector (83 convolutions, real weights) from ``$DEPLOYKIT_MODELS/ocr/ppocrv6_det_tiny.onnx``
 when that file is there, fixed at 1x3x640x640. Data: synthetic images (smooth blobs plus noise,
 tests/quant/models.images): 32 calibration samples, 16 separate validation samples. Judged as a user
-would configure parity: thresholded-map IoU >= 0.97 on the validation samples (the elementwise
-rel-L2/cosine limits switched off), calibration method ``max``.
+would configure parity: thresholded-map IoU >= 0.95 on the validation samples (the elementwise
+rel-L2/cosine limits switched off), then a rerun at IoU >= 0.97; calibration method ``max``.
 
 Rows per model and flavour:
 
 * ``int8``: plain INT8, the validation IoU it reaches;
 * ``search``: ``quantize.repair`` on (defaults): search wall time (measurements, search, final check,
   timing), evaluations, pass, IoU, INT8/FP8/FP16/FP32 layer-group counts;
-* ``search (cached, IoU >= 0.98)``: a rerun at a tighter tolerance that finds the first run's
+* ``search (cached, IoU >= 0.97)``: a rerun at a tighter tolerance that finds the first run's
   measurements: evaluations run vs reused, wall time;
 * ``old repair loop``: the loop this search replaced (quantize with growing exclusions ranked by
   per-tensor divergence, checked by rel-L2 on held-out calibration samples, returning its last
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 RESULTS = ROOT / "bench" / "results" / "search.json"
 SIZE, CALIB, VALID = 640, 32, 16
-MIN_IOU, TIGHTER_IOU = 0.97, 0.98
+MIN_IOU, TIGHTER_IOU = 0.95, 0.97
 
 
 def cases() -> list[tuple[str, Any, str]]:

@@ -66,19 +66,68 @@ class Costs:
 def profiled(base: onnx.ModelProto, top: onnx.ModelProto, groups: Mapping[str, Group], sample: dict[str, np.ndarray],
              level: str, top_precision: str = "fp32", rounds: int = 3, budget_s: float = 2.0) -> Costs:
     """Per-group costs from ONNX Runtime's profiler (``top``: every group at ``top_precision``); each
-    round profiles as many runs as fit ``budget_s`` (small graphs get many: their kernels are short)."""
+    round profiles as many runs as fit ``budget_s`` (small graphs get many: their kernels are short).
+
+    A group raised among quantized neighbours also pays for the conversions at its border: its
+    inputs are dequantized and its outputs quantized by kernels of their own (in the base graph they
+    are fused into the QLinear kernels). Those are priced per element at the median rate of the
+    standalone Q/DQ kernels the base graph already runs.
+    """
+    from deploykit.quant.graph import infer_shapes
+
     runs = _runs(top, sample, level, budget_s / (2 * rounds))
-    times = _kernel_times([base, top], sample, level, rounds, runs)
-    base_t, top_t = times
+    base_t, top_t = _kernel_times([base, top], sample, level, rounds, runs)
+    shapes = _shapes(infer_shapes(base))
+    rate = _qdq_rate(base, base_t, shapes)
+    from deploykit.quant.graph import consumers, producers
+
+    made_by, readers = producers(base), consumers(base)
     delta = {}
     for name, group in groups.items():
         kernels = _kernels(base, group)
-        quantized = sum(t for n, t in base_t.items() if n in kernels)
+        low = sum(t for n, t in base_t.items() if n in kernels)
         wide = sum(t for n, t in top_t.items() if n in group.nodes)
-        delta[name] = {top_precision: (wide - quantized) / 1e3}
+        crossing = _border(base, group, made_by, readers)
+        border = rate * sum(float(np.prod(shapes.get(t, (0,)), dtype=np.float64)) for t in crossing)
+        delta[name] = {top_precision: (wide - low + border) / 1e3}
     return Costs(delta, sum(base_t.values()) / 1e3, sum(top_t.values()) / 1e3, "ms",
                  f"ONNX Runtime profiler on this CPU at optimization level {level} (kernel time per node, "
-                 f"median of {rounds} interleaved rounds)")
+                 f"median of {rounds} interleaved rounds; Q/DQ at a raised group's border at "
+                 f"{rate * 1e3:.3g} ns per element)")
+
+
+def _qdq_rate(base: onnx.ModelProto, times: dict[str, float], shapes: dict[str, tuple[int, ...]]) -> float:
+    """Median microseconds per element of the Q/DQ kernels that run on their own in the base graph."""
+    rates = []
+    for node in base.graph.node:
+        size = float(np.prod(shapes.get(node.input[0], (0,)), dtype=np.float64)) if node.input else 0.0
+        if node.op_type in _QDQ and node.name in times and size > 0:
+            rates.append(times[node.name] / size)
+    return float(np.median(rates)) if rates else 0.0
+
+
+def _border(base: onnx.ModelProto, group: Group, made_by: dict[str, onnx.NodeProto],
+            readers: dict[str, list[onnx.NodeProto]]) -> list[str]:
+    """Activation tensors crossing the group's border through a Q/DQ pair: what a raised group reads
+    dequantized and writes quantized by separate kernels."""
+    members = set(group.nodes)
+    inits = {i.name for i in base.graph.initializer}
+    out = []
+    for node in (n for n in base.graph.node if n.name in members):
+        for tensor in node.input:
+            dq = made_by.get(tensor)
+            if dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] not in inits:
+                source = made_by.get(dq.input[0])
+                if source is None or source.op_type != "QuantizeLinear" or source.input[0] in inits:
+                    continue
+                producer = made_by.get(source.input[0])
+                if producer is None or producer.name not in members:
+                    out.append(tensor)
+        for o in node.output:
+            after = [d for q in readers.get(o, []) if q.op_type == "QuantizeLinear" for d in readers.get(q.output[0], [])]
+            if any(r.name not in members for d in after for r in readers.get(d.output[0], [])):
+                out.append(o)
+    return out
 
 
 def _kernels(base: onnx.ModelProto, group: Group) -> set[str]:
