@@ -266,3 +266,25 @@ def test_search_passed_implies_parity_passed_through_convert_with_validation_dat
                                                                                    rel=1e-6)
     iou = next(t["metrics"]["iou"] for t in parity["tasks"] if t["reference"] == "onnx")
     assert iou == pytest.approx(q["check"]["tasks"][0]["metrics"]["iou"], rel=1e-9) and iou >= 0.975
+
+
+def test_the_search_cache_lives_in_the_artifact_and_a_tighter_rerun_reuses_it(tmp_path):
+    model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
+    calib = write_images(tmp_path / "calib", 16)
+    args = ["quantize", str(model), "--precision", "int8", "--target", "tensorrt", "--calib-data", str(calib),
+            "-w", str(tmp_path / "store"), "--auto-repair"]
+    code, _, err = run_cli(*args)
+    assert code == 0, err
+    first = next(m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"])
+    assert first["summary"]["repair"]["evaluations"]["cached"] == 0 and "sensitivity.json" in first["files"]
+    code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.05, cosine: 0.995}")
+    assert code in (0, 1), err
+    second = next(m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"]
+                  and m["digest"] != first["digest"])
+    ev1, ev2 = first["summary"]["repair"]["evaluations"], second["summary"]["repair"]["evaluations"]
+    assert second["summary"]["repair"]["cache_key"] == first["summary"]["repair"]["cache_key"]
+    assert ev2["cached"] >= 3 and ev2["fresh"] < ev1["fresh"]  # the ranking and causal measurements came back
+    cache = tmp_path / "store" / "objects" / second["digest"] / "sensitivity.json"  # the newest is read
+    cache.write_text(cache.read_text().replace('"rel_l2": 0', '"rel_l2": 9'))  # an edited cache is never trusted
+    code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.04, cosine: 0.995}")
+    assert code == 4 and "content changed after the artifact was written" in err
