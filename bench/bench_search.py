@@ -208,7 +208,8 @@ def search_row(name: str, flavour: str, label: str, result: Any) -> dict[str, An
     return {"model": name, "flavour": flavour, "row": label, "wall_s": s.wall_s, "passed": s.check.passed,
             "iou": iou(s.check), "stopped": s.stopped, "evaluations_run": s.evaluations["fresh"],
             "evaluations_reused": s.evaluations["cached"], "precisions": counts(result.base, s.patch),
-            "groups_raised": len(s.patch), "latency_method": s.costs.method}
+            "groups_raised": len(s.patch), "latency_method": s.costs.method, "timings": s.timings,
+            "groups": len(s.groups), "measured_ms": s.measured_ms}
 
 
 def main() -> None:

@@ -158,18 +158,16 @@ def _prepare(job: Job) -> tuple[onnx.ModelProto, g.Preparation]:
     """Prepare at the opset the job needs; the search's FP8 layers in an FP16 graph (opset 21) are
     given up, with a note, where the opset converter cannot reach 21."""
     opset = _min_opset(job)
+    if opset != FP8_LAYERS_OPSET or job.cfg.precision != "int8":
+        return g.prepare(job.model, opset, job.where)
     try:
         model, prep = g.prepare(job.model, opset, job.where)
     except ModelError:
-        if opset != FP8_LAYERS_OPSET or job.cfg.precision != "int8":
-            raise
-    else:
-        if opset == FP8_LAYERS_OPSET and job.cfg.precision == "int8":
-            prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
-                          for n in prep.notes]
+        model, prep = g.prepare(job.model, 19, job.where)
+        prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
         return model, prep
-    model, prep = g.prepare(job.model, 19, job.where)
-    prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
+    prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
+                  for n in prep.notes]
     return model, prep
 
 

@@ -15,8 +15,8 @@ until a state passes, never a prefix as slow as every group at the top precision
 a mix is not worth shipping, and the search says it cannot pass rather than return it), then bisects
 for the shortest passing prefix: a few evaluations whether one
 layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
-network). A pass on the search samples counts only once confirmed on every judging sample (after a
-failed confirmation every state is judged on all of them). Trimming then lowers the raised groups,
+network). A pass on the search samples counts only once confirmed on every judging sample; a state
+that fails on the few samples is not run on the rest. Trimming then lowers the raised groups,
 least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
 still passes. The result is the best state ever evaluated: the fastest that passed on every sample,
 else the one closest to passing, never simply the last one.
@@ -142,19 +142,21 @@ class _Run:
                  budget: Budget) -> None:
         self._evaluate, self._latency, self.budget = evaluate, latency, budget
         self.steps: list[Step] = []
-        self.full = False  # after a search-sample pass failed on all samples, every state is judged on all
+        self.verdicts: dict[frozenset[tuple[str, str]], bool] = {}  # states judged already
         self.best: tuple[Patch, Score, bool] | None = None
 
     def spent(self) -> bool:
         return len(self.steps) >= self.budget.evaluations
 
     def judge(self, patch: Patch, changes: Patch, action: str) -> bool:
-        """Whether ``patch`` passes on every judging sample (a search-sample pass is confirmed)."""
-        score = self._record(patch, changes, action, self.full)
-        if score.passed and not self.full and not self.spent():
-            self.full = True  # judge this state and every later one on all samples
-            score = self._record(patch, {}, "verify", True)
-        return score.passed and self.full
+        """Whether ``patch`` passes on every judging sample: judged on the search samples, and a pass
+        there confirmed on all of them (a state met again, e.g. trimmed back to, is not run again)."""
+        key = frozenset(patch.items())
+        if key not in self.verdicts:
+            score = self._record(patch, changes, action, False)
+            passed = score.passed and not self.spent() and self._record(patch, {}, "verify", True).passed
+            self.verdicts[key] = passed
+        return self.verdicts[key]
 
     def _record(self, patch: Patch, changes: Patch, action: str, full: bool) -> Score:
         score = self._evaluate(patch, full)

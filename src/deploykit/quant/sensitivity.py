@@ -247,10 +247,10 @@ def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
                  timer: Callable[[dict[str, Patch]], dict[str, float]] | None
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One row per evaluated state: precision counts, accuracy (worst ratio to a limit, the measured
-    values), latency (the cost model's, relative to every group at the top precision, and measured
-    where a timer is given), whether the search kept it and whether no other state beats it on both."""
-    kept = {f"step {s.step}": s.patch for s in outcome.steps if s.kept}
-    measured = timer({**kept, "chosen": outcome.best}) if timer else {}
+    values), latency (the cost model's, relative to every group at the top precision), whether the
+    search kept it and whether no other state beats it on both; with a timer, the FP32 graph, the
+    base and the chosen state are timed on this CPU (``measured``)."""
+    measured = timer({"chosen": outcome.best}) if timer else {}
     rows = []
     for s in outcome.steps:
         counts: dict[str, int] = {}
@@ -261,7 +261,9 @@ def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
                      "worst_ratio": s.score.worst, "excess": s.score.excess, "passed": s.score.passed,
                      "samples": s.samples, "values": s.score.values, "latency": est,
                      "latency_vs_top": est / costs.top if costs.top > 0 else None, "kept": s.kept,
-                     "chosen": s.patch == outcome.best, "measured_ms": measured.get(f"step {s.step}")})
+                     "chosen": s.patch == outcome.best,
+                     "measured_ms": measured.get("base") if s.step == 0 else measured.get("chosen")
+                     if s.patch == outcome.best and s.samples == "all" else None})
     for r in rows:
         r["pareto"] = not any(o["latency"] <= r["latency"] and o["worst_ratio"] <= r["worst_ratio"] and
                               (o["latency"] < r["latency"] or o["worst_ratio"] < r["worst_ratio"]) for o in rows)
