@@ -3,15 +3,16 @@
 * ``onnxruntime``: **measured** on this CPU. ONNX Runtime's profiler times every kernel of the base
   graph (every group at the stage's precision) and of the graph with every group in FP32, at the
   build's optimization level, in interleaved rounds; a group's cost is its FP32 kernels' time minus
-  its quantized kernels' time (the fused QLinearConv and the Q/DQ nodes inside the group). It can be
-  negative: a depthwise convolution often runs slower in INT8 than in FP32 here.
+  its quantized kernels' time (the fused QLinearConv and the Q/DQ nodes inside the group), plus the
+  Q/DQ kernels it adds at its border. It can be negative: a depthwise convolution often runs slower
+  in INT8 than in FP32 here.
 * ``tensorrt``: **estimated** from FLOPs and bytes (no GPU is needed to search), a roofline per
   compute node: max(FLOPs / peak, bytes / bandwidth) at each precision's datasheet peak
   (:data:`PEAKS`: an H100 SXM's dense tensor-core rates, FP32 as TF32, which TensorRT enables by
   default). Only ratios matter to the search, so the absolute numbers need not match a given GPU.
 
-:func:`measure` times whole graphs (the states a search accepted) the same interleaved way, for
-the accuracy-vs-latency table.
+:func:`measure` times whole graphs (the FP32 graph, the base, the mix a search chose) in
+interleaved rounds, for the accuracy-vs-latency table.
 """
 
 from __future__ import annotations
