@@ -55,7 +55,7 @@ class RepairConfig:
     nodes_per_step: int = 1  # groups the first step raises; each later step raises twice as many
     samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
     screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
-    candidates: int = 12  # top-ranked groups whose effect is measured causally (one evaluation per precision)
+    candidates: int = 12  # top-ranked groups measured leave-one-out to choose FP8 or FP16 (tensorrt INT8)
 
     def __post_init__(self) -> None:
         for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples", "screen_samples", "candidates"):

@@ -7,12 +7,12 @@ What the quantize stage runs when ``quantize.repair.enabled`` and the base graph
    the outputs: independent errors add up this way) ranks the groups, per latency it costs. One
    evaluation per group, on the base graph's own ranges (no recalibration: a candidate is the base
    graph with a patch applied, :mod:`deploykit.quant.patch`).
-2. **Causal measurement** (``repair.samples`` samples) of the ``repair.candidates`` worst groups:
-   the base graph with only that group raised, at each precision its flavour offers, scored by
-   parity's metrics. It is reported, and it picks FP8 over FP16 where FP8 recovers as much (in the
-   tensorrt flavour FP8 costs what INT8 costs). It does not reorder: with the error spread over many
-   layers, raising one of them moves a thresholded task metric by less than its noise on a few
-   samples, where the first-order energy stays steady.
+2. **Leave-one-out measurement** (``repair.samples`` samples) of the ``repair.candidates`` worst
+   groups where the flavour offers a choice of higher precision (tensorrt INT8: FP8 or FP16): the
+   base graph with only that group raised, at each of them, scored by parity's metrics; FP8 is the
+   target where it recovers as much as FP16 (it costs what INT8 costs). It does not reorder: with the
+   error spread over many layers, raising one of them moves a thresholded task metric by less than
+   its noise on a few samples, where the first-order energy stays steady.
 3. **Search** (:mod:`deploykit.quant.search`) for the fastest assignment that passes, with latency
    costs from :mod:`deploykit.quant.latency_cost`.
 
@@ -173,7 +173,7 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     damage = _first_order(ev, list(by_name), high, n_screen)
     ranked = sorted(damage, key=lambda g: -damage[g])[: cfg.candidates]  # stable: graph order breaks ties
     clock.lap("first_order")
-    causal = _causal(ev, ranked, ladder, high, start, costs, n_search)
+    causal = _causal(ev, ranked, ladder, high, start, costs, n_search) if "fp8" in ladder else []
     clock.lap("causal")
     floor = COST_FLOOR * costs.base / max(len(by_name), 1)
     order = rank([Move(g, _target(g, causal, high), damage[g], costs.delta.get(g, {}).get(high, 0.0))

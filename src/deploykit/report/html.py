@@ -147,12 +147,13 @@ def _search(s: dict[str, Any], with_plots: bool) -> str:
            f"artifact. Latency: {e(s['latency'])}. Precisions offered: {e(', '.join(s['precisions']))}.</p>"]
     measured = {r["group"]: r for r in s["sensitivity"]}
     rows = [[f"<code>{e(g)}</code>", e(measured.get(g, {}).get("ops", "")), e(p),
+             str(measured.get(g, {}).get("rank", "")), fmt(measured.get(g, {}).get("alone_damage")),
              fmt(measured.get(g, {}).get("gain", {}).get(p)), fmt(measured.get(g, {}).get("cost", {}).get(p))]
             for g, p in sorted(s["layer_precisions"].items())]
     if rows:
         out.append("<p>Chosen patch (paste into <code>quantize.layer_precisions</code> to replay it):</p>"
-                   + _table(["layer group", "ops", "precision", "gain alone", f"latency cost ({e(s['latency_unit'])})"],
-                            rows, {3, 4}))
+                   + _table(["layer group", "ops", "precision", "rank", "error alone (first order)",
+                             "gain raised alone", f"latency cost ({e(s['latency_unit'])})"], rows, {4, 5, 6}))
     steps = []
     for r in s["table"]:
         counts = ", ".join(f"{k.upper()} {v}" for k, v in sorted(r["precisions"].items()))
