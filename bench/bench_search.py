@@ -205,7 +205,8 @@ def opener(flavour: str) -> Any:
 
 def search_row(name: str, flavour: str, label: str, result: Any) -> dict[str, Any]:
     s = result.repair
-    return {"model": name, "flavour": flavour, "row": label, "wall_s": s.wall_s, "passed": s.check.passed,
+    return {"model": name, "flavour": flavour, "row": label, "wall_s": s.wall_s, "cpu_s": s.cpu_s,
+            "passed": s.check.passed,
             "iou": iou(s.check), "stopped": s.stopped, "evaluations_run": s.evaluations["fresh"],
             "evaluations_reused": s.evaluations["cached"], "precisions": counts(result.base, s.patch),
             "groups_raised": len(s.patch), "latency_method": s.costs.method, "timings": s.timings,
@@ -230,8 +231,8 @@ def main() -> None:
 
 
 def table(rows: list[dict[str, Any]]) -> None:
-    head = f"{'model':44} {'flavour':11} {'row':30} {'wall s':>7} {'IoU':>7} {'pass':>5} {'runs/reused':>11} " \
-           f"{'INT8/FP8/FP16/FP32':>19} {'CPU x FP32':>10}"
+    head = f"{'model':44} {'flavour':11} {'row':30} {'wall s':>7} {'cpu s':>7} {'IoU':>7} {'pass':>5} " \
+           f"{'runs/reused':>11} {'INT8/FP8/FP16/FP32':>19} {'CPU x FP32':>10}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -240,7 +241,8 @@ def table(rows: list[dict[str, Any]]) -> None:
         ev = f"{r['evaluations_run']}/{r['evaluations_reused']}" if "evaluations_run" in r else "-"
         speed = f"{r['cpu_speed_vs_fp32']:.2f}" if "cpu_speed_vs_fp32" in r else \
             (f"~{1 / r['estimated_latency_vs_all_fp16']:.2f}*" if "estimated_latency_vs_all_fp16" in r else "-")
-        print(f"{r['model'][:44]:44} {r['flavour']:11} {r['row'][:30]:30} {r['wall_s']:7.1f} {r['iou']:7.4f} "
+        cpu = f"{r['cpu_s']:7.1f}" if "cpu_s" in r else f"{'-':>7}"
+        print(f"{r['model'][:44]:44} {r['flavour']:11} {r['row'][:30]:30} {r['wall_s']:7.1f} {cpu} {r['iou']:7.4f} "
               f"{'yes' if r['passed'] else 'no':>5} {ev:>11} {mix:>19} {speed:>10}")
     print("* tensorrt: estimated speed vs every layer in FP16 (roofline), not measured")
 

@@ -64,7 +64,7 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour,
              "ort_level": ort_level if flavour == "onnxruntime" else None, "ladder": list(p.ladder)}
     key = cache_key(facts)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
     if previous is not None and previous.get("schema") == CACHE_SCHEMA and previous.get("key") == key:
         ev = Evaluations(judge, build, dict(previous["measurements"]))
@@ -73,7 +73,7 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
         ev, costs = Evaluations(judge, build), _costs(p, base, reference, build, flavour, cfg, ort_level, sample)
     timer = _timer(build, base, reference, sample, ort_level) if flavour == "onnxruntime" else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)
-    result.wall_s = time.perf_counter() - start
+    result.wall_s, result.cpu_s = time.perf_counter() - start, time.process_time() - cpu
     payload = {"schema": CACHE_SCHEMA, "key": key, "facts": facts, "measurements": ev.cache, "costs": costs.to_dict(),
                "reused": previous is not None}
     return result, payload

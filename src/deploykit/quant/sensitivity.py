@@ -96,6 +96,7 @@ class SearchResult:
     ladder: tuple[str, ...]
     data: str
     wall_s: float = 0.0  # the search's own time (measurements, search, final check, timing)
+    cpu_s: float = 0.0  # CPU time it used, all threads (on a shared machine: what it would need alone)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
     @property
@@ -117,7 +118,7 @@ class SearchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.check.passed, "stopped": self.stopped, "patch": dict(sorted(self.patch.items())),
                 "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
-                "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "timings": self.timings, "latency": self.costs.method,
+                "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "timings": self.timings, "latency": self.costs.method,
                 "faster_than_top": self.faster_than_top(),
                 "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
                 "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
