@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 Precision = Literal["fp32", "fp16", "int8", "fp8", "int4"]
+LayerPrecision = Literal["int4", "int8", "fp8", "fp16", "fp32"]  # one layer group's, in quantize.layer_precisions
 TargetPrecision = Literal["any", Precision]  # the build a gate target is for
 Flavour = Literal["tensorrt", "onnxruntime"]  # what a quantized graph is written for
 QuantizeTarget = Literal["auto", Flavour]  # auto: follows build.backend (fp8/int4: tensorrt)

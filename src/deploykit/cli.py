@@ -245,7 +245,7 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
              target: Annotated[Optional[str], typer.Option(help=f"{listed(Flavour)} | auto (follows the backend)")] = None,
              calib_data: Annotated[Optional[Path], typer.Option("--calib-data", help="Folder of images or .npy/.npz files.")] = None,
              method: Annotated[Optional[str], typer.Option(help=listed(Method))] = None,
-             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Exclude the worst nodes until parity holds.")] = False,
+             auto_repair: Annotated[bool, typer.Option("--auto-repair", help="Search for the layers to keep in higher precision until parity holds.")] = False,
              workdir: Workdir = Path(".deploykit"), set_: Sets = None, dim: Dims = None, log_format: LogFormatOpt = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
     from deploykit import api
@@ -292,8 +292,11 @@ def _print_quantize(s: Any) -> None:
                      f"at batch {speed.batch} ({speed.speedup:.2f}x; {speed.speedup_low:.2f}-"
                      f"{speed.speedup_high:.2f}x over {speed.rounds} interleaved rounds)")
     if s.repair:
-        lines.append(f"  repair: {s.repair.iterations} iteration(s), excluded {', '.join(s.repair.excluded_nodes) or '-'}"
-                     f" ({s.repair.stopped})")
+        search = s.repair
+        raised = ", ".join(f"{g} {p}" for g, p in search.layer_precisions.items()) or "-"
+        ev = search.evaluations
+        lines.append(f"  mixed-precision search: {ev.get('fresh', 0)} evaluation(s) run, {ev.get('cached', 0)} reused; "
+                     f"raised {raised} ({search.stopped})")
     notes = [f"  note: {n}" for n in s.notes] + [f"  warning: {w}" for w in s.warnings]
     typer.echo("\n".join(lines + notes))
 

@@ -15,6 +15,7 @@ from deploykit.choices import (
     Flavour,
     InputDtype,
     InputKind,
+    LayerPrecision,
     Method,
     OptimizationLevel,
     Precision,
@@ -197,17 +198,21 @@ class QuantTolerances:
 
 @dataclass(frozen=True)
 class RepairConfig:
-    """The precision-repair loop: exclude the nodes that add most error until parity holds."""
+    """The mixed-precision search (``--auto-repair``): when the quantized model misses parity, raise
+    the layer groups whose measured effect on parity's metrics is largest per latency they cost, the
+    fewest that pass parity's check on its data, then lower what is not needed
+    (``deploykit.quant.sensitivity``, ``deploykit.quant.search``)."""
 
     enabled: bool = False
-    max_iterations: int = 8  # quantize-and-check rounds, the first included
-    max_nodes: int = 12  # nodes the loop may take out of quantization in total
-    nodes_per_step: int = 1
-    samples: int = 8  # calibration samples the check and the per-layer diagnosis run on
-    threshold: float = 0.05  # rel-L2 at which the diagnosis calls a tensor broken
+    max_iterations: int = 32  # states the search evaluates after measuring (the base and confirmations included)
+    max_nodes: int = 64  # layer groups the search may raise above the stage's precision
+    nodes_per_step: int = 1  # groups the first step raises; each later step raises twice as many
+    samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
+    screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
+    candidates: int = 12  # top-ranked groups measured leave-one-out to choose FP8 or FP16 (tensorrt INT8)
 
     def __post_init__(self) -> None:
-        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples"):
+        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples", "screen_samples", "candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"repair.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -246,6 +251,9 @@ class QuantizeConfig:
     check_samples: int = 16  # calibration samples held out of the ranges; the check runs on them
     auto_samples: int = 4  # of those, how many method auto compares its range sets on
     repair: RepairConfig = RepairConfig()
+    # layer group (named after its first node) -> precision, applied to the quantized graph; the
+    # search writes the one it chose into precision.json ready to paste here (then it is replayed)
+    layer_precisions: dict[str, LayerPrecision] = field(default_factory=dict)
     tolerances: QuantTolerances = QuantTolerances()
 
     def __post_init__(self) -> None:

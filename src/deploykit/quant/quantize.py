@@ -1,4 +1,4 @@
-"""Quantize an FP32 ONNX graph: prepare, calibrate (streaming), place Q/DQ, FP16, check, repair.
+"""Quantize an FP32 ONNX graph: prepare, calibrate (streaming), place Q/DQ, FP16, check, mixed precision.
 
 :func:`quantize_model` is the whole quantize stage without the artifact store; the stage and the
 benchmark call it. Which evaluator checks the result depends on the target flavour:
@@ -27,13 +27,15 @@ from deploykit.config import CALIBRATED, QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
 from deploykit.quant.check import Check, Reference, check
+from deploykit.quant.judge import Judge, Judging
 from deploykit.quant.ranges import AUTO_METHODS, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
 
 if TYPE_CHECKING:
     import onnx
 
-    from deploykit.quant.repair import RepairResult
+    from deploykit.quant.mixed import CacheLookup
+    from deploykit.quant.sensitivity import SearchResult
 
 MAX_NONFINITE_FIXES = 4
 
@@ -50,7 +52,8 @@ class Job:
     ort_level: str = "extended"  # the onnxruntime build level the check predicts
     reduce_range: bool = False  # resolved by the caller (see ort_flavour.resolve_reduce_range)
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
-    tolerance: Callable[[str], Any] | None = None  # output -> parity Tolerance; default parity_preset(cfg)
+    judging: Judging = field(default_factory=Judging)  # parity's config, data and reference
+    search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
     # (graph, Q/DQ graph, the ranges it was placed with) by (graph, excluded nodes): the quantizer
     # places Q/DQ once per exclusion set, every range set after that only rewrites scales (see _qdq)
     placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any, Any]] = field(default_factory=dict, init=False,
@@ -70,11 +73,14 @@ class Result:
     check: Check | None
     preparation: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-    repair: RepairResult | None = None
+    repair: SearchResult | None = None
     passthrough: bool = False
     unquantized: dict[str, str] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
     range_samples: int = 0  # calibration samples the ranges come from
-    check_samples: int = 0  # samples the check ran on (held out of the ranges, unless the stream was short)
+    check_samples: int = 0  # samples the check ran on (parity's validation samples, else held out of the ranges)
+    base: onnx.ModelProto | None = None  # the graph every layer_precisions patch applies to
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # the patch in the model (configured or found)
+    search_cache: dict[str, Any] | None = None  # what the search measured, for the artifact
 
 
 def quantize_model(job: Job) -> Result:
@@ -85,7 +91,7 @@ def quantize_model(job: Job) -> Result:
                       ["the model already contains quantization nodes: passed through unchanged "
                        "(quantize.already_quantized: pass)"], passthrough=True)
     _check_combination(job)
-    model, prep = g.prepare(job.model, _min_opset(job), job.where)
+    model, prep = _prepare(job)
     notes = prep.notes
     excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
     excluded.update({n.name: f"{n.op_type} kept in higher precision (quantize.high_precision_ops)"
@@ -165,12 +171,34 @@ def _check_combination(job: Job) -> None:
                          f"(its ops: {', '.join(ops[:12])})", hint="use --precision int8 or fp8 for this model")
 
 
+def _prepare(job: Job) -> tuple[onnx.ModelProto, g.Preparation]:
+    """Prepare at the opset the job needs; the search's FP8 layers in an FP16 graph (opset 21) are
+    given up, with a note, where the opset converter cannot reach 21."""
+    opset = _min_opset(job)
+    if opset != FP8_LAYERS_OPSET or job.cfg.precision != "int8":
+        return g.prepare(job.model, opset, job.where)
+    try:
+        model, prep = g.prepare(job.model, opset, job.where)
+    except ModelError:
+        model, prep = g.prepare(job.model, 19, job.where)
+        prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
+        return model, prep
+    prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
+                  for n in prep.notes]
+    return model, prep
+
+
+FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (TENSORRT.md)
+
+
 def _min_opset(job: Job) -> int:
     p, flavour = job.cfg.precision, job.flavour
     if p == "int4":
         return 21
     if p == "fp16" or (p == "int8" and flavour == "onnxruntime"):
         return 13  # per-channel Q/DQ (and AutoCast) need 13
+    if p == "int8" and job.cfg.repair.enabled and job.cfg.high_precision == "fp16":
+        return FP8_LAYERS_OPSET  # the search may turn INT8 layers into FP8 ones
     return 19  # TensorRT's explicit quantization; FP8 Q/DQ
 
 
@@ -216,7 +244,7 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
 
 
 def _check_count(cfg: QuantizeConfig) -> int:
-    return max(cfg.check_samples, cfg.repair.samples if cfg.repair.enabled else 0)
+    return cfg.check_samples
 
 
 def _max_calibrated(model: onnx.ModelProto) -> set[str]:
@@ -272,9 +300,8 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         samples = _random_samples(model)
     reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
-    memo, tolerance = _Memo(opener), job.tolerance or _preset(job.cfg)
-    evaluate = partial(check, reference, opener=memo, tolerance=tolerance)
-    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance)
+    memo = _Memo(opener)
+    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=_tolerance(job))
     range_sets = _range_sets(job, model, calibration, excluded, samples[0])
     method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
@@ -282,12 +309,13 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
 
         held = len(calibration.held_out)  # calibration samples, never the check's
         job.correction_samples = list(itertools.islice(job.samples, held, held + SAMPLES))
+    judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
     for _ in range(MAX_NONFINITE_FIXES):
-        build = partial(_build, job, model, ranges, fp32=dict(fp32), sample=samples[0])
-        result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
+        base = _build(job, model, ranges, excluded, fp32=dict(fp32), sample=samples[0])
+        result = _mixed_precision(job, model, base, judge, excluded, samples[0], notes)
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
-            result.check_samples = len(reference.samples)
+            result.check_samples = len(judge.samples)
             if job.corrected is not None:
                 notes.append(job.corrected.note())
             result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
@@ -318,6 +346,32 @@ def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excl
             for m in methods}
 
 
+def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any],
+           notes: list[str]) -> Judge:
+    """Parity's judge: its validation samples when configured, else the held-out calibration samples."""
+    from deploykit.config import ParityConfig, parity_preset
+
+    j = job.judging
+    if j.samples:
+        samples, source = j.samples, j.source or f"{len(j.samples)} validation samples"
+    else:
+        samples = held_out
+        source = f"{len(held_out)} held-out calibration samples (no validation data: parity runs on random inputs)"
+    notes.append(f"the check judges on {source}, by parity's tolerances and task checks")
+    return Judge(j.reference or model, samples, opener, j.parity or ParityConfig(), parity_preset(job.cfg),
+                 job.cfg.precision, source)
+
+
+def _tolerance(job: Job) -> Callable[[str], Any]:
+    """Parity's tolerance per output (for ranking range sets; the verdict is the judge's)."""
+    from deploykit.config import ParityConfig, Tolerance, parity_preset
+    from deploykit.metrics.tasks import unordered_outputs
+
+    parity, preset = job.judging.parity or ParityConfig(), parity_preset(job.cfg)
+    unordered = unordered_outputs(parity.tasks)  # post-NMS outputs: only parity's detection check compares them
+    return lambda output: Tolerance() if output in unordered else parity.tolerance(output, preset)
+
+
 def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
                    excluded: dict[str, str], fp32: dict[str, str], sample: dict[str, Any],
                    evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]
@@ -336,13 +390,6 @@ def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[
     return best, range_sets[best]
 
 
-def _preset(cfg: QuantizeConfig) -> Callable[[str], Any]:
-    from deploykit.config import parity_preset
-
-    preset = parity_preset(cfg)
-    return lambda _name: preset
-
-
 def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """Inputs for checking an FP16 conversion when no calibration data is configured."""
     import numpy as np
@@ -355,34 +402,27 @@ def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
              for s in specs} for _ in range(2)]
 
 
-def _run_or_repair(job: Job, model: onnx.ModelProto, build: Callable[..., onnx.ModelProto],
-                   evaluate: Callable[[onnx.ModelProto], Check], excluded: dict[str, str],
-                   samples: list[dict[str, Any]], opener: Callable[..., Any]) -> Result:
-    from deploykit.quant.repair import repair_loop
-
+def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, judge: Judge,
+                     excluded: dict[str, str], sample: dict[str, Any], notes: list[str]) -> Result:
+    """The base graph with the configured layer precisions, judged; the search when it misses parity."""
     cfg = job.cfg
-    if cfg.repair.enabled and cfg.precision in ("int8", "fp8", "int4"):
-        rank = partial(_rank, model, samples=samples, opener=opener, threshold=cfg.repair.threshold)
-        rep = repair_loop(build, evaluate, rank, cfg.repair, excluded)
-        return Result(rep.model, model, {}, RangeSettings(), rep.excluded, {}, rep.check, {}, repair=rep)
-    candidate = build(excluded)
-    return Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, evaluate(candidate), {})
+    if cfg.precision not in ("int8", "fp8", "int4"):
+        return Result(base, model, {}, RangeSettings(), dict(excluded), {}, judge.check(base), {}, base=base)
+    from deploykit.quant import mixed
 
-
-def _rank(reference: onnx.ModelProto, candidate: onnx.ModelProto, excluded: dict[str, str], *,
-          samples: list[dict[str, Any]], opener: Callable[..., Any], threshold: float) -> list[Any]:
-    """The candidate's quantized nodes by the error they add, worst first."""
-    from deploykit.diagnose import diagnose
-
-    report = diagnose(reference, candidate, samples, threshold, top=10**6, candidate_opener=opener)
-    quantized = g.quantized_node_names(candidate)
-    picks, seen = [], set()
-    for t in report.top_growth:
-        node = t.candidate_node
-        if node in quantized and node not in excluded and node not in seen and t.growth > 0:
-            picks.append(dataclasses.replace(t, node=node))
-            seen.add(node)
-    return picks
+    plan = mixed.plan(base, cfg, job.flavour, job.where)
+    candidate = mixed.builder(plan, base, model, cfg.precision)(plan.start)
+    verdict = judge.check(candidate)
+    result = Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, verdict, {}, base=base,
+                    layer_precisions=dict(plan.start))
+    if verdict.passed or verdict.nonfinite or not cfg.repair.enabled:
+        return result
+    search, payload = mixed.search(plan, base, model, judge, cfg, job.flavour, job.ort_level, sample, job.search_cache)
+    notes.append(f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
+                 f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
+                 "reused from an earlier artifact's measurements")
+    return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
+                               layer_precisions=dict(search.patch), search_cache=payload)
 
 
 def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
