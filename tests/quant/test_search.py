@@ -68,8 +68,11 @@ def test_a_depthwise_hardswish_network_reaches_a_task_tolerance_plain_int8_misse
     convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
     assert len([c for c in convs if c in quantized_node_names(fixed.model)]) >= 3  # a patch, not a retreat
     assert len(fixed.layer_precisions) < len(fixed.repair.groups)
-    for step in (s for s in fixed.repair.outcome.steps if s.action == "trim"):  # a lowering it kept is in the answer
-        assert step.score.passed == all(fixed.layer_precisions.get(g, "int8") == p for g, p in step.changes.items())
+    # a lowering that passed on every sample is in the answer, one that failed is not (a pass on the
+    # few search samples alone still needs its confirmation on all of them)
+    for step in (s for s in fixed.repair.outcome.steps if s.action == "trim"):
+        if step.samples == "all" or not step.score.passed:
+            assert step.score.passed == all(fixed.layer_precisions.get(g, "int8") == p for g, p in step.changes.items())
     costs = fixed.repair.costs
     assert costs.of(fixed.layer_precisions) < costs.top  # cheaper than every group at the top precision
 
@@ -89,8 +92,9 @@ def test_the_chosen_patch_replays_to_the_same_graph():
 
 def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
-    loose = QuantTolerances(int8=Tolerance(rel_l2=0.05, cosine=0.998))
-    tight = QuantTolerances(int8=Tolerance(rel_l2=0.035, cosine=0.999))
+    # plain INT8 reaches rel-L2 0.049 here (one-pass calibration, auto method): both limits below it
+    loose = QuantTolerances(int8=Tolerance(rel_l2=0.04, cosine=0.999))
+    tight = QuantTolerances(int8=Tolerance(rel_l2=0.03, cosine=0.9995))
     judging = Judging(probability_map(0.95), val, "8 validation samples")
     stored = {}
 
@@ -109,5 +113,5 @@ def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     # timing: the profiled latency costs order the groups.)
     assert first.repair.evaluations["fresh"] > groups
     assert second.repair.evaluations["fresh"] <= len(second.repair.outcome.steps)
-    assert second.check.passed and second.check.metrics["prob"]["rel_l2"] <= 0.035
+    assert second.check.passed and second.check.metrics["prob"]["rel_l2"] <= 0.03
     assert len(second.layer_precisions) >= len(first.layer_precisions)  # a tighter limit costs more layers

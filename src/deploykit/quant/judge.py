@@ -34,7 +34,7 @@ _MORE = ("cosine", "snr_db")
 # Fields of the task checks that are limits: a measurement does not depend on them (tested).
 LIMIT_FIELDS = frozenset({"min_top1", "min_topk", "min_matched", "min_mean_iou", "max_score_delta", "max_class_flips",
                           "min_pixel_agreement", "min_miou", "max_abs_rel", "min_delta1", "max_ade", "max_fde",
-                          "min_iou"})
+                          "min_iou", "min_recall"})
 _KEPT = ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db", "nonfinite", "ref_nonfinite",
          "ref_absmax", "ref_range")
 
