@@ -268,8 +268,8 @@ def repair_demo(tmp: Path) -> dict[str, Any]:
     fixed = job(path, "int8", "tensorrt", calib, repair=RepairConfig(enabled=True))
     return {"plain_rel_l2": plain.check.worst(), "plain_passed": plain.check.passed,
             "repaired_rel_l2": fixed.check.worst(), "repaired_passed": fixed.check.passed,
-            "iterations": len(fixed.repair.steps), "excluded": fixed.repair.added,
-            "per_step_rel_l2": [s.check.worst() for s in fixed.repair.steps],
+            "iterations": len(fixed.repair.outcome.steps), "excluded": fixed.repair.added,
+            "per_step_rel_l2": [s.score.values.get("features.rel_l2") for s in fixed.repair.outcome.steps],
             "seconds": round(time.perf_counter() - start, 2)}
 
 
@@ -389,7 +389,7 @@ def table(results: dict[str, Any]) -> str:
     lines += ["", "## Repair (outlier-sensitive CNN, tensorrt INT8)", "",
               f"plain INT8 rel-L2 {rep['plain_rel_l2']:.4f} (passed: {rep['plain_passed']}); after repair "
               f"{rep['repaired_rel_l2']:.4f} (passed: {rep['repaired_passed']}) in {rep['iterations']} iterations, "
-              f"excluded {', '.join(rep['excluded'])}; per step {[round(v, 4) for v in rep['per_step_rel_l2']]}"]
+              f"raised {', '.join(rep['excluded'])}; per step {[round(v, 4) for v in rep['per_step_rel_l2'] if v is not None]}"]
     lines += ["", "## CPU speed, onnxruntime flavour (ORT extended, median of interleaved rounds)", "",
               "| model | batch | FP32 ms | deploykit INT8 ms | ORT default INT8 ms | speedup deploykit | speedup ORT default |",
               "|---|---|---|---|---|---|---|"]

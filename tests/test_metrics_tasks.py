@@ -213,8 +213,8 @@ def test_topk_agreement_counts_ties_as_agreeing():
     wrong = np.array([[0.0, 3.0, 3.0, 1.0, 5.0]])  # a different winner
     r = run_check("classification", ClassificationCheck(output="y", k=2), [{"y": ref}], [{"y": wrong}])
     assert r["metrics"]["top1"] == 0.0 and r["metrics"]["topk"] == 0.5
-    with pytest.raises(DataError, match="needs at least 5 classes"):
-        run_check("classification", ClassificationCheck(output="y", k=5), [{"y": ref[:, :3]}], [{"y": ref[:, :3]}])
+    with pytest.raises(DataError, match="needs at least 2 classes"):
+        run_check("classification", ClassificationCheck(output="y", k=5), [{"y": ref[:, :1]}], [{"y": ref[:, :1]}])
 
 
 def test_trajectory_with_mode_scores_compares_each_sides_best_mode_and_top1():
@@ -255,3 +255,85 @@ def test_post_nms_detections_of_different_counts_are_matched_not_compared_elemen
     assert (metrics["missing"], metrics["extra"], metrics["pairs"]) == (1, 0, 3)
     assert metrics["matched"] == pytest.approx(6 / 7) and metrics["class_flips"] == 0
     assert report["passed"]
+
+
+
+# -- packed (YOLO-style) detector outputs ------------------------------------------------------------
+
+def yolo_outputs(n_boxes=200, classes=3, objectness=False, seed=0):
+    """A packed pre-NMS output (1, N, 4[+1]+C) with cxcywh boxes: six confident boxes, the rest noise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(20, 300, (n_boxes, 2))
+    sizes = rng.uniform(20, 40, (n_boxes, 2))
+    cls = rng.uniform(0, 0.1, (n_boxes, classes))
+    confident = np.arange(6) * 30
+    cls[confident, np.arange(6) % classes] = np.linspace(0.6, 0.95, 6)
+    parts = [centres, sizes] + ([np.ones((n_boxes, 1))] if objectness else []) + [cls]
+    return np.concatenate(parts, axis=1)[None].astype(np.float32), confident
+
+
+@pytest.mark.parametrize("objectness", [False, True])
+@pytest.mark.parametrize("layout", ["boxes_by_attributes", "attributes_by_boxes"])
+def test_packed_outputs_are_decoded_and_matched_in_any_order(layout, objectness):
+    from deploykit.config import PackedDetections
+
+    packed, confident = yolo_outputs(objectness=objectness)
+    perm = np.random.default_rng(1).permutation(packed.shape[1])
+    got = packed[:, perm].copy()
+    got[0, :, :2] += 0.5  # every box half a pixel to the right and down
+    if layout == "attributes_by_boxes":  # YOLOv8: (1, 4 + C, N)
+        packed, got = packed.transpose(0, 2, 1), got.transpose(0, 2, 1)
+    check = DetectionCheck(packed=PackedDetections(output="out", objectness=objectness), min_recall=1.0)
+    r = run_check("detection", check, [{"out": packed}], [{"out": got}])
+    m = r["metrics"]
+    assert m["reference_boxes"] == m["candidate_boxes"] == len(confident)
+    assert m["recall"] == 1.0 and m["matched"] == 1.0 and 0.9 < m["mean_iou"] < 0.99
+    assert r["violations"] == []
+
+
+def test_packed_objectness_multiplies_the_class_scores_and_a_lost_box_costs_recall():
+    from deploykit.config import PackedDetections
+
+    packed, confident = yolo_outputs(objectness=True)
+    got = packed.copy()
+    got[0, confident[0], 4] = 0.2  # objectness 0.2: the first confident box falls under the threshold
+    check = DetectionCheck(packed=PackedDetections(output="out", objectness=True), min_recall=0.9)
+    r = run_check("detection", check, [{"out": packed}], [{"out": got}])
+    assert r["metrics"]["recall"] == pytest.approx(5 / 6) and r["metrics"]["missing"] == 1
+    assert any(v.startswith("recall 0.8333 < 0.9") for v in r["violations"])
+
+
+def test_packed_xyxy_boxes_and_bad_shapes_name_the_output():
+    from deploykit.config import PackedDetections
+
+    packed, _ = yolo_outputs()
+    xyxy = packed.copy()
+    xyxy[0, :, 2:4] += xyxy[0, :, :2]  # x0, y0, x0 + w, y0 + h
+    check = DetectionCheck(packed=PackedDetections(output="out", box_format="xyxy"))
+    r = run_check("detection", check, [{"out": xyxy}], [{"out": xyxy}])
+    assert r["metrics"]["mean_iou"] == 1.0 and r["metrics"]["reference_boxes"] == 6
+    with pytest.raises(DataError, match=r"detection\[0\] packed expects at least 6 attributes .* output 'out'"):
+        bad = DetectionCheck(packed=PackedDetections(output="out", objectness=True))
+        run_check("detection", bad, [{"out": packed[..., :5]}], [{"out": packed[..., :5]}])
+
+
+def test_detection_config_takes_packed_or_boxes_and_scores():
+    from deploykit.config import PackedDetections
+    from deploykit.errors import ConfigError
+    from deploykit.typed import from_value
+
+    check = from_value(DetectionCheck, {"packed": {"output": "output0"}, "score_threshold": 0.25}, "parity.tasks.detection[0]")
+    assert check.packed == PackedDetections(output="output0") and check.packed.box_format == "cxcywh"
+    with pytest.raises(ConfigError, match=r"detection\[0\]: needs boxes and scores"):
+        from_value(DetectionCheck, {"score_threshold": 0.25}, "parity.tasks.detection[0]")
+    with pytest.raises(ConfigError, match="not both"):
+        from_value(DetectionCheck, {"packed": {"output": "o"}, "boxes": "b"}, "parity.tasks.detection[0]")
+
+
+def test_classification_k_is_capped_at_the_number_of_classes():
+    ref = np.array([[5.0, 3.0, 1.0], [0.0, 2.0, 1.0]])
+    got = np.array([[5.0, 1.0, 3.0], [0.0, 2.0, 1.0]])
+    r = run_check("classification", ClassificationCheck(output="y"), [{"y": ref}], [{"y": got}])
+    assert r["metrics"]["k"] == 3 and r["metrics"]["topk"] == 1.0 and r["metrics"]["top1"] == 1.0
+    r = run_check("classification", ClassificationCheck(output="y", k=2), [{"y": ref}], [{"y": got}])
+    assert r["metrics"]["k"] == 2 and r["metrics"]["topk"] == 0.75

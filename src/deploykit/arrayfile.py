@@ -22,8 +22,10 @@ from deploykit.errors import DataError
 MAX_BYTES = 4 << 30
 
 
-def read_arrays(path: Path, max_bytes: int = MAX_BYTES) -> Iterator[tuple[str, np.ndarray]]:
-    """(member name, array) for an .npz, or ('', array) for an .npy."""
+def read_arrays(path: Path, max_bytes: int = MAX_BYTES, mmap: bool = False) -> Iterator[tuple[str, np.ndarray]]:
+    """(member name, array) for an .npz, or ('', array) for an .npy. With ``mmap`` an .npy is
+    memory-mapped read-only once its header passed the same checks (a stack of samples is then read
+    a slice at a time); .npz members are always read whole."""
     try:
         if zipfile.is_zipfile(path):
             yield from _npz(path, max_bytes)
@@ -31,7 +33,7 @@ def read_arrays(path: Path, max_bytes: int = MAX_BYTES) -> Iterator[tuple[str, n
         with open(path, "rb") as f:
             _check_header(f, path, "", max_bytes)
             f.seek(0)
-            yield "", _load(f, path, "")
+            yield "", _mapped(path) if mmap else _load(f, path, "")
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from e
 
@@ -79,6 +81,13 @@ def _check_header(f: IO[bytes], path: Path, member: str, max_bytes: int) -> None
     if nbytes > max_bytes:
         raise DataError(f"{where}: declares {list(shape)} {dtype} = {nbytes} bytes (at most {max_bytes})",
                         hint="split the data into smaller files")
+
+
+def _mapped(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError) as e:  # e.g. a file shorter than its header declares
+        raise DataError(f"{path}: truncated or unreadable array ({str(e)[:200]})") from e
 
 
 def _load(f: IO[bytes], path: Path, member: str) -> np.ndarray:

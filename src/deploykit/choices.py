@@ -10,11 +10,14 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 Precision = Literal["fp32", "fp16", "int8", "fp8", "int4"]
+LayerPrecision = Literal["int4", "int8", "fp8", "fp16", "fp32"]  # one layer group's, in quantize.layer_precisions
 TargetPrecision = Literal["any", Precision]  # the build a gate target is for
 Flavour = Literal["tensorrt", "onnxruntime"]  # what a quantized graph is written for
 QuantizeTarget = Literal["auto", Flavour]  # auto: follows build.backend (fp8/int4: tensorrt)
 CalibrationMethod = Literal["max", "entropy", "percentile", "mse"]
-Method = Literal["auto", CalibrationMethod]  # auto: the best of several methods on held-out samples
+# auto: the best of several methods on held-out samples; per_tensor: max, or a clipping method where
+# a tensor's own histogram gains from it (quant/ranges.py PER_TENSOR_GAIN)
+Method = Literal["auto", CalibrationMethod, "per_tensor"]
 Evaluator = Literal["as_written", "onnxruntime"]  # how a graph's numbers are computed on the CPU
 Exporter = Literal["auto", "dynamo", "torchscript"]
 OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runtime graph optimizations
@@ -23,6 +26,8 @@ BackendName = Literal["onnxruntime", "tensorrt"]  # build backends (deploykit.ba
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
 InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]
+# How cross-layer equalization treats a HardSwish between two convolutions (quant/equalize.py)
+EqualizeHardSwish = Literal["exact", "approximate", "skip"]
 
 
 def values(kind: Any) -> tuple[str, ...]:

@@ -252,10 +252,18 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
         typer.echo(f"wrote {output}", err=_STATE["json"])
 
 
+def _sample_counts(s: Any) -> str:
+    """'ranges from 48 of 64 samples, checked on 16 held out' (or on samples the ranges saw, if few)."""
+    if not s.samples:
+        return "no calibration data"
+    held = "held out" if s.range_samples < s.samples else "the ranges also saw"
+    return f"ranges from {s.range_samples} of {s.samples} samples, checked on {s.check_samples} {held}"
+
+
 def _quantize_lines(s: Any) -> list[str]:
     """The quantize stage's summary (a ``QuantizeSummary``) in a few lines."""
-    lines = [f"  {s.precision} for {s.flavour}, {s.method} calibration on {s.samples} samples, "
-             f"{s.quantized_nodes} nodes quantized"]
+    lines = [f"  {s.precision} for {s.flavour}, {s.method} calibration, {s.quantized_nodes} nodes quantized; "
+             f"{_sample_counts(s)}"]
     for name, m in (s.check.metrics if s.check else {}).items():
         lines.append(f"  {name}: rel-L2 {m['rel_l2']:.4g}, cosine {m['cosine']:.6f} ({s.evaluator})")
     if s.excluded or s.kept_fp32:
@@ -263,10 +271,14 @@ def _quantize_lines(s: Any) -> list[str]:
     if s.cpu_speed:
         speed = s.cpu_speed
         lines.append(f"  CPU: FP32 {speed.fp32_ms:.3f} ms, {s.precision.upper()} {speed.quantized_ms:.3f} ms "
-                     f"at batch {speed.batch} ({speed.speedup:.2f}x)")
+                     f"at batch {speed.batch} ({speed.speedup:.2f}x; {speed.speedup_low:.2f}-"
+                     f"{speed.speedup_high:.2f}x over {speed.rounds} interleaved rounds)")
     if s.repair:
-        lines.append(f"  repair: {s.repair.iterations} iteration(s), excluded {', '.join(s.repair.excluded_nodes) or '-'}"
-                     f" ({s.repair.stopped})")
+        search = s.repair
+        raised = ", ".join(f"{g} {p}" for g, p in search.layer_precisions.items()) or "-"
+        ev = search.evaluations
+        lines.append(f"  mixed-precision search: {ev.get('fresh', 0)} evaluation(s) run, {ev.get('cached', 0)} reused; "
+                     f"raised {raised} ({search.stopped})")
     return lines + [f"  note: {n}" for n in s.notes]
 
 

@@ -55,7 +55,7 @@ Duration = Annotated[Optional[float], typer.Option("--duration", min=0.0, help="
 Remeasure = Annotated[bool, typer.Option("--remeasure", help="Measure again instead of reusing a stored measurement (reruns only the gate).")]
 TimingCache = Annotated[Optional[Path], typer.Option("--timing-cache", help="TensorRT timing cache file: read before the build, written after (sets build.tensorrt.timing_cache_file).")]
 Plugins = Annotated[Optional[list[Path]], typer.Option("--plugins", help="Plugin library (repeatable; sets build.plugins).")]
-AutoRepair = Annotated[bool, typer.Option("--auto-repair", help="Quantized: keep the nodes that add the most error out of quantization until the check passes (sets quantize.repair.enabled).")]
+AutoRepair = Annotated[bool, typer.Option("--auto-repair", help="Quantized: search for the fastest mix of layer precisions that passes parity (sets quantize.repair.enabled).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 

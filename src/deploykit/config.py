@@ -11,10 +11,12 @@ from typing import Any, Literal
 
 from deploykit.choices import (
     BackendName,
+    EqualizeHardSwish,
     Exporter,
     Flavour,
     InputDtype,
     InputKind,
+    LayerPrecision,
     Method,
     OptimizationLevel,
     Precision,
@@ -204,17 +206,21 @@ class QuantTolerances:
 
 @dataclass(frozen=True)
 class RepairConfig:
-    """The precision-repair loop: exclude the nodes that add most error until parity holds."""
+    """The mixed-precision search (``--auto-repair``): when the quantized model misses parity, raise
+    the layer groups whose measured effect on parity's metrics is largest per latency they cost, the
+    fewest that pass parity's check on its data, then lower what is not needed
+    (``deploykit.quant.sensitivity``, ``deploykit.quant.search``)."""
 
     enabled: bool = False
-    max_iterations: int = 8  # quantize-and-check rounds, the first included
-    max_nodes: int = 12  # nodes the loop may take out of quantization in total
-    nodes_per_step: int = 1
-    samples: int = 8  # calibration samples the check and the per-layer diagnosis run on
-    threshold: float = 0.05  # rel-L2 at which the diagnosis calls a tensor broken
+    max_iterations: int = 32  # states the search evaluates after measuring (the base and confirmations included)
+    max_nodes: int = 64  # layer groups the search may raise above the stage's precision
+    nodes_per_step: int = 1  # groups the first step raises; each later step raises twice as many
+    samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
+    screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
+    candidates: int = 12  # top-ranked groups measured leave-one-out to choose FP8 or FP16 (tensorrt INT8)
 
     def __post_init__(self) -> None:
-        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples"):
+        for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples", "screen_samples", "candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"repair.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -237,6 +243,11 @@ class QuantizeConfig:
     per_channel: bool = True  # per-channel weight scales
     reduce_range: Literal["auto", "on", "off"] = "auto"  # onnxruntime: 7-bit weights; auto = on without VNNI
     already_quantized: Literal["refuse", "pass"] = "refuse"  # a model with Q/DQ or ConvInteger
+    # cross-layer equalization of Conv pairs before calibration (quant/equalize.py); HardSwish between
+    # them: rewritten per channel (exact), kept (approximate: changes the FP32 function) or not equalized
+    equalize: bool = False
+    equalize_hardswish: EqualizeHardSwish = "exact"
+    bias_correction: bool = False  # subtract each quantized layer's mean output error from its bias (quant/bias.py)
     exclude_nodes: tuple[str, ...] = ()  # node names kept out of quantization
     exclude_op_types: tuple[str, ...] = ()
     exclude_patterns: tuple[str, ...] = ()  # regular expressions matched against node names
@@ -245,8 +256,12 @@ class QuantizeConfig:
     # them added error and cost time; see examples/planner/README.md. [] quantizes them too.
     high_precision_ops: tuple[str, ...] = ("LayerNormalization", "Softmax")
     int4_block_size: int = 128
-    check_samples: int = 16  # calibration samples held out of the ranges; the check (and auto) runs on them
+    check_samples: int = 16  # calibration samples held out of the ranges; the check runs on them
+    auto_samples: int = 4  # of those, how many method auto compares its range sets on
     repair: RepairConfig = RepairConfig()
+    # layer group (named after its first node) -> precision, applied to the quantized graph; the
+    # search writes the one it chose into precision.json ready to paste here (then it is replayed)
+    layer_precisions: dict[str, LayerPrecision] = field(default_factory=dict)
     tolerances: QuantTolerances = QuantTolerances()
 
     def __post_init__(self) -> None:
@@ -261,6 +276,8 @@ class QuantizeConfig:
             raise ValueError(f"fp16_limit must be in (0, 65504], got {self.fp16_limit}")
         if self.check_samples < 1:
             raise ValueError(f"check_samples must be >= 1, got {self.check_samples}")
+        if self.auto_samples < 1:
+            raise ValueError(f"auto_samples must be >= 1, got {self.auto_samples}")
         for pattern in self.exclude_patterns:
             try:
                 re.compile(pattern)
@@ -301,7 +318,7 @@ class ClassificationCheck:
     """Top-1 and top-k agreement of a score/logit output; tied scores count as agreeing."""
 
     output: str
-    k: int = 5
+    k: int = 5  # capped at the output's number of classes (min(5, classes) by default)
     axis: int = -1  # the class axis
     min_top1: float = 0.99  # fraction of rows whose top-1 class agrees
     min_topk: float = 0.95  # mean overlap of the top-k sets
@@ -312,13 +329,30 @@ class ClassificationCheck:
 
 
 @dataclass(frozen=True)
-class DetectionCheck:
-    """Boxes matched by IoU between reference and candidate, independent of their order."""
+class PackedDetections:
+    """One YOLO-style output holding every candidate box: ``[B, N, 4(+1)+C]`` or ``[B, 4(+1)+C, N]``
+    (YOLOv5/YOLOX write the first, YOLOv8 the second), decoded before matching: boxes are the first
+    four attributes, the class scores the rest (times the objectness at attribute 4, if any)."""
 
-    boxes: str  # output (..., N, 4)
-    scores: str  # output (..., N) or (..., N, classes)
+    output: str
+    box_format: Literal["cxcywh", "xyxy"] = "cxcywh"  # YOLO exports write centre and size
+    objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
+    layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
+
+
+@dataclass(frozen=True)
+class DetectionCheck:
+    """Boxes matched by IoU between reference and candidate, independent of their order.
+
+    The boxes come from ``boxes`` + ``scores`` (+ ``classes``) outputs, or from one ``packed``
+    output as exported detectors write it (no surgery needed).
+    """
+
+    boxes: str | None = None  # output (..., N, 4)
+    scores: str | None = None  # output (..., N) or (..., N, classes)
     classes: str | None = None  # output (..., N) of class ids, when scores hold one score per box
-    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"
+    packed: PackedDetections | None = None  # instead of boxes/scores/classes
+    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"  # of ``boxes`` (``packed`` has its own)
     score_threshold: float = 0.3  # boxes scoring below it on both sides are ignored
     score_margin: float = 0.05  # a box just under the threshold on one side may still match
     match_iou: float = 0.5  # pairs below this IoU are no match
@@ -329,6 +363,13 @@ class DetectionCheck:
     # false for post-NMS outputs: their number and order of boxes are data-dependent, so only this
     # check compares them (an elementwise comparison would need equal shapes and order).
     elementwise: bool = True
+    min_recall: float = 0.0  # reference boxes above threshold that the candidate matches (reported always)
+
+    def __post_init__(self) -> None:
+        if self.packed is not None and (self.boxes or self.scores or self.classes):
+            raise ValueError("give either packed or boxes/scores/classes, not both")
+        if self.packed is None and not (self.boxes and self.scores):
+            raise ValueError("needs boxes and scores (the output names), or packed: {output: NAME}")
 
 
 @dataclass(frozen=True)

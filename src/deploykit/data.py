@@ -21,6 +21,7 @@ import numpy as np
 from deploykit.errors import ConfigError, DataError
 from deploykit.hashing import digest_file
 from deploykit.imagemodes import Conversion
+from deploykit.limits import LimitsConfig
 from deploykit.usercode import importable_from
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp")
@@ -74,13 +75,16 @@ class InputInfo:
     shape: tuple[int | str, ...]  # str = dynamic
     dtype: str
     kind: str = "tensor"  # deploykit.config.InputSpec.kind
+    batch_range: tuple[int, int] | None = None  # a dynamic first dim's configured (min, max)
 
 
 class DataSource:
     """Streams validated samples (dicts of input name -> array with a leading batch dim)."""
 
-    def __init__(self, cfg: DataConfig, base_dir: Path, inputs: list[InputInfo], what: str = "data") -> None:
+    def __init__(self, cfg: DataConfig, base_dir: Path, inputs: list[InputInfo], what: str = "data",
+                 max_input_mib: float = LimitsConfig.max_input_mib) -> None:
         self.cfg, self.base_dir, self.inputs, self.what = cfg, base_dir, inputs, what
+        self.max_input_bytes = max_input_mib * 2**20  # limits.max_input_mib, per input tensor of a sample
 
     def path(self, p: str) -> Path:
         q = Path(p)
@@ -153,7 +157,7 @@ class DataSource:
                 yield str(f), {name: sample}
         else:
             for f in self._files():  # .npz files keyed by input name need no 'input:'; a bare .npy does
-                yield from _from_array_file(f, self._single_input)
+                yield from _from_array_file(f, self._single_input, self.inputs, self.what)
 
     def _from_function(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         module_name, _, fn_name = self.cfg.function.partition(":")  # type: ignore[union-attr]
@@ -194,6 +198,10 @@ class DataSource:
             arr = sample[name]
             if arr.ndim == len(info.shape) - 1:
                 arr = arr[None]  # a single sample without its batch dim
+            if arr.nbytes > self.max_input_bytes:
+                raise DataError(f"{where}: input {info.name!r} of shape {list(arr.shape)} takes {arr.nbytes / 2**20:.1f} "
+                                f"MiB, above limits.max_input_mib ({self.max_input_bytes / 2**20:g})",
+                                hint="give smaller samples, or raise limits.max_input_mib")
             _check_array(arr, info, where)
             out[name] = arr
         return out
@@ -218,11 +226,18 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
                             hint="a fully masked attention row is NaN in every runtime; keep one valid element per row")
 
 
-def _from_array_file(path: Path, default_input: Callable[[], str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+def _from_array_file(path: Path, default_input: Callable[[], str], inputs: list[InputInfo], what: str
+                     ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """One file's samples: one, or several where the arrays are stacked on their first axis."""
     from deploykit.arrayfile import read_arrays
+    from deploykit.stacking import unstack
 
-    arrays = dict(read_arrays(path))  # headers checked first: numeric, bounded; never unpickled
-    yield str(path), {default_input(): arrays[""]} if "" in arrays else arrays
+    # Headers checked first: numeric, bounded; never unpickled. A .npy is memory-mapped, so a stack
+    # of samples is read one sample at a time.
+    arrays = dict(read_arrays(path, mmap=True))
+    sample = {default_input(): arrays[""]} if "" in arrays else arrays
+    yield from unstack(sample, {i.name: i.shape for i in inputs}, str(path), what,
+                       {i.name: i.batch_range for i in inputs if i.batch_range})
 
 
 def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None = None) -> np.ndarray:
@@ -261,7 +276,11 @@ def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None =
 
 def inputs_from_config(config: Any) -> list[InputInfo]:
     """The model's inputs as the config declares them (dynamic dims by name)."""
-    return [InputInfo(s.name, tuple(s.shape), s.dtype, s.kind) for s in config.inputs]
+    def batch_range(spec: Any) -> tuple[int, int] | None:
+        d = config.dims.get(spec.shape[0]) if spec.shape and isinstance(spec.shape[0], str) else None
+        return (d.min, d.max) if d is not None else None
+
+    return [InputInfo(s.name, tuple(s.shape), s.dtype, s.kind, batch_range(s)) for s in config.inputs]
 
 
 def _relative(path: Path, root: Path) -> str:

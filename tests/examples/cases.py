@@ -11,8 +11,6 @@ import deploykit
 from deploykit.config import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-MODELOPT_GET_FIRST = ("ModelOpt calls get_first() on the calibration reader of graphs with MatMul/Gemm; "
-                      "deploykit's ReplayReader lacks it (i12a fixes quant/reader.py)")
 
 
 def convert(config: Path, store: Path, precision: str = "fp32", target: str = "auto", **overrides: Any) -> Any:

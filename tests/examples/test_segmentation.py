@@ -43,8 +43,9 @@ def test_fp8_passes_the_task_parity(store):
 
 # Measured: INT8 (either flavour) reaches rel-L2 0.083-0.086 and mIoU 0.92 without repair; the
 # repair loop (the config holds it to rel-L2 0.05) gets mIoU 0.95 and pixel agreement 0.99, but the
-# validation rel-L2 stays at 0.058-0.060 > 0.05 (its check on 6 held-out calibration images passes).
-INT8_MISSES = "INT8 on the depthwise/HardSwish segmenter: validation rel-L2 0.058 > 0.05 after repair (measured)"
+# validation rel-L2 stays at 0.052-0.060 > 0.05 (its check on 6 held-out calibration images passes;
+# after issue 12's calibration: onnxruntime 0.059, tensorrt 0.052 with mIoU 0.9495 < 0.95).
+INT8_MISSES = "INT8 on the depthwise/HardSwish segmenter: validation rel-L2 0.052-0.059 > 0.05 after repair (measured)"
 
 
 @pytest.mark.slow

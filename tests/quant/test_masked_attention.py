@@ -9,13 +9,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import deploykit
-from deploykit.onnxio import load_model
-from deploykit.quant.evaluate import open_as_ort_computes
+from deploykit.graph.files import load_model
+from deploykit.graph.run import session_from_onnx
 from deploykit.quant.ranges import RangeSettings, calibrate
 from tests.test_input_kinds import write_model
-
-MODELOPT_GET_FIRST = ("ModelOpt calls get_first() on the calibration reader of graphs with MatMul/Gemm; "
-                      "deploykit's ReplayReader lacks it (fixed by i12a in quant/reader.py)")
 
 
 def masked_logits_model():
@@ -62,9 +59,9 @@ def masked_model(tmp_path_factory):
     """), root / "store"
 
 
-def padded_perturbed(model_path, opener):
+def padded_perturbed(model_path, evaluator):
     """Outputs for inputs whose padded tokens (2 and 3 of 4) hold two very different values."""
-    session = opener(load_model(model_path))
+    session = session_from_onnx(load_model(model_path), evaluator)
     rng = np.random.default_rng(3)
     tokens = rng.standard_normal((2, 4, 8)).astype(np.float32)
     padding = np.broadcast_to(np.arange(4) >= 2, (2, 4)).copy()
@@ -82,20 +79,17 @@ def test_int8_keeps_the_masking_path_exact(masked_model):
     assert excluded and all("holds ±inf (masking)" in why for why in excluded.values())
     assert {"Where", "Softmax"} <= {n.op_type for n in load_model(result.artifacts["model"].file("model.onnx")).graph.node
                                     if n.name in excluded}
-    a, b = padded_perturbed(result.artifacts["model"].file("model.onnx"), open_as_ort_computes)
+    a, b = padded_perturbed(result.artifacts["model"].file("model.onnx"), "onnxruntime")
     # the valid tokens' outputs: padded tokens get exactly zero weight, quantized or not
     assert np.array_equal(a["mixed"][:, :2], b["mixed"][:, :2])
     assert not np.array_equal(a["mixed"][:, 2:], b["mixed"][:, 2:])  # (the padded tokens' own outputs do change)
 
 
-@pytest.mark.xfail(strict=True, reason=MODELOPT_GET_FIRST)
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
 def test_tensorrt_flavour_keeps_the_masking_path_exact(masked_model, precision):
-    from deploykit.quant.evaluate import open_as_written
-
     cfg, store = masked_model
     result = deploykit.convert(cfg, workdir=store, quantize__precision=precision, quantize__target="tensorrt",
                                gate__iterations=2)
     assert result.passed, repr(result)
-    a, b = padded_perturbed(result.artifacts["model"].file("model.onnx"), open_as_written)
+    a, b = padded_perturbed(result.artifacts["model"].file("model.onnx"), "as_written")
     assert np.array_equal(a["mixed"][:, :2], b["mixed"][:, :2])

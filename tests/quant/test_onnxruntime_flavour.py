@@ -161,3 +161,74 @@ def test_an_excluded_node_after_a_fused_clip_gets_the_clip_and_its_bounds_back()
     assert {"clip_lo", "clip_hi"} <= {t.name for t in result.model.graph.initializer}
     onnx.checker.check_model(result.model, full_check=True)
     assert result.check.passed
+
+
+@pytest.mark.parametrize("make, data", [(models.classifier, lambda: models.images(24)),
+                                        (models.encoder, lambda: models.tokens(24)),
+                                        (lambda: models.depthwise(), lambda: models.images(24, size=32))])
+def test_rescaling_the_qdq_graph_gives_what_the_quantizer_writes_for_those_ranges(make, data):
+    """Method auto runs ORT's quantizer once and rewrites scales, zero points and int32 biases per
+    range set: the result must be the graph the quantizer itself writes for that set, bit for bit."""
+    from deploykit.quant import graph as g
+    from deploykit.quant.ranges import RangeSettings, calibrate
+
+    samples = data()
+    model = g.infer_shapes(ort_flavour.preprocess(g.prepare(make(), 13, "x")[0], []))
+    g.name_nodes(model)
+    sets = calibrate(model, samples, RangeSettings("auto"), ("max", "percentile")).sets
+    assert sets["max"] != sets["percentile"]
+    placed = ort_flavour.quantize(model, samples[0], sets["max"], exclude=[], per_channel=True, reduce_range=True)
+    direct = ort_flavour.quantize(model, samples[0], sets["percentile"], exclude=[], per_channel=True, reduce_range=True)
+    rescaled = ort_flavour.rescale(placed, model, sets["percentile"], placed_with=sets["max"])
+    want = {i.name: numpy_helper.to_array(i) for i in direct.graph.initializer}
+    got = {i.name: numpy_helper.to_array(i) for i in rescaled.graph.initializer}
+    assert set(got) == set(want)
+    assert all(got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]) for k in want)
+    assert [n.SerializeToString() for n in rescaled.graph.node] == [n.SerializeToString() for n in direct.graph.node]
+    changed = [k for k in want if not np.array_equal(want[k], numpy_helper.to_array(
+        next(i for i in placed.graph.initializer if i.name == k)))]
+    assert any(k.endswith("_scale") for k in changed) and any(k.endswith("bias_quantized") for k in changed)
+
+
+def test_a_quantizer_holding_another_tensors_parameters_is_requantized_not_rescaled():
+    """ORT shares one scale along a MatMul -> Slice -> Reshape chain; rescaling each quantizer from
+    its own tensor's range would write a graph the quantizer never writes (the planner example's
+    scores went to rel-L2 0.41 that way). Method auto then runs the quantizer for that set."""
+    from deploykit.quant import graph as g
+    from deploykit.quant.ranges import RangeSettings, calibrate
+    from deploykit.quant.scales import activation_quantizers
+
+    samples = models.sliced_token_samples(12)
+    model = g.infer_shapes(ort_flavour.preprocess(g.prepare(models.sliced_tokens(), 13, "x")[0], []))
+    g.name_nodes(model)
+    sets = calibrate(model, samples, RangeSettings("auto"), ("max", "percentile")).sets
+    assert sets["max"]["s"].absmax < sets["max"]["h"].absmax / 2
+    placed = ort_flavour.quantize(model, samples[0], sets["max"], exclude=[], per_channel=True, reduce_range=True)
+    inits = {i.name: numpy_helper.to_array(i) for i in placed.graph.initializer}
+    scale = {src: inits[q.input[1]] for q, src in activation_quantizers(placed)}
+    assert scale["s"] == scale["r"] == scale["h"]  # the chain shares h's parameters
+    assert ort_flavour.rescale(placed, model, sets["percentile"], placed_with=sets["max"]) is None
+    result = quantize(models.sliced_tokens(), samples, method="auto")
+    direct = ort_flavour.quantize(result.reference, samples[0], result.ranges, exclude=sorted(result.excluded),
+                                  per_channel=True, reduce_range=ort_flavour.resolve_reduce_range("auto"))
+    want = {i.name: numpy_helper.to_array(i) for i in direct.graph.initializer}
+    got = {i.name: numpy_helper.to_array(i) for i in result.model.graph.initializer}
+    assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_orts_own_calibration_does_not_run(monkeypatch):
+    """deploykit's ranges are the calibration: ORT builds no augmented graph and runs no sample."""
+    calls = []
+    import onnxruntime
+
+    real = onnxruntime.InferenceSession.__init__
+    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    from deploykit.quant import graph as g
+    from deploykit.quant.ranges import RangeSettings, collect_ranges
+
+    model = g.prepare(models.cnn((8, 16)), 13, "x")[0]
+    ranges = collect_ranges(model, models.images(4), RangeSettings("max"))
+    calls.clear()
+    out = ort_flavour.quantize(model, models.images(1)[0], ranges, exclude=[], per_channel=True, reduce_range=False)
+    assert calls == [] and any(n.op_type == "QuantizeLinear" for n in out.graph.node)

@@ -91,14 +91,28 @@ def test_missing_activation_in_the_config_combination_is_a_config_error():
 
 
 @pytest.mark.parametrize("flavour", ["tensorrt", "onnxruntime"])
-def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour):
-    result = quantize_model(job(models.cnn((16, 16)), flavour, samples=models.images(64)))
+def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour, monkeypatch):
+    from deploykit.config import parity_preset
+    from deploykit.quant import modelopt_flavour, ort_flavour
+    from deploykit.quant.check import Reference, check
+    from deploykit.quant.quantize import _opener
+
+    calls = []
+    for module in (modelopt_flavour, ort_flavour):
+        real = module.quantize
+        monkeypatch.setattr(module, "quantize", lambda *a, _real=real, **k: calls.append(1) or _real(*a, **k))
+    samples = models.images(64)
+    the_job = job(models.cnn((16, 16)), flavour, samples=samples, high_precision="fp32")
+    result = quantize_model(the_job)
     note = next(n for n in result.notes if n.startswith("calibration method auto"))
-    listed = note.split(": mean rel-L2 on the held-out check samples ")[1].split(" -> ")[0]
+    listed = note.split(": mean rel-L2 on 4 held-out samples ")[1].split(" -> ")[0]
     scores = {m: float(v) for m, v in (item.split() for item in listed.split(", "))}
     assert set(scores) == {"max", "percentile", "mse"}
     chosen = result.settings.method
     assert scores[chosen] == min(scores.values())
-    assert result.check.typical() == pytest.approx(scores[chosen], rel=1e-3)
+    assert len(calls) == 1  # the quantizer placed Q/DQ once; each range set only rewrote scales
+    preset = parity_preset(the_job.cfg)
+    again = check(Reference(result.reference, samples[:4]), result.model, _opener(the_job), lambda _: preset)
+    assert again.typical() == pytest.approx(scores[chosen], rel=1e-3)  # the chosen graph is the one scored (4 digits)
     assert "the first 16 are held out" in " ".join(result.notes)
     assert {r.method for r in result.ranges.values()} <= {chosen, "max"}  # bounded/outputs stay at max

@@ -51,3 +51,18 @@ def test_replay_reader_rewinds_itself_for_the_next_consumer():
     first_pass = [reader.get_next(), reader.get_next(), reader.get_next()]
     assert first_pass[2] is None
     assert reader.get_next()["x"] is samples[0]["x"]  # ModelOpt reads its reader more than once
+
+
+def test_readers_offer_modelopts_get_first_without_advancing():
+    """ModelOpt calls get_first() for one shape-finding inference on graphs with MatMul/Gemm."""
+    samples = [{"x": np.zeros(1)}, {"x": np.ones(1)}]
+    reader = replay_reader(samples)
+    assert reader.get_first()["x"] is samples[0]["x"]
+    assert reader.get_next()["x"] is samples[0]["x"]  # get_first did not advance
+    assert reader.get_first()["x"] is samples[0]["x"]
+    assert reader.get_next()["x"] is samples[1]["x"]
+    src = CountingSource(10)
+    streaming = streaming_reader(SampleStream(src))
+    assert int(streaming.get_first()["x"][0, 0]) == 0
+    assert int(streaming.get_next()["x"][0, 0]) == 0
+    assert int(streaming.get_next()["x"][0, 0]) == 1

@@ -61,3 +61,33 @@ def test_mse_on_the_fp8_grid_clips_less_than_on_the_int8_grid():
 def test_all_zero_tensor_keeps_its_zero_range():
     h = thresholds.abs_histogram(np.zeros(10), 0.0, 2048)
     assert thresholds.entropy(h, 0.0) == 0.0 and thresholds.percentile(h, 0.0, 99.9) == 0.0
+
+
+def test_quantization_error_of_uniform_values_is_a_twelfth_of_the_step_squared():
+    hist = np.full(127 * 64, 10)  # uniform over [0, 1]: 64 bins per INT8 step
+    step = 1.0 / 127
+    assert thresholds.quantization_error(hist, 1.0, 1.0) == pytest.approx(step**2 / 12, rel=0.01)
+    # clipping at half the range: the upper half's values all lose their distance to 0.5
+    clipped = thresholds.quantization_error(hist, 1.0, 0.5)
+    assert clipped == pytest.approx(0.5 * (0.5**2) / 3 + 0.5 * (step / 2) ** 2 / 12, rel=0.02)
+
+
+def test_entropy_scores_every_candidate_as_the_kl_divergence_of_its_clipped_histogram():
+    """The vectorised KL equals KL(P || Q) computed directly for a few candidate thresholds."""
+    x = np.abs(np.random.default_rng(4).standard_t(3, 100_000))
+    h, _ = np.histogram(x, bins=1024, range=(0, x.max()))
+    h = h.astype(np.float64)
+    for i in (128, 300, 777, 1024):
+        ref = h[:i].copy()
+        ref[-1] += h[i:].sum()
+        kept = h[:i]
+        q = np.zeros(i)
+        for j in range(128):
+            lo, hi = (j * i) // 128, ((j + 1) * i) // 128
+            nz = kept[lo:hi] > 0
+            if nz.any():
+                q[lo:hi][nz] = kept[lo:hi].sum() / nz.sum()
+        p, q = ref / ref.sum(), q / q.sum()
+        want = np.sum(p[p > 0] * np.log(p[p > 0] / q[p > 0])) if np.all(q[p > 0] > 0) else np.inf
+        got = thresholds._kl_all(h, np.array([i]), 128)[0]
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12)

@@ -75,3 +75,21 @@ def test_without_matplotlib_the_page_renders_and_says_so(tiny, tmp_path, monkeyp
     assert run_cli("report", "tiny", "-w", str(store), "-o", str(out))[0] == 0
     page = out.read_text()
     assert "base64" not in page and "needs matplotlib" in page and ">Parity" in page
+
+
+def test_the_search_plot_draws_with_the_figure_api_and_leaves_pyplot_alone():
+    """Reports render inside other programs (notebooks, CI): drawing must not pick a backend or touch
+    pyplot's global state."""
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install matplotlib)")
+    import subprocess
+    import sys
+
+    code = ("import sys, base64\n"
+            "from deploykit.report import plots\n"
+            "rows = [{'step': i, 'latency_vs_top': 0.6 + 0.1 * i, 'worst_ratio': 3.0 / (i + 1), 'passed': i > 2,\n"
+            "         'kept': i in (0, 3), 'chosen': i == 3} for i in range(5)]\n"
+            "uri = plots.search_pareto(rows, 'ms')\n"
+            "assert base64.b64decode(uri.split(',', 1)[1])[:8] == b'\\x89PNG\\r\\n\\x1a\\n'\n"
+            "assert 'matplotlib.pyplot' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -144,7 +144,8 @@ def test_validation_data_replaces_random_inputs(tmp_path):
 @pytest.mark.parametrize("array, message", [
     (np.ones((2, 7), np.float32), "input 'x' has shape [2, 7], the model expects ['batch', 8]"),
     (np.ones((2, 8), np.float64), "input 'x' has dtype float64, the model expects float32"),
-    (np.ones((3, 8), np.float32), "input 'x' axis 0 is 3, outside dim 'batch' range [1, 2]"),
+    # [3, 8] would be a stack of 3 samples (3 is no batch the model takes); [1, 3, 8] is one sample of batch 3
+    (np.ones((1, 3, 8), np.float32), "input 'x' axis 0 is 3, outside dim 'batch' range [1, 2]"),
 ])
 def test_validation_data_that_does_not_match_the_inputs_exits_4(tmp_path, array, message):
     cfg = write(tmp_path, mlp(), "validation: {files: val.npy}\n")

@@ -51,6 +51,21 @@ def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, o
     summary = json.loads((tmp_path / "out" / "manifest.json").read_text())["summary"]
     assert summary["flavour"] == "tensorrt" and summary["check"]["passed"] and summary["evaluate"] == "as_written"
     assert "  int8 for tensorrt" in out and "head_out: rel-L2" in out and "quantize: PASS" in out
+    # a quarter of a short stream is held out: the CLI says how many samples set the ranges, how many checked
+    assert (summary["range_samples"], summary["check_samples"]) == (9, 3) and ranges["range_samples"] == 9
+    assert "ranges from 9 of 12 samples, checked on 3 held out" in out
+
+
+def test_a_stacked_npz_calibrates_as_its_samples_and_the_cli_says_so(tmp_path, onnx_model):
+    """A [24, 3, H, W] file is 24 samples (it was refused as one sample of the wrong shape)."""
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([s["x"] for s in models.images(24)]))
+    code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "onnxruntime",
+                             "--calib-data", str(tmp_path / "calib.npz"), "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    assert "holds 24 samples stacked on the first axis of x" in out
+    assert "ranges from 18 of 24 samples, checked on 6 held out" in out
+    summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
+    assert (summary["samples"], summary["range_samples"], summary["check_samples"]) == (24, 18, 6)
 
 
 def test_unchanged_data_reuses_the_artifact_and_changed_data_recalibrates(tmp_path, onnx_model):
@@ -117,15 +132,29 @@ def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(
     assert code == 1 and "misses its tolerance" in err and "--auto-repair" in err
     code, out, err = run_cli(*args, "--auto-repair", "-o", str(tmp_path / "out"))
     assert code == 0, err
-    assert "repair: 2 iteration(s), excluded conv1 (passed)" in out
+    assert "mixed-precision search:" in out and "raised conv1 " in out and "(passed)" in out
     report = json.loads((tmp_path / "out" / "precision.json").read_text())
-    assert report["repair"]["excluded_nodes"] == ["conv1"] and len(report["repair"]["steps"]) == 2
+    search = report["search"]
+    assert "conv1" in search["layer_precisions"] and report["layer_precisions"] == search["layer_precisions"]
+    assert search["passed"] and search["table"][0]["action"] == "base" and not search["table"][0]["passed"]
+    assert (tmp_path / "out" / "base.onnx").is_file() and (tmp_path / "out" / "sensitivity.json").is_file()
     code, _, err = run_cli("report", summary_run_name(tmp_path / "store"), "-w", str(tmp_path / "store"),
                            "-o", str(tmp_path / "r.html"))
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
-    assert "Repair loop (passed)" in page and "<h3>Precision patch</h3>" in page
-    assert "<code>conv1</code>" in page and "repair step 1: adds rel-L2" in page
+    assert "Mixed-precision search: " in page and "quantize.layer_precisions" in page
+    section = page[page.index("Mixed-precision search: "):].split("<h2")[0]
+    assert "<code>conv1</code>" in section and "data:image/png;base64," in section  # the Pareto plot
+
+
+def test_a_spent_search_budget_says_so_and_does_not_suggest_enabling_it(tmp_path):
+    model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
+    calib = write_images(tmp_path / "calib", 16)
+    code, _, err = run_cli("quantize", str(model), "--precision", "int8", "--target", "onnxruntime", "--calib-data",
+                           str(calib), "-w", str(tmp_path / "store"), "--auto-repair",
+                           "--set", "quantize.repair.max_iterations=1")
+    assert code == 1 and "misses its tolerance" in err
+    assert "search stopped: evaluation budget spent (1)" in err and "enable quantize.repair" not in err
 
 
 def _garbage_images(folder: Path) -> Path:
@@ -185,7 +214,8 @@ def test_onnxruntime_int8_is_timed_against_fp32_and_a_slower_model_is_called_out
     assert code == 0, err
     summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
     assert summary["flavour"] == "onnxruntime" and summary["cpu_speed"]["fp32_ms"] > 0
-    assert "CPU: FP32" in out
+    assert "CPU: FP32" in out and "interleaved rounds" in out
+    assert summary["cpu_speed"]["rounds"] >= speed.ROUNDS
 
     slow = speed.SpeedCheck(1.0, 1.4, rounds=5, iterations=3, batch=1, evaluator="onnxruntime (test double)")
     monkeypatch.setattr(speed, "compare", lambda *a, **k: slow)
@@ -212,3 +242,65 @@ def test_tensorrt_flavour_is_not_timed_on_the_cpu(tmp_path, onnx_model):
 
 def summary_run_name(store: Path) -> str:
     return next((store / "runs").glob("*.json")).stem
+
+
+DEPTHWISE_CONFIG = """
+name: dw
+source: {onnx: model.onnx}
+inputs: [{name: x, shape: [N, 3, 32, 32]}]
+dims: {N: {min: 1, opt: 1, max: 1}}
+calibration: {folder: calib, samples: 40}
+validation: {folder: val, samples: 8}
+quantize: {precision: int8, target: onnxruntime, tolerances: {int8: {rel_l2: 0.04, cosine: 0.999}}}
+parity: {tasks: {probability_map: [{output: prob, min_iou: 0.975}]}}
+gate: {warmup: 1, iterations: 5, allow_missing_target: true}
+"""
+
+
+def test_search_passed_implies_parity_passed_through_convert_with_validation_data(tmp_path):
+    """The quantize check and the search are judged on parity's validation data, metrics and
+    tolerances: plain INT8 fails at the quantize stage, the search passes there, and then parity
+    passes with the very numbers the quantize stage computed."""
+    models.save(models.depthwise(), tmp_path / "model.onnx")
+    write_images(tmp_path / "calib", 40, size=32)
+    write_images(tmp_path / "val", 8, size=32, seed=9)
+    cfg = tmp_path / "deploykit.yaml"
+    cfg.write_text(DEPTHWISE_CONFIG)
+    args = ["convert", str(cfg), "-w", str(tmp_path / "store")]
+    code, _, err = run_cli(*args)
+    assert code == 1 and "misses its tolerance against the FP32 graph on 8 samples of validation data" in err
+    code, out, err = run_cli(*args, "--set", "quantize.repair.enabled=true")
+    assert code == 0, out + err
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "store" / "objects").glob("*/manifest.json")]
+    searched = next(m for m in manifests if m["stage"] == "quantize" and m["summary"]["repair"] is not None)
+    q = searched["summary"]
+    assert q["repair"]["passed"] and q["layer_precisions"] and q["check"]["samples"] == 8
+    judged = next(m for m in manifests if m["stage"] == "parity" and m["parents"]["model"] == searched["digest"])
+    parity = json.loads((tmp_path / "store" / "objects" / judged["digest"] / "parity.json").read_text())
+    assert parity["passed"] and parity["samples"] == 8, parity["failures"]
+    assert parity["outputs"]["prob"]["onnx"]["metrics"]["rel_l2"] == pytest.approx(q["check"]["metrics"]["prob"]["rel_l2"],
+                                                                                   rel=1e-6)
+    iou = next(t["metrics"]["iou"] for t in parity["tasks"] if t["reference"] == "onnx")
+    assert iou == pytest.approx(q["check"]["tasks"][0]["metrics"]["iou"], rel=1e-9) and iou >= 0.975
+
+
+def test_the_search_cache_lives_in_the_artifact_and_a_tighter_rerun_reuses_it(tmp_path):
+    model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
+    calib = write_images(tmp_path / "calib", 16)
+    args = ["quantize", str(model), "--precision", "int8", "--target", "tensorrt", "--calib-data", str(calib),
+            "-w", str(tmp_path / "store"), "--auto-repair"]
+    code, _, err = run_cli(*args)
+    assert code == 0, err
+    first = next(m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"])
+    assert first["summary"]["repair"]["evaluations"]["cached"] == 0 and "sensitivity.json" in first["files"]
+    code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.05, cosine: 0.995}")
+    assert code in (0, 1), err
+    second = next(m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"]
+                  and m["digest"] != first["digest"])
+    ev1, ev2 = first["summary"]["repair"]["evaluations"], second["summary"]["repair"]["evaluations"]
+    assert second["summary"]["repair"]["cache_key"] == first["summary"]["repair"]["cache_key"]
+    assert ev2["cached"] >= 3 and ev2["fresh"] < ev1["fresh"]  # the ranking and causal measurements came back
+    cache = tmp_path / "store" / "objects" / second["digest"] / "sensitivity.json"  # the newest is read
+    cache.write_text(cache.read_text().replace('"rel_l2": 0', '"rel_l2": 9'))  # an edited cache is never trusted
+    code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.04, cosine: 0.995}")
+    assert code == 4 and "content changed after the artifact was written" in err

@@ -16,7 +16,8 @@ def test_summaries_round_trip_through_plain_json_values():
                               cpu_speed=CpuSpeed(1.0, 0.5, 5, 10, 1, "ort", 2.0))
     stored = summary.to_dict()
     assert stored["check"] == {"passed": False, "violations": ["y: rel_l2 0.2 > 0.1"],
-                               "metrics": {"y": {"rel_l2": 0.2, "cosine": None}}, "samples": 4}
+                               "metrics": {"y": {"rel_l2": 0.2, "cosine": None}}, "samples": 4,
+                               "data": "held-out calibration samples", "tasks": []}
     assert stored["repair"]["excluded_nodes"] == ["conv"] and stored["cpu_speed"]["speedup"] == 2.0
     back = QuantizeSummary.from_dict({**stored, "written_by_a_later_version": 1})
     assert back == summary and isinstance(back.check, QuantCheck) and back.repair.iterations == 2

@@ -222,7 +222,8 @@ def evaluator_for(flavour: Flavour) -> Evaluator:
 
 def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator = "as_written", *,
                       level: OptimizationLevel = "extended", threads: int = 0, expose: Iterable[str] = (),
-                      quiet: bool = False, failure: str = "", hint: str = "") -> OrtSession:
+                      quiet: bool = False, failure: str = "", hint: str = "",
+                      profile_prefix: str | None = None) -> OrtSession:
     """A CPU session computing ``model`` the way ``evaluator`` says (see the module docstring).
 
     Args:
@@ -235,6 +236,9 @@ def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator 
         quiet: silence ONNX Runtime's own log (probing nodes that are expected to fail).
         failure: how a refusal starts (default: the path, or "ONNX Runtime cannot run the graph").
         hint: what a refusal tells the user to do.
+        profile_prefix: ONNX Runtime records a per-node profile of every run to
+            ``<prefix>_<time>.json`` (:meth:`OrtSession.end_profiling` returns the path); the
+            ``onnxruntime`` evaluator only (the per-kernel times of what ships).
 
     Raises:
         SessionError: ONNX Runtime refused the graph.
@@ -248,8 +252,10 @@ def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator 
     refusal = (failure or default, hint or "check the opset and custom ops with `deploykit inspect`")
     expose = tuple(expose)
     if evaluator == "as_written":
+        if profile_prefix is not None:
+            raise UsageError("profile_prefix: profiling times ONNX Runtime's kernels, use the onnxruntime evaluator")
         return _as_written(_proto(model), threads, expose, quiet, refusal)
-    return _as_ort_computes(model, level, threads, expose, quiet, refusal)
+    return _as_ort_computes(model, level, threads, expose, quiet, refusal, profile_prefix)
 
 
 def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], quiet: bool,
@@ -270,13 +276,15 @@ def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], q
 
 
 def _as_ort_computes(model: onnx.ModelProto | str | Path, level: str, threads: int, expose: tuple[str, ...],
-                     quiet: bool, refusal: tuple[str, str]) -> OrtSession:
+                     quiet: bool, refusal: tuple[str, str], profile_prefix: str | None = None) -> OrtSession:
     import onnxruntime as ort
 
     from deploykit.graph.emulate import ort_disabled_optimizers
     from deploykit.graph.proto import expose_tensors
 
     options = session_options(level, threads, quiet=quiet)
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, profile_prefix
     if isinstance(model, (str, Path)) and not expose and level == "disabled":
         # The reference: no optimizer runs, so none needs disabling; ONNX Runtime reads the file itself.
         session, disabled = _inference_session(str(model), options, _CPU, (), refusal), ()

@@ -58,6 +58,34 @@ def match_boxes(a: np.ndarray, b: np.ndarray, min_iou: float) -> list[tuple[int,
     return pairs
 
 
+def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A YOLO-style output -> (boxes (B, N, 4), class scores (B, N, C)), before NMS.
+
+    Args:
+        packed: ``(B, N, A)`` or ``(B, A, N)`` (or one image without the batch axis), A = 4 box
+            attributes, then an objectness score if ``objectness``, then C class scores.
+        layout: ``boxes_by_attributes`` (B, N, A), ``attributes_by_boxes`` (B, A, N), or ``auto``:
+            the shorter of the two axes holds the attributes (8400 boxes, 85 attributes).
+        objectness: whether attribute 4 is an objectness that multiplies every class score.
+    """
+    a = np.asarray(packed)
+    if a.ndim == 2:
+        a = a[None]
+    if a.ndim != 3:
+        raise ValueError(f"expected (B, N, A) or (B, A, N), got shape {list(packed.shape)}")
+    if layout == "attributes_by_boxes" or (layout == "auto" and a.shape[1] < a.shape[2]):
+        a = a.transpose(0, 2, 1)
+    boxes, rest = a[..., :4], a[..., 4:]
+    if objectness:
+        rest = rest[..., :1] * rest[..., 1:]
+    return boxes, rest
+
+
+def min_attributes(objectness: bool) -> int:
+    """4 box attributes, an objectness if any, and at least one class score."""
+    return 6 if objectness else 5
+
+
 def split_images(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray | None) -> list[tuple]:
     """Per image (boxes (N, 4), score (N,), class (N,)); leading dims are images.
 
@@ -122,7 +150,8 @@ class DetectionTally:
     def result(self) -> dict[str, float]:
         counted = self.ref_boxes + self.cand_boxes
         matched = counted - self.ref_unmatched - self.cand_unmatched
-        return {"matched": matched / counted if counted else 1.0,
+        recall = 1.0 - self.ref_unmatched / self.ref_boxes if self.ref_boxes else 1.0
+        return {"matched": matched / counted if counted else 1.0, "recall": recall,
                 "mean_iou": self.iou_sum / self.pairs if self.pairs else (0.0 if counted else 1.0),
                 "mean_score_delta": self.score_delta_sum / self.pairs if self.pairs else 0.0,
                 "max_score_delta": self.score_delta_max,

@@ -14,7 +14,7 @@ import numpy as np
 from deploykit.config import TaskChecks
 from deploykit.errors import DataError
 from deploykit.metrics import dense
-from deploykit.metrics.detection import DetectionTally, split_images
+from deploykit.metrics.detection import DetectionTally, decode_packed, min_attributes, split_images
 
 Limit = tuple[str, str, float]  # (metric, ">=" or "<=", value)
 
@@ -80,19 +80,22 @@ class TaskMetric:
 class Classification(TaskMetric):
     kind = "classification"
 
+    k = 0  # the k used: the configured k, capped at the number of classes
+
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         a = ref[self.check.output]
         if a.ndim == 0 or not -a.ndim <= self.check.axis < a.ndim:
             raise self._error(f"has axis {self.check.axis}, but output {self.check.output!r} has shape {list(a.shape)}")
-        if a.shape[self.check.axis] < max(self.check.k, 2):
-            raise self._error(f"needs at least {max(self.check.k, 2)} classes on axis {self.check.axis}; output "
+        if a.shape[self.check.axis] < 2:
+            raise self._error(f"needs at least 2 classes on axis {self.check.axis}; output "
                               f"{self.check.output!r} has shape {list(a.shape)}")
+        self.k = min(self.check.k, a.shape[self.check.axis])
 
     def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
-        return dense.topk_sums(ref, got, self.check.k, self.check.axis)
+        return dense.topk_sums(ref, got, self.k, self.check.axis)
 
     def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
-        return {"top1": s["top1"] / s["rows"], "topk": s["topk"] / s["rows"], "k": self.check.k, "rows": s["rows"]}
+        return {"top1": s["top1"] / s["rows"], "topk": s["topk"] / s["rows"], "k": self.k, "rows": s["rows"]}
 
     def limits(self) -> list[Limit]:
         return [("top1", ">=", self.check.min_top1), ("topk", ">=", self.check.min_topk)]
@@ -107,10 +110,15 @@ class Detection(TaskMetric):
     @property
     def outputs(self) -> tuple[str, ...]:
         c = self.check
+        if c.packed is not None:
+            return (c.packed.output,)
         return (c.boxes, c.scores) + ((c.classes,) if c.classes else ())
 
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         c = self.check
+        if c.packed is not None:
+            self._check_packed(ref[c.packed.output])
+            return
         boxes, scores = ref[c.boxes], ref[c.scores]
         if boxes.ndim < 2 or boxes.shape[-1] != 4:
             raise self._error(f"expects boxes (..., N, 4); output {c.boxes!r} has shape {list(boxes.shape)}")
@@ -124,12 +132,32 @@ class Detection(TaskMetric):
             raise self._error(f"expects classes (..., N) for boxes {list(boxes.shape)}; output {c.classes!r} has "
                               f"shape {list(ref[c.classes].shape)}")
 
+    def _check_packed(self, a: np.ndarray) -> None:
+        p = self.check.packed
+        want = min_attributes(p.objectness)
+        if a.ndim not in (2, 3):
+            raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); output {p.output!r} has "
+                              f"shape {list(a.shape)}")
+        n, m = a.shape[-2:]
+        attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(p.layout, min(n, m))
+        if attributes < want:
+            raise self._error(f"packed expects at least {want} attributes per box (4 box, "
+                              f"{'objectness, ' if p.objectness else ''}class scores); output {p.output!r} has shape "
+                              f"{list(a.shape)} (layout {p.layout})")
+
+    def _images(self, d: dict[str, np.ndarray]) -> list[tuple]:
+        c = self.check
+        if c.packed is not None:
+            boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness)
+            return split_images(boxes, scores, None)
+        return split_images(d[c.boxes], d[c.scores], d.get(c.classes) if c.classes else None)
+
     def fold(self, tally: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         c = self.check
         tally = tally or DetectionTally()
-        images = [split_images(d[c.boxes], d[c.scores], d.get(c.classes) if c.classes else None) for d in (ref, got)]
-        for r, g in zip(*images, strict=True):
-            tally.add_image(r, g, c.box_format, c.score_threshold, c.score_margin, c.match_iou)
+        fmt = c.packed.box_format if c.packed is not None else c.box_format
+        for r, g in zip(self._images(ref), self._images(got), strict=True):
+            tally.add_image(r, g, fmt, c.score_threshold, c.score_margin, c.match_iou)
         return tally
 
     def metrics(self, tally: DetectionTally) -> dict[str, Any]:
@@ -137,7 +165,7 @@ class Detection(TaskMetric):
 
     def limits(self) -> list[Limit]:
         c = self.check
-        return [("matched", ">=", c.min_matched), ("mean_iou", ">=", c.min_mean_iou),
+        return [("matched", ">=", c.min_matched), ("recall", ">=", c.min_recall), ("mean_iou", ">=", c.min_mean_iou),
                 ("mean_score_delta", "<=", c.max_score_delta), ("class_flips", "<=", c.max_class_flips)]
 
     def inconclusive(self, tally: DetectionTally, metrics: dict[str, Any]) -> str:
@@ -272,7 +300,8 @@ def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:
 def unordered_outputs(tasks: TaskChecks) -> set[str]:
     """Outputs only a task check compares: detections after NMS (``elementwise: false``), whose box
     count and order are data-dependent."""
-    return {name for c in tasks.detection if not c.elementwise for name in (c.boxes, c.scores, c.classes) if name}
+    return {name for c in tasks.detection if not c.elementwise
+            for name in (c.boxes, c.scores, c.classes, c.packed.output if c.packed else None) if name}
 
 
 def max_abs_exempt(tasks: TaskChecks) -> set[str]:

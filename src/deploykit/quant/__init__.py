@@ -1,4 +1,4 @@
-"""Quantization: calibration statistics, Q/DQ writing, TensorRT caches, the precision-repair loop.
+"""Quantization: calibration statistics, Q/DQ writing, TensorRT caches, the mixed-precision search.
 
 Modules (each imports its heavy libraries lazily):
 
@@ -13,7 +13,13 @@ Modules (each imports its heavy libraries lazily):
     fp16          FP16 for the rest of the graph, overflowing nodes kept FP32
     evaluate      run a graph as written (TensorRT's numerics) or as ONNX Runtime computes it
     check         compare a quantized graph with its FP32 graph on a few samples
-    repair        the precision-repair loop
+    judge         judge a candidate as parity does (its data, tolerances, task checks); scores per limit
+    groups        the layer groups of a quantized graph (a conv with its activation, an attention block)
+    patch         precision patches (group -> INT8/FP8/FP16/FP32) applied as graph edits
+    latency_cost  what a layer in higher precision costs: profiled on the CPU, a roofline for TensorRT
+    search        the search core: ranked prefix, bisection, confirmation on all samples, trimming
+    sensitivity   first-order ranking, causal per-layer measurement, the search, the measurement cache
+    mixed         mixed precision for one quantize job: the configured patch, or the search
     trt_cache     the legacy TensorRT INT8 calibration cache
     calib_source  --calib-data PATH -> a calibration config section
     quantize      quantize_model(): all of the above, what the quantize stage runs

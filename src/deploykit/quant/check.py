@@ -25,6 +25,8 @@ class Check:
     nonfinite: list[str] = field(default_factory=list)  # outputs with NaN/Inf the reference lacks
     warnings: list[str] = field(default_factory=list)
     rel_l2_limits: dict[str, float] = field(default_factory=dict)  # per output, from the tolerance
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # parity's task checks (quant.judge)
+    data: str = ""  # where the samples come from
 
     @property
     def passed(self) -> bool:
@@ -48,7 +50,7 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "metrics": self.metrics, "violations": self.violations,
                 "evaluator": self.evaluator, "samples": self.samples, "warnings": self.warnings,
-                "rel_l2_limits": self.rel_l2_limits}
+                "rel_l2_limits": self.rel_l2_limits, "tasks": self.tasks, "data": self.data}
 
 
 class Reference:
@@ -62,6 +64,13 @@ class Reference:
         self.outputs = [session.infer(s) for s in samples]
         self.evaluator = session.evaluator
         self.signal = {name: _signal([o[name] for o in self.outputs]) for name in self.outputs[0]} if samples else {}
+
+    def head(self, n: int) -> Reference:
+        """The first ``n`` samples and their outputs, without running the FP32 graph again."""
+        out = object.__new__(Reference)
+        out.samples, out.outputs, out.evaluator = self.samples[:n], self.outputs[:n], self.evaluator
+        out.signal = {name: _signal([o[name] for o in out.outputs]) for name in out.outputs[0]} if out.samples else {}
+        return out
 
 
 def _signal(values: list[np.ndarray]) -> float | None:
@@ -113,13 +122,14 @@ def check(reference: Reference, candidate: onnx.ModelProto, opener: Callable[...
     notes = [f"{name}: the candidate's shape differs from the FP32 graph's on some samples (a data-dependent "
              "size): not compared here" for name in sorted(resized)]
     return Check(worst, bad, session.evaluator, len(reference.samples), nonfinite,
-                 _weak_signal(worst, reference) + notes, limits)
+                 weak_signal(worst, reference) + notes, limits)
 
 
 SIGNAL_WARNING = 0.5  # error / signal above this: the quantized output has lost much of what the input drives
 
 
-def _weak_signal(worst: dict[str, dict[str, float]], reference: Reference) -> list[str]:
+def weak_signal(worst: dict[str, dict[str, float]], reference: Reference) -> list[str]:
+    """Warnings for outputs whose error is large next to how much they vary (adds the two ratios to ``worst``)."""
     out = []
     for name, m in worst.items():
         signal = reference.signal.get(name)

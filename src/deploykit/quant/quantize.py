@@ -1,4 +1,4 @@
-"""Quantize an FP32 ONNX graph: prepare, calibrate (streaming), place Q/DQ, FP16, check, repair.
+"""Quantize an FP32 ONNX graph: prepare, calibrate (streaming), place Q/DQ, FP16, check, mixed precision.
 
 :func:`quantize_model` is the whole quantize stage without the artifact store; the stage and the
 benchmark call it. Which evaluator checks the result depends on the target flavour:
@@ -27,13 +27,15 @@ from deploykit.config import CALIBRATED, QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
 from deploykit.quant.check import Check, Reference, check
+from deploykit.quant.judge import Judge, Judging
 from deploykit.quant.ranges import AUTO_METHODS, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
 
 if TYPE_CHECKING:
     import onnx
 
-    from deploykit.quant.repair import RepairResult
+    from deploykit.quant.mixed import CacheLookup
+    from deploykit.quant.sensitivity import SearchResult
 
 MAX_NONFINITE_FIXES = 4
 
@@ -50,7 +52,14 @@ class Job:
     ort_level: str = "extended"  # the onnxruntime build level the check predicts
     reduce_range: bool = False  # resolved by the caller (see ort_flavour.resolve_reduce_range)
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
-    tolerance: Callable[[str], Any] | None = None  # output -> parity Tolerance; default parity_preset(cfg)
+    judging: Judging = field(default_factory=Judging)  # parity's config, data and reference
+    search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
+    # (graph, Q/DQ graph, the ranges it was placed with) by (graph, excluded nodes): the quantizer
+    # places Q/DQ once per exclusion set, every range set after that only rewrites scales (see _qdq)
+    placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any, Any]] = field(default_factory=dict, init=False,
+                                                                                repr=False)
+    correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
+    corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 
 
 @dataclass
@@ -64,9 +73,14 @@ class Result:
     check: Check | None
     preparation: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-    repair: RepairResult | None = None
+    repair: SearchResult | None = None
     passthrough: bool = False
     unquantized: dict[str, str] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
+    range_samples: int = 0  # calibration samples the ranges come from
+    check_samples: int = 0  # samples the check ran on (parity's validation samples, else held out of the ranges)
+    base: onnx.ModelProto | None = None  # the graph every layer_precisions patch applies to
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # the patch in the model (configured or found)
+    search_cache: dict[str, Any] | None = None  # what the search measured, for the artifact
 
 
 def quantize_model(job: Job) -> Result:
@@ -77,7 +91,7 @@ def quantize_model(job: Job) -> Result:
                       ["the model already contains quantization nodes: passed through unchanged "
                        "(quantize.already_quantized: pass)"], passthrough=True)
     _check_combination(job)
-    model, prep = g.prepare(job.model, _min_opset(job), job.where)
+    model, prep = _prepare(job)
     notes = prep.notes
     excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
     excluded.update({n.name: f"{n.op_type} kept in higher precision (quantize.high_precision_ops)"
@@ -90,23 +104,25 @@ def quantize_model(job: Job) -> Result:
         model = g.infer_shapes(preprocess(model, notes))
         g.name_nodes(model)  # pre-processing inlines functions (HardSwish) into unnamed nodes
         excluded = _still_present(model, excluded, notes)
+    original = model
+    if cfg.equalize and cfg.precision in CALIBRATED:
+        from deploykit.quant.equalize import equalize
+
+        model, equalized = equalize(model, cfg.equalize_hardswish)
+        model = g.infer_shapes(model)  # the rewritten activations' tensors need types to be calibrated
+        notes.append(equalized.note())
     settings = _settings(cfg, job.flavour)
     calibration = _calibrate(job, model, settings, notes)
-    range_sets = calibration.sets
     excluded.update({k: v for k, v in _masking_nodes(model, calibration.infinite).items() if k not in excluded})
     if cfg.bounded == "exclude":
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
-    any_set = next(iter(range_sets.values()))  # observed min/max are the same in every set
-    fp32.update({k: v for k, v in _fp16_guard(job, model, any_set).items() if k not in fp32})
-    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes)
+    observed = calibration.sets["max"]  # min/max: the same in every range set
+    fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
+    result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
+    result.range_samples = calibration.seen - len(calibration.held_out)
     result.preparation = prep.to_dict()
-    result.settings = dataclasses.replace(settings, method=_method_of(result.ranges, range_sets))
     result.unquantized = _skipped_by_quantizer(model, result, job)
     return result
-
-
-def _method_of(ranges: dict[str, TensorRange], range_sets: dict[str, dict[str, TensorRange]]) -> str:
-    return next((m for m, r in range_sets.items() if r is ranges), "max")
 
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -155,12 +171,34 @@ def _check_combination(job: Job) -> None:
                          f"(its ops: {', '.join(ops[:12])})", hint="use --precision int8 or fp8 for this model")
 
 
+def _prepare(job: Job) -> tuple[onnx.ModelProto, g.Preparation]:
+    """Prepare at the opset the job needs; the search's FP8 layers in an FP16 graph (opset 21) are
+    given up, with a note, where the opset converter cannot reach 21."""
+    opset = _min_opset(job)
+    if opset != FP8_LAYERS_OPSET or job.cfg.precision != "int8":
+        return g.prepare(job.model, opset, job.where)
+    try:
+        model, prep = g.prepare(job.model, opset, job.where)
+    except ModelError:
+        model, prep = g.prepare(job.model, 19, job.where)
+        prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
+        return model, prep
+    prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
+                  for n in prep.notes]
+    return model, prep
+
+
+FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (TENSORRT.md)
+
+
 def _min_opset(job: Job) -> int:
     p, flavour = job.cfg.precision, job.flavour
     if p == "int4":
         return 21
     if p == "fp16" or (p == "int8" and flavour == "onnxruntime"):
         return 13  # per-channel Q/DQ (and AutoCast) need 13
+    if p == "int8" and job.cfg.repair.enabled and job.cfg.high_precision == "fp16":
+        return FP8_LAYERS_OPSET  # the search may turn INT8 layers into FP8 ones
     return 19  # TensorRT's explicit quantization; FP8 Q/DQ
 
 
@@ -187,16 +225,16 @@ def _settings(cfg: QuantizeConfig, flavour: Flavour) -> RangeSettings:
 
 
 def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes: list[str]) -> Calibration:
-    """Range sets by method (every AUTO_METHODS one for ``auto``, from the same two passes), the
-    first samples held out for the check."""
-    methods = AUTO_METHODS if settings.method == "auto" else (settings.method,)
+    """One pass over the samples: min/max (the ``max`` set) and the statistics every other method's
+    ranges come from; the first samples held out for the check."""
     if job.samples is None:
-        return Calibration({methods[0]: {}}, [], 0)
-    total = (job.samples.limit or 0) * (1 if methods == ("max",) else 2)
+        return Calibration({"max": {}}, [], 0)
+    total = job.samples.limit or 0
+    histograms = ("max",) if settings.method == "max" else ("max", "histogram")
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
     with task as advance:
-        result = calibrate(model, job.samples, settings, methods, hold_out=_check_count(job.cfg),
-                           bounded=_max_calibrated(model), progress=advance)
+        result = calibrate(model, job.samples, settings, histograms, hold_out=_check_count(job.cfg),
+                           bounded=_max_calibrated(model), progress=advance, expected=job.samples.limit)
     if result.held_out:
         notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
                      f"{len(result.held_out)} are held out for the check")
@@ -206,7 +244,7 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
 
 
 def _check_count(cfg: QuantizeConfig) -> int:
-    return max(cfg.check_samples, cfg.repair.samples if cfg.repair.enabled else 0)
+    return cfg.check_samples
 
 
 def _max_calibrated(model: onnx.ModelProto) -> set[str]:
@@ -215,6 +253,12 @@ def _max_calibrated(model: onnx.ModelProto) -> set[str]:
     their Transpose/Reshape/Concat (the onnxruntime flavour quantizes them; clipping one is error in
     the result itself: entropy clipped a box head to rel-L2 20 on the example detector)."""
     return g.through_layout(model, {o.name for o in model.graph.output}, g.bounded_tensors(model))
+
+
+def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
+    readers = g.consumers(model)
+    return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
+            for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
 
 
 def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str, str]:
@@ -228,12 +272,6 @@ def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str
             if node is not None and node.name not in out:
                 out[node.name] = f"reads or writes {tensor!r}, which holds ±inf (masking): kept exact"
     return out
-
-
-def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
-    readers = g.consumers(model)
-    return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
-            for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
 
 
 def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
@@ -253,49 +291,103 @@ def _uses_fp16(job: Job) -> bool:
 
 
 def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
-                        fp32: dict[str, str], notes: list[str]) -> Result:
-    range_sets = calibration.sets
+                        fp32: dict[str, str], notes: list[str], original: onnx.ModelProto) -> Result:
     if calibration.held_out:
         samples = calibration.held_out
     elif job.samples is not None:
         samples = list(itertools.islice(job.samples, _check_count(job.cfg)))
     else:
         samples = _random_samples(model)
-    reference = Reference(model, samples[: job.cfg.check_samples])
+    reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
-    evaluate = partial(check, reference, opener=opener, tolerance=job.tolerance or _preset(job.cfg))
-    ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], evaluate, notes)
+    memo = _Memo(opener)
+    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=_tolerance(job))
+    range_sets = _range_sets(job, model, calibration, excluded, samples[0])
+    method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
+    if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
+        from deploykit.quant.bias import SAMPLES
+
+        held = len(calibration.held_out)  # calibration samples, never the check's
+        job.correction_samples = list(itertools.islice(job.samples, held, held + SAMPLES))
+    judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
     for _ in range(MAX_NONFINITE_FIXES):
-        build = partial(_build, job, model, ranges, fp32=dict(fp32), sample=samples[0])
-        result = _run_or_repair(job, model, build, evaluate, excluded, samples[: job.cfg.repair.samples], opener)
+        base = _build(job, model, ranges, excluded, fp32=dict(fp32), sample=samples[0])
+        result = _mixed_precision(job, model, base, judge, excluded, samples[0], notes)
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
+            result.check_samples = len(judge.samples)
+            if job.corrected is not None:
+                notes.append(job.corrected.note())
+            result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
     raise ModelError("the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
                      hint="set quantize.high_precision: fp32")
 
 
+def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
+                sample: dict[str, Any]) -> dict[str, dict[str, TensorRange]]:
+    """The range set of each method to try (every AUTO_METHODS one for ``auto``), from the one pass.
+
+    Thresholds are computed only for the tensors the quantizer puts an activation quantizer on
+    (the rest keep max ranges): MSE costs ~5 ms a tensor, and a graph has hundreds it never quantizes.
+    """
+    method = _settings(job.cfg, job.flavour).method
+    methods = AUTO_METHODS if method == "auto" else (method,)
+    stats = calibration.statistics
+    if stats is None or methods == ("max",):
+        return {methods[0]: calibration.sets["max"]}
+    from deploykit.quant.scales import activation_quantizers
+
+    placed = _qdq(job, model, calibration.sets["max"], sorted(excluded), sample)
+    quantized = {src.removesuffix("_QuantizeLinear_Input") for _, src in activation_quantizers(placed)}
+    return {m: calibration.sets["max"] if m == "max" else
+            stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
+            for m in methods}
+
+
+def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any],
+           notes: list[str]) -> Judge:
+    """Parity's judge: its validation samples when configured, else the held-out calibration samples."""
+    from deploykit.config import ParityConfig, parity_preset
+
+    j = job.judging
+    if j.samples:
+        samples, source = j.samples, j.source or f"{len(j.samples)} validation samples"
+    else:
+        samples = held_out
+        source = f"{len(held_out)} held-out calibration samples (no validation data: parity runs on random inputs)"
+    notes.append(f"the check judges on {source}, by parity's tolerances and task checks")
+    return Judge(j.reference or model, samples, opener, j.parity or ParityConfig(), parity_preset(job.cfg),
+                 job.cfg.precision, source)
+
+
+def _tolerance(job: Job) -> Callable[[str], Any]:
+    """Parity's tolerance per output (for ranking range sets; the verdict is the judge's)."""
+    from deploykit.config import ParityConfig, Tolerance, parity_preset
+    from deploykit.metrics.tasks import unordered_outputs
+
+    parity, preset = job.judging.parity or ParityConfig(), parity_preset(job.cfg)
+    unordered = unordered_outputs(parity.tasks)  # post-NMS outputs: only parity's detection check compares them
+    return lambda output: Tolerance() if output in unordered else parity.tolerance(output, preset)
+
+
 def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
                    excluded: dict[str, str], fp32: dict[str, str], sample: dict[str, Any],
-                   evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]) -> dict[str, TensorRange]:
-    """Method ``auto``: quantize with each method's ranges, keep the one the check likes best."""
+                   evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]
+                   ) -> tuple[str, dict[str, TensorRange]]:
+    """Method ``auto``: the range set whose quantized model has the smallest mean rel-L2 on a few
+    held-out samples. The quantizer runs once; each set only rewrites the scales of that graph
+    (FP32 elsewhere: FP16 conversion comes after the choice)."""
     if len(range_sets) == 1:
-        return next(iter(range_sets.values()))
+        return next(iter(range_sets.items()))
     scores = {}
     for method, ranges in range_sets.items():
-        scores[method] = evaluate(_build(job, model, ranges, excluded, fp32=fp32, sample=sample)).typical()
+        scores[method] = evaluate(_qdq(job, model, ranges, sorted(excluded), sample)).typical()
     best = min(scores, key=lambda m: scores[m])  # ties: the first (max) wins
     listed = ", ".join(f"{m} {v:.4g}" for m, v in scores.items())
-    notes.append(f"calibration method auto: mean rel-L2 on the held-out check samples {listed} -> {best}")
-    return range_sets[best]
-
-
-def _preset(cfg: QuantizeConfig) -> Callable[[str], Any]:
-    from deploykit.config import parity_preset
-
-    preset = parity_preset(cfg)
-    return lambda _name: preset
+    notes.append(f"calibration method auto: mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed} -> {best}")
+    return best, range_sets[best]
 
 
 def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
@@ -310,42 +402,31 @@ def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
              for s in specs} for _ in range(2)]
 
 
-def _run_or_repair(job: Job, model: onnx.ModelProto, build: Callable[..., onnx.ModelProto],
-                   evaluate: Callable[[onnx.ModelProto], Check], excluded: dict[str, str],
-                   samples: list[dict[str, Any]], opener: Callable[..., Any]) -> Result:
-    from deploykit.quant.repair import repair_loop
-
+def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, judge: Judge,
+                     excluded: dict[str, str], sample: dict[str, Any], notes: list[str]) -> Result:
+    """The base graph with the configured layer precisions, judged; the search when it misses parity."""
     cfg = job.cfg
-    if cfg.repair.enabled and cfg.precision in ("int8", "fp8", "int4"):
-        rank = partial(_rank, model, samples=samples, opener=opener, threshold=cfg.repair.threshold)
-        task = job.task("repair: quantize-and-check rounds", cfg.repair.max_iterations) if job.task else None
-        with task or contextlib.nullcontext(None) as advance:
-            def counted(candidate: onnx.ModelProto) -> Check:  # one round = one check: the bar moves per round
-                found = evaluate(candidate)
-                if advance is not None:
-                    advance()
-                return found
+    if cfg.precision not in ("int8", "fp8", "int4"):
+        return Result(base, model, {}, RangeSettings(), dict(excluded), {}, judge.check(base), {}, base=base)
+    from deploykit.quant import mixed
 
-            rep = repair_loop(build, counted, rank, cfg.repair, excluded)
-        return Result(rep.model, model, {}, RangeSettings(), rep.excluded, {}, rep.check, {}, repair=rep)
-    candidate = build(excluded)
-    return Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, evaluate(candidate), {})
-
-
-def _rank(reference: onnx.ModelProto, candidate: onnx.ModelProto, excluded: dict[str, str], *,
-          samples: list[dict[str, Any]], opener: Callable[..., Any], threshold: float) -> list[Any]:
-    """The candidate's quantized nodes by the error they add, worst first."""
-    from deploykit.diagnose import diagnose
-
-    report = diagnose(reference, candidate, samples, threshold, top=10**6, candidate_opener=opener)
-    quantized = g.quantized_node_names(candidate)
-    picks, seen = [], set()
-    for t in report.top_growth:
-        node = t.candidate_node
-        if node in quantized and node not in excluded and node not in seen and t.growth > 0:
-            picks.append(dataclasses.replace(t, node=node))
-            seen.add(node)
-    return picks
+    plan = mixed.plan(base, cfg, job.flavour, job.where)
+    candidate = mixed.builder(plan, base, model, cfg.precision)(plan.start)
+    verdict = judge.check(candidate)
+    result = Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, verdict, {}, base=base,
+                    layer_precisions=dict(plan.start))
+    if verdict.passed or verdict.nonfinite or not cfg.repair.enabled:
+        return result
+    # the bar's total is the most the search may run: a measurement per group plus its step budget
+    total = len(plan.groups) + cfg.repair.max_iterations
+    with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
+        search, payload = mixed.search(plan, base, model, judge, cfg, job.flavour, job.ort_level, sample,
+                                       job.search_cache, advance)
+    notes.append(f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
+                 f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
+                 "reused from an earlier artifact's measurements")
+    return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
+                               layer_precisions=dict(search.patch), search_cache=payload)
 
 
 def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
@@ -361,6 +442,45 @@ def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[
         raise ModelError(f"the quantized model computes NaN/Inf in output(s) {outputs}{where}",
                          hint="keep that node in FP32 (quantize.keep_fp32_nodes) or exclude it from quantization")
     fp32[bad.node] = f"produced NaN/Inf in FP16 (tensor {bad.tensor!r})"
+
+
+class _Memo:
+    """An opener whose sessions remember their outputs per (graph, sample), so the graph method
+    ``auto`` chose, and checked on its first samples, is not run on them again by the check."""
+
+    def __init__(self, opener: Callable[..., Any]) -> None:
+        self.opener = opener
+        self.outputs: dict[tuple[str, int], dict[str, Any]] = {}
+        self.evaluators: dict[str, str] = {}
+
+    def __call__(self, model: onnx.ModelProto) -> _MemoSession:
+        import hashlib
+
+        return _MemoSession(self, model, hashlib.sha256(model.SerializeToString()).hexdigest())
+
+
+class _MemoSession:
+    def __init__(self, memo: _Memo, model: onnx.ModelProto, key: str) -> None:
+        self._memo, self._model, self._key, self._session = memo, model, key, None
+
+    def _open(self) -> Any:
+        if self._session is None:
+            self._session = self._memo.opener(self._model)
+            self._memo.evaluators[self._key] = self._session.evaluator
+        return self._session
+
+    @property
+    def evaluator(self) -> str:
+        return self._memo.evaluators.get(self._key) or self._open().evaluator
+
+    def infer(self, sample: dict[str, Any]) -> dict[str, Any]:
+        key = (self._key, id(sample))  # the check samples live as long as the quantize call
+        if key not in self._memo.outputs:
+            self._memo.outputs[key] = self._open().infer(sample)
+        return self._memo.outputs[key]
+
+    def __getattr__(self, name: str) -> Any:  # everything else (inputs, run_all): the real session
+        return getattr(self._open(), name)
 
 
 def _opener(job: Job) -> Callable[..., Any]:
@@ -380,29 +500,48 @@ def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], exc
         from deploykit.quant.fp16 import to_fp16
 
         return to_fp16(model, sorted(fp32))
-    names = sorted(excluded)
-    if job.flavour == "onnxruntime":
-        from deploykit.quant import ort_flavour
+    out = _qdq(job, model, ranges, sorted(excluded), sample)
+    if job.correction_samples and cfg.precision != "int4":
+        from deploykit.quant.bias import correct_biases
 
-        return ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=cfg.per_channel,
-                                    reduce_range=job.reduce_range)
-    return _build_tensorrt(job, model, ranges, names, sample, fp32)
-
-
-def _build_tensorrt(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
-                    sample: Any, fp32: dict[str, str]) -> onnx.ModelProto:
-    from deploykit.quant import modelopt_flavour
-    from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
-
-    cfg = job.cfg
-    out = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
-    if cfg.precision == "int4":
-        return out
-    fp16 = cfg.high_precision == "fp16"
-    set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if fp16 else 1e-30)
-    if not fp16:
+        out, job.corrected = correct_biases(out, model, job.correction_samples)
+    if job.flavour == "onnxruntime" or cfg.precision == "int4" or cfg.high_precision != "fp16":
         return out
     from deploykit.quant.fp16 import to_fp16
 
     # TensorRT takes FP8 with FP16 scales from opset 21 (TENSORRT.md).
     return to_fp16(out, sorted(fp32), opset=21 if cfg.precision == "fp8" else None)
+
+
+def _qdq(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
+         sample: dict[str, Any]) -> onnx.ModelProto:
+    """The Q/DQ graph (FP32 high precision) with ``ranges`` in its activation scales.
+
+    The quantizer (ModelOpt or ORT's) runs once per exclusion set; later range sets rewrite the
+    scales of that graph: ModelOpt's are overwritten anyway, ORT's are recomputed exactly as its
+    quantizer would (:func:`deploykit.quant.ort_flavour.rescale`, else it runs again).
+    """
+    import onnx
+
+    key = (id(model), tuple(names))
+    _, placed, placed_with = job.placements.get(key, (None, None, None))
+    if job.flavour == "onnxruntime":
+        from deploykit.quant import ort_flavour
+
+        out = ort_flavour.rescale(placed, model, ranges, placed_with) if placed is not None else None
+        if out is None:
+            out = ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=job.cfg.per_channel,
+                                       reduce_range=job.reduce_range)
+            job.placements.setdefault(key, (model, onnx.ModelProto.FromString(out.SerializeToString()), ranges))
+        return out
+    from deploykit.quant import modelopt_flavour
+    from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
+
+    cfg = job.cfg
+    if placed is None:
+        placed = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
+        job.placements[key] = (model, placed, ranges)
+    out = onnx.ModelProto.FromString(placed.SerializeToString())
+    if cfg.precision != "int4":
+        set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30)
+    return out

@@ -4,6 +4,12 @@ Both ORT's ``quantize_static`` and ModelOpt hold every calibration sample in mem
 3x224x224 = 617 MB measured), so deploykit never hands them the data set: it computes ranges
 itself, streaming one sample at a time (:mod:`deploykit.quant.ranges`), and gives the quantizers
 the ranges plus a one-sample :class:`ReplayReader` that only lets them place Q/DQ nodes.
+
+Both readers offer what ModelOpt's ONNX PTQ calls on a reader, beyond ORT's ``get_next``: its own
+providers (``modelopt.onnx.quantization.calib_utils.CalibrationDataProvider``) also have
+``get_first`` (the first sample, without advancing: ModelOpt runs one inference with it to read
+MatMul/Gemm shapes for its GEMV and MHA exclusions) and ``rewind``. A reader without ``get_first``
+crashed every graph with a MatMul or Gemm in the tensorrt flavour.
 """
 
 from __future__ import annotations
@@ -54,11 +60,15 @@ def _reader_base() -> type:
 
 
 def replay_reader(samples: list[dict[str, np.ndarray]], inputs: list[str] | None = None) -> Any:
-    """An ORT ``CalibrationDataReader`` over a few samples that rewinds itself after each pass.
+    """An ORT ``CalibrationDataReader`` (with ModelOpt's ``get_first``) over a few samples that rewinds
+    itself after each pass.
 
     ModelOpt reads its reader several times (GEMV and MHA detection, then calibration); a reader
     that stays exhausted after the first pass would calibrate nothing.
     """
+
+    if not samples:
+        raise ValueError("replay_reader needs at least one sample")
 
     class ReplayReader(_reader_base()):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -72,6 +82,9 @@ def replay_reader(samples: list[dict[str, np.ndarray]], inputs: list[str] | None
             self._pos += 1
             return self._items[self._pos - 1]
 
+        def get_first(self) -> dict[str, np.ndarray]:
+            return self._items[0]
+
         def rewind(self) -> None:
             self._pos = 0
 
@@ -82,7 +95,8 @@ def replay_reader(samples: list[dict[str, np.ndarray]], inputs: list[str] | None
 
 
 def streaming_reader(stream: SampleStream) -> Any:
-    """An ORT ``CalibrationDataReader`` that pulls samples lazily from ``stream`` (never a list)."""
+    """An ORT ``CalibrationDataReader`` (with ModelOpt's ``get_first``) that pulls samples lazily
+    from ``stream`` (never a list)."""
 
     class StreamingReader(_reader_base()):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -95,6 +109,9 @@ def streaming_reader(stream: SampleStream) -> Any:
             if item is None:
                 self._it = None
             return item
+
+        def get_first(self) -> dict[str, np.ndarray]:
+            return stream.first()
 
         def rewind(self) -> None:
             self._it = None

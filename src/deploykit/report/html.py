@@ -120,14 +120,17 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
     check, patch = q.get("check") or {}, q.get("patch") or {}
     status = "pass" if check.get("passed", True) else "fail"
     out = [f"<h2>Quantization: {e(q['precision'].upper())} ({e(q['flavour'])} flavour) {_status(status)}</h2>",
-           f"<p>Method {e(q.get('method', ''))}, {q.get('samples', 0)} calibration samples, "
-           f"{q.get('quantized_nodes', 0)} quantized nodes. Checked on {check.get('samples', 0)} held-out samples "
-           f"with {e(q.get('evaluator') or 'no evaluator')}.</p>"]
+           f"<p>Method {e(q.get('method', ''))}, {q.get('samples', 0)} calibration samples (the ranges come from "
+           f"{q.get('range_samples', q.get('samples', 0))}), {q.get('quantized_nodes', 0)} quantized nodes. Checked on "
+           f"{e(check.get('data', 'held-out samples'))} ({check.get('samples', 0)}) with "
+           f"{e(q.get('evaluator') or 'no evaluator')}.</p>"]
     speed = q.get("cpu_speed")
     if speed:
         out.append(f"<p>On this CPU: FP32 {speed['fp32_ms']:.3f} ms, {e(q['precision'].upper())} "
                    f"{speed['quantized_ms']:.3f} ms per inference at batch {speed['batch']} "
-                   f"(<b>{speed['speedup']:.2f}×</b>, median of {speed['rounds']} interleaved rounds).</p>")
+                   f"(<b>{speed['speedup']:.2f}×</b>, median of {speed['rounds']} interleaved rounds of "
+                   f"{speed['iterations']} iteration(s); rounds ranged {speed.get('speedup_low', 0):.2f}–"
+                   f"{speed.get('speedup_high', 0):.2f}×).</p>")
     if q.get("warnings"):
         out.append("<ul>" + "".join(f"<li class='inconclusive'>{e(w)}</li>" for w in q["warnings"]) + "</ul>")
     rows = [[e(name), fmt(m.get("rel_l2")), fmt(m.get("cosine")), fmt(m.get("max_abs"))]
@@ -142,14 +145,41 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
         for n, why in sorted((patch.get(key) or {}).items())]
     if kept:
         out.append("<h3>Precision patch</h3>" + _table(["node", "kept", "why"], kept))
-    steps = (patch.get("repair") or {}).get("steps") or []
-    if len(steps) > 1:
-        rows = [[str(s["step"]), e(", ".join(a["node"] for a in s["added"]) or "—"), fmt(s["worst_rel_l2"]),
-                 _status("pass" if s["passed"] else "fail")] for s in steps]
-        out.append(f"<h3>Repair loop ({e(patch['repair'].get('stopped', ''))})</h3>"
-                   + _table(["step", "excluded before it", "worst rel L2", "check"], rows, {2}))
-        if with_plots:
-            out.append(_img(plots.repair_steps, steps, (patch.get("check") or {}).get("rel_l2_limits")))
+    if patch.get("search"):
+        out.append(_search(patch["search"], with_plots))
+    elif patch.get("layer_precisions"):
+        rows = [[f"<code>{e(g)}</code>", e(p)] for g, p in sorted(patch["layer_precisions"].items())]
+        out.append("<h3>Layer precisions (configured)</h3>" + _table(["layer group", "precision"], rows))
+    return "".join(out)
+
+
+def _search(s: dict[str, Any], with_plots: bool) -> str:
+    """The mixed-precision search: the patch it chose, what each layer was measured to do, every step."""
+    ev = s["evaluations"]
+    out = [f"<h3>Mixed-precision search: {_status('pass' if s['passed'] else 'fail')} ({e(s['stopped'])})</h3>",
+           f"<p>Judged on {e(s['judged_on'])}; {ev['fresh']} evaluations run, {ev['cached']} reused from an earlier "
+           f"artifact. Latency: {e(s['latency'])}. Precisions offered: {e(', '.join(s['precisions']))}.</p>"]
+    measured = {r["group"]: r for r in s["sensitivity"]}
+    rows = [[f"<code>{e(g)}</code>", e(measured.get(g, {}).get("ops", "")), e(p),
+             str(measured.get(g, {}).get("rank", "")), fmt(measured.get(g, {}).get("alone_damage")),
+             fmt(measured.get(g, {}).get("gain", {}).get(p)), fmt(measured.get(g, {}).get("cost", {}).get(p))]
+            for g, p in sorted(s["layer_precisions"].items())]
+    if rows:
+        out.append("<p>Chosen patch (paste into <code>quantize.layer_precisions</code> to replay it):</p>"
+                   + _table(["layer group", "ops", "precision", "rank", "error alone (first order)",
+                             "gain raised alone", f"latency cost ({e(s['latency_unit'])})"], rows, {4, 5, 6}))
+    steps = []
+    for r in s["table"]:
+        counts = ", ".join(f"{k.upper()} {v}" for k, v in sorted(r["precisions"].items()))
+        values = "; ".join(f"{e(k)} {fmt(v)}" for k, v in list(r["values"].items())[:3])
+        mark = " (chosen)" if r.get("chosen") else " (kept)" if r["kept"] else ""
+        steps.append([str(r["step"]), e(r["action"] + mark), e(", ".join(f"{g} {p}" for g, p in r["changes"].items())
+                                                                or "—"), e(counts), fmt(r["worst_ratio"]), values,
+                      fmt(r["latency_vs_top"]), fmt(r.get("measured_ms")), _status("pass" if r["passed"] else "fail")])
+    out.append(_table(["step", "action", "changes", "precisions", "worst / limit", "values", "latency vs top",
+                       "measured ms", "within limits"], steps, {4, 6, 7}))
+    if with_plots:
+        out.append(_img(plots.search_pareto, s["table"], s["latency_unit"]))
     return "".join(out)
 
 

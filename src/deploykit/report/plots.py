@@ -128,18 +128,28 @@ def batch_sweep(gate: dict[str, Any]) -> str:
     return _png(fig)
 
 
-def repair_steps(steps: list[dict[str, Any]], limits: dict[str, float] | None = None) -> str:
-    """The repair loop: each output's rel-L2 after each step (nodes excluded before it), and its limit."""
-    fig, ax = _figure(height=2.6)
-    for limit in sorted(set((limits or {}).values())):
-        ax.axhline(limit, color=_FAIL, ls="--", lw=1, label=f"rel_l2 ≤ {limit:g}")
-    outputs = sorted({name for s in steps for name in s.get("metrics", {})})
-    x = [s["step"] for s in steps]
-    for i, name in enumerate(outputs):
-        y = [s["metrics"].get(name, {}).get("rel_l2", float("nan")) for s in steps]
-        ax.plot(x, y, "o-", ms=3, color=(_BLUE, "#bf8700", _GREY, _PASS)[i % 4], label=name)
-    ax.set(xlabel="repair step", ylabel="rel L2 vs FP32 (worst sample)", title="precision repair")
-    ax.set_xticks(x)
+def search_pareto(table: list[dict[str, Any]], unit: str) -> str:
+    """The mixed-precision search: every evaluated state's worst ratio to a limit against its latency
+    (relative to every layer at the top precision); the states it kept joined in order, the chosen one
+    starred, the limit (ratio 1) dashed."""
+    fig, ax = _figure(height=3.0)
+    rows = [r for r in table if r.get("latency_vs_top") is not None]
+    if not rows:
+        return _png(fig)
+    x = [r["latency_vs_top"] for r in rows]
+    y = [max(r["worst_ratio"], 1e-3) for r in rows]
+    colours = [_PASS if r["passed"] else _FAIL for r in rows]
+    ax.scatter(x, y, c=colours, s=14, alpha=0.7, label="evaluated (green: within every limit)")
+    kept = [r for r in rows if r["kept"]]
+    ax.plot([r["latency_vs_top"] for r in kept], [max(r["worst_ratio"], 1e-3) for r in kept], "-", color=_BLUE, lw=1,
+            label="kept, in order")
+    for r in (r for r in rows if r.get("chosen")):
+        ax.scatter([r["latency_vs_top"]], [max(r["worst_ratio"], 1e-3)], marker="*", s=120, color=_BLUE, zorder=3,
+                   label=f"chosen (step {r['step']})")
+        break
+    ax.axhline(1.0, color=_FAIL, ls="--", lw=1, label="limit")
+    ax.set(yscale="log", xlabel=f"latency / all layers at the top precision ({unit})",
+           ylabel="worst value / its limit", title="mixed-precision search: accuracy vs latency")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return _png(fig)

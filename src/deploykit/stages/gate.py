@@ -25,7 +25,7 @@ from deploykit.environment import (
     tool_versions,
 )
 from deploykit.errors import ConfigError, TargetMissed
-from deploykit.metrics.latency import aggregate_trials, fps_trials
+from deploykit.metrics.latency import aggregate_trials, fps_trials, time_iterations, warm_up
 from deploykit.onnxio import random_feeds
 from deploykit.report import baseline as baselines
 from deploykit.report import jsonio
@@ -255,29 +255,6 @@ def _engine_only(session: Any, cfg: Config, batch: int) -> dict[str, Any]:
     stats = aggregate_trials([time_iterations(run, g.iterations) for _ in range(g.trials)])
     return {"latency": stats["latency"], "fps": batch * 1000.0 / stats["latency"]["p50_ms"],
             "runner": dict(getattr(session, "runner_info", {}))}
-
-
-def warm_up(run: Any, count: int, seconds: float) -> tuple[int, float]:
-    """Run until both ``count`` runs and ``seconds`` have passed; return (runs, seconds) spent."""
-    clock = time.perf_counter
-    start = clock()
-    end, n = start + seconds, 0
-    while n < count or clock() < end:
-        run()
-        n += 1
-    return n, clock() - start
-
-
-def time_iterations(run: Any, n: int) -> list[float]:
-    """Per-iteration wall times in ms. The loop body is the call and two clock reads, nothing else:
-    no logging, no progress, no allocation (the list exists before the first iteration)."""
-    clock = time.perf_counter_ns
-    out = [0] * n
-    for i in range(n):
-        t0 = clock()
-        run()
-        out[i] = clock() - t0
-    return [t / 1e6 for t in out]
 
 
 def measure_concurrent(engine: Artifact, cfg: Config, batch: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ report is written before the verdict raises, so a failed check always leaves its
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,16 @@ import numpy as np
 from deploykit.artifacts import Artifact
 from deploykit.config import Config, parity_preset
 from deploykit.environment import device_fingerprint, onnxruntime_version, tool_versions
-from deploykit.errors import DataError, ParityFailed
+from deploykit.errors import ParityFailed
 from deploykit.graph.run import evaluator_for, session_from_onnx
 from deploykit.metrics.comparison import Comparison
-from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.report import jsonio
 from deploykit.report.record import Check, worst_of
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import BuildSummary, load_engine
 from deploykit.stages.export import MODEL
 from deploykit.stages.quantize import QuantizeStage, QuantizeSummary
+from deploykit.stages.validation import parity_samples, validation_fingerprint
 
 REPORT = "parity.json"
 
@@ -60,7 +59,7 @@ class ParityStage(Stage):
 
         return {"parity": c.parity, "inputs": c.inputs, "dims": c.dims, "preset": parity_preset(c.quantize),
                 "torch_source": source_fingerprint(c) if torch_ref else None,
-                "validation": _validation_source(c).fingerprint() if c.validation else None}
+                "validation": validation_fingerprint(c)}
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return {"onnxruntime": onnxruntime_version(), "torch": tool_versions().get("torch"), "device": device_fingerprint()}
@@ -74,7 +73,7 @@ class ParityStage(Stage):
         torch_model = None if reference_note else _torch_model(cfg)
         comparison = Comparison(cfg.parity, parity_preset(cfg.quantize), cfg.quantize.precision)
         comparison.check_outputs([o.name for o in references["onnx"].outputs])
-        samples, data = _samples(cfg)
+        samples, data = parity_samples(cfg)
         worst: tuple[float, dict[str, np.ndarray] | None] = (-1.0, None)
         with ctx.reporter.task("parity samples", data["planned"]) as advance:
             for feeds in samples:
@@ -189,53 +188,6 @@ def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: 
         names = list(out["onnx"])
         out["torch"] = dict(zip(names, run_torch(torch_model, feeds, [s.name for s in cfg.inputs]), strict=True))
     return out
-
-
-# -- data --------------------------------------------------------------------------------------------
-
-def _validation_source(cfg: Config) -> Any:
-    from deploykit.data import DataSource, inputs_from_config
-
-    return DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation")
-
-
-def _samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[str, Any]]:
-    """The samples to compare on, and how the report describes them."""
-    if cfg.validation is not None:
-        v = cfg.validation
-        where = v.folder or v.files or v.function
-        kind = "folder" if v.folder else "files" if v.files else "function"
-        data = {"kind": "validation", "source": f"{kind}: {where}", "planned": v.samples,
-                "note": f"validation data ({kind} {where})"}
-        if v == cfg.calibration:
-            data["warning"] = ("the validation data is the calibration data: parity on samples the quantizer "
-                               "saw is optimistic")
-        return _checked_dims(cfg, iter(_validation_source(cfg))), data
-    shapes = distinct_shapes(cfg)
-
-    def random_samples() -> Iterator[dict[str, np.ndarray]]:
-        rng = np.random.default_rng(cfg.parity.seed)
-        for which in shapes:
-            for _ in range(cfg.parity.samples):
-                yield random_feeds(cfg, which, rng)
-
-    return random_samples(), {"kind": "random", "note": "random normal inputs: no validation data configured",
-                              "seed": cfg.parity.seed, "samples_per_shape": cfg.parity.samples, "shapes": shapes,
-                              "planned": len(shapes) * cfg.parity.samples}
-
-
-def _checked_dims(cfg: Config, samples: Iterator[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
-    """Dynamic dims of validation samples must lie in the configured min..max (the engine's profile)."""
-    for i, feeds in enumerate(samples):
-        for spec in cfg.inputs:
-            for axis, dim in enumerate(spec.shape):
-                if isinstance(dim, str):
-                    size, d = feeds[spec.name].shape[axis], cfg.dims[dim]
-                    if not d.min <= size <= d.max:
-                        raise DataError(f"validation sample {i}: input {spec.name!r} axis {axis} is {size}, outside "
-                                        f"dim {dim!r} range [{d.min}, {d.max}]",
-                                        hint="widen 'dims' in the config or batch the validation data differently")
-        yield feeds
 
 
 # -- diagnosis ---------------------------------------------------------------------------------------

@@ -6,16 +6,26 @@ calibration data, and writes one artifact:
 * ``model.onnx`` — the quantized graph (the ``model`` role the build reads);
 * ``ranges.json`` — per-tensor observed min/max and the calibrated threshold, with the method;
 * ``calibration.cache`` — TensorRT's legacy INT8 cache (INT8, tensorrt flavour);
-* ``precision.json`` — every node kept out of quantization or in FP32 and why, the repair
-  steps (the "precision patch"), the final check against the FP32 graph and its evaluator.
+* ``precision.json`` — every node kept out of quantization or in FP32 and why, the layer
+  precisions (the "precision patch": group -> precision, ready for ``quantize.layer_precisions``),
+  the mixed-precision search (its measurements, steps and accuracy-vs-latency table), the final
+  check and its evaluator;
+* ``base.onnx`` — the quantized graph before the precision patch (when there is one): applying
+  ``layer_precisions`` to it gives ``model.onnx`` byte for byte;
+* ``sensitivity.json`` — the search's per-layer measurements, filed under a key of everything they
+  depend on except the tolerances: a rerun at another tolerance finds them here (the file is in
+  the artifact's digest, so an edited cache is refused, never trusted).
 
 For INT8 in the onnxruntime flavour the summary also holds ``cpu_speed``, FP32 vs INT8 timed on
 this CPU (:mod:`deploykit.quant.speed`), with a warning when INT8 is not faster.
 
-Skipped for ``precision: fp32``. The check runs on calibration samples held out of the ranges
-(``quantize.check_samples``) with the parity tolerances for the precision, through the evaluator of
-the target flavour (the summary's ``evaluate``: ``as_written`` or ``onnxruntime``). It is a gate: a
-quantized model that misses its tolerance fails here (the artifact and its report are kept).
+Skipped for ``precision: fp32``. The check is parity's: its tolerances and task checks, against
+parity's reference graph, on the validation samples parity will use when the config has validation
+data (so a pass here implies a parity pass, up to the engine's kernel rounding), else on calibration
+samples held out of the ranges (``quantize.check_samples``; parity then runs on random inputs and
+may disagree), through the evaluator of the target flavour (the summary's ``evaluate``: ``as_written``
+or ``onnxruntime``). It is a gate: a quantized model that misses it fails here (the artifact and its
+report are kept).
 """
 
 from __future__ import annotations
@@ -37,8 +47,11 @@ from deploykit.report.jsonio import clean
 from deploykit.report.record import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+from deploykit.stages.validation import validation_fingerprint, validation_samples
 
 RANGES = "ranges.json"
+BASE = "base.onnx"
+SENSITIVITY = "sensitivity.json"
 CACHE = "calibration.cache"
 PRECISION = "precision.json"
 TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cache is for <= 10
@@ -46,21 +59,32 @@ TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cac
 
 @dataclass(frozen=True)
 class QuantCheck(Summary):
-    """The check against the FP32 graph on held-out samples: worst metrics per output."""
+    """Parity's check of the quantized graph (its tolerances and task checks) on parity's validation
+    samples, else on calibration samples held out of the ranges: worst metrics per output."""
 
     passed: bool = True
     violations: list[str] = field(default_factory=list)
     metrics: dict[str, dict[str, float | None]] = field(default_factory=dict)  # output -> rel_l2, cosine, ...
     samples: int = 0
+    data: str = "held-out calibration samples"  # what the check judged on (parity's validation samples when set)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # parity's task checks: label, metrics, status
 
 
 @dataclass(frozen=True)
 class RepairSummary(Summary):
-    passed: bool = False
-    iterations: int = 0
-    excluded_nodes: list[str] = field(default_factory=list)  # what the loop took out of quantization
+    """The mixed-precision search (:class:`deploykit.quant.sensitivity.SearchResult`; the full record
+    is ``precision.json``'s ``search``)."""
+
+    passed: bool = False  # parity's verdict on the chosen mix, on every judging sample
+    iterations: int = 0  # states evaluated after measuring (the base and confirmations included)
+    excluded_nodes: list[str] = field(default_factory=list)  # layer groups raised above the stage's precision
     stopped: str = ""  # why it stopped
-    worst_rel_l2: list[float | None] = field(default_factory=list)  # per step
+    worst_rel_l2: list[float | None] = field(default_factory=list)  # per step (None: no rel-L2 limit checked)
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # the chosen patch: group -> precision
+    evaluations: dict[str, int] = field(default_factory=dict)  # fresh (run now), cached (from an earlier artifact)
+    cache_key: str = ""  # what sensitivity.json's measurements are filed under
+    judged_on: str = ""  # the samples the search judged on
+    worst_ratio: list[float | None] = field(default_factory=list)  # per step: worst measured value / its limit
 
 
 @dataclass(frozen=True)
@@ -74,6 +98,10 @@ class CpuSpeed(Summary):
     batch: int = 1
     evaluator: str = ""
     speedup: float = 0.0
+    speedup_low: float = 0.0  # the slowest and fastest per-round ratio FP32 / quantized
+    speedup_high: float = 0.0
+    fp32_spread: float = 0.0  # (max - min) / median of the per-round medians
+    quantized_spread: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +110,8 @@ class QuantizeSummary(Summary):
     flavour: str = ""  # the target flavour the graph is written for
     method: str = ""  # the calibration method that set the ranges ("auto (mse)" when auto chose)
     samples: int = 0  # calibration samples read
+    range_samples: int = 0  # of those, the samples the ranges come from
+    check_samples: int = 0  # the samples the check ran on (held out of the ranges unless the stream was short)
     quantized_nodes: int = 0
     excluded: list[str] = field(default_factory=list)  # kept out of quantization
     kept_fp32: list[str] = field(default_factory=list)  # kept in FP32 where the rest is FP16
@@ -90,6 +120,7 @@ class QuantizeSummary(Summary):
     evaluate: str = ""  # the evaluator the check (and parity) use for this flavour: as_written | onnxruntime
     evaluator: str = ""  # what computed the check, in words
     repair: RepairSummary | None = None
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # the precision patch in model.onnx
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     passthrough: bool = False  # an already quantized model, passed through unchanged
@@ -98,8 +129,10 @@ class QuantizeSummary(Summary):
 
 class QuantizeStage(Stage):
     name = "quantize"
-    version = 2  # 2: onnxruntime-flavour exclusions read float tensors
-    inputs = {"model": "onnx"}
+    # 2: onnxruntime-flavour exclusions read float tensors; 3: norm scales per channel on axis 0;
+    # 4: judged by parity's data and checks, mixed-precision search
+    version = 4
+    inputs = {"model": "onnx", "reference": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
     summary_type = QuantizeSummary
@@ -128,7 +161,9 @@ class QuantizeStage(Stage):
         return {"quantize": q, "flavour": flavour, "reduce_range": _reduce_range(ctx) if flavour == "onnxruntime" else None,
                 "calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims,
                 "ort_level": c.build.optimization_level if flavour == "onnxruntime" else None,
-                "parity": {"default": c.parity.default, "outputs": c.parity.outputs}, "trt_cache": TRT_CACHE_VERSION}
+                "parity": {"default": c.parity.default, "outputs": c.parity.outputs, "tasks": c.parity.tasks,
+                           "inconclusive": c.parity.inconclusive, "vacuous_below": c.parity.vacuous_below},
+                "validation": validation_fingerprint(c), "trt_cache": TRT_CACHE_VERSION}
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return {"onnxruntime": onnxruntime_version(), "modelopt": tool_versions().get("nvidia-modelopt", "absent")}
@@ -145,12 +180,12 @@ class QuantizeStage(Stage):
         job = Job(load_model(inputs["model"].file(MODEL)), c.quantize, flavour, stream,
                   where=str(inputs["model"].file(MODEL)), ort_level=c.build.optimization_level,
                   reduce_range=_reduce_range(ctx) if flavour == "onnxruntime" else False,
-                  task=ctx.reporter.task, tolerance=_tolerance(ctx))
+                  task=ctx.reporter.task, judging=_judging(ctx, inputs), search_cache=_cache_lookup(ctx))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
             result = quantize_keeping_plugins(job, quantize_model)
-        notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         speed = _cpu_speed(job, result, stream)
         if speed is not None and speed.warning(job.cfg.precision):
             notes.append(speed.warning(job.cfg.precision))
@@ -168,7 +203,7 @@ class QuantizeStage(Stage):
 
     @classmethod
     def checks(cls, artifact: Artifact) -> list[Check]:
-        """One per output: its worst rel-L2 on the held-out samples against the limit, and every violation."""
+        """One per output: its worst rel-L2 on the judging samples (parity's) against the limit, and every violation."""
         check = QuantizeSummary.of(artifact).check
         if check is None:
             return []
@@ -187,19 +222,11 @@ class QuantizeStage(Stage):
         return out
 
     def verdict(self, artifact: Artifact) -> None:
-        s = QuantizeSummary.of(artifact)
-        if s.check and not s.check.passed:
-            raise ParityFailed("quantized model misses its tolerance against the FP32 graph on held-out "
-                               "calibration samples: " + "; ".join(s.check.violations[:4]),
-                               hint=f"see {artifact.file(PRECISION)}; {_next_step(s)}")
-
-
-def _next_step(s: QuantizeSummary) -> str:
-    """What to try after a failed check: the repair loop, unless it already ran and spent its budget."""
-    if s.repair is None:
-        return "enable quantize.repair (--auto-repair) or exclude the nodes the diagnosis names"
-    return (f"the repair loop ran ({s.repair.iterations} iteration(s), {s.repair.stopped}): raise "
-            "quantize.repair.max_iterations / max_nodes, exclude nodes by hand, or try another method or precision")
+        summary = QuantizeSummary.of(artifact)
+        check = summary.check
+        if check and not check.passed:
+            raise ParityFailed(f"quantized model misses its tolerance against the FP32 graph on {check.data}: "
+                               + "; ".join(check.violations[:4]), hint=_hint(summary, artifact.file(PRECISION)))
 
 
 def _calibration(ctx: StageContext) -> Any:
@@ -213,7 +240,8 @@ def _calibration(ctx: StageContext) -> Any:
         raise ConfigError(f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
                           "no 'calibration' section",
                           hint="add calibration: {folder: images/} (or files:/function:), or pass --calib-data")
-    return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration")
+    return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration",
+                      max_input_mib=c.limits.max_input_mib)
 
 
 def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
@@ -234,15 +262,55 @@ def _reduce_range(ctx: StageContext) -> bool:
     return resolve_reduce_range(ctx.config.quantize.reduce_range)
 
 
-def _tolerance(ctx: StageContext) -> Any:
-    """The parity stage's tolerance per output, so this check and parity judge alike."""
-    from deploykit.config import Tolerance, parity_preset
-    from deploykit.metrics.tasks import unordered_outputs
+def _hint(summary: QuantizeSummary, report: Path) -> str:
+    """What to do next; never "enable the search" when it ran and spent its budget."""
+    if summary.repair is None:
+        return (f"see {report}; enable quantize.repair (--auto-repair) to search for the layers to keep in higher "
+                "precision, or exclude the nodes the diagnosis names")
+    return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
+            "quantize.repair.max_iterations / max_nodes / candidates, use quantize.high_precision: fp32, or loosen "
+            "the tolerance if the best state shown is acceptable")
 
-    c = ctx.config
-    preset = parity_preset(c.quantize)
-    unordered = unordered_outputs(c.parity.tasks)  # post-NMS outputs: only parity's detection check compares them
-    return lambda output: Tolerance() if output in unordered else c.parity.tolerance(output, preset)
+
+def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
+    """Parity's config, validation samples and reference graph: the check and the search judge by them.
+
+    The reference is parity's: the export, unless surgery changed the outputs (a ``cut`` of the
+    post-processing), where parity compares against the FP32 graph after surgery, this stage's input."""
+    from deploykit.quant.judge import Judging
+
+    found = validation_samples(ctx.config)
+    reference, model = inputs["reference"], inputs["model"]
+    graph = None
+    if reference.digest != model.digest:
+        ref_graph = load_model(reference.file(MODEL))
+        outputs = [o.name for o in load_model(model.file(MODEL), load_external=False).graph.output]
+        graph = ref_graph if [o.name for o in ref_graph.graph.output] == outputs else None
+    if found is None:
+        return Judging(ctx.config.parity, None, "", graph)
+    return Judging(ctx.config.parity, found.samples, f"{len(found.samples)} samples of {found.note}", graph)
+
+
+def _cache_lookup(ctx: StageContext) -> Any:
+    """key -> the search measurements an earlier quantize artifact in the store filed under it.
+
+    Candidates are found by their sealed manifests' typed summaries; the one used is read through
+    ``Store.get``, which re-hashes every file against its manifest (an edited cache is refused)."""
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        found, _ = ctx.store.scan()  # objects that do not verify are never candidates
+        for candidate in reversed(found):  # newest first
+            if candidate.manifest.stage != QuantizeStage.name:
+                continue
+            repair = QuantizeSummary.of(candidate).repair
+            if repair is None or repair.cache_key != key or SENSITIVITY not in candidate.manifest.files:
+                continue
+            artifact = ctx.store.get(candidate.digest)  # verifies every file's digest
+            payload = json.loads(artifact.file(SENSITIVITY).read_text(encoding="utf-8"))
+            return payload if isinstance(payload, dict) else None
+        return None
+
+    return lookup
 
 
 def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> QuantizeSummary:
@@ -252,9 +320,14 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
     from deploykit.quant.ranges import write_ranges
 
     save_model(result.model, out / MODEL)
+    if result.layer_precisions and result.base is not None:
+        save_model(result.base, out / BASE)
+    if result.search_cache is not None:
+        (out / SENSITIVITY).write_text(json.dumps(clean(result.search_cache), sort_keys=True, allow_nan=False))
     samples = job.samples.seen if job.samples is not None else 0
     if result.ranges:
-        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples})
+        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples,
+                                                                    "range_samples": result.range_samples})
     if job.cfg.precision == "int8" and job.flavour == "tensorrt" and result.ranges:
         trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
     report = clean(_precision_report(result, job))
@@ -265,18 +338,22 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         method = f"auto ({method})"
     return QuantizeSummary(
         precision=job.cfg.precision, flavour=job.flavour, method=method, samples=samples,
+        range_samples=result.range_samples, check_samples=result.check_samples,
         quantized_nodes=len(quantized_node_names(result.model)), excluded=sorted(result.excluded),
         kept_fp32=sorted(result.fp32), unquantized=sorted(result.unquantized), check=_short(check),
         evaluate=evaluator_for(job.flavour), evaluator=result.check.evaluator if result.check else "",
-        repair=_repair_summary(result.repair), notes=list(result.notes),
-        warnings=warnings_ + (result.check.warnings if result.check else []), passthrough=result.passthrough)
+        repair=_repair_summary(result), layer_precisions=dict(sorted(result.layer_precisions.items())),
+        notes=list(result.notes), warnings=warnings_ + (result.check.warnings if result.check else []),
+        passthrough=result.passthrough)
 
 
 def _precision_report(result: Any, job: Any) -> dict[str, Any]:
     return {"precision": job.cfg.precision, "flavour": job.flavour, "high_precision": job.cfg.high_precision,
             "excluded_from_quantization": result.excluded, "kept_fp32": result.fp32,
             "left_unquantized_by_quantizer": result.unquantized,
-            "repair": result.repair.to_dict() if result.repair else None,
+            "layer_precisions": dict(sorted(result.layer_precisions.items())),
+            "base": BASE if result.layer_precisions and result.base is not None else None,
+            "search": result.repair.to_dict() if result.repair else None,
             "check": result.check.to_dict() if result.check else None, "preparation": result.preparation,
             "notes": result.notes, "passthrough": result.passthrough}
 
@@ -287,11 +364,24 @@ def _short(check: dict[str, Any] | None) -> QuantCheck | None:
     keys = ("rel_l2", "cosine", "max_abs", "nonfinite", "signal_rel_l2", "error_to_signal")
     metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
     # JSON has no infinity: non-finite values become None (the report says what they mean).
-    return QuantCheck(check["passed"], clean(check["violations"]), clean(metrics), check["samples"])
+    tasks = [{k: t[k] for k in ("label", "metrics", "status")} for t in check.get("tasks", [])]
+    return QuantCheck(check["passed"], clean(check["violations"]), clean(metrics), check["samples"],
+                      check.get("data") or "held-out calibration samples", clean(tasks))
 
 
-def _repair_summary(repair: Any) -> RepairSummary | None:
-    if repair is None:
+def _repair_summary(result: Any) -> RepairSummary | None:
+    search = result.repair
+    if search is None:
         return None
-    return RepairSummary(repair.check.passed, len(repair.steps), list(repair.added), repair.stopped,
-                         clean([round(s.check.worst(), 6) for s in repair.steps]))
+    steps = search.outcome.steps
+    return RepairSummary(
+        passed=search.check.passed, iterations=len(steps), excluded_nodes=search.added, stopped=search.stopped,
+        worst_rel_l2=clean([_worst_rel_l2(s.score.values) for s in steps]),
+        layer_precisions=dict(sorted(search.patch.items())), evaluations=dict(search.evaluations),
+        cache_key=(result.search_cache or {}).get("key", ""), judged_on=search.data,
+        worst_ratio=clean([round(s.score.worst, 6) for s in steps]))
+
+
+def _worst_rel_l2(values: dict[str, float]) -> float | None:
+    found = [v for k, v in values.items() if k.endswith(".rel_l2")]
+    return round(max(found), 6) if found else None

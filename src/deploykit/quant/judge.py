@@ -1,0 +1,249 @@
+"""Judge a quantized graph exactly as parity will: its data, its elementwise tolerances, its task checks.
+
+:class:`Judge` holds the FP32 reference outputs on the judging samples and runs a candidate through
+the target flavour's evaluator into a :class:`deploykit.metrics.comparison.Comparison` built from
+``config.parity``, the class the parity stage itself uses. So when the samples are parity's
+validation samples, "the quantize check passed" means "parity will pass", up to the engine's
+kernel rounding (and the torch reference, which quantization cannot change).
+
+A search needs more than pass/fail: :class:`Measurement` keeps the raw numbers (worst elementwise
+metrics per output, task metrics), which :func:`score` turns into one ratio per limit (<= 1 passes;
+rel-L2 0.12 against 0.1 is 1.2, IoU 0.94 against 0.97 is (1 - 0.94) / (1 - 0.97) = 2). Measurements
+do not depend on the limits, so a search cached at one tolerance is re-scored at another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deploykit.quant.check import Check, Reference, weak_signal
+
+if TYPE_CHECKING:
+    import onnx
+
+    from deploykit.config import ParityConfig, Tolerance
+
+RATIO_CAP = 1e3  # a NaN output or a zero limit missed counts this much, so states still order
+_LESS = ("max_abs", "mean_abs", "rel_l2", "max_rel")  # checks where smaller is better
+_MORE = ("cosine", "snr_db")
+# Fields of the task checks that are limits: a measurement does not depend on them (tested).
+LIMIT_FIELDS = frozenset({"min_top1", "min_topk", "min_matched", "min_mean_iou", "max_score_delta", "max_class_flips",
+                          "min_pixel_agreement", "min_miou", "max_abs_rel", "min_delta1", "max_ade", "max_fde",
+                          "min_iou", "min_recall"})
+_KEPT = ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db", "nonfinite", "ref_nonfinite",
+         "ref_absmax", "ref_range")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one candidate scored on ``samples`` samples: worst elementwise metrics per output (against
+    the ONNX reference) and each task check's metrics; JSON-ready."""
+
+    outputs: dict[str, dict[str, float]]
+    tasks: list[dict[str, Any]]  # {"label", "kind", "metrics", "inconclusive"}
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs": self.outputs, "tasks": self.tasks, "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(data["outputs"], data["tasks"], data["samples"])
+
+
+@dataclass(frozen=True)
+class Score:
+    """Ratios of each measured value to its limit; ``excess`` (how far past the limits, summed) is what
+    a search drives to zero, ``objective`` breaks ties between passing states by their margin."""
+
+    ratios: dict[str, float]
+    values: dict[str, float] = field(default_factory=dict)  # the measured value behind each ratio
+
+    @property
+    def excess(self) -> float:
+        return float(sum(max(r - 1.0, 0.0) for r in self.ratios.values()))
+
+    @property
+    def worst(self) -> float:
+        return max(self.ratios.values(), default=0.0)
+
+    @property
+    def objective(self) -> float:
+        mean = float(np.mean(list(self.ratios.values()))) if self.ratios else 0.0
+        return self.excess + 0.01 * mean
+
+    @property
+    def passed(self) -> bool:
+        return all(r <= 1.0 for r in self.ratios.values())
+
+    def failing(self) -> list[str]:
+        return [f"{k} {r:.3g}x its limit" for k, r in sorted(self.ratios.items(), key=lambda kv: -kv[1]) if r > 1]
+
+
+def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> Score:
+    """One ratio per checked limit (<= 1 passes); vacuous checks are left out (no precision helps)."""
+    from deploykit.metrics.tasks import build_tasks, max_abs_exempt
+
+    exempt = max_abs_exempt(parity.tasks)
+    ratios: dict[str, float] = {}
+    values: dict[str, float] = {}
+    for name, m in measurement.outputs.items():
+        tol = parity.tolerance(name, preset)
+        if m.get("nonfinite", 0) > 0:
+            ratios[f"{name}.nonfinite"], values[f"{name}.nonfinite"] = RATIO_CAP, m["nonfinite"]
+        for key in (*_LESS, *_MORE):
+            limit = getattr(tol, key)
+            if limit is None or key not in m or (key == "max_abs" and name in exempt):
+                continue
+            ratios[f"{name}.{key}"], values[f"{name}.{key}"] = _ratio(m[key], limit, key in _MORE, key), m[key]
+    tasks = {t.label: t for t in build_tasks(parity.tasks)}
+    for entry in measurement.tasks:
+        task = tasks.get(entry["label"])
+        if task is None or entry.get("inconclusive"):
+            continue
+        for metric, op, limit in task.limits():
+            key, value = f"{entry['label']}.{metric}", entry["metrics"][metric]
+            ratios[key], values[key] = _ratio(value, limit, op == ">=", metric), value
+    return Score(ratios, values)
+
+
+def _ratio(value: float, limit: float, at_least: bool, key: str) -> float:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return RATIO_CAP
+    if key == "snr_db":  # decibels: compare the error amplitudes they stand for
+        return float(min(RATIO_CAP, 10.0 ** ((limit - value) / 20.0)))
+    if at_least:  # fractions (cosine, IoU, top-1, recall): compare the shortfalls from 1
+        gap, allowed = 1.0 - value, 1.0 - limit
+    else:
+        gap, allowed = value, limit
+    if math.isinf(allowed):
+        return 0.0
+    if allowed <= 0:
+        return 0.0 if gap <= 0 else RATIO_CAP
+    return float(min(RATIO_CAP, max(gap, 0.0) / allowed))
+
+
+@dataclass
+class Judging:
+    """What the quantize stage's check and search are judged by (the stage fills it from the config).
+
+    ``samples``: parity's validation samples in parity's order, or None: then the held-out
+    calibration samples judge (parity itself will run on random inputs, so its verdict can differ).
+    ``reference``: parity's FP32 reference graph (before surgery), or None: the stage's input graph.
+    """
+
+    parity: ParityConfig | None = None  # None: default parity settings with the precision's preset
+    samples: list[dict[str, np.ndarray]] | None = None
+    source: str = ""
+    reference: onnx.ModelProto | None = None
+
+
+@dataclass
+class Judge:
+    """The reference outputs on the judging samples, and the evaluator candidates run through.
+
+    Args:
+        reference: the FP32 graph (parity's reference when the stage has it).
+        samples: the judging samples, in parity's order when they are parity's.
+        opener: the target flavour's evaluator (``quantize._opener``).
+        parity: the parity config whose tolerances and task checks apply.
+        preset: the tolerance preset for the precision (``config.parity_preset``).
+        precision: the quantize precision (for the Comparison's report).
+        source: a sentence saying where the samples come from.
+    """
+
+    reference: onnx.ModelProto
+    samples: list[dict[str, np.ndarray]]
+    opener: Callable[..., Any]
+    parity: ParityConfig
+    preset: Tolerance
+    precision: str
+    source: str
+    evaluations: int = 0  # candidates run, for budgets and benchmarks
+    inferences: int = 0
+    evaluator: str = ""  # the sentence the last candidate's session gave
+    _ref: Reference | None = field(default=None, repr=False)
+
+    @property
+    def ref(self) -> Reference:
+        if self._ref is None:
+            self._ref = Reference(self.reference, self.samples)
+        return self._ref
+
+    def compare(self, candidate: onnx.ModelProto, n: int | None = None) -> Any:
+        """The Comparison of ``candidate`` on the first ``n`` samples (all by default)."""
+        from deploykit.metrics.comparison import Comparison
+
+        session = self.opener(candidate)
+        comparison = Comparison(self.parity, self.preset, self.precision)
+        count = len(self.samples) if n is None else min(n, len(self.samples))
+        for sample, expected in zip(self.samples[:count], self.ref.outputs[:count], strict=True):
+            comparison.add({"onnx": expected}, session.infer(sample))
+        self.evaluations += 1
+        self.inferences += count
+        self.evaluator = session.evaluator
+        return comparison
+
+    def measure(self, candidate: onnx.ModelProto, n: int | None = None) -> Measurement:
+        return measurement_of(self.compare(candidate, n).report())
+
+    def check(self, candidate: onnx.ModelProto) -> Check:
+        """Parity's verdict on every judging sample, as the stage's Check."""
+        report = self.compare(candidate).report()
+        return check_of(report, self.evaluator, self.ref, self.parity, self.preset, self.source)
+
+
+def measurement_settings(parity: ParityConfig) -> dict[str, Any]:
+    """What a measurement depends on in ``parity`` (its limits left out): the part of a search cache's key."""
+    import dataclasses
+
+    tasks = {f.name: [{k: v for k, v in dataclasses.asdict(c).items() if k not in LIMIT_FIELDS}
+                      for c in getattr(parity.tasks, f.name)] for f in dataclasses.fields(parity.tasks)}
+    floors = {name: t.rel_floor for name, t in sorted(parity.outputs.items())}
+    return {"tasks": tasks, "rel_floor": parity.default.rel_floor, "output_rel_floor": floors,
+            "vacuous_below": parity.vacuous_below}
+
+
+def measurement_of(report: dict[str, Any]) -> Measurement:
+    outputs = {name: {k: float(v) for k, v in refs["onnx"]["metrics"].items() if k in _KEPT}
+               for name, refs in report["outputs"].items() if "onnx" in refs}
+    tasks = [{"label": t["label"], "kind": t["kind"], "metrics": _plain(t["metrics"]), "inconclusive": t["inconclusive"]}
+             for t in report["tasks"] if t["reference"] == "onnx"]
+    return Measurement(outputs, tasks, int(report["samples"]))
+
+
+def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer)) else v)
+            for k, v in metrics.items()}
+
+
+def check_of(report: dict[str, Any], evaluator: str, ref: Reference, parity: ParityConfig, preset: Tolerance,
+             source: str) -> Check:
+    """A parity report folded into the quantize stage's Check (worst metrics, violations, tasks)."""
+    metrics: dict[str, dict[str, float]] = {}
+    violations: list[str] = []
+    for name, refs in sorted(report["outputs"].items()):
+        entry = refs["onnx"]
+        m = {k: float(v) for k, v in entry["metrics"].items() if k in _KEPT}
+        m["mean_rel_l2"] = float(np.mean(entry["per_sample_rel_l2"]))
+        metrics[name] = m
+        violations += [f"{name}: {v}" for v in entry["violations"]]
+        if entry["status"] == "inconclusive" and parity.inconclusive == "fail":
+            violations.append(f"{name}: inconclusive: {entry['inconclusive']}")
+    tasks = [t for t in report["tasks"] if t["reference"] == "onnx"]
+    for t in tasks:
+        violations += [f"{t['label']}: {v}" for v in t["violations"]]
+        if t["status"] == "inconclusive" and parity.inconclusive == "fail":
+            violations.append(f"{t['label']}: inconclusive: {t['inconclusive']}")
+    nonfinite = [name for name, m in metrics.items() if m["nonfinite"] > 0]
+    limits = {name: float(tol.rel_l2) for name in metrics
+              if (tol := parity.tolerance(name, preset)).rel_l2 is not None and math.isfinite(tol.rel_l2)}
+    task_rows = [{"label": t["label"], "kind": t["kind"], "metrics": _plain(t["metrics"]), "limits": t["limits"],
+                  "violations": t["violations"], "status": t["status"]} for t in tasks]
+    return Check(metrics, violations, evaluator, int(report["samples"]), nonfinite, weak_signal(metrics, ref), limits,
+                 task_rows, source)

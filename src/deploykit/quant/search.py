@@ -1,0 +1,196 @@
+"""The mixed-precision search core: the fewest, cheapest layers in higher precision that pass.
+
+Generic over callables so it can be tested with fakes:
+
+* ``evaluate(patch, full)`` scores a precision patch (group -> precision) on the search samples, or on
+  every judging sample when ``full`` (:class:`deploykit.quant.judge.Score`; ``passed`` on every
+  sample is parity's verdict);
+* ``latency(patch)`` is the patch's latency (per-group costs add up);
+* ``order`` is every group's move (the group at its target precision) ranked by accuracy gained per
+  latency lost, best first (:func:`rank`): a move that makes the model faster *and* more accurate
+  comes before any trade.
+
+The search raises a growing prefix of that order (``per_step`` groups, then twice as many, ...)
+until a state passes, never a prefix as slow as every group at the top precision (``ceiling``: such
+a mix is not worth shipping, and the search says it cannot pass rather than return it), then bisects
+for the shortest passing prefix: a few evaluations whether one
+layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
+network). A pass on the search samples counts only once confirmed on every judging sample; a state
+that fails on the few samples is not run on the rest. Trimming then lowers the raised groups,
+least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
+still passes. The result is the best state ever evaluated: the fastest that passed on every sample,
+else the one closest to passing, never simply the last one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploykit.quant.judge import Score
+
+Patch = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Move:
+    """``group`` at ``precision``: ``gain`` (objective lowered) and ``cost`` (latency added) over the base."""
+
+    group: str
+    precision: str
+    gain: float
+    cost: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    evaluations: int  # states the search may evaluate (the base and confirmations included)
+    groups: int  # groups that may be raised above the base precision
+    per_step: int = 1  # groups the first step raises; each later step doubles it
+    ceiling: float = float("inf")  # a state this slow is not worth shipping (every group at the top precision)
+
+
+@dataclass
+class Step:
+    """One evaluated state: what changed, its score, its latency, whether the search kept it."""
+
+    step: int
+    action: str  # base | raise | bisect | verify | trim
+    changes: Patch
+    patch: Patch
+    score: Score
+    latency: float
+    samples: str  # "search" or "all"
+    kept: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "action": self.action, "changes": dict(self.changes), "patch": dict(self.patch),
+                "objective": self.score.objective, "excess": self.score.excess, "worst_ratio": self.score.worst,
+                "passed": self.score.passed, "failing": self.score.failing()[:6], "ratios": self.score.ratios,
+                "latency": self.latency, "samples": self.samples, "kept": self.kept}
+
+
+@dataclass
+class Outcome:
+    best: Patch
+    best_score: Score
+    passed: bool  # the best state passed on every judging sample
+    stopped: str
+    steps: list[Step] = field(default_factory=list)
+
+
+def priority(gain: float, cost: float, floor: float = 0.0) -> tuple[int, float]:
+    """Gain per unit of latency, the cost floored at ``floor`` (a layer that is faster in higher
+    precision, or costs less than measurement noise, ranks by its gain at that floor); no gain last."""
+    if gain <= 0:
+        return (-1, gain)
+    cost = max(cost, floor)
+    return (1, gain) if cost <= 0 else (0, gain / cost)
+
+
+def rank(moves: list[Move], floor: float = 0.0) -> list[Move]:
+    """One move per group, the precision that gains most (trimming lowers it again where a cheaper one
+    suffices), groups by the priority of that move, best first; ties keep the given order."""
+    best: dict[str, Move] = {}
+    for m in moves:
+        if m.group not in best or m.gain > best[m.group].gain:
+            best[m.group] = m
+    return sorted(best.values(), key=lambda m: priority(m.gain, m.cost, floor), reverse=True)
+
+
+def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
+           start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget) -> Outcome:
+    """Search from ``start``; see the module docstring. ``ladder``: group -> its precisions, cheapest first."""
+    run = _Run(evaluate, latency, budget)
+    order = [m for m in order if m.group not in start][: budget.groups]
+    if run.judge(dict(start), {}, "base"):
+        return run.outcome("passed")
+    affordable = next((k for k in range(len(order), 0, -1) if latency(_prefix(start, order, k)) < budget.ceiling), 0)
+    slow = affordable < len(order)
+    order = order[:affordable]
+    failing, passing, k = 0, None, min(budget.per_step, len(order))
+    while passing is None and k > failing and not run.spent():
+        if run.judge(_prefix(start, order, k), {m.group: m.precision for m in order[failing:k]}, "raise"):
+            passing = k
+        else:
+            failing, k = k, min(2 * k, len(order))
+    while passing is not None and passing - failing > 1 and not run.spent():
+        mid = (failing + passing) // 2
+        if run.judge(_prefix(start, order, mid), {m.group: m.precision for m in order[failing:mid]}, "bisect"):
+            passing = mid
+        else:
+            failing = mid
+    if passing is None:
+        if run.spent():
+            return run.outcome(f"evaluation budget spent ({budget.evaluations})")
+        if slow:
+            return run.outcome(f"cannot pass faster than every layer at the top precision: the {len(order)} "
+                               "best-ranked groups raised still fail, and raising more would be no faster")
+        return run.outcome(f"every ranked group raised ({len(order)}) still fails")
+    return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder)
+
+
+def _prefix(start: Patch, order: list[Move], k: int) -> Patch:
+    return {**start, **{m.group: m.precision for m in order[:k]}}
+
+
+class _Run:
+    """The steps taken so far, the best state, and the budget."""
+
+    def __init__(self, evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float],
+                 budget: Budget) -> None:
+        self._evaluate, self._latency, self.budget = evaluate, latency, budget
+        self.steps: list[Step] = []
+        self.verdicts: dict[frozenset[tuple[str, str]], bool] = {}  # states judged already
+        self.best: tuple[Patch, Score, bool] | None = None
+
+    def spent(self) -> bool:
+        return len(self.steps) >= self.budget.evaluations
+
+    def judge(self, patch: Patch, changes: Patch, action: str) -> bool:
+        """Whether ``patch`` passes on every judging sample: judged on the search samples, and a pass
+        there confirmed on all of them (a state met again, e.g. trimmed back to, is not run again)."""
+        key = frozenset(patch.items())
+        if key not in self.verdicts:
+            score = self._record(patch, changes, action, False)
+            passed = score.passed and not self.spent() and self._record(patch, {}, "verify", True).passed
+            self.verdicts[key] = passed
+        return self.verdicts[key]
+
+    def _record(self, patch: Patch, changes: Patch, action: str, full: bool) -> Score:
+        score = self._evaluate(patch, full)
+        self.steps.append(Step(len(self.steps), action, dict(changes), dict(patch), score, self._latency(patch),
+                               "all" if full else "search", False))
+        passed = score.passed and full
+        key = self._key(patch, score, passed)
+        if self.best is None or key < self._key(*self.best):
+            self.best = (dict(patch), score, passed)
+        return score
+
+    def _key(self, patch: Patch, score: Score, passed: bool) -> tuple[int, float, float]:
+        latency = self._latency(patch)
+        return (0, latency, score.objective) if passed else (1, score.objective, latency)
+
+    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
+        """Lower each raised group one precision step, least valuable first, while every sample passes."""
+        for group in reversed(raised):
+            if self.spent():
+                break
+            steps = ladder[group]
+            lower = steps[steps.index(state[group]) - 1]
+            new = {**state, group: lower}
+            if lower == steps[0]:
+                del new[group]
+            if self._latency(new) > self._latency(state):
+                continue  # lowering it would be slower (INT8 slower than FP32 for this layer here)
+            if self.judge(new, {group: lower}, "trim"):
+                state = new
+        return self.outcome("passed")
+
+    def outcome(self, stopped: str) -> Outcome:
+        assert self.best is not None
+        best, score, passed = self.best
+        for s in self.steps:  # the states worth a row of their own: the start and every confirmed pass
+            s.kept = s.step == 0 or (s.score.passed and s.samples == "all")
+        return Outcome(best, score, passed, stopped, self.steps)

@@ -1,0 +1,274 @@
+"""Sensitivity-driven mixed precision: measure each layer group's causal effect, then search.
+
+What the quantize stage runs when ``quantize.repair.enabled`` and the base graph misses parity:
+
+1. **First-order ranking** (``repair.screen_samples`` samples): every group alone quantized, all
+   others at the float rest's precision; the error energy it adds on its own (squared rel-L2 over
+   the outputs: independent errors add up this way) ranks the groups, per latency it costs. One
+   evaluation per group, on the base graph's own ranges (no recalibration: a candidate is the base
+   graph with a patch applied, :mod:`deploykit.quant.patch`).
+2. **Leave-one-out measurement** (``repair.samples`` samples) of the ``repair.candidates`` worst
+   groups where the flavour offers a choice of higher precision (tensorrt INT8: FP8 or FP16): the
+   base graph with only that group raised, at each of them, scored by parity's metrics; FP8 is the
+   target where it recovers as much as FP16 (it costs what INT8 costs). It does not reorder: with the
+   error spread over many layers, raising one of them moves a thresholded task metric by less than
+   its noise on a few samples, where the first-order energy stays steady.
+3. **Search** (:mod:`deploykit.quant.search`) for the fastest assignment that passes, with latency
+   costs from :mod:`deploykit.quant.latency_cost`.
+
+Every evaluation is judged by :class:`deploykit.quant.judge.Judge` (parity's data, metrics and
+tolerances) and memoised by (patch, sample count). The measurements go into the artifact
+(``sensitivity.json``, covered by its digest) under a key of everything they depend on except the
+limits (:func:`cache_key`), so a rerun at a tighter tolerance re-scores them instead of measuring
+again. The final verdict is always a fresh evaluation on every judging sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deploykit.quant.groups import Group
+from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
+from deploykit.quant.latency_cost import Costs
+from deploykit.quant.search import Budget, Move, Outcome, Patch, rank, search
+
+if TYPE_CHECKING:
+    import onnx
+
+    from deploykit.config import RepairConfig
+    from deploykit.quant.check import Check
+
+CACHE_SCHEMA = 1
+CEILING_MARGIN = 0.9  # INT8 must be at least this much faster than FP32 for a latency ceiling to mean anything
+COST_FLOOR = 0.01  # latency costs below this share of an average group's are noise: floored there
+FP8_ENOUGH = 0.9  # FP8 is the target where it recovers this share of what the float precision recovers
+
+
+@dataclass
+class Evaluations:
+    """Patch -> Measurement, memoised in ``cache`` (persisted in the artifact); counts what ran."""
+
+    judge: Judge
+    build: Callable[[Patch], onnx.ModelProto]
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)  # filled from an earlier artifact, or empty
+    fresh: int = 0  # candidates built and run
+    cached: int = 0  # measurements taken from the earlier artifact instead
+    progress: Callable[[], Any] | None = None  # called after each candidate run (a progress bar)
+    _inherited: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._inherited = set(self.cache)
+
+    def measure(self, patch: Patch, n: int) -> Measurement:
+        key = f"{n}|" + ",".join(f"{g}={p}" for g, p in sorted(patch.items()))
+        if key in self.cache:
+            if key in self._inherited:
+                self.cached += 1
+                self._inherited.discard(key)
+            return Measurement.from_dict(self.cache[key])
+        found = self.judge.measure(self.build(patch), n)
+        self.cache[key] = found.to_dict()
+        self.fresh += 1
+        if self.progress is not None:
+            self.progress()
+        return found
+
+    def score(self, patch: Patch, n: int) -> Score:
+        return score(self.measure(patch, n), self.judge.parity, self.judge.preset)
+
+
+@dataclass
+class SearchResult:
+    """The chosen graph and everything that justifies it (``precision.json``'s ``search`` entry)."""
+
+    model: onnx.ModelProto
+    check: Check  # parity's verdict on every judging sample, evaluated fresh
+    patch: Patch  # group -> precision above the base
+    outcome: Outcome
+    groups: list[Group]
+    sensitivity: list[dict[str, Any]]
+    costs: Costs
+    table: list[dict[str, Any]]
+    measured_ms: dict[str, float]  # label (fp32, base, chosen, step N) -> ms on this CPU (onnxruntime flavour)
+    evaluations: dict[str, int]
+    ladder: tuple[str, ...]
+    data: str
+    wall_s: float = 0.0  # the search's own time (measurements, search, final check, timing)
+    cpu_s: float = 0.0  # CPU time it used, all threads (on a shared machine: what it would need alone)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+
+    @property
+    def stopped(self) -> str:
+        return self.outcome.stopped
+
+    @property
+    def added(self) -> list[str]:
+        """Groups the search raised above the base precision."""
+        return sorted(self.patch)
+
+    def faster_than_top(self) -> bool:
+        """Whether the chosen mix beats every group at the top precision: measured on this CPU where it
+        was timed (the onnxruntime flavour: against the FP32 graph), else by the cost model."""
+        if "chosen" in self.measured_ms and "fp32" in self.measured_ms:
+            return self.measured_ms["chosen"] < self.measured_ms["fp32"]
+        return self.costs.of(self.patch) < self.costs.top
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.check.passed, "stopped": self.stopped, "patch": dict(sorted(self.patch.items())),
+                "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
+                "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "timings": self.timings, "latency": self.costs.method,
+                "faster_than_top": self.faster_than_top(),
+                "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
+                "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
+                "groups": [g.to_dict() for g in self.groups]}
+
+
+def cache_key(facts: Mapping[str, Any]) -> str:
+    """The key a measurement cache is filed under: ``facts`` (the base graph's digest, the reference,
+    the judging data, the evaluator, the sample counts, the device) plus the schema version."""
+    from deploykit.hashing import digest_value
+
+    return digest_value({"schema": CACHE_SCHEMA, **facts})
+
+
+def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[str, Any]:
+    """What every cached measurement depends on, by content (the base graph, the reference graph, the
+    judging samples), plus the sample counts, parity's non-limit settings and the device; the limits
+    are left out: they only change the scores."""
+    import hashlib
+
+    from deploykit.environment import device_fingerprint, onnxruntime_version
+
+    samples = hashlib.sha256()
+    for sample in judge.samples:
+        for name in sorted(sample):
+            array = np.ascontiguousarray(sample[name])
+            samples.update(f"{name}:{array.dtype}:{array.shape}".encode())
+            samples.update(array.tobytes())
+    return {"base": hashlib.sha256(base.SerializeToString()).hexdigest(),
+            "reference": hashlib.sha256(judge.reference.SerializeToString()).hexdigest(),
+            "data": samples.hexdigest(), "samples": len(judge.samples), "screen_samples": cfg.screen_samples,
+            "search_samples": cfg.samples, "parity": measurement_settings(judge.parity),
+            "device": device_fingerprint(), "onnxruntime": onnxruntime_version()}
+
+
+def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], costs: Costs, cfg: RepairConfig,
+               start: Patch, timer: Callable[[dict[str, Patch]], dict[str, float]] | None = None) -> SearchResult:
+    """Rank, measure and search; see the module docstring.
+
+    Args:
+        ev: the memoised evaluations (judge, patch builder, cache).
+        groups: the base graph's groups.
+        ladder: the precisions each group may take, the base first.
+        costs: latency per group and precision.
+        cfg: the budgets.
+        start: the configured patch (``quantize.layer_precisions``), where the search begins.
+        timer: label -> patch to measured ms (the onnxruntime flavour times the states it kept).
+    """
+    judge, clock = ev.judge, _Clock()
+    n_screen, n_search, n_all = (min(n, len(judge.samples)) for n in (cfg.screen_samples, cfg.samples, 10**9))
+    high = next((p for p in ladder[1:] if p != "fp8"), ladder[-1])
+    by_name = {g.name: g for g in groups}
+    damage = _first_order(ev, list(by_name), high, n_screen)
+    ranked = sorted(damage, key=lambda g: -damage[g])[: cfg.candidates]  # stable: graph order breaks ties
+    clock.lap("first_order")
+    causal = _causal(ev, ranked, ladder, high, start, costs, n_search) if "fp8" in ladder else []
+    clock.lap("causal")
+    floor = COST_FLOOR * costs.base / max(len(by_name), 1)
+    order = rank([Move(g, _target(g, causal, high), damage[g], costs.delta.get(g, {}).get(high, 0.0))
+                  for g in damage], floor)
+    top = costs.of({g: ladder[-1] if high == "fp32" else high for g in by_name})  # the cost model's own sum
+    ceiling = top if costs.base < CEILING_MARGIN * top else float("inf")
+    outcome = search(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, order, start,
+                     {g: ladder for g in by_name},
+                     Budget(cfg.max_iterations, cfg.max_nodes, cfg.nodes_per_step, ceiling))
+    clock.lap("search")
+    model = ev.build(outcome.best)
+    check = judge.check(model)
+    clock.lap("final_check")
+    sensitivity = [{"group": m.group, "ops": by_name[m.group].ops, "alone_damage": damage[m.group], "rank": i,
+                    "target": m.precision, "gain": {c.precision: c.gain for c in causal if c.group == m.group},
+                    "cost": costs.delta.get(m.group, {})} for i, m in enumerate(order)]
+    table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], timer)
+    clock.lap("timing")
+    return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
+                        {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source, timings=clock.laps)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now
+
+
+def _first_order(ev: Evaluations, names: list[str], high: str, n: int) -> dict[str, float]:
+    """Each group's damage quantized alone, every other group at ``high``: the error energy it adds
+    (squared rel-L2 summed over outputs; independent errors add up this way, and it is steady on one
+    sample where a thresholded task metric is not)."""
+    clean = _energy(ev.measure(dict.fromkeys(names, high), n))
+    return {name: _energy(ev.measure({g: high for g in names if g != name}, n)) - clean for name in names}
+
+
+def _energy(m: Measurement) -> float:
+    return float(sum(o.get("rel_l2", 0.0) ** 2 for o in m.outputs.values()))
+
+
+def _causal(ev: Evaluations, ranked: list[str], ladder: tuple[str, ...], high: str, start: Patch, costs: Costs,
+            n: int) -> list[Move]:
+    """What raising each ranked group alone gains on parity's score over ``start``, at each precision
+    offered (leave-one-out: the group's effect with every other group quantized)."""
+    base = ev.score(start, n).objective
+    moves = []
+    for name in ranked:
+        for p in ladder[1:]:
+            if p == "fp32" and high == "fp16":
+                continue  # FP32 over FP16 buys range, not rounding: offered in layer_precisions only
+            moves.append(Move(name, p, base - ev.score({**start, name: p}, n).objective,
+                              costs.delta.get(name, {}).get(p, 0.0)))
+    return moves
+
+
+def _target(group: str, causal: list[Move], high: str) -> str:
+    """The precision a group is raised to: FP8 where it alone recovers about as much as ``high`` (it
+    costs what INT8 costs in the tensorrt flavour), else ``high``; trimming tries lower ones again."""
+    gains = {m.precision: m.gain for m in causal if m.group == group}
+    if gains.get("fp8", 0.0) > 0 and gains["fp8"] >= FP8_ENOUGH * gains.get(high, 0.0):
+        return "fp8"
+    return high
+
+
+def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
+                 timer: Callable[[dict[str, Patch]], dict[str, float]] | None
+                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """One row per evaluated state: precision counts, accuracy (worst ratio to a limit, the measured
+    values), latency (the cost model's, relative to every group at the top precision), whether the
+    search kept it and whether no other state beats it on both; with a timer, the FP32 graph, the
+    base and the chosen state are timed on this CPU (``measured``)."""
+    measured = timer({"chosen": outcome.best}) if timer else {}
+    rows = []
+    for s in outcome.steps:
+        counts: dict[str, int] = {}
+        for g in groups:
+            counts[s.patch.get(g, base)] = counts.get(s.patch.get(g, base), 0) + 1
+        est = costs.of(s.patch)
+        rows.append({"step": s.step, "action": s.action, "changes": s.changes, "precisions": counts,
+                     "worst_ratio": s.score.worst, "excess": s.score.excess, "passed": s.score.passed,
+                     "samples": s.samples, "values": s.score.values, "latency": est,
+                     "latency_vs_top": est / costs.top if costs.top > 0 else None, "kept": s.kept,
+                     "chosen": s.patch == outcome.best,
+                     "measured_ms": measured.get("base") if s.step == 0 else measured.get("chosen")
+                     if s.patch == outcome.best and s.samples == "all" else None})
+    for r in rows:
+        r["pareto"] = not any(o["latency"] <= r["latency"] and o["worst_ratio"] <= r["worst_ratio"] and
+                              (o["latency"] < r["latency"] or o["worst_ratio"] < r["worst_ratio"]) for o in rows)
+    return rows, measured

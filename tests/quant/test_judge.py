@@ -1,0 +1,114 @@
+"""Judging a candidate as parity does: ratios to limits, measurements independent of the limits."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from deploykit.config import (
+    ClassificationCheck,
+    DepthCheck,
+    DetectionCheck,
+    ParityConfig,
+    ProbabilityMapCheck,
+    SegmentationCheck,
+    TaskChecks,
+    Tolerance,
+    TrajectoryCheck,
+)
+from deploykit.graph.run import session_from_onnx
+from deploykit.metrics.comparison import Comparison
+from deploykit.metrics.tasks import build_tasks
+from deploykit.quant.judge import (
+    LIMIT_FIELDS,
+    Judge,
+    Measurement,
+    measurement_of,
+    measurement_settings,
+    score,
+)
+from tests.quant import models
+
+PRESET = Tolerance(rel_l2=0.1, cosine=0.995, rel_floor=1e-2)
+
+
+def test_ratios_compare_each_value_with_its_limit():
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.97),)))
+    m = Measurement({"prob": {"rel_l2": 0.12, "cosine": 0.9975, "max_abs": 0.9, "nonfinite": 0}},
+                    [{"label": "probability_map[0]", "kind": "probability_map", "metrics": {"iou": 0.94},
+                      "inconclusive": ""}], 4)
+    s = score(m, parity, PRESET)
+    assert s.ratios["prob.rel_l2"] == pytest.approx(1.2)
+    assert s.ratios["prob.cosine"] == pytest.approx(0.5)  # shortfall 0.0025 of an allowed 0.005
+    assert s.ratios["probability_map[0].iou"] == pytest.approx(2.0)
+    assert "prob.max_abs" not in s.ratios  # a probability map's max_abs is not checked (as in parity)
+    assert s.excess == pytest.approx(0.2 + 1.0) and not s.passed and s.values["probability_map[0].iou"] == 0.94
+    tighter = dataclasses.replace(parity, default=Tolerance(rel_l2=0.06))
+    assert score(m, tighter, PRESET).ratios["prob.rel_l2"] == pytest.approx(2.0)  # same measurement, new limits
+
+
+def test_nan_outputs_and_vacuous_checks():
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob"),)))
+    m = Measurement({"prob": {"rel_l2": 0.01, "cosine": 1.0, "nonfinite": 3}},
+                    [{"label": "probability_map[0]", "kind": "probability_map", "metrics": {"iou": 0.0},
+                      "inconclusive": "no reference pixel reaches the threshold 0.5"}], 2)
+    s = score(m, parity, PRESET)
+    assert not s.passed and s.ratios["prob.nonfinite"] >= 1e3 and "probability_map[0].iou" not in s.ratios
+
+
+CHECKS = [ClassificationCheck("y"), DetectionCheck("b", "s"), SegmentationCheck("y"), DepthCheck("y"),
+          TrajectoryCheck("y", scores="s"), ProbabilityMapCheck("y")]  # with scores, min_top1 is a limit too
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: type(c).__name__)
+def test_limit_fields_are_exactly_the_fields_limits_read(check):
+    """A cached measurement is re-scored at new limits: every field that moves a limit must be in
+    LIMIT_FIELDS (left out of the cache key), and no other field may be."""
+    kind = {ClassificationCheck: "classification", DetectionCheck: "detection", SegmentationCheck: "segmentation",
+            DepthCheck: "depth", TrajectoryCheck: "trajectory", ProbabilityMapCheck: "probability_map"}[type(check)]
+
+    def limits(c):
+        return build_tasks(TaskChecks(**{kind: (c,)}))[0].limits()
+
+    for f in dataclasses.fields(check):
+        value = getattr(check, f.name)
+        if not isinstance(value, float):
+            continue
+        changed = dataclasses.replace(check, **{f.name: value * 0.5 + 0.01})
+        assert (limits(changed) != limits(check)) == (f.name in LIMIT_FIELDS), f.name
+
+
+def test_measurement_settings_ignore_limits_but_not_what_changes_a_measurement():
+    base = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.97),)))
+    tighter = dataclasses.replace(base, default=Tolerance(rel_l2=0.01, cosine=0.9999),
+                                  tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.99),)))
+    other_threshold = dataclasses.replace(base, tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob",
+                                                                                                      threshold=0.3),)))
+    assert measurement_settings(base) == measurement_settings(tighter)
+    assert measurement_settings(base) != measurement_settings(other_threshold)
+
+
+def test_the_judge_agrees_with_a_parity_comparison_on_the_same_samples():
+    model = models.cnn((8, 16), head="sigmoid")
+    candidate = models.cnn((8, 16), head="sigmoid", seed=0)
+    for init in candidate.graph.initializer:  # a perturbed copy: the same graph with noisy weights
+        if init.name.endswith(".weight"):
+            from onnx import numpy_helper
+
+            w = numpy_helper.to_array(init)
+            init.CopyFrom(numpy_helper.from_array((w * (1 + 0.05 * np.sin(np.arange(w.size)).reshape(w.shape)))
+                                                  .astype(np.float32), init.name))
+    samples = models.images(5, seed=3)
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("y", min_iou=0.99),)))
+    judge = Judge(model, samples, session_from_onnx, parity, PRESET, "int8", "5 samples")
+    verdict = judge.check(candidate)
+    comparison = Comparison(parity, PRESET, "int8")
+    ref, got = session_from_onnx(model), session_from_onnx(candidate)
+    for s in samples:
+        comparison.add({"onnx": ref.infer(s)}, got.infer(s))
+    report = comparison.report()
+    assert verdict.passed == report["passed"]
+    assert verdict.metrics["y"]["rel_l2"] == report["outputs"]["y"]["onnx"]["metrics"]["rel_l2"]
+    assert verdict.tasks[0]["metrics"] == measurement_of(report).tasks[0]["metrics"]
+    assert score(judge.measure(candidate), parity, PRESET).passed == report["passed"]
+    assert judge.evaluations == 2 and judge.inferences == 10

@@ -1,0 +1,117 @@
+"""Layer groups of quantized graphs and precision patches applied as graph edits."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploykit.config import QuantizeConfig, RepairConfig
+from deploykit.graph.proto import opset_version, tensor_types
+from deploykit.graph.run import session_from_onnx
+from deploykit.quant.graph import quantized_node_names
+from deploykit.quant.groups import find_groups
+from deploykit.quant.patch import apply_patch, ladder
+from deploykit.quant.quantize import Job, quantize_model
+from deploykit.quant.reader import SampleStream
+from tests.quant import models
+
+
+def base_of(model, flavour, data, **cfg):
+    result = quantize_model(Job(model, QuantizeConfig(precision="int8", **cfg), flavour, SampleStream(data),
+                                reduce_range=True))
+    return result, {g.name: g for g in find_groups(result.base)}
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_groups_join_a_conv_with_its_activation_in_both_flavours():
+    data = models.images(8, size=32)
+    ort, ort_groups = base_of(models.depthwise(), "onnxruntime", data)
+    trt, trt_groups = base_of(models.depthwise(), "tensorrt", data)
+    assert list(ort_groups) == list(trt_groups)  # the same layers, named after their convolutions
+    assert trt_groups["b0_dw"].ops == "Conv+HardSwish"
+    assert ort_groups["b0_dw"].ops == "Conv+HardSigmoid+Mul"  # ORT's pre-processing writes HardSwish out
+    assert trt_groups["b1_add"].nodes == ("b1_add",)  # a residual Add reads two groups: its own
+    assert trt_groups["head"].ops == "Conv+Sigmoid" and "b0_project" in trt_groups
+
+
+def attention(tokens=8, dim=16):
+    """x -> q, k, v projections -> softmax(q k^T / 4) v -> output projection."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((dim, dim)) / 4).astype(np.float32), n)
+             for n in ("wq", "wk", "wv", "wo")] + [numpy_helper.from_array(np.array(4.0, np.float32), "scale")]
+    nodes = [helper.make_node("MatMul", ["x", w], [w[1]], name=f"proj_{w[1]}") for w in ("wq", "wk", "wv")]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="kt"),
+              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+              helper.make_node("Div", ["scores", "scale"], ["scaled"], name="scaled"),
+              helper.make_node("Softmax", ["scaled"], ["attn"], axis=-1, name="softmax"),
+              helper.make_node("MatMul", ["attn", "v"], ["mixed"], name="mix"),
+              helper.make_node("MatMul", ["mixed", "wo"], ["y"], name="proj_o")]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_an_attention_block_is_one_group():
+    rng = np.random.default_rng(1)
+    data = [{"x": rng.standard_normal((1, 8, 16)).astype(np.float32)} for _ in range(6)]
+    _, groups = base_of(attention(), "onnxruntime", data)
+    assert groups["scores"].nodes == ("scores", "scaled", "softmax", "mix")
+    assert {"proj_q", "proj_k", "proj_v", "proj_o"} <= set(groups)
+
+
+@pytest.mark.parametrize(("flavour", "high"), [("onnxruntime", "fp32"), ("tensorrt", "fp32"), ("tensorrt", "fp16")])
+def test_every_group_raised_computes_what_the_float_graph_computes(flavour, high):
+    model, data = models.depthwise(), models.images(8, size=32)
+    result, groups = base_of(model, flavour, data, high_precision=high)
+    top = "fp32" if flavour == "onnxruntime" else high
+    raised = apply_patch(result.base, result.reference, groups, {g: top for g in groups}, "int8", high)
+    onnx.checker.check_model(raised)
+    assert not quantized_node_names(raised)
+    fp32, got = session_from_onnx(model), session_from_onnx(raised)
+    errors = [rel(got.infer(d)["prob"], fp32.infer(d)["prob"]) for d in data[:3]]
+    int8 = session_from_onnx(result.base)
+    plain = [rel(int8.infer(d)["prob"], fp32.infer(d)["prob"]) for d in data[:3]]
+    assert max(errors) < (1e-6 if high == "fp32" else 3e-3) < min(plain)
+
+
+def test_fp8_and_fp32_layers_in_an_int8_fp16_graph():
+    model, data = models.depthwise(), models.images(8, size=32)
+    result, groups = base_of(model, "tensorrt", data, repair=RepairConfig(enabled=True, max_iterations=1))
+    assert opset_version(result.base) == 21 and ladder("tensorrt", "int8", "fp16", 21) == ("int8", "fp8", "fp16", "fp32")
+    patched = apply_patch(result.base, result.reference, groups, {"b0_dw": "fp8", "b1_dw": "fp32"}, "int8", "fp16")
+    onnx.checker.check_model(patched)
+    inits = {t.name: t for t in patched.graph.initializer}
+    nodes = {n.name: n for n in patched.graph.node}
+    made_by = {o: n for n in patched.graph.node for o in n.output}
+    dw_inputs = [made_by[i] for i in nodes["b0_dw"].input if i in made_by]
+    assert {inits[d.input[2]].data_type for d in dw_inputs if d.op_type == "DequantizeLinear"} == {TensorProto.FLOAT8E4M3FN}
+    others = [made_by[i] for i in nodes["b0_project"].input if i in made_by]
+    assert {inits[d.input[2]].data_type for d in others if d.op_type == "DequantizeLinear"} == {TensorProto.INT8}
+    types = tensor_types(onnx.shape_inference.infer_shapes(patched))
+    assert types[nodes["b1_dw"].output[0]] == TensorProto.FLOAT and types[nodes["b1_dw"].input[1]] == TensorProto.FLOAT
+    assert types["b1_dw_act"] == TensorProto.FLOAT16  # cast back for the FP16 rest
+    assert "b1_dw" not in quantized_node_names(patched)
+    out = session_from_onnx(patched).infer(data[0])["prob"]
+    assert np.all(np.isfinite(out)) and rel(out, session_from_onnx(model).infer(data[0])["prob"]) < 0.2
+
+
+def test_the_same_patch_gives_the_same_bytes_in_any_order():
+    model, data = models.depthwise(), models.images(8, size=32)
+    result, groups = base_of(model, "onnxruntime", data)
+    one = apply_patch(result.base, result.reference, groups, {"b0_dw": "fp32", "head": "fp32"}, "int8", "fp32")
+    two = apply_patch(result.base, result.reference, groups, {"head": "fp32", "b0_dw": "fp32"}, "int8", "fp32")
+    assert one.SerializeToString() == two.SerializeToString()
+    assert apply_patch(result.base, result.reference, groups, {}, "int8", "fp32").SerializeToString() == \
+        result.base.SerializeToString()
+
+
+def test_layer_precisions_naming_a_missing_group_is_a_config_error():
+    from deploykit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="names 'b0_dww'.*close: b0_dw"):
+        base_of(models.depthwise(), "onnxruntime", models.images(8, size=32), layer_precisions={"b0_dww": "fp32"})
+    with pytest.raises(ConfigError, match="offers int8, fp32"):
+        base_of(models.depthwise(), "onnxruntime", models.images(8, size=32), layer_precisions={"b0_dw": "fp8"})

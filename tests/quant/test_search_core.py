@@ -1,0 +1,121 @@
+"""The search core, driven by fakes: the best state is kept, passes are confirmed on every sample,
+the shortest passing prefix is found by bisection, trimming lowers what is not needed, budgets hold."""
+
+from deploykit.quant.judge import Score
+from deploykit.quant.search import Budget, Move, rank, search
+
+LADDER = ("int8", "fp32")
+
+
+def additive(weights, limit=1.0, full_extra=0.0, floor=0.0, log=None):
+    """A fake judge: the worst ratio is the sum of the weights of the groups still in INT8, plus
+    ``full_extra`` on all samples (a few samples can look better than all of them), plus ``floor``
+    (error no precision removes)."""
+
+    def evaluate(patch, full):
+        if log is not None:
+            log.append((tuple(sorted(patch)), full))
+        value = floor + sum(w for g, w in weights.items() if g not in patch) + (full_extra if full else 0.0)
+        return Score({"out.rel_l2": value / limit})
+
+    return evaluate
+
+
+def latency(patch):
+    return 10.0 + sum({"d": -0.5}.get(g, 1.0) for g in patch)
+
+
+def ladders(groups, ladder=LADDER):
+    return {g: ladder for g in groups}
+
+
+def moves(weights, cost=1.0):
+    return [Move(g, "fp32", w, cost) for g, w in weights.items()]
+
+
+def test_one_culprit_is_found_with_a_single_raise():
+    weights = {"a": 3.0, "b": 0.05, "c": 0.05, "d": 0.05}
+    log = []
+    out = search(additive(weights, log=log), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert out.passed and out.best == {"a": "fp32"} and out.stopped == "passed"
+    assert log[:3] == [((), False), (("a",), False), (("a",), True)]  # base, raise a, confirm on all samples
+
+
+def test_spread_out_error_is_bisected_to_the_shortest_passing_prefix():
+    weights = {f"g{i:02d}": 0.1 for i in range(20)}  # 2.0 in total, 0.85 allowed: 12 groups must go
+    order = rank([Move(g, "fp32", 0.1 + (20 - i) * 1e-3, 1.0) for i, g in enumerate(weights)])
+    out = search(additive(weights, limit=0.85), latency, order, {}, ladders(weights), Budget(40, 20))
+    assert out.passed and len(out.best) == 12 and set(out.best) == {f"g{i:02d}" for i in range(12)}
+    assert sum(s.action in ("raise", "bisect") for s in out.steps) <= 2 * 5 + 1  # doubling, then halving
+    assert len(out.steps) < 40
+
+
+def test_a_pass_on_few_samples_is_confirmed_and_the_search_goes_on_when_it_fails_on_all():
+    weights = {"a": 2.0, "b": 0.15, "c": 0.05}
+    log = []
+    out = search(additive(weights, limit=0.25, full_extra=0.1, log=log), latency, rank(moves(weights)), {}, ladders(weights),
+                 Budget(20, 10))
+    assert (("a",), False) in log and (("a",), True) in log  # a alone: 0.2 on few samples, 0.3 on all
+    assert out.passed and out.best == {"a": "fp32", "b": "fp32"}
+    confirmed = [patch for patch, full in log if full]
+    assert confirmed == [("a",), ("a", "b")] and (("a", "b"), False) in log  # each few-sample pass confirmed
+
+
+def test_the_best_state_is_returned_when_later_states_are_worse():
+    """Trimming evaluates states worse than the best (they fail); the answer is still the best one,
+    and when nothing passes, the closest state, not the last one evaluated."""
+    weights = {"a": 2.0, "b": 0.5, "c": 0.4}
+    out = search(additive(weights, limit=0.45), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert out.passed and out.best == {"a": "fp32", "b": "fp32"}
+    assert out.steps[-1].action == "trim" and not out.steps[-1].score.passed  # the last state is worse
+    nothing = search(additive(weights, limit=0.1, floor=0.2), latency, rank(moves(weights)), {},
+                     ladders(weights), Budget(20, 10))
+    assert not nothing.passed and nothing.best == {"a": "fp32", "b": "fp32", "c": "fp32"}
+    assert nothing.stopped.startswith("every ranked group raised (3) still fails")
+
+
+def test_trimming_lowers_groups_the_pass_does_not_need():
+    # the ranking puts b first (it looked good alone) but only a matters
+    weights = {"a": 1.5, "b": 0.0, "c": 0.0}
+    order = rank([Move("b", "fp32", 2.0, 1.0), Move("a", "fp32", 1.0, 1.0), Move("c", "fp32", 0.1, 1.0)])
+    out = search(additive(weights), latency, order, {}, ladders(weights), Budget(20, 10))
+    assert out.passed and out.best == {"a": "fp32"}
+    assert any(s.action == "trim" and s.changes == {"b": "int8"} and s.score.passed for s in out.steps)
+
+
+def test_trimming_steps_down_the_ladder():
+    ladder = ("int8", "fp8", "fp16")
+
+    def evaluate(patch, full):
+        return Score({"r": {None: 3.0, "fp8": 0.9, "fp16": 0.5}[patch.get("a")]})
+
+    out = search(evaluate, lambda p: 10.0 + {"fp8": 0.0, "fp16": 1.0}.get(p.get("a"), 0.0),
+                 rank([Move("a", "fp8", 1.0, 0.0), Move("a", "fp16", 2.5, 1.0)]), {}, {"a": ladder}, Budget(20, 5))
+    assert out.best == {"a": "fp8"}  # raised to FP16 (the most gain), trimmed to FP8: faster and still passing
+
+
+def test_faster_and_more_accurate_moves_rank_first_and_no_gain_last():
+    order = rank([Move("a", "fp32", 1.0, 1.0), Move("d", "fp32", 0.1, -0.5), Move("z", "fp32", -0.2, 0.1),
+                  Move("b", "fp32", 3.0, 1.0)])
+    assert [m.group for m in order] == ["d", "b", "a", "z"]
+
+
+def test_budgets_stop_the_search_with_the_best_state_so_far():
+    weights = {f"g{i}": 0.3 for i in range(8)}
+    out = search(additive(weights), latency, rank(moves(weights)), {}, ladders(weights), Budget(3, 8))
+    assert not out.passed and out.stopped == "evaluation budget spent (3)"
+    assert out.best == {"g0": "fp32", "g1": "fp32"}  # base, 1 and 2 raised: the last is the closest
+    capped = search(additive(weights), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 2))
+    assert not capped.passed and len(capped.best) == 2 and "(2) still fails" in capped.stopped
+
+
+def test_a_worse_later_prefix_never_replaces_the_best_earlier_one():
+    table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0}  # raising b interacts badly
+
+    def evaluate(patch, full):
+        return Score({"r": table[tuple(sorted(patch))]})
+
+    weights = {"a": 1.0, "b": 0.5, "c": 0.2}
+    out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert [len(s.patch) for s in out.steps] == [0, 1, 2, 3] and not out.passed
+    assert out.best == {"a": "fp32"} and out.best_score.worst == 1.5 < out.steps[-1].score.worst
