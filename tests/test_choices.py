@@ -19,7 +19,8 @@ def test_config_fields_are_typed_by_the_one_definition():
     assert typing.get_type_hints(ExportConfig)["exporter"] == choices.Exporter
     assert typing.get_type_hints(Target)["precision"] == choices.TargetPrecision
     assert choices.values(choices.QuantizeTarget) == ("auto", *choices.values(choices.Flavour))
-    assert choices.values(choices.Method) == ("auto", *choices.values(choices.CalibrationMethod))
+    assert choices.values(choices.Method) == ("auto", *choices.values(choices.CalibrationMethod), "per_tensor")
+    assert typing.get_type_hints(QuantizeConfig)["equalize_hardswish"] == choices.EqualizeHardSwish
 
 
 def test_dispatch_tables_cover_every_value():

@@ -1,13 +1,15 @@
 """The run record's pieces: checks and their verdict lines, warnings, wording, and the HTML plots
 that never touch matplotlib's global state."""
 
+from pathlib import Path
+
 import pytest
 
 from deploykit.report.collect import _warnings
 from deploykit.report.markdown import change
 from deploykit.report.record import Check, RunRecord, worst_of
 from deploykit.stages.gate import spread_warnings
-from deploykit.stages.quantize import QuantizeSummary, RepairSummary, _next_step
+from deploykit.stages.quantize import QuantizeSummary, RepairSummary, _hint
 
 
 def test_baseline_changes_read_as_slower_or_faster():
@@ -49,9 +51,10 @@ def test_a_tensorrt_flavour_graph_timed_on_the_cpu_says_so():
 
 def test_the_spent_repair_budget_does_not_advise_enabling_repair():
     spent = QuantizeSummary(repair=RepairSummary(False, 8, ["a"], "iteration budget spent (8)"))
-    assert "enable quantize.repair" not in _next_step(spent)
-    assert "iteration budget spent (8)" in _next_step(spent) and "max_iterations" in _next_step(spent)
-    assert "enable quantize.repair (--auto-repair)" in _next_step(QuantizeSummary())
+    hint = _hint(spent, Path("precision.json"))
+    assert "enable quantize.repair" not in hint
+    assert "iteration budget spent (8)" in hint and "max_iterations" in hint
+    assert "enable quantize.repair (--auto-repair)" in _hint(QuantizeSummary(), Path("precision.json"))
 
 
 def test_report_plots_leave_the_matplotlib_backend_alone(tiny, tmp_path):
