@@ -1,6 +1,7 @@
 """The pipeline over the tiny model: caching, invalidation, failures that still write reports."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -124,7 +125,10 @@ def test_sigkill_during_build_then_rerun_completes_and_reuses(tiny, tmp_path):
     assert any((store / "tmp").glob("*/build-*/model.onnx"))  # the half-written build, in the dead writer's folder
     result = deploykit.convert(cfg, workdir=store, build__optimization_level="basic")
     assert statuses(result) == {"export": "reused", "surgery": "reused", "build": "ran", "parity": "ran", "gate": "ran"}
-    assert list((store / "tmp").iterdir()) == []
+    # the dead writer's folder is gone; what may remain is this (live) process's own scratch folder,
+    # held while another test's thread in this pytest process is still inside a run
+    assert not any((store / "tmp").glob("*/build-*"))
+    assert all(f"-{os.getpid()}-" in p.name for p in (store / "tmp").iterdir()), list((store / "tmp").iterdir())
     assert result.parity["passed"]
 
 

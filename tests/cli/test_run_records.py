@@ -92,7 +92,7 @@ def test_a_partial_run_does_not_replace_the_record_of_a_whole_one(tiny):
     assert [s.stage for s in kept.stages][-1] == "gate" and "partial" not in kept.details
 
 
-def test_progress_covers_the_repair_rounds_and_the_cpu_timing(quantizable):
+def test_progress_covers_the_search_and_the_cpu_timing(quantizable):
     """--log-format json events name each long step, so a progress bar never sits still through them."""
     cfg, store = quantizable
     proc = run("quantize", str(cfg), "-w", str(store), "--precision", "int8", "--target", "onnxruntime",
@@ -102,7 +102,7 @@ def test_progress_covers_the_repair_rounds_and_the_cpu_timing(quantizable):
     events = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     tasks = [e["description"] for e in events if e["event"] == "task_start"]
     assert any(t.startswith("calibrating") for t in tasks), tasks
-    assert "repair: quantize-and-check rounds" in tasks and "timing FP32 against INT8 on this CPU" in tasks, tasks
+    assert "mixed-precision search: candidates" in tasks and "timing FP32 against INT8 on this CPU" in tasks, tasks
     ends = {e["description"] for e in events if e["event"] == "task_end"}
     assert set(tasks) <= ends  # every step that started also ended
     assert json.loads(proc.stdout)["verdict"] == "FAIL"
