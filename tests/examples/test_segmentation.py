@@ -41,16 +41,17 @@ def test_fp8_passes_the_task_parity(store):
     assert task["metrics"]["miou"] >= 0.95 and task["metrics"]["pixel_agreement"] >= 0.98
 
 
-# Measured: INT8 (either flavour) reaches rel-L2 0.083-0.086 and mIoU 0.92 without repair; the
-# repair loop (the config holds it to rel-L2 0.05) gets mIoU 0.95 and pixel agreement 0.99, but the
-# validation rel-L2 stays at 0.052-0.060 > 0.05 (its check on 6 held-out calibration images passes;
-# after issue 12's calibration: onnxruntime 0.059, tensorrt 0.052 with mIoU 0.9495 < 0.95).
-INT8_MISSES = "INT8 on the depthwise/HardSwish segmenter: validation rel-L2 0.052-0.059 > 0.05 after repair (measured)"
+# Measured: INT8 (either flavour) reaches rel-L2 0.083-0.086 and mIoU 0.92 without the search; with
+# it (the config enables it, held to rel-L2 0.05 on parity's validation images) the tensorrt flavour
+# passes; the onnxruntime flavour passed from the CLI (rel-L2 0.0445, 8 of 17 groups in FP32) and
+# missed in this test's run: the search orders candidates by measured CPU latency, so on a loaded
+# machine it can stop at a different mix. Not strict for that reason.
+INT8_ORT = "INT8 onnxruntime flavour on the depthwise/HardSwish segmenter: passes or misses rel-L2 0.05 depending on the run (the search orders by measured latency)"
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=ParityFailed, reason=INT8_MISSES)
-@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("target", [pytest.param("onnxruntime", marks=pytest.mark.xfail(
+    strict=False, raises=ParityFailed, reason=INT8_ORT)), "tensorrt"])
 def test_int8(store, target):
     result = convert(CONFIG, store, "int8", target)
     assert result.passed
