@@ -130,6 +130,14 @@ class Suite:
             return make
         return register
 
+    def in_default_suite(self, ids: set[str]) -> None:
+        """Only the cases named run in the default suite; the rest are slow. A name that is no case
+        is an error (it would silently move its case out of the default suite)."""
+        unknown = ids - set(self.cases)
+        assert not unknown, f"no such hostile cases: {sorted(unknown)}"
+        for c in self.cases.values():
+            c.slow = c.id not in ids
+
     def params(self) -> list:
         import pytest
 

@@ -243,8 +243,7 @@ suite.case("non-utf8-tensor-name", 4, "not UTF-8 text", slow=True)(_non_utf8(b"\
 DEFAULT = {"convert-recursive-function", "inspect-recursive-function", "convert-sequence-input", "convert-native-abort",
            "convert-exponential-functions", "unreadable-truncated", "external-offset-beyond-file",
            "external-hard-link-outside", "data-npz-object-array", "torch-error-in-export-check"}
-for _c in suite.cases.values():
-    _c.slow = _c.id not in DEFAULT
+suite.in_default_suite(DEFAULT)
 
 
 @pytest.fixture(scope="module")

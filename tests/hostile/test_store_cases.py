@@ -178,8 +178,7 @@ def _report_dir(folder, cfg, store, files):
 DEFAULT = {"gate-verdict-edited", "recipe-points-at-another-artifact", "unlisted-file-in-artifact",
            "manifest-truncated", "run-record-corrupt", "lock-is-a-folder", "report-dir-is-a-file",
            "show-path-as-digest"}
-for _c in suite.cases.values():
-    _c.slow = _c.id not in DEFAULT
+suite.in_default_suite(DEFAULT)
 
 
 @pytest.fixture(scope="module")
