@@ -42,6 +42,17 @@ def test_publish_is_content_addressed_and_found_by_recipe(tmp_path):
     assert list((tmp_path / "tmp").iterdir()) == []  # closing the store removes this process's temporaries
 
 
+def test_artifacts_published_within_one_second_list_in_publish_order(tmp_path):
+    # "newest first" (the search cache, the report's run) must not fall back to digest order
+    with Store(tmp_path) as store:
+        published = []
+        for i in range(6):
+            published.append(publish(store, f"k{i}", f"content {i}".encode()).digest)
+            time.sleep(0.003)
+        found, problems = store.scan()
+    assert problems == [] and [a.digest for a in found] == published
+
+
 def test_edited_file_is_an_error_not_a_rebuild(tmp_path):
     store = Store(tmp_path)
     a = publish(store, "k1", b"abc")

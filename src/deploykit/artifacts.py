@@ -45,13 +45,13 @@ import os
 import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploykit import clock
 from deploykit.errors import ArtifactCorrupt, InternalError, UsageError, WorkdirError, os_error
 from deploykit.hashing import digest_file, digest_value
 from deploykit.manifest import DIGEST, MANIFEST, RECIPE_KEY, SCHEMA_VERSION, Manifest
@@ -264,7 +264,7 @@ class Store:
             raise UsageError(f"{manifest.recipe_key!r} is not a recipe key")
         files = {name: digest_file(tmp / name) for name in _listing(tmp, strict=True) if name != MANIFEST}
         manifest = dataclasses.replace(manifest, files=files, digest="", seal="", schema_version=SCHEMA_VERSION,
-                                       created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                                       created=clock.stamp())
         manifest = dataclasses.replace(manifest, digest=manifest.identity())
         manifest = dataclasses.replace(manifest, seal=manifest.expected_seal())
         digest = manifest.digest

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from deploykit import clock
+
 
 class Reporter(Protocol):
     def event(self, name: str, **fields: Any) -> None: ...
@@ -61,9 +63,8 @@ class JsonReporter:
 
     def event(self, name: str, **fields: Any) -> None:
         now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
         out = self.stream or sys.stderr
-        out.write(json.dumps({"event": name, "ts": stamp, "time": now, **fields}, default=str) + "\n")
+        out.write(json.dumps({"event": name, "ts": clock.stamp(now), "time": now, **fields}, default=str) + "\n")
         out.flush()  # a log shipper tailing the stream sees each event when it happens
 
     @contextlib.contextmanager

@@ -303,6 +303,9 @@ def test_the_search_cache_lives_in_the_artifact_and_a_tighter_rerun_reuses_it(tm
     # against the first run's would depend on CPU timing, which orders the groups by latency cost)
     assert ev2["cached"] >= 3 and ev1["fresh"] > 0 and ev2["fresh"] <= second["summary"]["repair"]["iterations"]
     cache = tmp_path / "store" / "objects" / second["digest"] / "sensitivity.json"  # the newest is read
-    cache.write_text(cache.read_text().replace('"rel_l2": 0', '"rel_l2": 9'))  # an edited cache is never trusted
+    text = cache.read_text()
+    edited = text.replace('"rel_l2": 0', '"rel_l2": 9')
+    assert edited != text
+    cache.write_text(edited)  # an edited cache is never trusted
     code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.04, cosine: 0.995}")
     assert code == 4 and "content changed after the artifact was written" in err

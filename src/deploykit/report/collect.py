@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from deploykit import clock
 from deploykit.artifacts import Artifact, Store
 from deploykit.errors import ArtifactCorrupt, DeployKitError, UsageError
 from deploykit.report import record as records
@@ -67,7 +68,7 @@ def build_record(identity: tuple[str, str, str, str], rows: Sequence[StageStatus
         warnings=tuple(_warnings(details, flavour, backend)), gate_cached=gate is not None and gate.status == "reused",
         error=error.message if error is not None else "", hint=error.hint if error is not None else "",
         error_code=error.exit_code if error is not None else 0, details=details, workdir=str(store.root),
-        created=records.now(), tools=dict(newest.manifest.tools) if newest else {},
+        created=clock.stamp(), tools=dict(newest.manifest.tools) if newest else {},
         device=dict(newest.manifest.device) if newest else {})
 
 

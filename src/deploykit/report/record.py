@@ -16,7 +16,6 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,13 +235,6 @@ def no_record(root: Path, ref: str) -> UsageError:
     known = sorted({p.stem for p in (root / FOLDER).glob("*.json")}) if (root / FOLDER).is_dir() else []
     return UsageError(f"{ref!r} is neither a run name nor an artifact in {root}",
                       hint=f"runs recorded there: {', '.join(known) or 'none'}; see `deploykit artifacts ls`")
-
-
-def now() -> str:
-    """UTC, to the millisecond: records of one name sort by it."""
-    from datetime import datetime
-
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def worst_of(metrics: dict[str, Any], tolerance: dict[str, Any]) -> tuple[str, float | None, float | None, str]:
