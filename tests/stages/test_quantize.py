@@ -157,6 +157,31 @@ def test_a_spent_search_budget_says_so_and_does_not_suggest_enabling_it(tmp_path
     assert "search stopped: evaluation budget spent (1)" in err and "enable quantize.repair" not in err
 
 
+def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch):
+    """The onnxruntime flavour's search exists to ship something faster than FP32: when its passing mix
+    is not (timed here as a slow stand-in, so the statement does not hang on this CPU's load), the
+    stage says which mix, that it passes, and what to do instead."""
+    from deploykit.quant import speed
+
+    real = speed.compare
+
+    def slow(*args, **kwargs):
+        found = real(*args, **kwargs, budget_s=0.1)
+        return speed.SpeedCheck(1.0, 1.5, found.rounds, found.iterations, found.batch, found.evaluator, 0.6, 0.7)
+
+    monkeypatch.setattr(speed, "compare", slow)
+    model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
+    calib = write_images(tmp_path / "calib", 16)
+    with pytest.warns(UserWarning) as caught:
+        code, _, err = run_cli("quantize", str(model), "--precision", "int8", "--target", "onnxruntime",
+                               "--calib-data", str(calib), "-w", str(tmp_path / "store"), "--auto-repair")
+    assert code == 0, err
+    said = next(str(w.message) for w in caught if "FP32 on this CPU" in str(w.message))
+    assert said in next(m for m in quantize_artifacts(tmp_path / "store"))["summary"]["warnings"]  # and recorded
+    assert "the mix the search chose (1 of " in said and "in FP32, the rest INT8) passes parity but is slower" in said
+    assert "keep FP32 (--precision fp32)" in said and "Depthwise-heavy" not in said
+
+
 def _garbage_images(folder: Path) -> Path:
     write_images(folder, 3)
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")

@@ -47,13 +47,21 @@ class SpeedCheck:
     def speedup(self) -> float:
         return self.fp32_ms / self.quantized_ms if self.quantized_ms > 0 else float("inf")
 
-    def warning(self, precision: str) -> str | None:
+    def warning(self, precision: str, mix: tuple[int, int] | None = None) -> str | None:
+        """The plain statement when the quantized graph is not faster; ``mix``: (groups the search kept
+        in FP32, groups in all) when the graph is the search's mixed-precision answer."""
         if self.speedup >= NOT_FASTER:
             return None
         how = "slower than" if self.speedup < 1 / NOT_FASTER else "not faster than"
-        return (f"{precision.upper()} is {how} FP32 on this CPU: {self.quantized_ms:.3f} ms vs {self.fp32_ms:.3f} ms "
-                f"per inference at batch {self.batch} ({self.speedup:.2f}x, {self.speedup_low:.2f}-"
-                f"{self.speedup_high:.2f}x over {self.rounds} interleaved rounds; {self.evaluator}). Depthwise-heavy "
+        what = (f"the mix the search chose ({mix[0]} of {mix[1]} layer groups in FP32, the rest {precision.upper()})"
+                if mix else precision.upper())
+        measured = (f"{self.quantized_ms:.3f} ms vs {self.fp32_ms:.3f} ms per inference at batch {self.batch} "
+                    f"({self.speedup:.2f}x, {self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
+                    f"interleaved rounds; {self.evaluator})")
+        if mix:
+            return (f"{what} passes parity but is {how} FP32 on this CPU: {measured}. No mix the search tried both "
+                    "passes and beats FP32 here; keep FP32 (--precision fp32), or loosen the tolerance")
+        return (f"{what} is {how} FP32 on this CPU: {measured}. Depthwise-heavy "
                 "networks gain nothing from INT8 on the CPU, and every excluded node adds Q/DQ work; "
                 "keep FP32 (--precision fp32) unless the gate's numbers say otherwise")
 

@@ -187,8 +187,9 @@ class QuantizeStage(Stage):
             result = quantize_keeping_plugins(job, quantize_model)
         notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         speed = _cpu_speed(job, result, stream)
-        if speed is not None and speed.warning(job.cfg.precision):
-            notes.append(speed.warning(job.cfg.precision))
+        said = speed.warning(job.cfg.precision, _mix(result)) if speed is not None else None
+        if said:
+            notes.append(said)
         for note in notes:  # recorded in the summary and still shown to the user
             warnings.warn(note, UserWarning, stacklevel=2)
         summary = write_artifact(out, result, job, notes)
@@ -254,6 +255,14 @@ def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
         found = speed.compare(job.model, result.model, stream.first(), job.ort_level)
         advance()
     return found
+
+
+def _mix(result: Any) -> tuple[int, int] | None:
+    """(groups in FP32, groups) when the model is a search's passing mix, else None."""
+    found = result.repair
+    if found is None or not found.check.passed or not found.patch:
+        return None
+    return sum(1 for p in found.patch.values() if p == "fp32"), len(found.groups)
 
 
 def _reduce_range(ctx: StageContext) -> bool:
