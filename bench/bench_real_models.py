@@ -22,7 +22,13 @@ computes them at optimization level extended. ``--ablations`` adds deploykit's s
 optional PTQ steps. Every row's wall time is its whole quantize call on the same in-memory samples
 (imports done beforehand); deploykit's row also gives its calibration pass alone.
 
+``--search onnxruntime,tensorrt`` adds the mixed-precision search in those flavours, judged as parity
+would judge it: on the 16 validation samples (the rows' own data: "search passed" means the row's task
+metric met the target), by the family's task metric at its target limits (IoU >= 0.97, confident-box
+recall >= 0.99, top-1 >= 0.99), elementwise limits off; the onnxruntime row is timed against FP32.
+
     python bench/bench_real_models.py [--families ppocrv6_det_tiny,vit_s_saliency] [--ablations]
+        [--search onnxruntime,tensorrt] [--only-search] [--only-ablations]
 
 Prints a table and writes bench/results/real_models.json (merged per family, so families can run
 one at a time).
@@ -67,20 +73,23 @@ class Family:
     data: str
     task: dict[str, Any]  # parity.tasks section, as in deploykit.yaml
     metric: tuple[str, str]  # (task kind, metric) reported as "task"
+    target: dict[str, Any] = field(default_factory=dict)  # the limits the search rows must reach (--search)
 
 
 FAMILIES = (
     Family("ppocrv6_det_tiny", "ocr/ppocrv6_det_tiny.onnx", "x", (480, 480), synthetic.text_page, synthetic.IMAGENET,
            "text pages", {"probability_map": [{"output": "fetch_name_0", "threshold": 0.3}]},
-           ("probability_map", "iou")),
+           ("probability_map", "iou"), {"min_iou": 0.97}),
     Family("yolov8n_doclaynet", "detection/yolov8n_doclaynet.onnx", "images", (1024, 1024), synthetic.layout_page,
            synthetic.UNIT, "layout pages", {"detection": [{"packed": {"output": "output0"}, "score_threshold": 0.25}]},
-           ("detection", "recall")),
+           ("detection", "recall"),
+           {"min_recall": 0.99, "min_matched": 0.0, "min_mean_iou": 0.0, "max_score_delta": 1.0, "max_class_flips": 1.0}),
     Family("ppocrv6_rec_tiny", "ocr/ppocrv6_rec_tiny.onnx", "x", (48, 320), synthetic.text_line, synthetic.HALF,
-           "text lines", {"classification": [{"output": "fetch_name_0", "k": 5}]}, ("classification", "top1")),
+           "text lines", {"classification": [{"output": "fetch_name_0", "k": 5}]}, ("classification", "top1"),
+           {"min_top1": 0.99, "min_topk": 0.0}),
     Family("vit_s_saliency", "transformer/vit_s_saliency.onnx", "input_image", (224, 224), synthetic.scene,
            synthetic.IMAGENET, "scenes", {"probability_map": [{"output": "output_importance", "threshold": 0.5}]},
-           ("probability_map", "iou")),
+           ("probability_map", "iou"), {"min_iou": 0.97}),
 )
 
 
@@ -128,7 +137,8 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, **cfg: Any) -> Callable[[], Any]:
+def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, judging: Any = None,
+                  **cfg: Any) -> Callable[[], Any]:
     def make() -> Any:
         import onnx
 
@@ -150,13 +160,21 @@ def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, *
         q.calibrate = timed
         try:
             job = q.Job(onnx.load(str(path)), QuantizeConfig(precision=precision, **cfg), flavour, SampleStream(calib),
-                        reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False)
+                        reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False,
+                        **({"judging": judging} if judging is not None else {}))
             result = q.quantize_model(job)
         finally:
             q.calibrate = real
         make.info = {**timing, "method": result.settings.method, "notes": result.notes,  # type: ignore[attr-defined]
                      "quantized_nodes": len(__import__("deploykit.quant.graph", fromlist=["x"]).quantized_node_names(
                          result.model)), "excluded": sorted(result.excluded), "fp32": sorted(result.fp32)}
+        if result.repair is not None:
+            s = result.repair
+            make.info["search"] = {"passed": s.check.passed, "stopped": s.stopped,  # type: ignore[attr-defined]
+                                   "raised": dict(sorted(s.patch.items())), "groups": len(s.groups),
+                                   "evaluations": s.evaluations, "wall_s": round(s.wall_s, 1),
+                                   "cpu_s": round(s.cpu_s, 1), "timings": s.timings,
+                                   "faster_than_top": s.faster_than_top(), "measured_ms": s.measured_ms}
         return result.model
 
     return make
@@ -213,6 +231,32 @@ def modelopt_run(path: Path, calib: list[dict], out: Path, mode: str) -> Callabl
         return out
 
     return make
+
+
+def search_judging(family: Family, valid: list[dict]) -> Any:
+    """Parity as a user who cares about the task would set it: the family's task at its target limits,
+    the elementwise limits off (they would otherwise decide for a task metric that is met)."""
+    import math
+
+    from deploykit.config import ParityConfig, TaskChecks, Tolerance
+    from deploykit.quant.judge import Judging
+    from deploykit.typed import from_value
+
+    kind = family.metric[0]
+    tasks = {k: [{**c, **family.target} if k == kind else c for c in v] for k, v in family.task.items()}
+    parity = ParityConfig(default=Tolerance(rel_l2=math.inf, cosine=-math.inf, max_abs=math.inf, mean_abs=math.inf),
+                          tasks=from_value(TaskChecks, tasks, "parity.tasks"))
+    return Judging(parity, valid, f"{len(valid)} validation samples")
+
+
+def search_runs(family: Family, path: Path, calib: list[dict], valid: list[dict], flavours: list[str]) -> list[Run]:
+    from deploykit.config import RepairConfig
+
+    limits = ", ".join(f"{k} {v}" for k, v in family.target.items() if k.startswith("min_") and v > 0)
+    return [Run(f"deploykit int8 {flavour} + search ({limits})", "int8",
+                "onnxruntime" if flavour == "onnxruntime" else "as_written",
+                deploykit_run(path, calib, "int8", flavour, search_judging(family, valid),
+                              repair=RepairConfig(enabled=True)), deploykit=True) for flavour in flavours]
 
 
 def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False) -> list[Run]:
@@ -286,7 +330,8 @@ def cpu_speed(fp32: Path, candidate: Any, sample: dict) -> dict[str, Any]:
     return speed.compare(onnx.load(str(fp32)), model, sample, "extended", budget_s=SPEED_BUDGET_S).to_dict()
 
 
-def bench_family(family: Family, ablations: bool, only_ablations: bool = False) -> dict[str, Any]:
+def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
+                 search: list[str] | None = None, only_search: bool = False) -> dict[str, Any]:
     from deploykit.graph.run import session_from_onnx
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{family.name}-") as tmp_name:
@@ -296,7 +341,8 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False) 
         reference = session_from_onnx(path, "as_written")
         refs = [reference.infer(s) for s in valid]
         rows, speeds = [], {}
-        for run in runs(path, calib, tmp, ablations, only_ablations):
+        todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations)
+        for run in todo + search_runs(family, path, calib, valid, search or []):
             print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -315,6 +361,7 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False) 
                    **scores, **getattr(run.make, "info", {})}
             rows.append(row)
             if run.label in ("deploykit int8 onnxruntime (default)", "ORT quantize_static defaults") or (
+                    "onnxruntime + search" in run.label) or (
                     only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label):
                 speeds[run.label] = cpu_speed(path, candidate, valid[0])
         return {"family": family.name, "model": family.file, "input": [1, 3, *family.hw], "data": family.data,
@@ -339,6 +386,13 @@ def table(results: dict[str, Any]) -> str:
             calib = f"{r['calibration_s']:.1f}" if "calibration_s" in r else ""
             lines.append(f"| {r['tool']} | {r['task']:.4f} | {r['rel_l2_mean']:.4f} | {r['rel_l2_worst']:.4f} | "
                          f"{r['cosine_worst']:.5f} | {r['seconds']:.1f} | {calib} | {r.get('method', '')} |")
+        for r in fam["rows"]:
+            if "search" in r:
+                x = r["search"]
+                fp32 = sum(1 for v in x["raised"].values() if v == "fp32")
+                lines.append(f"\nsearch, {r['tool']}: {'PASSED' if x['passed'] else 'FAILED'} ({x['stopped']}); "
+                             f"{len(x['raised'])} of {x['groups']} groups raised ({fp32} to FP32); "
+                             f"{x['evaluations']['fresh']} evaluations in {x['wall_s']:.0f} s")
         for label, s in fam["cpu_speed"].items():
             lines.append(f"\nCPU speed, {label}: FP32 {s['fp32_ms']:.2f} ms, INT8 {s['quantized_ms']:.2f} ms -> "
                          f"{s['speedup']:.2f}x (rounds {s['speedup_low']:.2f}-{s['speedup_high']:.2f}x, {s['rounds']} "
@@ -351,6 +405,9 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(f.name for f in FAMILIES))
     parser.add_argument("--ablations", action="store_true", help="also each method and the optional PTQ steps")
     parser.add_argument("--only-ablations", action="store_true", help="the ablation rows alone (kept beside earlier rows)")
+    parser.add_argument("--search", default="", help="flavours (onnxruntime,tensorrt) to run the mixed-precision "
+                        "search in, judged on the validation samples at each family's target limits")
+    parser.add_argument("--only-search", action="store_true", help="the search rows alone (kept beside earlier rows)")
     args = parser.parse_args()
     wanted = [f for f in FAMILIES if f.name in args.families.split(",")]
     missing = [f for f in wanted if not (MODELS / f.file).is_file()]
@@ -363,11 +420,12 @@ def main() -> None:
     from deploykit.environment import cpu_info
 
     for family in wanted:
-        done = bench_family(family, args.ablations, args.only_ablations)
+        done = bench_family(family, args.ablations, args.only_ablations, [f for f in args.search.split(",") if f],
+                            args.only_search)
         results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
         results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
         earlier = results["families"].get(family.name, {})
-        if args.only_ablations and earlier:  # keep the default rows measured before
+        if (args.only_ablations or args.only_search) and earlier:  # keep the rows measured before
             labels = {r["tool"] for r in done["rows"]}
             done["rows"] = [r for r in earlier["rows"] if r["tool"] not in labels] + done["rows"]
             done["cpu_speed"] = {**earlier.get("cpu_speed", {}), **done["cpu_speed"]}
