@@ -74,6 +74,42 @@ def test_the_best_state_is_returned_when_later_states_are_worse():
     assert nothing.stopped.startswith("every ranked group raised (3) still fails")
 
 
+def test_fp8_moves_that_fail_together_are_tried_at_the_fallback_before_giving_up():
+    """Each group's move is FP8 (alone it recovered about what FP16 does), but FP8 everywhere still
+    fails: the search raises them to the fallback precision, bisects, and trimming takes back to FP8
+    what the pass does not need in FP16."""
+    ladder = ("int8", "fp8", "fp16")
+    residual = {"int8": 1.0, "fp8": 0.4, "fp16": 0.0}  # FP8 everywhere: 0.64 > 0.5
+    weights = {"a": 1.0, "b": 0.5, "c": 0.1}
+
+    limit = [0.5]
+
+    def evaluate(patch, full):  # each group's error at its precision; limit 0.5 in all
+        return Score({"out.rel_l2": sum(w * residual[patch.get(g, "int8")] for g, w in weights.items()) / limit[0]})
+
+    def latency(patch):  # FP8 costs what INT8 costs (tensorrt), FP16 more
+        return 10.0 + sum(p == "fp16" for p in patch.values())
+
+    order = rank([Move(g, "fp8", w, 1.0) for g, w in weights.items()])
+    no_fallback = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10))
+    assert not no_fallback.passed and no_fallback.stopped.startswith("every ranked group raised (3)")
+    out = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10), fallback=dict.fromkeys(weights, "fp16"))
+    assert out.passed and out.stopped == "passed"
+    assert out.best == {"a": "fp16", "b": "fp8"}  # a, b in FP16 is the shortest prefix; b goes back to FP8
+    assert not search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10),
+                      fallback={"a": "fp8"}).passed  # a fallback equal to the move adds nothing
+    # every group at the fallback is the top state: judged as the bisection's upper end, never returned
+    top = latency(dict.fromkeys(weights, "fp16"))
+    capped = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10, ceiling=top),
+                    fallback=dict.fromkeys(weights, "fp16"))
+    assert capped.passed and capped.best == {"a": "fp16", "b": "fp8"}
+    limit[0] = 0.01  # now only the top state passes: said, and not returned
+    only_top = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10, ceiling=top),
+                      fallback=dict.fromkeys(weights, "fp16"))
+    assert not only_top.passed and only_top.stopped.startswith("cannot pass faster than every layer at the top")
+    assert latency(only_top.best) < top
+
+
 def test_trimming_lowers_groups_the_pass_does_not_need():
     # the ranking puts b first (it looked good alone) but only a matters
     weights = {"a": 1.5, "b": 0.0, "c": 0.0}

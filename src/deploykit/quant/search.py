@@ -12,9 +12,9 @@ Generic over callables so it can be tested with fakes:
 
 The search raises a growing prefix of that order (``per_step`` groups, then twice as many, ...)
 until a state passes, never a prefix as slow as every group at the top precision (``ceiling``: such
-a mix is not worth shipping, and the search says it cannot pass rather than return it), then bisects
-for the shortest passing prefix: a few evaluations whether one
-layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
+a mix is not worth shipping, and the search says it cannot pass rather than return it); when every
+move raised still fails and some moves are FP8, one more state raises those to ``fallback`` (FP16).
+Then it bisects for the shortest passing prefix: a few evaluations whether one layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
 network). A pass on the search samples counts only once confirmed on every judging sample; a state
 that fails on the few samples is not run on the rest. Trimming then lowers the raised groups,
 least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
@@ -100,8 +100,13 @@ def rank(moves: list[Move], floor: float = 0.0) -> list[Move]:
 
 
 def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
-           start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget) -> Outcome:
-    """Search from ``start``; see the module docstring. ``ladder``: group -> its precisions, cheapest first."""
+           start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget,
+           fallback: Mapping[str, str] | None = None) -> Outcome:
+    """Search from ``start``; see the module docstring. ``ladder``: group -> its precisions, cheapest first.
+
+    ``fallback``: group -> the precision to raise it to instead when every ranked move raised still
+    fails (a group whose move is FP8 because FP8 recovered about as much alone as FP16: together the
+    FP8 groups can still hold the error); one more state tries them there before the search gives up."""
     run = _Run(evaluate, latency, budget)
     order = [m for m in order if m.group not in start][: budget.groups]
     if run.judge(dict(start), {}, "base"):
@@ -115,12 +120,21 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
             passing = k
         else:
             failing, k = k, min(2 * k, len(order))
+    promoted = [Move(m.group, (fallback or {}).get(m.group, m.precision), m.gain, m.cost) for m in order]
+    if passing is None and failing == len(order) and promoted != order and not run.spent() and (
+            latency(_prefix(start, promoted, len(promoted))) <= budget.ceiling):  # the bisection's upper end
+        changes = {m.group: m.precision for m in promoted if m not in order}
+        if run.judge(_prefix(start, promoted, len(promoted)), changes, "raise"):
+            order, failing, passing = promoted, 0, len(promoted)
     while passing is not None and passing - failing > 1 and not run.spent():
         mid = (failing + passing) // 2
         if run.judge(_prefix(start, order, mid), {m.group: m.precision for m in order[failing:mid]}, "bisect"):
             passing = mid
         else:
             failing = mid
+    if passing is not None and latency(_prefix(start, order, passing)) >= budget.ceiling:
+        return run.outcome(f"cannot pass faster than every layer at the top precision: only all {len(order)} ranked "
+                           "groups raised pass")
     if passing is None:
         if run.spent():
             return run.outcome(f"evaluation budget spent ({budget.evaluations})")
@@ -170,6 +184,8 @@ class _Run:
 
     def _key(self, patch: Patch, score: Score, passed: bool) -> tuple[int, float, float]:
         latency = self._latency(patch)
+        if latency >= self.budget.ceiling:  # judged as a bisection's upper end, never the answer
+            return (2, score.objective, latency)
         return (0, latency, score.objective) if passed else (1, score.objective, latency)
 
     def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
