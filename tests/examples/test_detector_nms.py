@@ -55,16 +55,26 @@ def test_cut_for_tensorrt_and_int8_tensorrt_flavour(store):
     assert task["metrics"]["matched"] >= 0.95 and task["metrics"]["reference_boxes"] > 50
 
 
-# Measured with NMS in the graph: ORT flavour matched 0.959, mean IoU 0.911, class flips 0.029 > 0.02;
-# tensorrt flavour matched 0.977, mean IoU 0.939, class flips 0.067 > 0.02 (0.097 / 0.106 before issue
-# 12's calibration). Cut before NMS, the same INT8 passes (class flips 0.006): NMS turns small score
-# changes into different kept boxes.
+# INT8 alone with NMS in the graph flips classes (measured: ORT flavour 0.029, tensorrt flavour 0.067 >
+# 0.02; cut before NMS the same INT8 passes at 0.006): NMS turns small score changes into other kept
+# boxes. The config enables the search. ORT flavour: it passes with 23 of 33 groups in FP32 (no faster
+# than FP32, which the stage says).
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 with NMS in the graph: class flips 0.029-0.067 "
-                   "> 0.02 (measured)")
-@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
-def test_int8_with_nms_in_the_graph(store, target):
-    assert convert(NMS, store, "int8", target).passed
+def test_int8_with_nms_in_the_graph_passes_with_the_search_in_the_onnxruntime_flavour(store):
+    result = convert(NMS, store, "int8", "onnxruntime")
+    assert result.passed, repr(result)
+    task = next(t for t in result.parity["tasks"] if t["reference"] == "onnx")
+    assert task["metrics"]["class_flips"] <= 0.02 and task["metrics"]["matched"] >= 0.95
+    assert result.artifacts["model"].manifest.summary["repair"]["passed"]
+
+
+# tensorrt flavour: only every group at FP16 passes, which the search does not return (it says
+# "--precision fp16 does as well"); the cut config is the TensorRT recipe.
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 + NMS, tensorrt flavour: only all groups at FP16 "
+                   "pass (measured: class flips 0.048 > 0.02 at the best cheaper mix)")
+def test_int8_with_nms_in_the_graph_tensorrt_flavour(store):
+    assert convert(NMS, store, "int8", "tensorrt").passed
 
 
 @pytest.mark.slow

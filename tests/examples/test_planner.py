@@ -4,7 +4,6 @@ Default suite: FP32 and FP16; slow: INT8 (both flavours) and FP8."""
 import numpy as np
 import pytest
 
-from deploykit.errors import ParityFailed
 from deploykit.onnxio import load_model
 from tests.examples.cases import (
     EXAMPLES,
@@ -54,20 +53,18 @@ def test_fp16_passes_the_trajectory_parity(store):
     assert task["metrics"]["ade"] < 0.01 and task["metrics"]["top1"] == 1.0
 
 
-# Measured (ORT flavour): rel-L2 0.059, ADE 0.076 (76 cm) / FDE 0.171 > 0.05 / 0.1 with LayerNorm/Softmax
-# in FP32 (0.072 / 0.165 before issue 12's calibration; 0.079 quantizing them too); top-1 mode agreement 1.0.
+# INT8 alone misses (measured: ORT flavour ADE 0.076 / FDE 0.171; tensorrt flavour FDE 0.107 > 0.1), so
+# the config enables the mixed-precision search, judged on the validation scenes by parity's own check:
+# it keeps a few attention/MLP groups in higher precision (5 in FP32, ORT flavour; 2 above INT8, tensorrt).
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 planner: ADE 0.076 > 0.05 (measured)")
-def test_int8_onnxruntime_flavour(store):
-    assert convert(CONFIG, store, "int8", "onnxruntime").passed
-
-
-# The tensorrt flavour (ModelOpt's get_first crash fixed by issue 12), evaluated as written: INT8
-# ADE 0.048 but FDE 0.107 > 0.1; FP8 ADE 0.041 / FDE 0.085 passes.
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=ParityFailed, reason="INT8 planner, tensorrt flavour: FDE 0.107 > 0.1 (measured)")
-def test_int8_tensorrt_flavour(store):
-    assert convert(CONFIG, store, "int8", "tensorrt").passed
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_int8_passes_with_the_configured_search(store, target):
+    result = convert(CONFIG, store, "int8", target)
+    assert result.passed, repr(result)
+    task = next(t for t in result.parity["tasks"] if t["reference"] == "onnx")
+    assert task["metrics"]["ade"] < 0.05 and task["metrics"]["fde"] < 0.1 and task["metrics"]["top1"] >= 0.95
+    repair = result.artifacts["model"].manifest.summary["repair"]
+    assert repair["passed"] and 0 < len(repair["excluded_nodes"]) < 20  # a few groups, not the whole model
 
 
 @pytest.mark.slow

@@ -133,8 +133,10 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         else:
             failing = mid
     if passing is not None and latency(_prefix(start, order, passing)) >= budget.ceiling:
+        tops = sorted({m.precision for m in order})
+        instead = f"; --precision {tops[0]} does as well" if len(tops) == 1 else ""
         return run.outcome(f"cannot pass faster than every layer at the top precision: only all {len(order)} ranked "
-                           "groups raised pass")
+                           f"groups raised ({', '.join(tops)}) pass{instead}")
     if passing is None:
         if run.spent():
             return run.outcome(f"evaluation budget spent ({budget.evaluations})")
