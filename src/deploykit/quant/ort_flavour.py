@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
 import os
 import sys
 import tempfile
@@ -85,6 +86,19 @@ def _working_dir(path: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
+@contextlib.contextmanager
+def _quiet_shapes() -> Iterator[None]:
+    """Symbolic shape inference logs "unsupported broadcast between batch + 12 4" for dims it leaves
+    unmerged, which it handles; a user reads it as a deploykit error. Failures still raise."""
+    log = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     """ORT's quant_pre_process (symbolic shapes, basic graph fusions); symbolic inference is
     skipped where it fails (dims it cannot merge), and the note says so. It is not skipped where
@@ -93,7 +107,7 @@ def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     import onnx
 
     quant_pre_process = private_ort_quantization().quant_pre_process
-    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, _working_dir(Path(tmp)):
+    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, _working_dir(Path(tmp)), _quiet_shapes():
         # ORT's symbolic shape inference writes sym_shape_infer_temp.onnx into the working directory.
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save_model(model, str(src))
