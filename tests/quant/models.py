@@ -237,6 +237,25 @@ def activation_overflow(size: int = 16) -> onnx.ModelProto:
     return _model(graph, 17)
 
 
+def packed_detector(size: int = 16, classes: int = 2, seed: int = 0) -> onnx.ModelProto:
+    """A YOLO-style packed output: box coordinates in pixels (sigmoid x 640) concatenated with class
+    scores in [0, 1] along the channel axis, as exported detectors write ``[N, 4 + C, ...]``."""
+    rng = np.random.default_rng(seed)
+    inits: list = []
+    nodes = [_conv("stem", INPUT, he(rng, 8, 3, 3), rng.standard_normal(8) * 0.1, inits),
+             helper.make_node("Relu", ["stem_out"], ["feat"], name="relu"),
+             _conv("box", "feat", he(rng, 4, 8, 1), rng.standard_normal(4) * 0.1, inits),
+             _conv("cls", "feat", he(rng, classes, 8, 1), rng.standard_normal(classes) * 0.5, inits),
+             helper.make_node("Sigmoid", ["box_out"], ["box_unit"], name="box_sigmoid"),
+             helper.make_node("Mul", ["box_unit", "pixels"], ["boxes"], name="box_scale"),
+             helper.make_node("Sigmoid", ["cls_out"], ["scores"], name="cls_sigmoid"),
+             helper.make_node("Concat", ["boxes", "scores"], ["packed"], name="pack", axis=1)]
+    inits.append(numpy_helper.from_array(np.array(640.0, np.float32), "pixels"))
+    graph = helper.make_graph(nodes, "packed", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("packed", TensorProto.FLOAT, None)], inits)
+    return _model(graph, 17)
+
+
 def matmul_mlp(opset: int = 17) -> onnx.ModelProto:
     """x[N, 64] -> MatMul(64x64) -> Relu -> MatMul(64x16): for int4 weight-only."""
     rng = np.random.default_rng(2)

@@ -113,10 +113,13 @@ def quantize_model(job: Job) -> Result:
         notes.append(equalized.note())
     settings = _settings(cfg, job.flavour)
     calibration = _calibrate(job, model, settings, notes)
+    observed = calibration.sets["max"]  # min/max: the same in every range set
     excluded.update({k: v for k, v in _masking_nodes(model, calibration.infinite).items() if k not in excluded})
+    excluded.update({k: v for k, v in _mixed_range_joins(model, observed).items() if k not in excluded})
+    if job.flavour == "onnxruntime" and cfg.precision == "int8":
+        excluded.update({k: v for k, v in _output_tail(model).items() if k not in excluded})
     if cfg.bounded == "exclude":
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
-    observed = calibration.sets["max"]  # min/max: the same in every range set
     fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
     result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
     result.range_samples = calibration.seen - len(calibration.held_out)
@@ -126,6 +129,7 @@ def quantize_model(job: Job) -> Result:
 
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+MIXED_RANGE_RATIO = 32.0  # a Concat's inputs this far apart in range: the narrower gets < 8 of 255 levels
 
 
 def _skipped_by_quantizer(model: onnx.ModelProto, result: Result, job: Job) -> dict[str, str]:
@@ -272,6 +276,43 @@ def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str
             if node is not None and node.name not in out:
                 out[node.name] = f"reads or writes {tensor!r}, which holds ±inf (masking): kept exact"
     return out
+
+
+def _mixed_range_joins(model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
+    """Concat nodes joining tensors whose observed ranges differ more than :data:`MIXED_RANGE_RATIO`
+    times: one 8-bit scale for the joined tensor leaves the narrower input a few levels. The packed
+    output of a YOLO-style detector (box coordinates in pixels beside class scores in [0, 1]) is the
+    common case: quantized there, every score rounds to 0 (confident-box recall 0.0 measured on a
+    real YOLOv8n, with ONNX Runtime's quantize_static too). Each input keeps its own scale."""
+    out: dict[str, str] = {}
+    for node in model.graph.node:
+        spans = {t: ranges[t].max - ranges[t].min for t in node.input if node.op_type == "Concat" and t in ranges}
+        spans = {t: v for t, v in spans.items() if v > 0}
+        if len(spans) < 2:
+            continue
+        wide, narrow = max(spans, key=spans.__getitem__), min(spans, key=spans.__getitem__)
+        ratio = spans[wide] / spans[narrow]
+        if ratio > MIXED_RANGE_RATIO:
+            out[node.name] = (f"joins {narrow!r} (range {spans[narrow]:.3g}) and {wide!r} (range {spans[wide]:.3g}), "
+                              f"{ratio:.0f}x apart: one INT8 scale would flatten the narrower; kept in float")
+    return out
+
+
+def _output_tail(model: onnx.ModelProto) -> dict[str, str]:
+    """Nodes after the last compute op: every consumer of what they write is another such node or a
+    graph output. Q/DQ there buys no speed (nothing after them runs in INT8) and rounds the outputs
+    themselves: a detector's score Sigmoid and box decoding (a real YOLOv8n's confident-box recall
+    0.79 with its tail quantized, 0.93 with it in float), a probability map's Sigmoid."""
+    outputs = {o.name for o in model.graph.output}
+    readers = g.consumers(model)
+    tail: dict[str, str] = {}
+    for node in reversed(model.graph.node):  # topological order: a node's readers are decided first
+        if node.op_type in COMPUTE_OPS or not node.output:
+            continue
+        if all(t in outputs or (readers.get(t) and all(r.name in tail for r in readers[t])) for t in node.output
+               if t):
+            tail[node.name] = "after the last compute op, on the way to an output: kept in float"
+    return tail
 
 
 def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
