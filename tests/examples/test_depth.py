@@ -40,7 +40,8 @@ def check_quantized(store, precision, target):
 
 def test_int8_onnxruntime_flavour(store):
     result = check_quantized(store, "int8", "onnxruntime")
-    assert result.report("model", "precision.json")["excluded_from_quantization"] == {}
+    excluded = result.report("model", "precision.json")["excluded_from_quantization"]
+    assert all(why.startswith("after the last compute op") for why in excluded.values())  # no repair: the tail only
 
 
 @pytest.mark.slow

@@ -45,7 +45,8 @@ def test_quantized_detector_passes_parity_on_validation_images(store, precision,
     report = result.report("model", "precision.json")
     assert report["flavour"] == ("onnxruntime" if target == "auto" and precision == "int8" else "tensorrt")
     assert report["check"]["passed"] and evaluator in report["check"]["evaluator"]
-    assert report["excluded_from_quantization"] == {}
+    # nothing excluded by a repair; the onnxruntime flavour keeps the float tail after the last conv
+    assert all(why.startswith("after the last compute op") for why in report["excluded_from_quantization"].values())
     model = load_model(result.artifacts["model"].file("model.onnx"))
     convs = {n.name for n in model.graph.node if n.op_type == "Conv"}
     quantized = quantized_node_names(model)

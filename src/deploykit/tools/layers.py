@@ -26,7 +26,7 @@ from pathlib import Path
 PACKAGE = "deploykit"
 # DESIGN.md's Layers picture, lowest first. ``deploykit`` is the package root (its lazy public API).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("core", frozenset({"errors", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
+    ("core", frozenset({"errors", "clock", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
                         "config", "artifacts", "export_hooks", "elf", "arrayfile", "config_load", "imagemodes",
                         "limits", "manifest", "nativeprobe", "onnxguard", "smallfile", "stacking", "storecheck", "supervise",
                         "tempspace"})),
