@@ -109,8 +109,9 @@ def _numbers(result: Any) -> dict[str, Any]:
     if model is not None and model.manifest.stage == "quantize":
         report = result.report("model", "precision.json")
         excluded = report["excluded_from_quantization"]
-        out["excluded"] = excluded
-        out["excluded_summary"] = _excluded_summary(excluded)
+        raised = report.get("layer_precisions") or {}
+        out["excluded"], out["layer_precisions"] = excluded, raised
+        out["excluded_summary"] = _excluded_summary(excluded, raised)
         speed = model.manifest.summary.get("cpu_speed") or {}
         out["cpu_speedup"] = speed.get("speedup")
     return out
@@ -128,9 +129,18 @@ def task_summary(tasks: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
-def _excluded_summary(excluded: dict[str, str]) -> str:
-    kinds = Counter("masking" if "±inf" in why else "high_precision_ops" if "high_precision_ops" in why
-                    else "repair" if why.startswith("repair") else "config" for why in excluded.values())
+def _excluded_summary(excluded: dict[str, str], raised: dict[str, str]) -> str:
+    """Nodes kept out of quantization by reason, then the layer groups the search (or the config's
+    ``layer_precisions``) raised, by precision."""
+    def kind(why: str) -> str:
+        for key, label in (("±inf", "masking"), ("high_precision_ops", "high_precision_ops"),
+                           ("after the last compute op", "output tail"), ("apart: one INT8 scale", "mixed ranges")):
+            if key in why:
+                return label
+        return "config"
+
+    kinds = Counter(kind(why) for why in excluded.values())
+    kinds.update(f"groups {p} (search)" for p in raised.values())
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "0"
 
 
