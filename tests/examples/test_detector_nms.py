@@ -58,7 +58,7 @@ def test_cut_for_tensorrt_and_int8_tensorrt_flavour(store):
 # INT8 alone with NMS in the graph flips classes (measured: ORT flavour 0.029, tensorrt flavour 0.067 >
 # 0.02; cut before NMS the same INT8 passes at 0.006): NMS turns small score changes into other kept
 # boxes. The config enables the search. ORT flavour: the decoding and NMS after the last conv stay float
-# (the output tail) and the search keeps 8 conv groups in FP32; it passes, about as fast as FP32.
+# (the output tail) and the search keeps 8 layer groups in FP32; it passes, about as fast as FP32.
 @pytest.mark.slow
 def test_int8_with_nms_in_the_graph_passes_with_the_search_in_the_onnxruntime_flavour(store):
     result = convert(NMS, store, "int8", "onnxruntime")
