@@ -146,12 +146,46 @@ def test_budgets_stop_the_search_with_the_best_state_so_far():
 
 
 def test_a_worse_later_prefix_never_replaces_the_best_earlier_one():
-    table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0}  # raising b interacts badly
+    table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0, ("a", "c"): 1.2, ("c",): 2.8}
 
-    def evaluate(patch, full):
+    def evaluate(patch, full):  # raising b interacts badly; a with c is the best state, still failing
         return Score({"r": table[tuple(sorted(patch))]})
 
     weights = {"a": 1.0, "b": 0.5, "c": 0.2}
     out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
-    assert [len(s.patch) for s in out.steps] == [0, 1, 2, 3] and not out.passed
-    assert out.best == {"a": "fp32"} and out.best_score.worst == 1.5 < out.steps[-1].score.worst
+    assert [len(s.patch) for s in out.steps][:4] == [0, 1, 2, 3] and not out.passed
+    assert out.best == {"a": "fp32", "c": "fp32"} and out.best_score.worst == 1.2 < out.steps[3].score.worst
+
+
+def test_refinement_skips_a_group_that_makes_the_prefix_worse_and_finds_the_pass():
+    """Doubling assumes raising more never hurts; when it does (FP32 islands among INT8 measured so on
+    a real text detector), the best prefix grows by the groups that help, skipping the one that hurts."""
+    table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0, ("a", "c"): 0.9, ("c",): 2.8}
+    log = []
+
+    def evaluate(patch, full):
+        log.append((tuple(sorted(patch)), full))
+        return Score({"r": table[tuple(sorted(patch))]})
+
+    weights = {"a": 1.0, "b": 0.5, "c": 0.2}
+    out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert out.passed and out.best == {"a": "fp32", "c": "fp32"} and out.stopped == "passed"
+    assert any(s.action == "refine" for s in out.steps) and log.count((("a", "b"), False)) == 1  # none runs twice
+
+
+def test_when_nothing_passes_the_answer_is_not_worse_than_the_start_on_every_sample():
+    """The closest state on the few search samples can be worse on all of them (selection on 4 samples
+    of a real text detector): the start and it are compared on every judging sample."""
+    few = {(): 3.0, ("a",): 1.2, ("a", "b"): 1.6}
+    every = {(): 2.0, ("a",): 2.5, ("a", "b"): 2.8}
+
+    def evaluate(patch, full):
+        return Score({"r": (every if full else few)[tuple(sorted(patch))]})
+
+    weights = {"a": 1.0, "b": 0.5}
+    out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert not out.passed and out.best == {} and out.best_score.worst == 2.0
+    assert [s.samples for s in out.steps if s.action == "verify"] == ["all", "all"]  # both judged on every sample
+    every[("a",)] = 1.8  # now the closest state is better on every sample too: it stays the answer
+    again = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert again.best == {"a": "fp32"} and again.best_score.worst == 1.8

@@ -18,8 +18,11 @@ Then it bisects for the shortest passing prefix: a few evaluations whether one l
 network). A pass on the search samples counts only once confirmed on every judging sample; a state
 that fails on the few samples is not run on the rest. Trimming then lowers the raised groups,
 least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
-still passes. The result is the best state ever evaluated: the fastest that passed on every sample,
-else the one closest to passing, never simply the last one.
+still passes. When the doubling fails because raising more made the score worse (FP32 islands among
+INT8 do not always add up), the best prefix it met grows by chunks of the groups after it, kept only
+where they help (:func:`_refine`). The result is the best state ever evaluated: the fastest that
+passed on every sample, else the one closest to passing — compared with the start on every judging
+sample, so it is never worse than the start there — never simply the last one.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class Step:
     """One evaluated state: what changed, its score, its latency, whether the search kept it."""
 
     step: int
-    action: str  # base | raise | bisect | verify | trim
+    action: str  # base | raise | bisect | refine | verify | trim
     changes: Patch
     patch: Patch
     score: Score
@@ -137,6 +140,10 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         instead = f"; --precision {tops[0]} does as well" if len(tops) == 1 else ""
         return run.outcome(f"cannot pass faster than every layer at the top precision: only all {len(order)} ranked "
                            f"groups raised ({', '.join(tops)}) pass{instead}")
+    if passing is None and failing > 0 and not run.spent():
+        found = _refine(run, start, order, failing)
+        if found is not None and latency(found[0]) < budget.ceiling:
+            return run.trim(*found, ladder)
     if passing is None:
         if run.spent():
             return run.outcome(f"evaluation budget spent ({budget.evaluations})")
@@ -151,6 +158,34 @@ def _prefix(start: Patch, order: list[Move], k: int) -> Patch:
     return {**start, **{m.group: m.precision for m in order[:k]}}
 
 
+def _refine(run: _Run, start: Patch, order: list[Move], tried: int) -> tuple[Patch, list[str]] | None:
+    """When raising more groups made the score worse (measured: a text detector's IoU 0.9685 with the
+    first 8 groups raised, 0.954 with 16, 0.941 with 32 — islands of FP32 among INT8 do not always
+    add up), grow the best prefix the doubling met by chunks of the groups after it, keeping a
+    chunk only where it improves the score and halving the chunk where it does not; a group that
+    alone makes it worse is skipped. Returns a passing state and the groups it raised, or None."""
+    sizes, k = [], 1
+    while k <= tried:
+        sizes.append(k)
+        k *= 2
+    sizes = [k for k in sizes if run.objective(_prefix(start, order, k)) is not None] or [tried]
+    best = min(sizes, key=lambda k: run.objective(_prefix(start, order, k)) or float("inf"))
+    state, kept, rest = _prefix(start, order, best), [m.group for m in order[:best]], order[best:]
+    chunk, i = max(1, best // 2), 0
+    while i < len(rest) and not run.spent():
+        moves = rest[i:i + chunk]
+        candidate = {**state, **{m.group: m.precision for m in moves}}
+        if run.judge(candidate, {m.group: m.precision for m in moves}, "refine"):
+            return candidate, kept + [m.group for m in moves]
+        if (run.objective(candidate) or float("inf")) < (run.objective(state) or float("inf")):
+            state, kept, i = candidate, kept + [m.group for m in moves], i + len(moves)
+        elif chunk > 1:
+            chunk //= 2
+        else:
+            i += 1  # this group alone makes it worse: left at the base precision
+    return None
+
+
 class _Run:
     """The steps taken so far, the best state, and the budget."""
 
@@ -159,7 +194,12 @@ class _Run:
         self._evaluate, self._latency, self.budget = evaluate, latency, budget
         self.steps: list[Step] = []
         self.verdicts: dict[frozenset[tuple[str, str]], bool] = {}  # states judged already
+        self.objectives: dict[frozenset[tuple[str, str]], float] = {}  # their scores on the search samples
         self.best: tuple[Patch, Score, bool] | None = None
+
+    def objective(self, patch: Patch) -> float | None:
+        """``patch``'s objective on the search samples, if it was evaluated."""
+        return self.objectives.get(frozenset(patch.items()))
 
     def spent(self) -> bool:
         return len(self.steps) >= self.budget.evaluations
@@ -170,6 +210,7 @@ class _Run:
         key = frozenset(patch.items())
         if key not in self.verdicts:
             score = self._record(patch, changes, action, False)
+            self.objectives[key] = score.objective
             passed = score.passed and not self.spent() and self._record(patch, {}, "verify", True).passed
             self.verdicts[key] = passed
         return self.verdicts[key]
@@ -190,6 +231,18 @@ class _Run:
             return (2, score.objective, latency)
         return (0, latency, score.objective) if passed else (1, score.objective, latency)
 
+    def _settle(self, best: Patch, score: Score) -> tuple[Patch, Score]:
+        """Nothing passed: the closest state on the few search samples can be worse than the start on
+        all of them (measured: IoU 0.972 on 4 samples, 0.943 on 16, where the start had 0.945), so
+        the two are compared on every judging sample and the better one is the answer."""
+        start = self.steps[0].patch
+        full = {}
+        for patch in (best, start):
+            known = next((s.score for s in self.steps if s.samples == "all" and s.patch == patch), None)
+            full[frozenset(patch.items())] = known or self._record(patch, {}, "verify", True)
+        mine, theirs = full[frozenset(best.items())], full[frozenset(start.items())]
+        return (dict(start), theirs) if theirs.objective <= mine.objective else (best, mine)
+
     def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
         """Lower each raised group one precision step, least valuable first, while every sample passes."""
         for group in reversed(raised):
@@ -209,6 +262,8 @@ class _Run:
     def outcome(self, stopped: str) -> Outcome:
         assert self.best is not None
         best, score, passed = self.best
+        if not passed and self.steps and best != self.steps[0].patch:
+            best, score = self._settle(best, score)
         for s in self.steps:  # the states worth a row of their own: the start and every confirmed pass
             s.kept = s.step == 0 or (s.score.passed and s.samples == "all")
         return Outcome(best, score, passed, stopped, self.steps)

@@ -182,7 +182,10 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     floor = COST_FLOOR * costs.base / max(len(by_name), 1)
     order = rank([Move(g, _target(g, causal, high), damage[g], costs.delta.get(g, {}).get(high, 0.0))
                   for g in damage], floor)
-    top = costs.of({g: ladder[-1] if high == "fp32" else high for g in by_name})  # the cost model's own sum
+    # the cost model's own sum, groups measured faster raised left out: a prefix without them could
+    # otherwise cost more than "every group raised" (measurement noise on a small graph under load)
+    tops = {g: ladder[-1] if high == "fp32" else high for g in by_name}
+    top = costs.base + sum(max(0.0, costs.delta.get(g, {}).get(p, 0.0)) for g, p in tops.items())
     ceiling = top if costs.base < CEILING_MARGIN * top else float("inf")
     outcome = search(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, order, start,
                      {g: ladder for g in by_name},
