@@ -116,3 +116,46 @@ def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour, monkeypat
     assert again.typical() == pytest.approx(scores[chosen], rel=1e-3)  # the chosen graph is the one scored (4 digits)
     assert "the first 16 are held out" in " ".join(result.notes)
     assert {r.method for r in result.ranges.values()} <= {chosen, "max"}  # bounded/outputs stay at max
+
+
+@pytest.mark.parametrize("flavour", ["tensorrt", "onnxruntime"])
+def test_method_auto_ranks_by_the_task_metrics_on_calibration_samples_then_rel_l2(flavour):
+    """With a task check configured, auto keeps the range set its task metrics rank first (rel-L2
+    breaks ties), judged on held-out calibration samples, never on the validation samples of the verdict."""
+    from deploykit.config import ParityConfig, ProbabilityMapCheck, TaskChecks
+    from deploykit.quant.judge import Judging
+
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.999),)))
+    val = models.images(6, size=32, seed=9)
+    the_job = Job(models.depthwise(), QuantizeConfig(precision="int8", high_precision="fp32"), flavour,
+                  SampleStream(models.images(40, size=32)), judging=Judging(parity, val, "6 validation samples"))
+    result = quantize_model(the_job)
+    note = next(n for n in result.notes if n.startswith("calibration method auto"))
+    assert note.startswith("calibration method auto: task-metric rank sum / mean rel-L2 on 4 held-out samples ")
+    listed = note.split(" held-out samples ")[1].split(" -> ")[0]
+    scores = {m: tuple(float(x) for x in v.split("/")) for m, v in (item.split() for item in listed.split(", "))}
+    assert set(scores) == {"max", "percentile", "mse"}
+    assert sum(s[0] for s in scores.values()) == 6.0  # one limited metric (IoU): ranks 1 + 2 + 3, ties shared
+    assert scores[result.settings.method] == min(scores.values())
+    assert result.check.data == "6 validation samples"  # the verdict is still on validation data
+
+
+def test_rank_sums_order_by_value_share_ties_and_put_unmeasured_last():
+    from deploykit.quant.quantize import _rank_sums
+
+    losses = {"max": {"t.recall": -0.93, "t.class_flips": 0.0}, "mse": {"t.recall": -0.95, "t.class_flips": 0.0},
+              "percentile": {"t.recall": float("inf")}}
+    ranks = _rank_sums(losses)
+    assert ranks == {"mse": 1 + 1.5, "max": 2 + 1.5, "percentile": 3 + 3}  # a flip count of 0 for two: shared
+
+
+def test_task_losses_negate_fractions_that_must_reach_a_limit():
+    from deploykit.config import ClassificationCheck, ParityConfig, TaskChecks
+    from deploykit.quant.judge import Measurement, task_losses
+
+    parity = ParityConfig(tasks=TaskChecks(classification=(ClassificationCheck("y", min_top1=0.99),)))
+    label = "classification[0]"
+    m = Measurement({}, [{"label": label, "kind": "classification", "metrics": {"top1": 0.97, "topk": 1.0},
+                          "inconclusive": ""}], 4)
+    losses = task_losses(m, parity)
+    assert losses[f"{label}.top1"] == -0.97
