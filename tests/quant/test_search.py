@@ -117,3 +117,31 @@ def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     assert second.repair.evaluations["fresh"] <= len(second.repair.outcome.steps)
     assert second.check.passed and second.check.metrics["prob"]["rel_l2"] <= 0.03
     assert len(second.layer_precisions) >= len(first.layer_precisions)  # a tighter limit costs more layers
+
+
+@pytest.mark.parametrize("int8_faster", [True, False])
+def test_a_failed_search_says_when_no_mix_can_beat_fp32(int8_faster, monkeypatch):
+    """Where INT8 alone is not faster than FP32 (measured by the profiler; a stand-in sets it here),
+    a bigger budget can buy accuracy, never speed: the failed search says so instead of a bare miss."""
+    import dataclasses
+
+    from deploykit.quant import latency_cost
+
+    real = latency_cost.profiled
+
+    def timed(*a, **k):  # INT8 at half FP32's time, or at FP32's; every group raised adds up to FP32's
+        costs = real(*a, **k)
+        base = costs.top * (0.5 if int8_faster else 0.9999)
+        delta = {g: {p: (costs.top - base) / len(costs.delta) for p in d} for g, d in costs.delta.items()}
+        return dataclasses.replace(costs, base=base, delta=delta)
+
+    monkeypatch.setattr(latency_cost, "profiled", timed)
+    model, data, val = models.depthwise(), models.images(24, size=32), models.images(4, size=32, seed=9)
+    unreachable = QuantTolerances(int8=Tolerance(rel_l2=1e-6))
+    found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "4 validation samples"),
+                tolerances=unreachable, repair=RepairConfig(enabled=True, max_nodes=2, max_iterations=6))
+    assert not found.check.passed
+    said = "INT8 alone is not 1.1x faster than every group at FP32 here"
+    assert (said in found.repair.stopped) is not int8_faster, found.repair.stopped
+    if not int8_faster:
+        assert "so no mix can pass faster than FP32: the search ranked by accuracy alone" in found.repair.stopped

@@ -197,6 +197,11 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     if check.passed and not outcome.passed:  # the closest state missed on the few samples, passes on all
         outcome.passed, outcome.stopped = True, (f"passed on all {n_all} judging samples at the closest state "
                                                  f"(on the {n_search} search samples: {outcome.stopped})")
+    if not outcome.passed and ceiling == float("inf"):  # a bigger budget buys accuracy, never speed: say so
+        raised = (ladder[-1] if high == "fp32" else high).upper()
+        outcome.stopped += (f"; {ladder[0].upper()} alone is not {1 / CEILING_MARGIN:.2g}x faster than every group "
+                            f"at {raised} here ({costs.base:.3g} vs {top:.3g} {costs.unit}), so no mix can pass "
+                            f"faster than {raised}: the search ranked by accuracy alone")
     clock.lap("final_check")
     sensitivity = [{"group": m.group, "ops": by_name[m.group].ops, "alone_damage": damage[m.group], "rank": i,
                     "target": m.precision, "gain": {c.precision: c.gain for c in causal if c.group == m.group},
