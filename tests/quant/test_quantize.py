@@ -159,18 +159,3 @@ def test_task_losses_negate_fractions_that_must_reach_a_limit():
                           "inconclusive": ""}], 4)
     losses = task_losses(m, parity)
     assert losses[f"{label}.top1"] == -0.97
-
-
-def test_with_validation_data_every_calibration_sample_sets_the_ranges():
-    """The held-out samples choose the method; when validation data judges the result they then set
-    the ranges too. Without validation data they stay held out: they are what the check runs on."""
-    from deploykit.quant.judge import Judging
-
-    data, val = models.images(40, size=32), models.images(4, size=32, seed=9)
-    cfg = QuantizeConfig(precision="int8", high_precision="fp32")
-    alone = quantize_model(Job(models.depthwise(), cfg, "onnxruntime", SampleStream(data)))
-    judged = quantize_model(Job(models.depthwise(), cfg, "onnxruntime", SampleStream(data),
-                                judging=Judging(None, val, "4 validation samples")))
-    assert (alone.range_samples, judged.range_samples) == (30, 40)
-    assert "then set the ranges too" in " ".join(judged.notes) and "then set" not in " ".join(alone.notes)
-    assert judged.ranges != alone.ranges and judged.check.data == "4 validation samples"

@@ -192,22 +192,3 @@ def test_histograms_take_every_kth_sample_and_min_max_every_sample():
     assert every == 3 and st.counts.sum() == 64 * r.HISTOGRAM_SAMPLES  # a third of the samples, 64 values each
     assert st.hi == 500.0 and result.sets["max"]["y"].amax == 500.0
     assert result.statistics.ranges("percentile")["y"].amax < 100.0  # the outlier sample is not in the histogram
-
-
-def test_fold_in_adds_the_held_out_samples_to_the_statistics():
-    """Once the held-out samples have served, they set the ranges too: the max set equals one from
-    calibrating every sample, the histograms count them, and the thresholds are derived again."""
-    from deploykit.quant.ranges import calibrate, fold_in
-
-    samples = heavy_tailed(40)
-    samples[0] = {"x": np.full((1, 64), 1000.0, np.float32)}  # the extreme sample is held out first
-    held = calibrate(identity_model(), samples, RangeSettings("percentile"), ("max", "histogram"), hold_out=8)
-    before = held.statistics.ranges("percentile")["y"].amax
-    counted = held.statistics.stats["y"].counts.sum()
-    folded = fold_in(identity_model(), held)
-    every = calibrate(identity_model(), samples, RangeSettings("percentile"), ("max", "histogram"))
-    assert not folded.held_out and folded.seen == 40
-    assert folded.sets["max"]["y"] == every.sets["max"]["y"] and folded.sets["max"]["y"].max == 1000.0
-    assert folded.statistics.stats["y"].counts.sum() == counted + 8 * 64
-    assert folded.statistics.ranges("percentile")["y"].amax > before  # not the threshold cached before
-    assert fold_in(identity_model(), every) is every  # nothing held out: unchanged

@@ -123,6 +123,7 @@ def quantize_model(job: Job) -> Result:
         excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
     fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
     result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
+    result.range_samples = calibration.seen - len(calibration.held_out)
     result.preparation = prep.to_dict()
     result.unquantized = _skipped_by_quantizer(model, result, job)
     return result
@@ -344,13 +345,6 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
     few = _few(job, original, samples[: job.cfg.auto_samples], memo)
     range_sets = _range_sets(job, model, calibration, excluded, samples[0])
     method, ranges = _choose_ranges(job, model, range_sets, excluded, samples[0], few, notes)
-    if calibration.held_out and job.judging.samples:  # validation data judges: the held-out set the ranges too
-        from deploykit.quant.ranges import fold_in
-
-        calibration = fold_in(model, calibration)
-        ranges = _range_sets(job, model, calibration, excluded, samples[0], (method,))[method]
-        notes.append(f"the {len(samples)} held-out samples then set the ranges too (validation data judges the "
-                     f"result): ranges from all {calibration.seen}")
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
         from deploykit.quant.bias import SAMPLES
 
@@ -363,7 +357,6 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
             result.check_samples = len(judge.samples)
-            result.range_samples = calibration.seen - len(calibration.held_out)
             if job.corrected is not None:
                 notes.append(job.corrected.note())
             result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
@@ -374,15 +367,14 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
 
 
 def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
-                sample: dict[str, Any], methods: tuple[str, ...] = ()) -> dict[str, dict[str, TensorRange]]:
-    """The range set of each method to try (every AUTO_METHODS one for ``auto``; ``methods`` when
-    given), from the statistics.
+                sample: dict[str, Any]) -> dict[str, dict[str, TensorRange]]:
+    """The range set of each method to try (every AUTO_METHODS one for ``auto``), from the one pass.
 
     Thresholds are computed only for the tensors the quantizer puts an activation quantizer on
     (the rest keep max ranges): MSE costs ~5 ms a tensor, and a graph has hundreds it never quantizes.
     """
     method = _settings(job.cfg, job.flavour).method
-    methods = methods or (AUTO_METHODS if method == "auto" else (method,))
+    methods = AUTO_METHODS if method == "auto" else (method,)
     stats = calibration.statistics
     if stats is None or methods == ("max",):
         return {methods[0]: calibration.sets["max"]}
