@@ -112,24 +112,6 @@ def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> 
     return Score(ratios, values)
 
 
-def task_losses(measurement: Measurement, parity: ParityConfig) -> dict[str, float]:
-    """Each limited task metric as a loss (smaller is better: a fraction that must reach its limit
-    is negated), whatever its limit: what candidates are ordered by when no limit decides."""
-    from deploykit.metrics.tasks import build_tasks
-
-    tasks = {t.label: t for t in build_tasks(parity.tasks)}
-    losses: dict[str, float] = {}
-    for entry in measurement.tasks:
-        task = tasks.get(entry["label"])
-        if task is None or entry.get("inconclusive"):
-            continue
-        for metric, op, _ in task.limits():
-            value = entry["metrics"][metric]
-            bad = value is None or (isinstance(value, float) and math.isnan(value))
-            losses[f"{entry['label']}.{metric}"] = math.inf if bad else (-value if op == ">=" else value)
-    return losses
-
-
 def _ratio(value: float, limit: float, at_least: bool, key: str) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return RATIO_CAP

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,7 +26,7 @@ from deploykit.choices import Flavour
 from deploykit.config import CALIBRATED, QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
-from deploykit.quant.check import Check
+from deploykit.quant.check import Check, Reference, check
 from deploykit.quant.judge import Judge, Judging
 from deploykit.quant.ranges import AUTO_METHODS, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
@@ -340,11 +339,12 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         samples = list(itertools.islice(job.samples, _check_count(job.cfg)))
     else:
         samples = _random_samples(model)
+    reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
     memo = _Memo(opener)
-    few = _few(job, original, samples[: job.cfg.auto_samples], memo)
+    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=_tolerance(job))
     range_sets = _range_sets(job, model, calibration, excluded, samples[0])
-    method, ranges = _choose_ranges(job, model, range_sets, excluded, samples[0], few, notes)
+    method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
         from deploykit.quant.bias import SAMPLES
 
@@ -403,55 +403,32 @@ def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], ope
                  job.cfg.precision, source)
 
 
-def _few(job: Job, original: onnx.ModelProto, samples: list[dict[str, Any]], opener: Callable[..., Any]) -> Judge:
-    """Parity's tolerances and task checks on a few held-out calibration samples (never the
-    validation samples the verdict is judged on): what method ``auto`` ranks its range sets by."""
-    from deploykit.config import ParityConfig, parity_preset
+def _tolerance(job: Job) -> Callable[[str], Any]:
+    """Parity's tolerance per output (for ranking range sets; the verdict is the judge's)."""
+    from deploykit.config import ParityConfig, Tolerance, parity_preset
+    from deploykit.metrics.tasks import unordered_outputs
 
-    parity = job.judging.parity or ParityConfig()
-    return Judge(original, samples, opener, parity, parity_preset(job.cfg), job.cfg.precision,
-                 f"{len(samples)} held-out calibration samples")
+    parity, preset = job.judging.parity or ParityConfig(), parity_preset(job.cfg)
+    unordered = unordered_outputs(parity.tasks)  # post-NMS outputs: only parity's detection check compares them
+    return lambda output: Tolerance() if output in unordered else parity.tolerance(output, preset)
 
 
 def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
-                   excluded: dict[str, str], sample: dict[str, Any], few: Judge, notes: list[str]
+                   excluded: dict[str, str], fp32: dict[str, str], sample: dict[str, Any],
+                   evaluate: Callable[[onnx.ModelProto], Check], notes: list[str]
                    ) -> tuple[str, dict[str, TensorRange]]:
-    """Method ``auto``: the range set that parity's task metrics order first on a few held-out
-    calibration samples (each metric ranks the sets, the rank sums decide), then the smallest mean
-    rel-L2 (with no task configured, only that). By rel-L2 alone a recognizer's auto picked
-    percentile where MSE held more top-1 agreement. Ranks of the values, not ratios to the limits:
-    against a limit of zero (class flips) one flip would outweigh every other metric. The quantizer runs once;
-    each set only rewrites the scales of that graph (FP32 elsewhere: FP16 conversion comes after)."""
+    """Method ``auto``: the range set whose quantized model has the smallest mean rel-L2 on a few
+    held-out samples. The quantizer runs once; each set only rewrites the scales of that graph
+    (FP32 elsewhere: FP16 conversion comes after the choice)."""
     if len(range_sets) == 1:
         return next(iter(range_sets.items()))
-    from deploykit.quant.judge import check_of, measurement_of, task_losses
-
-    losses: dict[str, dict[str, float]] = {}
-    typical: dict[str, float] = {}
+    scores = {}
     for method, ranges in range_sets.items():
-        report = few.compare(_qdq(job, model, ranges, sorted(excluded), sample)).report()
-        losses[method] = task_losses(measurement_of(report), few.parity)
-        typical[method] = check_of(report, few.evaluator, few.ref, few.parity, few.preset, few.source).typical()
-    ranks = _rank_sums(losses)
-    best = min(range_sets, key=lambda m: (ranks[m], typical[m]))  # ties: the first (max) wins
-    tasks = any(losses.values())
-    listed = ", ".join(f"{m} {ranks[m]:g}/{typical[m]:.4g}" if tasks else f"{m} {typical[m]:.4g}" for m in range_sets)
-    what = "task-metric rank sum / mean rel-L2" if tasks else "mean rel-L2"
-    notes.append(f"calibration method auto: {what} on {len(few.samples)} held-out samples {listed} -> {best}")
+        scores[method] = evaluate(_qdq(job, model, ranges, sorted(excluded), sample)).typical()
+    best = min(scores, key=lambda m: scores[m])  # ties: the first (max) wins
+    listed = ", ".join(f"{m} {v:.4g}" for m, v in scores.items())
+    notes.append(f"calibration method auto: mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed} -> {best}")
     return best, range_sets[best]
-
-
-def _rank_sums(losses: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Per method, the sum over task metrics of its rank among the methods (1 = smallest loss;
-    equal values share the mean rank)."""
-    sums = dict.fromkeys(losses, 0.0)
-    for key in sorted({k for r in losses.values() for k in r}):
-        values = {m: r.get(key, math.inf) for m, r in losses.items()}
-        for m, v in values.items():
-            below = sum(1 for w in values.values() if w < v)
-            equal = sum(1 for w in values.values() if w == v)
-            sums[m] += below + (equal + 1) / 2
-    return sums
 
 
 def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
