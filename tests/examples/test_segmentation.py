@@ -43,8 +43,9 @@ def test_fp8_passes_the_task_parity(store):
 # Measured: INT8 (either flavour) reaches rel-L2 0.083-0.086 and mIoU 0.92 without the search. With the
 # config's search both pass: onnxruntime flavour rel-L2 0.026, mIoU 0.970 (8 of 17 groups in FP32, the
 # last upsampling kept float as the output tail); tensorrt flavour rel-L2 0.044, mIoU 0.963 (8 in FP16).
-# The onnxruntime search orders by measured CPU latency, so its mix can differ between runs; it
-# passed in every run since the float output tail (it had missed once before).
+# The onnxruntime search orders by measured CPU latency, so its mix can differ between runs; capped
+# at 8 groups and judged on 4 scenes it missed once under load, so the config gives it 16 groups and
+# judges every state on all 8 scenes.
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
 def test_int8(store, target):
