@@ -184,7 +184,8 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
                   for g in damage], floor)
     # the cost model's own sum, groups measured faster raised left out: a prefix without them could
     # otherwise cost more than "every group raised" (measurement noise on a small graph under load)
-    tops = {g: ladder[-1] if high == "fp32" else high for g in by_name}
+    top_precision = ladder[-1] if high == "fp32" else high
+    tops = dict.fromkeys(by_name, top_precision)
     top = costs.base + sum(max(0.0, costs.delta.get(g, {}).get(p, 0.0)) for g, p in tops.items())
     ceiling = top if costs.base < CEILING_MARGIN * top else float("inf")
     outcome = search(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, order, start,
@@ -198,7 +199,7 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
         outcome.passed, outcome.stopped = True, (f"passed on all {n_all} judging samples at the closest state "
                                                  f"(on the {n_search} search samples: {outcome.stopped})")
     if not outcome.passed and ceiling == float("inf"):  # a bigger budget buys accuracy, never speed: say so
-        raised = (ladder[-1] if high == "fp32" else high).upper()
+        raised = top_precision.upper()
         outcome.stopped += (f"; {ladder[0].upper()} alone is not {1 / CEILING_MARGIN:.2g}x faster than every group "
                             f"at {raised} here ({costs.base:.3g} vs {top:.3g} {costs.unit}), so no mix can pass "
                             f"faster than {raised}: the search ranked by accuracy alone")
