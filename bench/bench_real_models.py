@@ -236,9 +236,11 @@ def modelopt_run(path: Path, calib: list[dict], out: Path, mode: str) -> Callabl
     return make
 
 
-def search_judging(family: Family, valid: list[dict]) -> Any:
-    """Parity as a user who cares about the task would set it: the family's task at its target limits,
-    the elementwise limits off (they would otherwise decide for a task metric that is met)."""
+def judging(family: Family, valid: list[dict], target: bool = False) -> Any:
+    """Parity on the validation samples with the family's task check: at its default limits, as the
+    family's deploykit.yaml would set it (the default rows: it decides their check, not their model);
+    or, ``target``, as a user who cares about the task would set it for the search: the task at its
+    target limits, the elementwise limits off (they would otherwise decide for a task metric that is met)."""
     import math
 
     from deploykit.config import ParityConfig, TaskChecks, Tolerance
@@ -246,22 +248,11 @@ def search_judging(family: Family, valid: list[dict]) -> Any:
     from deploykit.typed import from_value
 
     kind = family.metric[0]
-    tasks = {k: [{**c, **family.target} if k == kind else c for c in v] for k, v in family.task.items()}
-    parity = ParityConfig(default=Tolerance(rel_l2=math.inf, cosine=-math.inf, max_abs=math.inf, mean_abs=math.inf),
-                          tasks=from_value(TaskChecks, tasks, "parity.tasks"))
+    tasks = {k: [{**c, **family.target} if target and k == kind else c for c in v] for k, v in family.task.items()}
+    checks = from_value(TaskChecks, tasks, "parity.tasks")
+    off = Tolerance(rel_l2=math.inf, cosine=-math.inf, max_abs=math.inf, mean_abs=math.inf)
+    parity = ParityConfig(default=off, tasks=checks) if target else ParityConfig(tasks=checks)
     return Judging(parity, valid, f"{len(valid)} validation samples")
-
-
-def task_judging(family: Family, valid: list[dict]) -> Any:
-    """Parity as the family's deploykit.yaml would set it: its task check at the default limits,
-    judged on the validation samples. Method ``auto`` ranks its range sets by that task on held-out
-    calibration samples; without it a row would be deploykit with no task configured."""
-    from deploykit.config import ParityConfig, TaskChecks
-    from deploykit.quant.judge import Judging
-    from deploykit.typed import from_value
-
-    return Judging(ParityConfig(tasks=from_value(TaskChecks, family.task, "parity.tasks")), valid,
-                   f"{len(valid)} validation samples")
 
 
 def search_runs(family: Family, path: Path, calib: list[dict], valid: list[dict], flavours: list[str]) -> list[Run]:
@@ -270,7 +261,7 @@ def search_runs(family: Family, path: Path, calib: list[dict], valid: list[dict]
     limits = ", ".join(f"{k} {v}" for k, v in family.target.items() if k.startswith("min_") and v > 0)
     return [Run(f"deploykit int8 {flavour} + search ({limits})", "int8",
                 "onnxruntime" if flavour == "onnxruntime" else "as_written",
-                deploykit_run(path, calib, "int8", flavour, search_judging(family, valid),
+                deploykit_run(path, calib, "int8", flavour, judging(family, valid, target=True),
                               repair=RepairConfig(enabled=True)), deploykit=True) for flavour in flavours]
 
 
@@ -359,7 +350,7 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
         reference = session_from_onnx(path, "as_written")
         refs = [reference.infer(s) for s in valid]
         rows, speeds = [], {}
-        todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations, task_judging(family, valid))
+        todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations, judging(family, valid))
         for run in todo + search_runs(family, path, calib, valid, search or []):
             print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
             start = time.perf_counter()
