@@ -25,9 +25,9 @@ def test_config_fields_are_typed_by_the_one_definition():
 
 def test_dispatch_tables_cover_every_value():
     from deploykit.graph import run
-    from deploykit.quant.ranges import AUTO_METHODS, SEARCHES
+    from deploykit.quant.ranges import AUTO_METHODS, NO_HISTOGRAM, SEARCHES
 
-    assert set(SEARCHES) == set(choices.values(choices.CalibrationMethod)) - {"max"}
+    assert set(SEARCHES) == set(choices.values(choices.CalibrationMethod)) - set(NO_HISTOGRAM)
     assert set(AUTO_METHODS) <= set(choices.values(choices.CalibrationMethod))
     assert set(run.PROVIDERS) == set(choices.values(choices.Provider))
     assert set(run._LEVELS) == set(choices.values(choices.OptimizationLevel))

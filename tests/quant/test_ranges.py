@@ -35,6 +35,22 @@ def test_max_ranges_equal_numpy_over_all_samples():
     assert ranges["relu0"].amax == ranges["relu0"].absmax and ranges["relu0"].method == "max"
 
 
+def test_mean_max_is_the_mean_of_each_samples_peak_and_fills_no_histogram():
+    from deploykit.quant.ranges import calibrate
+
+    rng = np.random.default_rng(3)
+    samples = [{"x": (rng.uniform(-1, 1, (1, 64)) * peak).astype(np.float32)} for peak in rng.uniform(0.5, 4, 9)]
+    peaks = [float(np.abs(s["x"]).max()) for s in samples]
+    result = calibrate(identity_model(), samples, RangeSettings("mean_max"), ("max", "mean_max"))
+    got, top = result.sets["mean_max"]["y"], result.sets["max"]["y"]
+    assert got.method == "mean_max" and got.amax == pytest.approx(np.mean(peaks), rel=1e-6)
+    assert top.amax == pytest.approx(max(peaks)) and got.amax < top.amax
+    assert got.min == top.min and got.hi == pytest.approx(min(top.max, got.amax))
+    assert not result.statistics.stats["y"].counts.any()  # no histogram was binned for it
+    bounded = calibrate(identity_model(), samples, RangeSettings("mean_max"), ("mean_max",), bounded={"y"})
+    assert bounded.sets["mean_max"]["y"].method == "max"  # a bounded tensor (Sigmoid, Softmax) keeps max
+
+
 def test_entropy_range_differs_from_max_on_a_heavy_tailed_tensor():
     # onnxruntime's quantize_static gives its entropy calibrator as many bins as quantized levels,
     # so its "entropy" equals max; deploykit's is computed here and must clip the tail.

@@ -45,20 +45,23 @@ def bin_counts(a: np.ndarray, edge: float, bins: int) -> np.ndarray:
 class AbsHistogram:
     """Exact min/max and a histogram of |x| over [0, ``edge``] that grows as values arrive."""
 
-    __slots__ = ("bins", "counts", "edge", "hi", "lo")
+    __slots__ = ("bins", "counts", "edge", "hi", "lo", "peak_sum", "peaks")
 
     def __init__(self, bins: int) -> None:
         self.bins = bins
         self.counts = np.zeros(bins, np.int64)
         self.edge = 0.0
         self.lo, self.hi = math.inf, -math.inf
+        self.peak_sum, self.peaks = 0.0, 0  # each added sample's max |x|: their mean is method mean_max
 
     def add(self, value: np.ndarray, lo: float, hi: float, histogram: bool = True) -> None:
         """Fold ``value`` in; ``lo``/``hi`` are its min and max (the caller has them already)."""
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+        absmax = max(abs(lo), abs(hi))
+        self.peak_sum += absmax
+        self.peaks += 1
         if not histogram:
             return
-        absmax = max(abs(lo), abs(hi))
         if absmax > self.edge:
             self._grow(absmax)
         flat = value.reshape(-1)
@@ -87,6 +90,11 @@ class AbsHistogram:
     @property
     def absmax(self) -> float:
         return max(abs(self.lo), abs(self.hi)) if math.isfinite(self.lo) else 0.0
+
+    @property
+    def mean_peak(self) -> float:
+        """The mean over the added samples of each one's max |x| (0 before any)."""
+        return self.peak_sum / self.peaks if self.peaks else 0.0
 
     def trimmed(self) -> tuple[np.ndarray, float]:
         """(counts up to the last non-empty bin, that bin's upper edge): a histogram over

@@ -28,7 +28,7 @@ from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
 from deploykit.quant.check import Check, Reference, check
 from deploykit.quant.judge import Judge, Judging
-from deploykit.quant.ranges import AUTO_METHODS, Calibration, RangeSettings, TensorRange, calibrate
+from deploykit.quant.ranges import AUTO_METHODS, NO_HISTOGRAM, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
     if job.samples is None:
         return Calibration({"max": {}}, [], 0)
     total = job.samples.limit or 0
-    histograms = ("max",) if settings.method == "max" else ("max", "histogram")
+    histograms = ("max",) if settings.method in NO_HISTOGRAM else ("max", "histogram")
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
     with task as advance:
         result = calibrate(model, job.samples, settings, histograms, hold_out=_check_count(job.cfg),
@@ -343,6 +343,8 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
     opener = _opener(job)
     memo = _Memo(opener)
     few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=_tolerance(job))
+    if job.flavour == "onnxruntime" and job.cfg.precision == "int8":
+        excluded.update(_miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes))
     range_sets = _range_sets(job, model, calibration, excluded, samples[0])
     method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few, notes)
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
@@ -385,6 +387,19 @@ def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excl
     return {m: calibration.sets["max"] if m == "max" else
             stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
             for m in methods}
+
+
+def _miscomputed(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str],
+                 sample: dict[str, Any], notes: list[str]) -> dict[str, str]:
+    """Nodes ONNX Runtime's integer kernels compute wrong on this CPU (:mod:`deploykit.quant.kernel_check`)."""
+    from deploykit.quant.kernel_check import miscomputed
+
+    found = miscomputed(g.infer_shapes(_qdq(job, model, ranges, sorted(excluded), sample)), job.ort_level)
+    found = {k: v for k, v in found.items() if k not in excluded}
+    if found:
+        notes.append(f"ONNX Runtime's integer kernels on this CPU compute {len(found)} quantized node(s) wrong "
+                     f"({', '.join(sorted(found)[:4])}{', …' if len(found) > 4 else ''}): kept in float")
+    return found
 
 
 def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any],

@@ -39,7 +39,7 @@ from typing import Any
 
 from deploykit.artifacts import Artifact
 from deploykit.config import CALIBRATED
-from deploykit.environment import onnxruntime_version, tool_versions
+from deploykit.environment import cpu_info, onnxruntime_version, tool_versions
 from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.graph.run import evaluator_for
@@ -159,6 +159,8 @@ class QuantizeStage(Stage):
         q, flavour = c.quantize, c.quantize.flavour(c.build.backend)
         source = _calibration(ctx)
         return {"quantize": q, "flavour": flavour, "reduce_range": _reduce_range(ctx) if flavour == "onnxruntime" else None,
+                # the onnxruntime flavour keeps nodes this CPU's integer kernels compute wrong in float
+                "cpu_features": cpu_info()["features"] if flavour == "onnxruntime" else None,
                 "calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims,
                 "ort_level": c.build.optimization_level if flavour == "onnxruntime" else None,
                 "parity": {"default": c.parity.default, "outputs": c.parity.outputs, "tasks": c.parity.tasks,
