@@ -132,9 +132,12 @@ def task_summary(tasks: list[dict[str, Any]]) -> str:
 def _excluded_summary(excluded: dict[str, str], raised: dict[str, str]) -> str:
     """Nodes kept out of quantization by reason, then the layer groups the search (or the config's
     ``layer_precisions``) raised, by precision."""
+    from deploykit.quant.kernel_check import REASON
+
     def kind(why: str) -> str:
         for key, label in (("±inf", "masking"), ("high_precision_ops", "high_precision_ops"),
-                           ("after the last compute op", "output tail"), ("apart: one INT8 scale", "mixed ranges")):
+                           ("after the last compute op", "output tail"), ("apart: one INT8 scale", "mixed ranges"),
+                           (REASON, "kernel miscomputes")):
             if key in why:
                 return label
         return "config"

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 MAX_STEPS = 1.5  # a fused kernel may round once more than the Q/DQ graph; more is a wrong result
 RUNS = 2  # the faulty kernels read uninitialised memory: one run can land close by chance
+REASON = "ONNX Runtime's integer kernel on this CPU computes it wrong"  # how each reported node's why begins
 
 
 def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
@@ -61,8 +62,7 @@ def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
             continue  # (a shape taken as 1 it cannot run at): the whole graph's check still judges it
         steps = worst / (step or max(float(np.max(np.abs(reference[name]))) / 255, 1e-30))
         if steps > MAX_STEPS:
-            out[node.name] = (f"ONNX Runtime's integer {node.op_type} kernel on this CPU computes it wrong "
-                              f"({steps:.0f} output steps off the Q/DQ graph): kept in float")
+            out[node.name] = f"{REASON} ({node.op_type}, {steps:.0f} output steps off the Q/DQ graph): kept in float"
     return out
 
 
