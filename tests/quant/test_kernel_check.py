@@ -78,7 +78,7 @@ def test_quantize_keeps_a_miscomputed_node_in_float_and_says_so(monkeypatch):
 
 @pytest.mark.parametrize("channels", [(24, 20), (17, 48)])
 def test_on_this_cpu_the_onnxruntime_flavour_computes_what_its_graph_says(channels):
-    # channel counts that are not multiples of 16: the faulty VNNI kernels get them wrong, so
+    # channel counts that are not multiples of 16: the faulty VNNI/AMX kernels get them wrong, so
     # without the check this fails on such a CPU; elsewhere it holds because the kernels are right
     model = models.cnn(channels, batch=1, size=24)
     result = quantize_model(Job(model, QuantizeConfig(precision="int8"), "onnxruntime",

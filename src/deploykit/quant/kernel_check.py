@@ -2,10 +2,10 @@
 
 At level ``basic`` and above ONNX Runtime fuses DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear
 into QLinearConv / QLinearMatMul / QGemm, whose integer kernels must compute what the Q/DQ graph
-says. On some CPUs they do not: onnxruntime 1.24.4 on an AVX-512 VNNI Xeon returns garbage for the
-output channels after the last full block of 16 (a 3 -> 24 channel Conv: up to 183 output steps off
-on channels 16-23, MatMul/Gemm with N = 17, 24 or 6906 likewise, different on every run; reported
-upstream as onnxruntime#26324), which took a real text recognizer's top-1 agreement from 0.95 as
+says. On some CPUs they do not: onnxruntime 1.24.4 on a Xeon with AVX-512 VNNI and AMX-INT8 returns
+garbage for the output channels after the last full block of 16 (a 3 -> 24 channel Conv: up to 183
+output steps off on channels 16-23, MatMul/Gemm with N = 17, 24 or 6906 likewise, different on every
+run; reported upstream as onnxruntime#26324), which took a real text recognizer's top-1 agreement from 0.95 as
 written to 0.75 as computed. Each node is cut out with its Q/DQ neighbours and run both ways on
 inputs drawn from its input's integer grid; a node whose fused result is more than
 :data:`MAX_STEPS` output steps off is reported, and the quantize stage keeps it in float.
