@@ -488,8 +488,21 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
     notes.append(f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
                  f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
                  "reused from an earlier artifact's measurements")
+    if search.check.passed and not search.faster_than_top():
+        notes.append(_not_faster(search))
     return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
                                layer_precisions=dict(search.patch), search_cache=payload)
+
+
+def _not_faster(search: SearchResult) -> str:
+    """The plain statement for a passing mix that is not faster than every layer at the top precision."""
+    m = search.measured_ms
+    if "chosen" in m and "fp32" in m:
+        return (f"the mix that passes is not faster than FP32 on this CPU (measured {m['chosen']:.3g} ms against "
+                f"{m['fp32']:.3g} ms): FP32 is as accurate and at least as fast here")
+    c = search.costs
+    return (f"the mix that passes is estimated no faster than every layer at the top precision "
+            f"({c.of(search.patch):.3g} vs {c.top:.3g} {c.unit}, {c.method}): that precision does as well")
 
 
 def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
