@@ -53,7 +53,7 @@ def test_fp16_passes_the_trajectory_parity(store):
     assert task["metrics"]["ade"] < 0.01 and task["metrics"]["top1"] == 1.0
 
 
-# INT8 alone misses (measured: ORT flavour ADE 0.076 / FDE 0.171; tensorrt flavour FDE 0.107 > 0.1), so
+# INT8 alone misses (measured on an AVX2 CPU: ORT flavour ADE 0.076 / FDE 0.171; tensorrt flavour FDE 0.107 > 0.1), so
 # the config enables the mixed-precision search, judged on the validation scenes by parity's own check:
 # it keeps a few groups in higher precision (2 in FP32, ORT flavour, beside the float output tail; 2 above
 # INT8, tensorrt).
@@ -65,7 +65,9 @@ def test_int8_passes_with_the_configured_search(store, target):
     task = next(t for t in result.parity["tasks"] if t["reference"] == "onnx")
     assert task["metrics"]["ade"] < 0.05 and task["metrics"]["fde"] < 0.1 and task["metrics"]["top1"] >= 0.95
     repair = result.artifacts["model"].manifest.summary["repair"]
-    assert repair["passed"] and 0 < len(repair["excluded_nodes"]) < 20  # a few groups, not the whole model
+    # on a CPU with VNNI (full 8-bit weights, no reduce_range) plain INT8 already passes and no search
+    # runs (measured on an AVX-512 VNNI Xeon); the 7-bit weights an AVX2 CPU needs miss without it
+    assert repair is None or (repair["passed"] and 0 < len(repair["excluded_nodes"]) < 20)  # a few groups
 
 
 @pytest.mark.slow
