@@ -2,15 +2,15 @@
 
 import pytest
 
-from deploykit.graph.proto import infer_shapes
+from deploykit.graph.proto import infer_shapes, static_shapes
 from deploykit.quant.groups import Group
-from deploykit.quant.latency_cost import PEAKS, _flops, _shapes, measure, roofline
+from deploykit.quant.latency_cost import PEAKS, _flops, measure, roofline
 from tests.quant import models
 
 
 def test_convolution_flops_and_a_compute_bound_layer_costs_more_at_higher_precision():
     model = infer_shapes(models.cnn((64, 128), size=64))
-    shapes = _shapes(model)
+    shapes = static_shapes(model)
     conv1 = next(n for n in model.graph.node if n.name == "conv1")
     assert _flops(conv1, shapes) == 2.0 * 128 * 64 * 64 * 64 * 3 * 3  # N=1 (a named batch dim counts as 1)
     groups = {"conv1": Group("conv1", ("conv1", "relu1"), "Conv+Relu")}

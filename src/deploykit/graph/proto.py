@@ -132,6 +132,17 @@ def graph_input_shapes(model: Graph) -> dict[str, list[int | str]]:
     return out
 
 
+def static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape as inferred (and the initializers'); a named (dynamic) dim counts as 1, as
+    batch dims usually are (the callers want ratios or channel counts, not the exact size)."""
+    out = {}
+    for v in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            out[v.name] = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in v.type.tensor_type.shape.dim)
+    out.update({i.name: tuple(i.dims) for i in model.graph.initializer})
+    return out
+
+
 def custom_ops(model: onnx.ModelProto) -> list[str]:
     """``domain::Op`` of nodes in non-standard domains that no model-local function defines."""
     local = {(f.domain, f.name) for f in model.functions}

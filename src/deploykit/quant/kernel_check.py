@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deploykit.errors import ModelError
-from deploykit.graph.proto import consumers, producers
+from deploykit.graph.proto import consumers, producers, static_shapes
 
 if TYPE_CHECKING:
     import onnx
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 MAX_STEPS = 1.5  # a fused kernel may round once more than the Q/DQ graph; more is a wrong result
 RUNS = 2  # the faulty kernels read uninitialised memory: one run can land close by chance
+Feed = tuple[tuple[int, ...], str, str]  # an activation input: its shape, its Q scale and zero point names
 REASON = "ONNX Runtime's integer kernel on this CPU computes it wrong"  # how each reported node's why begins
 
 
@@ -40,7 +41,7 @@ def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
         return {}
     made_by, readers = producers(qdq), consumers(qdq)
     inits = {i.name: i for i in qdq.graph.initializer}
-    shapes = _shapes(qdq)
+    shapes = static_shapes(qdq)  # a dynamic dim taken as 1: the faults depend on channel counts
     rng = np.random.default_rng(0)
     out: dict[str, str] = {}
     for node in qdq.graph.node:
@@ -66,17 +67,8 @@ def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
     return out
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
-    """Tensor shapes, a symbolic dimension taken as 1 (the faults depend on channel counts)."""
-    out = {}
-    for v in (*model.graph.input, *model.graph.value_info, *model.graph.output):
-        if v.type.tensor_type.HasField("shape"):
-            out[v.name] = [d.dim_value if d.HasField("dim_value") else 1 for d in v.type.tensor_type.shape.dim]
-    return out
-
-
 def _cut(node: onnx.NodeProto, made_by: dict[str, Any], readers: dict[str, list[Any]], inits: dict[str, Any],
-         shapes: dict[str, list[int]]) -> tuple[list[Any], dict[str, tuple[list[int], str, str]], float] | None:
+         shapes: dict[str, tuple[int, ...]]) -> tuple[list[Any], dict[str, Feed], float] | None:
     """The node with its input Q/DQ (weights: their DQ) and output Q -> DQ, in graph order; the float inputs of the
     activation quantizers with their shapes and Q parameters; the output step (0: unquantized).
     None when the node does not read only dequantized tensors and constants (nothing is fused)."""
@@ -96,8 +88,7 @@ def _cut(node: onnx.NodeProto, made_by: dict[str, Any], readers: dict[str, list[
         q = made_by.get(dq.input[0])
         if q is None or q.op_type != "QuantizeLinear" or q.input[0] not in shapes or len(q.input) < 3:
             return None
-        if any(numpy_helper.to_array(inits[p]).size != 1 for p in q.input[1:3] if p in inits) or \
-                not all(p in inits for p in q.input[1:3]):
+        if not all(p in inits and numpy_helper.to_array(inits[p]).size == 1 for p in q.input[1:3]):
             return None  # per-tensor activation scales only
         sub += [q, dq]
         feeds[q.input[0]] = (shapes[q.input[0]], q.input[1], q.input[2])
@@ -115,7 +106,7 @@ def _cut(node: onnx.NodeProto, made_by: dict[str, Any], readers: dict[str, list[
     return sub, feeds, step
 
 
-def _grid_values(rng: np.random.Generator, shape: list[int], scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+def _grid_values(rng: np.random.Generator, shape: tuple[int, ...], scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
     """Float values that quantize exactly to integers spread over the whole grid of ``zero``'s type."""
     info = np.iinfo(zero.dtype)
     q = rng.integers(info.min, info.max + 1, size=shape)
@@ -123,7 +114,7 @@ def _grid_values(rng: np.random.Generator, shape: list[int], scale: np.ndarray, 
 
 
 def _model(source: onnx.ModelProto, nodes: list[Any], inits: dict[str, Any],
-           feeds: dict[str, tuple[list[int], str, str]], shapes: dict[str, list[int]]) -> onnx.ModelProto:
+           feeds: dict[str, Feed], shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
     from onnx import TensorProto, helper
 
     used = {t for n in nodes for t in n.input if t in inits}

@@ -74,11 +74,11 @@ def profiled(base: onnx.ModelProto, top: onnx.ModelProto, groups: Mapping[str, G
     are fused into the QLinear kernels). Those are priced per element at the median rate of the
     standalone Q/DQ kernels the base graph already runs.
     """
-    from deploykit.graph.proto import consumers, infer_shapes, producers
+    from deploykit.graph.proto import consumers, infer_shapes, producers, static_shapes
 
     runs = _runs(top, sample, level, budget_s / (2 * rounds))
     base_t, top_t = _kernel_times([base, top], sample, level, rounds, runs)
-    shapes = _shapes(infer_shapes(base))
+    shapes = static_shapes(infer_shapes(base))
     rate = _qdq_rate(base, base_t, shapes)
     made_by, readers = producers(base), consumers(base)
     delta = {}
@@ -201,10 +201,10 @@ def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tup
         base_precision: int8, fp8 or int4 (int4 quantizes weights only).
         activations: what unquantized tensors are stored in (the float rest's precision).
     """
-    from deploykit.graph.proto import infer_shapes
+    from deploykit.graph.proto import infer_shapes, static_shapes
 
     model = infer_shapes(reference)
-    shapes = _shapes(model)
+    shapes = static_shapes(model)
     nodes = {n.name: n for n in model.graph.node}
     delta, base_total, top_total = {}, 0.0, 0.0
     for name, group in groups.items():
@@ -217,16 +217,6 @@ def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tup
                  "roofline estimate from FLOPs and bytes (no GPU measured): max(FLOPs / peak, bytes / bandwidth) "
                  f"per compute node at H100 SXM datasheet rates ({', '.join(f'{k} {v:g}' for k, v in PEAKS.items())} "
                  f"TFLOPS, {BANDWIDTH_TBS} TB/s)")
-
-
-def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    """Static shapes; a named (dynamic) dim counts as 1, as batch dims usually are (ratios are what count)."""
-    out = {}
-    for v in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
-        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
-            out[v.name] = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in v.type.tensor_type.shape.dim)
-    out.update({i.name: tuple(i.dims) for i in model.graph.initializer})
-    return out
 
 
 def _node_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision: str, base: str,
