@@ -231,7 +231,7 @@ class QuantizeConfig:
 
     precision: Precision = "fp32"  # fp32 skips the stage
     target: QuantizeTarget = "auto"  # auto: follows build.backend (fp8/int4: tensorrt)
-    # auto: max, percentile and MSE ranges from the same passes; the one whose quantized model checks best.
+    # auto: max, percentile, MSE and entropy ranges from the same pass; the one whose quantized model checks best.
     # Only int8 and fp8 calibrate activation ranges (CALIBRATED): other precisions take auto (or max).
     method: Method = "auto"
     percentile: float = 99.99  # of |x| (tensorrt) or of each tail (onnxruntime)

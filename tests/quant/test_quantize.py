@@ -96,6 +96,7 @@ def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour, monkeypat
     from deploykit.quant import modelopt_flavour, ort_flavour
     from deploykit.quant.check import Reference, check
     from deploykit.quant.quantize import _opener
+    from deploykit.quant.ranges import AUTO_METHODS
 
     calls = []
     for module in (modelopt_flavour, ort_flavour):
@@ -107,7 +108,7 @@ def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour, monkeypat
     note = next(n for n in result.notes if n.startswith("calibration method auto"))
     listed = note.split(": mean rel-L2 on 4 held-out samples ")[1].split(" -> ")[0]
     scores = {m: float(v) for m, v in (item.split() for item in listed.split(", "))}
-    assert set(scores) == {"max", "percentile", "mse"}
+    assert set(scores) == set(AUTO_METHODS)
     chosen = result.settings.method
     assert scores[chosen] == min(scores.values())
     assert len(calls) == 1  # the quantizer placed Q/DQ once; each range set only rewrote scales
@@ -116,3 +117,34 @@ def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour, monkeypat
     assert again.typical() == pytest.approx(scores[chosen], rel=1e-3)  # the chosen graph is the one scored (4 digits)
     assert "the first 16 are held out" in " ".join(result.notes)
     assert {r.method for r in result.ranges.values()} <= {chosen, "max"}  # bounded/outputs stay at max
+
+
+@pytest.mark.parametrize("flavour", ["tensorrt", "onnxruntime"])
+def test_with_validation_data_auto_keeps_the_ranges_parity_task_scores_best(flavour):
+    """Parity's task on its validation data decides, not rel-L2 on held-out calibration samples: on
+    this depthwise network (tensorrt flavour) rel-L2 ranks percentile first and the IoU ranks MSE first."""
+    from deploykit.config import ParityConfig, ProbabilityMapCheck, TaskChecks
+    from deploykit.quant.judge import Judging
+    from deploykit.quant.ranges import AUTO_METHODS
+
+    model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.99),)))
+    judging = Judging(parity, val, "8 validation samples")
+
+    def run(method):
+        return quantize_model(Job(model, QuantizeConfig(precision="int8", high_precision="fp32", method=method),
+                                  flavour, SampleStream(data), judging=judging))
+
+    iou = {m: run(m).check.tasks[0]["metrics"]["iou"] for m in AUTO_METHODS}  # each method's graph on its own
+    auto = run("auto")
+    note = next(n for n in auto.notes if n.startswith("calibration method auto"))
+    assert "task-metric rank sums on 8 validation samples" in note
+    assert iou[auto.settings.method] == max(iou.values())
+    assert auto.check.tasks[0]["metrics"]["iou"] == iou[auto.settings.method]
+
+
+def test_rank_sums_share_ranks_on_ties_and_count_a_missing_metric_last():
+    from deploykit.quant.judge import rank_sums
+
+    got = rank_sums({"a": {"x": 1.0, "y": -0.9}, "b": {"x": 1.0, "y": -0.95}, "c": {"x": 0.5}})
+    assert got == {"a": 2.5 + 2, "b": 2.5 + 1, "c": 1 + 3}

@@ -112,6 +112,36 @@ def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> 
     return Score(ratios, values)
 
 
+def task_losses(measurement: Measurement, parity: ParityConfig) -> dict[str, float]:
+    """Each limited task metric as a loss (smaller is better: a fraction that must reach its limit is
+    negated), whatever its limit: what range sets are ordered by when no limit decides."""
+    from deploykit.metrics.tasks import build_tasks
+
+    tasks = {t.label: t for t in build_tasks(parity.tasks)}
+    losses: dict[str, float] = {}
+    for entry in measurement.tasks:
+        task = tasks.get(entry["label"])
+        if task is None or entry.get("inconclusive"):
+            continue
+        for metric, op, _ in task.limits():
+            value = entry["metrics"][metric]
+            bad = value is None or (isinstance(value, float) and math.isnan(value))
+            losses[f"{entry['label']}.{metric}"] = math.inf if bad else (-value if op == ">=" else value)
+    return losses
+
+
+def rank_sums(losses: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per candidate, the sum over metrics of its rank among the candidates (1 = smallest loss; equal
+    values share the mean rank). Ranks, not ratios to the limits: against a limit of zero (class
+    flips) one flip would outweigh every other metric."""
+    sums = dict.fromkeys(losses, 0.0)
+    for key in sorted({k for r in losses.values() for k in r}):
+        values = {m: r.get(key, math.inf) for m, r in losses.items()}
+        for m, v in values.items():
+            sums[m] += sum(1 for w in values.values() if w < v) + (sum(1 for w in values.values() if w == v) + 1) / 2
+    return sums
+
+
 def _ratio(value: float, limit: float, at_least: bool, key: str) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return RATIO_CAP

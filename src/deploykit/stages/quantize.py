@@ -130,8 +130,9 @@ class QuantizeSummary(Summary):
 class QuantizeStage(Stage):
     name = "quantize"
     # 2: onnxruntime-flavour exclusions read float tensors; 3: norm scales per channel on axis 0;
-    # 4: judged by parity's data and checks, mixed-precision search
-    version = 4
+    # 4: judged by parity's data and checks, mixed-precision search; 5: auto also tries (floored)
+    # entropy and ranks by parity's task metrics on its validation data
+    version = 5
     inputs = {"model": "onnx", "reference": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
