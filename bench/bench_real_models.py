@@ -344,7 +344,7 @@ def cpu_speed(fp32: Path, candidate: Any, sample: dict) -> dict[str, Any]:
 
 
 def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
-                 search: list[str] | None = None, only_search: bool = False) -> dict[str, Any]:
+                 search: list[str] | None = None, only_search: bool = False, rows_with: str = "") -> dict[str, Any]:
     from deploykit.graph.run import session_from_onnx
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{family.name}-") as tmp_name:
@@ -356,7 +356,7 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
         refs, holdout_refs = [reference.infer(s) for s in valid], [reference.infer(s) for s in holdout]
         rows, speeds = [], {}
         todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations, judging(family, valid))
-        for run in todo + search_runs(family, path, calib, valid, search or []):
+        for run in [r for r in todo + search_runs(family, path, calib, valid, search or []) if rows_with in r.label]:
             print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -434,6 +434,7 @@ def main() -> None:
     parser.add_argument("--search", default="", help="flavours (onnxruntime,tensorrt) to run the mixed-precision "
                         "search in, judged on the validation samples at each family's target limits")
     parser.add_argument("--only-search", action="store_true", help="the search rows alone (kept beside earlier rows)")
+    parser.add_argument("--rows", default="", help="only the rows whose label holds this text (kept beside earlier rows)")
     args = parser.parse_args()
     wanted = [f for f in FAMILIES if f.name in args.families.split(",")]
     missing = [f for f in wanted if not (MODELS / f.file).is_file()]
@@ -447,11 +448,11 @@ def main() -> None:
 
     for family in wanted:
         done = bench_family(family, args.ablations, args.only_ablations, [f for f in args.search.split(",") if f],
-                            args.only_search)
+                            args.only_search, args.rows)
         results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
         results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
         earlier = results["families"].get(family.name, {})
-        if (args.only_ablations or args.only_search) and earlier:  # keep the rows measured before
+        if (args.only_ablations or args.only_search or args.rows) and earlier:  # keep the rows measured before
             labels = {r["tool"] for r in done["rows"]}
             done["rows"] = [r for r in earlier["rows"] if r["tool"] not in labels] + done["rows"]
             done["cpu_speed"] = {**earlier.get("cpu_speed", {}), **done["cpu_speed"]}
