@@ -125,8 +125,7 @@ def task_losses(measurement: Measurement, parity: ParityConfig) -> dict[str, flo
             continue
         for metric, op, _ in task.limits():
             value = entry["metrics"][metric]
-            bad = value is None or (isinstance(value, float) and math.isnan(value))
-            losses[f"{entry['label']}.{metric}"] = math.inf if bad else (-value if op == ">=" else value)
+            losses[f"{entry['label']}.{metric}"] = math.inf if _missing(value) else (-value if op == ">=" else value)
     return losses
 
 
@@ -142,8 +141,13 @@ def rank_sums(losses: dict[str, dict[str, float]]) -> dict[str, float]:
     return sums
 
 
+def _missing(value: Any) -> bool:
+    """A metric that could not be computed (None, or NaN from a non-finite output)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _ratio(value: float, limit: float, at_least: bool, key: str) -> float:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return RATIO_CAP
     if key == "snr_db":  # decibels: compare the error amplitudes they stand for
         return float(min(RATIO_CAP, 10.0 ** ((limit - value) / 20.0)))

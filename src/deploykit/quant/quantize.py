@@ -461,13 +461,14 @@ def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[
         if validation is not None:
             shipped = _in_high_precision(job, candidate, fp32)
             losses[method] = task_losses(validation.measure(shipped), validation.parity)
-    ranks = rank_sums(losses) if any(losses.values()) else dict.fromkeys(range_sets, 0.0)
+    ranked = validation is not None and any(losses.values())
+    ranks = rank_sums(losses) if ranked else dict.fromkeys(range_sets, 0.0)
     best = min(range_sets, key=lambda m: (ranks[m], typical[m]))  # ties: the first (max) wins
     listed = ", ".join(f"{m} {v:.4g}" for m, v in typical.items())
+    by_task = (f"; task-metric rank sums on {len(validation.samples)} validation samples "
+               + ", ".join(f"{m} {v:g}" for m, v in ranks.items())) if validation is not None and ranked else ""
     notes.append(f"calibration method auto: mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed}"
-                 + (f"; task-metric rank sums on {len(validation.samples)} validation samples "  # type: ignore[union-attr]
-                    + ", ".join(f"{m} {v:g}" for m, v in ranks.items()) if any(losses.values()) else "")
-                 + f" -> {best}")
+                 f"{by_task} -> {best}")
     return best, range_sets[best]
 
 

@@ -15,7 +15,7 @@ Entropy is computed here because ``onnxruntime.quantization.quantize_static`` gi
 calibrator 128 bins for 128 quantized levels, so its "entropy" range is the max range. Its KL search
 never goes below the mean of each sample's max |x| (:data:`FLOORED`): ONNX Runtime's calibrator
 (the one ModelOpt runs) searches only thresholds from its first batch's range up, and unfloored,
-entropy cut GELU outputs to a sixth of their range and cost a real recognizer 6 points of top-1.
+entropy cut GELU outputs to a sixth of their range (a real recognizer's top-1 0.936 against 0.980).
 Bounded tensors (Sigmoid/Softmax/Tanh outputs) always get max calibration: entropy capped a
 Sigmoid probability map at 0.063 on a real detector.
 
