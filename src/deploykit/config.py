@@ -213,7 +213,9 @@ class RepairConfig:
 
     enabled: bool = False
     max_iterations: int = 32  # states the search evaluates after measuring (the base and confirmations included)
-    max_nodes: int = 64  # layer groups the search may raise above the stage's precision
+    # layer groups the search may raise above the stage's precision; None: any number, the latency ceiling
+    # bounds it (ViT-S needed 135 of its 549 groups in FP32 to reach IoU 0.97, still 1.3x faster than FP32)
+    max_nodes: int | None = None
     nodes_per_step: int = 1  # groups the first step raises; each later step raises twice as many
     samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
     screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
@@ -221,7 +223,7 @@ class RepairConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples", "screen_samples", "candidates"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"repair.{name} must be >= 1, got {getattr(self, name)}")
 
 

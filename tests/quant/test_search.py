@@ -147,6 +147,36 @@ def test_a_failed_search_says_when_no_mix_can_beat_fp32(int8_faster, monkeypatch
         assert "so no mix can pass faster than FP32: the search ranked by accuracy alone" in found.repair.stopped
 
 
+@pytest.mark.parametrize("cap", [None, 8])
+def test_unless_capped_the_search_may_raise_more_than_64_groups(cap, monkeypatch):
+    """ViT-S needed 135 of its 549 groups in FP32 to reach IoU 0.97 where a fixed cap of 64 stopped
+    it at 0.954: unless ``max_nodes`` is set, the latency ceiling alone bounds what the search raises.
+    On the 60-conv detector (>64 groups) with an unreachable tolerance the doubling raises every group
+    but the last (that one would make it as slow as FP32); a stand-in makes INT8 twice as fast."""
+    import dataclasses
+
+    from deploykit.quant import latency_cost
+
+    real = latency_cost.profiled
+
+    def fast(*a, **k):
+        costs = real(*a, **k)
+        base = costs.top * 0.5
+        delta = {g: {p: (costs.top - base) / len(costs.delta) for p in d} for g, d in costs.delta.items()}
+        return dataclasses.replace(costs, base=base, delta=delta)
+
+    monkeypatch.setattr(latency_cost, "profiled", fast)
+    model, data, val = models.mobile_detector(size=32), models.images(8, size=32), models.images(2, size=32, seed=9)
+    found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "2 validation samples"),
+                tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-6)),
+                repair=RepairConfig(enabled=True, max_iterations=12, samples=1, **({} if cap is None else {"max_nodes": cap})))
+    assert not found.check.passed
+    groups = len(found.repair.groups)
+    assert groups > 64
+    raised = max(sum(1 for p in s.patch.values() if p != "int8") for s in found.repair.outcome.steps)
+    assert raised == (groups - 1 if cap is None else cap), (groups, raised, found.repair.stopped)
+
+
 @pytest.mark.parametrize("faster", [True, False])
 def test_a_passing_mix_not_faster_than_fp32_is_said_plainly(faster, monkeypatch):
     """The search can pass at a mix slower than FP32 where INT8 alone barely beats it (the 60-conv

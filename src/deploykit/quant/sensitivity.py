@@ -190,7 +190,7 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     ceiling = top if costs.base < CEILING_MARGIN * top else float("inf")
     outcome = search(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, order, start,
                      {g: ladder for g in by_name},
-                     Budget(cfg.max_iterations, cfg.max_nodes, cfg.nodes_per_step, ceiling),
+                     Budget(cfg.max_iterations, cfg.max_nodes or len(by_name), cfg.nodes_per_step, ceiling),
                      fallback={m.group: high for m in order if m.precision != high})
     clock.lap("search")
     model = ev.build(outcome.best)
