@@ -34,6 +34,7 @@ from typing import Any
 from deploykit.quant.judge import Score
 
 Patch = dict[str, str]
+SAME_COST = 1e-9  # latencies this close (relative) are the same sum of costs
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ class Budget:
     groups: int  # groups that may be raised above the base precision
     per_step: int = 1  # groups the first step raises; each later step doubles it
     ceiling: float = float("inf")  # a state this slow is not worth shipping (every group at the top precision)
+
+    def at_ceiling(self, latency: float) -> bool:
+        """Whether ``latency`` is as slow as the ceiling: the same costs summed in another order
+        differ in the last bits (every group raised, once by the search and once for the ceiling)."""
+        return latency >= self.ceiling * (1 - SAME_COST)
+
+    def above_ceiling(self, latency: float) -> bool:
+        return latency > self.ceiling * (1 + SAME_COST)
 
 
 @dataclass
@@ -114,7 +123,7 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
     order = [m for m in order if m.group not in start][: budget.groups]
     if run.judge(dict(start), {}, "base"):
         return run.outcome("passed")
-    affordable = next((k for k in range(len(order), 0, -1) if latency(_prefix(start, order, k)) < budget.ceiling), 0)
+    affordable = next((k for k in range(len(order), 0, -1) if not budget.at_ceiling(latency(_prefix(start, order, k)))), 0)
     slow = affordable < len(order)
     order = order[:affordable]
     failing, passing, k = 0, None, min(budget.per_step, len(order))
@@ -127,7 +136,7 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
             failing, k = k, min(2 * k, len(order))
     promoted = [Move(m.group, (fallback or {}).get(m.group, m.precision), m.gain, m.cost) for m in order]
     if passing is None and failing == len(order) and promoted != order and not run.spent() and (
-            latency(_prefix(start, promoted, len(promoted))) <= budget.ceiling):  # the bisection's upper end
+            not budget.above_ceiling(latency(_prefix(start, promoted, len(promoted))))):  # the bisection's upper end
         changes = {m.group: m.precision for m in promoted if m not in order}
         if run.judge(_prefix(start, promoted, len(promoted)), changes, "raise"):
             order, failing, passing = promoted, 0, len(promoted)
@@ -137,14 +146,14 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
             passing = mid
         else:
             failing = mid
-    if passing is not None and latency(_prefix(start, order, passing)) >= budget.ceiling:
+    if passing is not None and budget.at_ceiling(latency(_prefix(start, order, passing))):
         tops = sorted({m.precision for m in order})
         instead = f"; --precision {tops[0]} does as well" if len(tops) == 1 else ""
         return run.outcome(f"cannot pass faster than every layer at the top precision: only all {len(order)} ranked "
                            f"groups raised ({', '.join(tops)}) pass{instead}")
     if passing is None and failing > 0 and not run.spent():
         found = _refine(run, start, order, raised)
-        if found is not None and latency(found[0]) < budget.ceiling:
+        if found is not None and not budget.at_ceiling(latency(found[0])):
             return run.trim(*found, ladder)
     if passing is None:
         if run.spent():
@@ -228,7 +237,7 @@ class _Run:
 
     def _key(self, patch: Patch, score: Score, passed: bool) -> tuple[int, float, float]:
         latency = self._latency(patch)
-        if latency >= self.budget.ceiling:  # judged as a bisection's upper end, never the answer
+        if self.budget.at_ceiling(latency):  # judged as a bisection's upper end, never the answer
             return (2, score.objective, latency)
         return (0, latency, score.objective) if passed else (1, score.objective, latency)
 
