@@ -119,23 +119,29 @@ def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     assert len(second.layer_precisions) >= len(first.layer_precisions)  # a tighter limit costs more layers
 
 
-@pytest.mark.parametrize("int8_faster", [True, False])
-def test_a_failed_search_says_when_no_mix_can_beat_fp32(int8_faster, monkeypatch):
-    """Where INT8 alone is not faster than FP32 (measured by the profiler; a stand-in sets it here),
-    a bigger budget can buy accuracy, never speed: the failed search says so instead of a bare miss."""
+def int8_at(monkeypatch, share):
+    """A stand-in for the profiler's costs: INT8 alone at ``share`` of every group raised to FP32,
+    each raised group adding an equal part of the difference."""
     import dataclasses
 
     from deploykit.quant import latency_cost
 
     real = latency_cost.profiled
 
-    def timed(*a, **k):  # INT8 at half FP32's time, or at FP32's; every group raised adds up to FP32's
+    def timed(*a, **k):
         costs = real(*a, **k)
-        base = costs.top * (0.5 if int8_faster else 0.9999)
+        base = costs.top * share
         delta = {g: {p: (costs.top - base) / len(costs.delta) for p in d} for g, d in costs.delta.items()}
         return dataclasses.replace(costs, base=base, delta=delta)
 
     monkeypatch.setattr(latency_cost, "profiled", timed)
+
+
+@pytest.mark.parametrize("int8_faster", [True, False])
+def test_a_failed_search_says_when_no_mix_can_beat_fp32(int8_faster, monkeypatch):
+    """Where INT8 alone is not faster than FP32 (measured by the profiler; a stand-in sets it here),
+    a bigger budget can buy accuracy, never speed: the failed search says so instead of a bare miss."""
+    int8_at(monkeypatch, 0.5 if int8_faster else 0.9999)
     model, data, val = models.depthwise(), models.images(24, size=32), models.images(4, size=32, seed=9)
     unreachable = QuantTolerances(int8=Tolerance(rel_l2=1e-6))
     found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "4 validation samples"),
@@ -153,19 +159,7 @@ def test_unless_capped_the_search_may_raise_more_than_64_groups(cap, monkeypatch
     at 0.954: unless ``max_nodes`` is set, the latency ceiling alone bounds what the search raises.
     On the 60-conv detector (>64 groups) with an unreachable tolerance the doubling raises every group
     but the last (that one would make it as slow as FP32); a stand-in makes INT8 twice as fast."""
-    import dataclasses
-
-    from deploykit.quant import latency_cost
-
-    real = latency_cost.profiled
-
-    def fast(*a, **k):
-        costs = real(*a, **k)
-        base = costs.top * 0.5
-        delta = {g: {p: (costs.top - base) / len(costs.delta) for p in d} for g, d in costs.delta.items()}
-        return dataclasses.replace(costs, base=base, delta=delta)
-
-    monkeypatch.setattr(latency_cost, "profiled", fast)
+    int8_at(monkeypatch, 0.5)
     model, data, val = models.mobile_detector(size=32), models.images(8, size=32), models.images(2, size=32, seed=9)
     found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "2 validation samples"),
                 tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-6)),
@@ -199,19 +193,9 @@ def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch
     """The profiler's kernel times can put INT8 ahead where whole runs do not (rec tiny on a VNNI
     CPU: kernel sums said >= 1.1x, whole runs 3.58 against 3.70 ms); the timing after the search then
     adds the plain statement. Stand-ins: the profiler says INT8 is twice as fast, the timer says not."""
-    import dataclasses
+    from deploykit.quant import mixed
 
-    from deploykit.quant import latency_cost, mixed
-
-    real = latency_cost.profiled
-
-    def fast(*a, **k):
-        costs = real(*a, **k)
-        base = costs.top * 0.5
-        delta = {g: {p: (costs.top - base) / len(costs.delta) for p in d} for g, d in costs.delta.items()}
-        return dataclasses.replace(costs, base=base, delta=delta)
-
-    monkeypatch.setattr(latency_cost, "profiled", fast)
+    int8_at(monkeypatch, 0.5)
     monkeypatch.setattr(mixed, "_timer", lambda *a: lambda states: {"fp32": 3.70, "base": 3.58, "chosen": 4.67})
     model, data, val = models.depthwise(), models.images(24, size=32), models.images(4, size=32, seed=9)
     found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "4 validation samples"),
