@@ -280,8 +280,8 @@ def _hint(summary: QuantizeSummary, report: Path) -> str:
         return (f"see {report}; enable quantize.repair (--auto-repair) to search for the layers to keep in higher "
                 "precision, or exclude the nodes the diagnosis names")
     return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
-            "quantize.repair.max_iterations / max_nodes / candidates, use quantize.high_precision: fp32, or loosen "
-            "the tolerance if the best state shown is acceptable")
+            "quantize.repair.max_iterations / candidates (and max_nodes if you capped it), use "
+            "quantize.high_precision: fp32, or loosen the tolerance if the best state shown is acceptable")
 
 
 def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
