@@ -314,8 +314,8 @@ CALIB_CHILD = r'''
 import json, sys, time
 sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
 import numpy as np, onnx
-from deploykit.data import DataConfig, DataSource, InputInfo, Preprocess
-from deploykit.quant.graph import bounded_tensors, prepare
+from deploykit.data.sources import DataConfig, DataSource, InputInfo, Preprocess
+from deploykit.quant.prepare import bounded_tensors, prepare
 from deploykit.quant.ranges import RangeSettings, collect_ranges
 from deploykit.quant.reader import SampleStream
 model, _ = prepare(onnx.load(sys.argv[2]), 19, "m")
@@ -407,7 +407,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from deploykit.environment import cpu_info, tool_versions
+    from deploykit.store.environment import cpu_info, tool_versions
 
     logging.getLogger().setLevel(logging.ERROR)  # ORT's quantize_static asks for pre-processing on every call
     tmp = Path(tempfile.mkdtemp(prefix="deploykit-bench-q-"))

@@ -171,7 +171,7 @@ def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, j
         finally:
             q.calibrate = real
         make.info = {**timing, "method": result.settings.method, "notes": result.notes,  # type: ignore[attr-defined]
-                     "quantized_nodes": len(__import__("deploykit.quant.graph", fromlist=["x"]).quantized_node_names(
+                     "quantized_nodes": len(__import__("deploykit.quant.prepare", fromlist=["x"]).quantized_node_names(
                          result.model)), "excluded": sorted(result.excluded), "fp32": sorted(result.fp32)}
         if result.repair is not None:
             s = result.repair
@@ -246,8 +246,8 @@ def judging(family: Family, valid: list[dict], target: bool = False) -> Any:
     import math
 
     from deploykit.config import ParityConfig, TaskChecks, Tolerance
+    from deploykit.config.typed import from_value
     from deploykit.quant.judge import Judging
-    from deploykit.typed import from_value
 
     kind = family.metric[0]
     tasks = {k: [{**c, **family.target} if target and k == kind else c for c in v] for k, v in family.task.items()}
@@ -312,9 +312,9 @@ def opener(how: str) -> Callable[[Any], Any]:
 
 def evaluate(family: Family, refs: list[dict], candidate: Any, how: str, valid: list[dict]) -> dict[str, Any]:
     from deploykit.config import TaskChecks
+    from deploykit.config.typed import from_value
     from deploykit.metrics import compare
     from deploykit.metrics.tasks import build_tasks
-    from deploykit.typed import from_value
 
     session = opener(how)(candidate)
     tasks = build_tasks(from_value(TaskChecks, family.task, "parity.tasks"))
@@ -444,7 +444,7 @@ def main() -> None:
     import modelopt.onnx.quantization  # noqa: F401  (imports before any timing)
     import onnxruntime.quantization  # noqa: F401
 
-    from deploykit.environment import cpu_info
+    from deploykit.store.environment import cpu_info
 
     for family in wanted:
         done = bench_family(family, args.ablations, args.only_ablations, [f for f in args.search.split(",") if f],

@@ -114,10 +114,10 @@ def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int =
     from functools import partial
 
     from deploykit.config import ParityConfig, QuantizeConfig, parity_preset
-    from deploykit.diagnose import diagnose
+    from deploykit.metrics.divergence import diagnose
     from deploykit.quant import quantize as q
     from deploykit.quant.check import Reference, check
-    from deploykit.quant.graph import quantized_node_names
+    from deploykit.quant.prepare import quantized_node_names
     from deploykit.quant.reader import SampleStream
 
     cfg = QuantizeConfig(precision="int8", method="max", check_samples=4)

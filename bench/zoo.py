@@ -155,14 +155,15 @@ def baselines(config: Path, fp32_onnx: Path, precision: str, tmp: Path) -> dict[
 
     from bench.bench_quantize import ort_default
 
-    from deploykit.quant.evaluate import open_as_ort_computes, open_as_written
+    from deploykit.graph.run import session_from_onnx
 
+    open_as_written = partial(session_from_onnx, evaluator="as_written")
     calib, valid = _samples(config, "calibration"), _samples(config, "validation")
     runs = {"modelopt": (lambda: modelopt_default(fp32_onnx, precision, calib, tmp / f"mo_{precision}.onnx"),
                          open_as_written)}
     if precision == "int8":
         runs["ort"] = (lambda: ort_default(fp32_onnx, calib, tmp / "ort_int8.onnx"),
-                       partial(open_as_ort_computes, level="extended"))
+                       partial(session_from_onnx, evaluator="onnxruntime", level="extended"))
     out = {}
     for label, (make, opener) in runs.items():
         try:
@@ -191,12 +192,12 @@ def modelopt_default(path: Path, mode: str, samples: list[dict], out: Path) -> P
 
 def judge(config: Path, fp32_onnx: Path, candidate: Any, opener: Any, valid: list[dict], precision: str) -> dict[str, Any]:
     from deploykit.config import load_config, parity_preset
+    from deploykit.graph.files import load_model
+    from deploykit.graph.run import session_from_onnx
     from deploykit.metrics.comparison import Comparison
-    from deploykit.onnxio import load_model
-    from deploykit.quant.evaluate import open_as_written
 
     cfg = load_config(config, {"quantize.precision": precision})
-    reference, cand = open_as_written(load_model(fp32_onnx)), opener(load_model(Path(candidate)))
+    reference, cand = session_from_onnx(load_model(fp32_onnx), "as_written"), opener(load_model(Path(candidate)))
     comparison = Comparison(cfg.parity, parity_preset(cfg.quantize), precision)
     for sample in valid:
         comparison.add({"onnx": reference.infer(sample)}, cand.infer(sample))
@@ -208,7 +209,7 @@ def judge(config: Path, fp32_onnx: Path, candidate: Any, opener: Any, valid: lis
 
 def _samples(config: Path, which: str) -> list[dict[str, np.ndarray]]:
     from deploykit.config import load_config
-    from deploykit.data import DataSource, inputs_from_config
+    from deploykit.data.sources import DataSource, inputs_from_config
 
     cfg = load_config(config)
     return list(DataSource(getattr(cfg, which), cfg.base_dir, inputs_from_config(cfg), what=which))
@@ -219,7 +220,7 @@ def quantize_input(result: Any) -> Path | None:
     model = result.artifacts.get("model") if result is not None else None
     if model is None or model.manifest.stage != "quantize":
         return None
-    from deploykit.artifacts import Store
+    from deploykit.store.artifacts import Store
 
     return Store(result.workdir).get(model.manifest.parents["model"]).file("model.onnx")
 
@@ -246,7 +247,7 @@ def high_precision_ops_rows(store: Path, iterations: int) -> list[dict[str, Any]
 # -- output ------------------------------------------------------------------------------------------
 
 def machine() -> dict[str, Any]:
-    from deploykit.environment import cpu_info, tool_versions
+    from deploykit.store.environment import cpu_info, tool_versions
 
     info = cpu_info()
     return {"cpu": info["model"], "cores": info["cores"], "features": info["features"],

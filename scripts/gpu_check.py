@@ -139,7 +139,7 @@ def section(budget: Budget, name: str, fn: Callable[[], list[dict[str, Any]]]) -
 
 
 def environment_rows() -> list[dict[str, Any]]:
-    from deploykit import doctor
+    from deploykit.backends import doctor
 
     keep = ("TensorRT", "cuda-python", "CUDA", "GPU", "plugin", "onnxruntime", "ModelOpt", "backend")
     return [row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows if r.component.startswith(keep)]

@@ -83,7 +83,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     import contextlib
     import io
 
-    from deploykit import cli
+    from deploykit.cli import app as cli
 
     out, err = io.StringIO(), io.StringIO()
     old = sys.argv

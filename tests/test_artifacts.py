@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from deploykit.artifacts import MANIFEST, Manifest, Store, recipe_key
 from deploykit.errors import ArtifactCorrupt, WorkdirError
-from deploykit.storecheck import gc, verify
-from deploykit.tempspace import GRACE_S, clean_stale
+from deploykit.store.artifacts import MANIFEST, Manifest, Store, recipe_key
+from deploykit.store.check import gc, verify
+from deploykit.store.tempspace import GRACE_S, clean_stale
 
 
 def manifest(key: str, summary: dict | None = None, parents: dict | None = None) -> Manifest:
@@ -154,7 +154,7 @@ def test_recipe_key_is_canonical():
 
 HOLD = '''
 import sys, time
-from deploykit.artifacts import Store
+from deploykit.store.artifacts import Store
 store = Store(sys.argv[1])
 with store.staging("build") as tmp:
     (tmp / "half").write_bytes(b"x")
@@ -206,7 +206,7 @@ def test_writers_in_two_pid_namespaces_share_a_workdir(tmp_path):
     try:
         assert staging.is_dir()
         code = subprocess.run(["unshare", "-p", "-f", "--mount-proc", sys.executable, "-c",
-                               f"from deploykit.artifacts import Store; Store({str(tmp_path)!r})"],
+                               f"from deploykit.store.artifacts import Store; Store({str(tmp_path)!r})"],
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).returncode
         assert code == 0
         assert staging.is_dir()  # the other namespace's cleanup left it alone

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from deploykit.diagnose import compare_graphs, diagnose
+from deploykit.metrics.divergence import compare_graphs, diagnose
 from tests.quant import models
 
 
@@ -49,7 +49,7 @@ def test_nan_in_the_candidate_points_at_the_first_node_producing_it():
 
 
 def test_quantized_candidates_align_through_qdq_and_name_the_computing_node():
-    from deploykit.quant.config import QuantizeConfig
+    from deploykit.config import QuantizeConfig
     from deploykit.quant.quantize import Job, quantize_model
     from deploykit.quant.reader import SampleStream
 

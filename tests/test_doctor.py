@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deploykit import doctor
-from deploykit.backends import trt_plugins
+from deploykit.backends import doctor, trt_plugins
 from deploykit.backends.trt_cuda import DriverProbe, Gpu
 
 NO_DRIVER = DriverProbe("no CUDA driver (libcuda.so.1 cannot be loaded: not found); install the NVIDIA driver")

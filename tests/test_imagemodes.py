@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from deploykit.data import DataConfig, DataSource, InputInfo, Preprocess, load_image
+from deploykit.data.sources import DataConfig, DataSource, InputInfo, Preprocess, load_image
 from deploykit.errors import DataError
 
 RNG = np.random.default_rng(0)

@@ -10,9 +10,9 @@ import pytest
 
 import deploykit
 from deploykit.config import load_config
-from deploykit.data import DataConfig, DataSource, InputInfo
+from deploykit.data.sources import DataConfig, DataSource, InputInfo
 from deploykit.errors import ConfigError, DataError, ModelError
-from deploykit.onnxio import random_input
+from deploykit.graph.feeds import random_input
 
 MASKED_ATTENTION = '''
 import math

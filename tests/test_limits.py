@@ -8,7 +8,7 @@ import time
 import pytest
 
 from deploykit.errors import TimeLimitExceeded
-from deploykit.limits import LimitsConfig, time_limit
+from deploykit.safety.limits import LimitsConfig, time_limit
 from tests.hostile.harness import assert_fails_cleanly, deploykit
 
 

@@ -6,10 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from deploykit.config import FP32_TOLERANCE, ParityConfig, Tolerance, parity_preset
+from deploykit.config import FP32_TOLERANCE, ParityConfig, QuantizeConfig, Tolerance, parity_preset
 from deploykit.metrics.elementwise import SNR_CAP_DB, ErrorAccumulator, compare, vacuity, violations
-from deploykit.quant.config import QuantizeConfig
-from deploykit.report import jsonio
+from deploykit.store import jsonio
 
 
 def test_scaled_output_has_known_metrics():

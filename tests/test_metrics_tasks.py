@@ -319,8 +319,8 @@ def test_packed_xyxy_boxes_and_bad_shapes_name_the_output():
 
 def test_detection_config_takes_packed_or_boxes_and_scores():
     from deploykit.config import PackedDetections
+    from deploykit.config.typed import from_value
     from deploykit.errors import ConfigError
-    from deploykit.typed import from_value
 
     check = from_value(DetectionCheck, {"packed": {"output": "output0"}, "score_threshold": 0.25}, "parity.tasks.detection[0]")
     assert check.packed == PackedDetections(output="output0") and check.packed.box_format == "cxcywh"

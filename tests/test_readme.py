@@ -42,7 +42,7 @@ def _command(words: list[str]):
     """The click command a README line names, and the words after its name."""
     import typer
 
-    from deploykit.cli import app
+    from deploykit.cli.app import app
 
     cmd = typer.main.get_command(app)
     words = list(words)

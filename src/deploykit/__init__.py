@@ -16,7 +16,7 @@ _LAZY = {
     "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
     "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "profile": "deploykit.api",
     "Config": "deploykit.config",
-    "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.result",
+    "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.pipeline.result",
     # Once deploykit.matrix (the package) is imported it replaces this attribute; the package is callable alike.
     "matrix": "deploykit.api", "MatrixResult": "deploykit.matrix.result",
 }

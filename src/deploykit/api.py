@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
 from deploykit.config import Config, config_from_dict, load_config
-from deploykit.config_load import merged_overrides
+from deploykit.config.load import merged_overrides
 from deploykit.errors import ConfigError, DeployKitError, ModelError, UsageError
+from deploykit.pipeline.result import RunResult
 from deploykit.progress import Reporter
-from deploykit.result import RunResult
+from deploykit.store.artifacts import Store
 
 DEFAULT_WORKDIR = ".deploykit"
 
@@ -96,9 +96,9 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
     """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
     from onnx import helper
 
-    from deploykit.config_load import MAX_DIM
-    from deploykit.onnxguard import check_io
-    from deploykit.onnxio import NP_DTYPES
+    from deploykit.config.load import MAX_DIM
+    from deploykit.graph.feeds import NP_DTYPES
+    from deploykit.safety.onnxguard import check_io
 
     check_io(model, path)
     inputs, used = [], {}
@@ -149,7 +149,7 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
         overrides: config fields by dotted name (``{"gate.iterations": 50}``).
         **fields: config fields, dots written as ``__`` (``gate__iterations=50``).
     """
-    from deploykit.pipeline import run_pipeline
+    from deploykit.pipeline.runner import run_pipeline
     from deploykit.stages import default_stages
 
     config = resolve_config(source, merged_overrides(overrides, fields), dims, shapes)
@@ -160,7 +160,7 @@ def convert(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
             result = run_pipeline(config, store, default_stages(), reporter=reporter, until=until, rerun=rerun)
         except Exception as e:
             if isinstance(e, DeployKitError):
-                from deploykit.exporter_fallback import explain_with_other_exporter
+                from deploykit.pipeline.fallback import explain_with_other_exporter
 
                 explain_with_other_exporter(e, config, store, default_stages())
             if report_dir is not None and getattr(e, "result", None) is not None:
@@ -201,7 +201,8 @@ def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
     """Write the run's reports to a stable folder CI can pick up: each stage's JSON report (each stage
     names its own), and the run record as ``run.json``, ``junit.xml`` and ``summary.md``."""
     from deploykit.errors import os_error
-    from deploykit.report import jsonio, junit, markdown
+    from deploykit.report import junit, markdown
+    from deploykit.store import jsonio
     from deploykit.stages import report_files
 
     files = report_files()
@@ -308,7 +309,7 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     """
     import numpy as np
 
-    from deploykit.onnxio import random_feeds
+    from deploykit.graph.feeds import random_feeds
     from deploykit.profiling.peaks import CACHE_DIR
     from deploykit.profiling.run import ProfileOptions, engine_feeds, profile_engine
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from deploykit import clock
+from deploykit.store import clock
 
 
 class Reporter(Protocol):

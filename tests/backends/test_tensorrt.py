@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 
 from deploykit.backends import get_backend, trt_compat, trt_cuda, trt_plugins
+from deploykit.backends.base import profiles_from_config
+from deploykit.backends.profiles import validate_profiles
 from deploykit.backends.tensorrt import (
     TensorRTBackend,
     build_fingerprint_from,
     plugin_digests,
-    profiles_from_config,
     timing_cache_key,
 )
 from deploykit.backends.trt_compat import EngineIncompatible, check_engine_compatible
 from deploykit.backends.trt_inspect import parse_inspector, summarize
-from deploykit.backends.trt_profiles import validate_profiles
 from deploykit.backends.trt_session import TensorRTSession
 from deploykit.config import BuildConfig, Config, Dim, InputSpec, Source, TensorRTOptions
 from deploykit.errors import (
@@ -43,7 +43,7 @@ from deploykit.errors import (
     ModelError,
     UsageError,
 )
-from deploykit.hashing import digest_value
+from deploykit.store.hashing import digest_value
 
 try:
     from .trt_double import Creator, FakeGpu, FakeTensorRT, Scenario
@@ -138,7 +138,7 @@ class FakeLibcuda:
 # -- availability ----------------------------------------------------------------------------------
 
 def test_import_of_backend_and_doctor_does_not_import_tensorrt_or_cuda() -> None:
-    code = ("import sys, deploykit.backends.tensorrt, deploykit.doctor; "
+    code = ("import sys, deploykit.backends.tensorrt, deploykit.backends.doctor; "
             "bad = [m for m in ('tensorrt', 'cuda') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

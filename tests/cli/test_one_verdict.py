@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 import deploykit
-from deploykit.report import record as records
+from deploykit.record import model as records
 from deploykit.report.html import render_fragment
 from tests.cli.console import deploykit as run
 
@@ -83,7 +83,7 @@ def test_every_view_and_the_exit_code_agree(quantizable, tmp_path, case):
 
 
 def _overrides(flags: tuple[str, ...]) -> dict:
-    from deploykit.cliargs import parse_sets
+    from deploykit.cli.args import parse_sets
 
     sets = [flags[i + 1] for i, f in enumerate(flags) if f == "--set"]
     out = parse_sets(sets)

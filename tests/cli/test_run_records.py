@@ -8,7 +8,7 @@ import pytest
 
 import deploykit
 from deploykit.errors import UsageError
-from deploykit.report import record as records
+from deploykit.record import model as records
 from deploykit.report import write_html
 from deploykit.stages import default_stages
 from tests.cli.console import deploykit as run

@@ -24,14 +24,14 @@ def convert(config: Path, store: Path, precision: str = "fp32", target: str = "a
 
 def torch_outputs(config: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The trained torch model's outputs (weights loaded as deploykit loads them)."""
-    from deploykit.torchsource import build_model, run_torch
+    from deploykit.source.factory import build_model, run_torch
 
     cfg = load_config(config)
     return run_torch(build_model(cfg), feeds, [s.name for s in cfg.inputs])
 
 
 def validation_samples(config: Path, count: int = 2) -> list[dict[str, np.ndarray]]:
-    from deploykit.data import DataSource, inputs_from_config
+    from deploykit.data.sources import DataSource, inputs_from_config
 
     cfg = load_config(config)
     source = DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation")

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 import deploykit
-from deploykit.onnxio import load_model
-from deploykit.quant.graph import quantized_node_names
+from deploykit.graph.files import load_model
 from deploykit.quant.kernel_check import REASON
+from deploykit.quant.prepare import quantized_node_names
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "detector" / "deploykit.yaml"
 

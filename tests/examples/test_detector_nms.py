@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from deploykit.onnxio import load_model
+from deploykit.graph.files import load_model
 from tests.examples.cases import EXAMPLES, convert, torch_outputs, validation_samples
 
 NMS = EXAMPLES / "detector" / "deploykit-nms.yaml"

@@ -4,7 +4,7 @@ Default suite: FP32 and FP16; slow: INT8 (both flavours) and FP8."""
 import numpy as np
 import pytest
 
-from deploykit.onnxio import load_model
+from deploykit.graph.files import load_model
 from tests.examples.cases import (
     EXAMPLES,
     convert,

@@ -56,6 +56,6 @@ def test_int8(store, target):
 
 
 def _onnx(result):
-    from deploykit.onnxio import load_model
+    from deploykit.graph.files import load_model
 
     return load_model(result.artifacts["reference"].file("model.onnx"))

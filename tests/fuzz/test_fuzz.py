@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from deploykit.artifacts import RUN_NAME
 from deploykit.config import Config, config_from_dict, load_config
-from deploykit.config_load import load_yaml
+from deploykit.config.load import load_yaml
 from deploykit.errors import DeployKitError
+from deploykit.store.artifacts import RUN_NAME
 from tests.fuzz.harness import Worker
 from tests.hostile import models
 from tests.hostile.conftest import CONFIG
@@ -163,7 +163,7 @@ def test_random_yaml_text(text):
 @given(key=st.one_of(st.sampled_from(PATHS), st.text(max_size=20)),
        value=st.one_of(st.text(max_size=60), st.lists(YAML_TOKENS, max_size=12).map("".join)))
 def test_random_set_values(key, value, tmp_path_factory):
-    from deploykit.cli import parse_sets
+    from deploykit.cli.app import parse_sets
 
     folder = tmp_path_factory.mktemp("set")
     cfg = folder / "deploykit.yaml"

@@ -15,7 +15,7 @@ import sys
 
 
 def main() -> None:
-    from deploykit import cli
+    from deploykit.cli import app as cli
 
     protocol = sys.stdout
     for line in sys.stdin:

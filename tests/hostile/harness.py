@@ -74,7 +74,7 @@ def snapshot(store: Path) -> dict[str, str]:
 
 def assert_store_kept(store: Path, before: dict[str, str]) -> None:
     """Nothing that was there changed; anything new is a whole artifact that verifies (or its recipe)."""
-    from deploykit.artifacts import Store
+    from deploykit.store.artifacts import Store
 
     after = snapshot(store)
     changed = [k for k, v in before.items() if after.get(k) != v]

@@ -15,7 +15,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 import deploykit
-from deploykit.artifacts import Store
+from deploykit.store.artifacts import Store
 from tests.conftest import run_cli
 from tests.matrix.helpers import write_matrix, write_model
 
@@ -91,7 +91,7 @@ def test_ctrl_c_keeps_finished_cells_and_the_next_run_reuses_them(tmp_path):
                                              "validation: {function: 'hang_data:samples', samples: 2}"))
     matrix = write_matrix(tmp_path / "matrix.yaml", [quick, slow], ["fp32"], [{"name": "cpu"}])
     store = tmp_path / "store"
-    cmd = [sys.executable, "-c", "from deploykit.cli import main; main()", "matrix", str(matrix), "-w", str(store),
+    cmd = [sys.executable, "-c", "from deploykit.cli.app import main; main()", "matrix", str(matrix), "-w", str(store),
            "-j", "2", "--report-dir", str(tmp_path / "report")]
     # SIGINT at its default, as under a terminal: a test run started in the background by a
     # non-interactive shell inherits SIGINT ignored, and the Ctrl-C below would never arrive

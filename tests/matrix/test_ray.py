@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import deploykit
-from deploykit.artifacts import Store
 from deploykit.errors import UsageError
+from deploykit.store.artifacts import Store
 from tests.matrix.helpers import two_by_two, write_matrix, write_model
 
 pytestmark = pytest.mark.ray

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from deploykit.artifacts import Store
 from deploykit.errors import ConfigError, EnvironmentProblem
 from deploykit.matrix import load_matrix
 from deploykit.matrix.plan import make_plan, unsatisfiable
 from deploykit.matrix.spec import resolve_models
+from deploykit.store.artifacts import Store
 from tests.conftest import run_cli
 from tests.matrix.helpers import two_by_two, write_matrix, write_model
 

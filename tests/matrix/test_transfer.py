@@ -7,11 +7,11 @@ import copy
 import pytest
 
 import deploykit
-from deploykit.artifacts import Store
 from deploykit.config import load_config
 from deploykit.errors import ArtifactCorrupt
 from deploykit.matrix.bundle import bundle_model, materialize
 from deploykit.matrix.transfer import pack, unpack
+from deploykit.store.artifacts import Store
 from tests.matrix.helpers import write_model
 
 

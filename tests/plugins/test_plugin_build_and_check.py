@@ -133,8 +133,8 @@ def _glue_check(folder: Path, creators: list[dict], monkeypatch: pytest.MonkeyPa
                 library: Path | None = None) -> Path:
     """A stand-in deploykit_trt_glue_check that prints the creators JSON the real one prints; with
     ``monkeypatch``, ``folder`` becomes deploykit's build folder with ``library`` as its TensorRT library."""
-    from deploykit.hashing import digest_file
     from deploykit.plugins import build
+    from deploykit.store.hashing import digest_file
 
     program = folder / library_check.GLUE_CHECK
     program.write_text(f"#!/bin/sh\ntouch {folder}/ran\ncat <<'EOF'\n{json.dumps({'creators': creators})}\nEOF\n")

@@ -65,7 +65,7 @@ def test_attribute_and_dtype_checks():
 
 
 def test_importing_the_package_loads_neither_torch_nor_onnx():
-    code = ("import sys, deploykit.plugins, deploykit.plugins.descriptions, deploykit.plugins.cli; "
+    code = ("import sys, deploykit.plugins, deploykit.plugins.descriptions, deploykit.cli.plugins; "
             "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
-"""Leave ``deploykit.diagnose`` out of the package namespace after each test.
+"""Leave ``deploykit.metrics.divergence`` out of the package namespace after each test.
 
-The repair loop imports ``deploykit.diagnose``, which sets the package attribute; the parity tests
-replace ``sys.modules["deploykit.diagnose"]`` and rely on ``from deploykit import diagnose`` finding
+The repair loop imports ``deploykit.metrics.divergence``, which sets the package attribute; the parity tests
+replace ``sys.modules["deploykit.metrics.divergence"]`` and rely on ``from deploykit.metrics import divergence as diagnose`` finding
 their replacement, which a leftover attribute shadows. (The module stays in ``sys.modules``.)
 """
 

@@ -1,11 +1,11 @@
-"""Calibration data sources (deploykit.data): the fixes the quantize stage relies on."""
+"""Calibration data sources (deploykit.data.sources): the fixes the quantize stage relies on."""
 
 import textwrap
 
 import numpy as np
 import pytest
 
-from deploykit.data import DataConfig, DataSource, InputInfo
+from deploykit.data.sources import DataConfig, DataSource, InputInfo
 from deploykit.errors import DataError
 
 INPUTS = [InputInfo("x", ("N", 3, 4, 4), "float32")]

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from deploykit.config import QuantizeConfig
 from deploykit.errors import ModelError
 from deploykit.graph.run import session_from_onnx
-from deploykit.quant.config import QuantizeConfig
 from deploykit.quant.fp16 import overflow_nodes, to_fp16
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.ranges import RangeSettings, collect_ranges

@@ -7,8 +7,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from deploykit.quant.config import QuantizeConfig
-from deploykit.quant.graph import quantized_node_names
+from deploykit.config import QuantizeConfig
+from deploykit.quant.prepare import quantized_node_names
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 

@@ -15,7 +15,7 @@ from deploykit.config import QuantizeConfig
 from deploykit.graph.run import evaluator_for, session_from_onnx
 from deploykit.metrics import compare
 from deploykit.quant import ort_flavour
-from deploykit.quant.graph import quantized_node_names
+from deploykit.quant.prepare import quantized_node_names
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from tests.quant import models

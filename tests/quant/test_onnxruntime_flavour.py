@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
+from deploykit.config import QuantizeConfig
 from deploykit.errors import ConfigError
 from deploykit.quant import ort_flavour
-from deploykit.quant.config import QuantizeConfig
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from tests.quant import models
@@ -25,7 +25,7 @@ def quantize(model, samples=None, **cfg):
     ([], "aarch64", False),
 ])
 def test_reduce_range_follows_the_cpu(monkeypatch, features, machine, expected):
-    import deploykit.environment as env
+    import deploykit.store.environment as env
 
     monkeypatch.setattr(env, "cpu_info", lambda: {"features": features, "machine": machine, "model": "x", "cores": 1})
     assert ort_flavour.resolve_reduce_range("auto") is expected
@@ -100,7 +100,8 @@ def test_an_excluded_node_reads_float_tensors_while_its_neighbours_stay_quantize
     feeding the excluded node; deploykit rewires it to the float tensors (as the tensorrt flavour)."""
     import onnx
 
-    from deploykit.quant.graph import producers, quantized_node_names
+    from deploykit.graph.proto import producers
+    from deploykit.quant.prepare import quantized_node_names
 
     result = quantize(models.cnn((8, 16, 16)), exclude_nodes=("conv1",))
     model = result.model
@@ -169,7 +170,7 @@ def test_an_excluded_node_after_a_fused_clip_gets_the_clip_and_its_bounds_back()
 def test_rescaling_the_qdq_graph_gives_what_the_quantizer_writes_for_those_ranges(make, data):
     """Method auto runs ORT's quantizer once and rewrites scales, zero points and int32 biases per
     range set: the result must be the graph the quantizer itself writes for that set, bit for bit."""
-    from deploykit.quant import graph as g
+    from deploykit.quant import prepare as g
     from deploykit.quant.ranges import RangeSettings, calibrate
 
     samples = data()
@@ -194,7 +195,7 @@ def test_a_quantizer_holding_another_tensors_parameters_is_requantized_not_resca
     """ORT shares one scale along a MatMul -> Slice -> Reshape chain; rescaling each quantizer from
     its own tensor's range would write a graph the quantizer never writes (the planner example's
     scores went to rel-L2 0.41 that way). Method auto then runs the quantizer for that set."""
-    from deploykit.quant import graph as g
+    from deploykit.quant import prepare as g
     from deploykit.quant.ranges import RangeSettings, calibrate
     from deploykit.quant.scales import activation_quantizers
 
@@ -224,7 +225,7 @@ def test_orts_own_calibration_does_not_run(monkeypatch):
     real = onnxruntime.InferenceSession.__init__
     monkeypatch.setattr(onnxruntime.InferenceSession, "__init__",
                         lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
-    from deploykit.quant import graph as g
+    from deploykit.quant import prepare as g
     from deploykit.quant.ranges import RangeSettings, collect_ranges
 
     model = g.prepare(models.cnn((8, 16)), 13, "x")[0]

@@ -8,9 +8,9 @@ from onnx import TensorProto, helper, numpy_helper
 from deploykit.config import QuantizeConfig, RepairConfig
 from deploykit.graph.proto import opset_version, tensor_types
 from deploykit.graph.run import session_from_onnx
-from deploykit.quant.graph import quantized_node_names
 from deploykit.quant.groups import find_groups
 from deploykit.quant.patch import apply_patch, ladder
+from deploykit.quant.prepare import quantized_node_names
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from tests.quant import models

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from deploykit.config import QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
-from deploykit.quant.config import QuantizeConfig
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from tests.quant import models
@@ -50,7 +50,7 @@ def quantized_weights(model):
 
 @pytest.mark.parametrize("flavour", ["tensorrt", "onnxruntime"])
 def test_exclusions_by_name_op_type_and_pattern_stay_unquantized(flavour):
-    from deploykit.quant.graph import quantized_node_names
+    from deploykit.quant.prepare import quantized_node_names
 
     model = models.cnn((16, 16, 16))
     result = quantize_model(job(model, flavour, exclude_nodes=("conv0",), exclude_patterns=("^conv2$", "nomatch"),

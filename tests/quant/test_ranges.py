@@ -94,7 +94,7 @@ def test_a_tensor_far_from_zero_is_never_clipped_wholesale(method):
 
 def test_outputs_before_their_layout_ops_keep_max_calibration():
     """A box head's Conv output reaches the model output through Transpose/Reshape: it is the result."""
-    from deploykit.quant.graph import through_layout
+    from deploykit.quant.prepare import through_layout
 
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
              helper.make_node("Transpose", ["a"], ["b"], name="t", perm=[1, 0]),

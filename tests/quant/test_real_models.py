@@ -100,9 +100,9 @@ def test_text_detector_int8_beats_onnx_runtime_quantize_static_on_the_thresholde
 def test_packed_yolo_output_of_a_real_detector_is_decoded_for_detection_parity():
     """YOLOv8n's [1, 15, 21504] output: the check finds confident boxes and matches them order-free."""
     from deploykit.config import TaskChecks
+    from deploykit.config.typed import from_value
     from deploykit.graph.run import session_from_onnx
     from deploykit.metrics.tasks import build_tasks
-    from deploykit.typed import from_value
 
     path = need("detection/yolov8n_doclaynet.onnx")
     page = np.concatenate([pages(1, 1024, 3)[0]]) * 0.229 + 0.45  # back to about [0, 1]: YOLO takes x / 255

@@ -13,10 +13,10 @@ from deploykit.config import (
     TaskChecks,
     Tolerance,
 )
-from deploykit.quant.graph import quantized_node_names
 from deploykit.quant.groups import find_groups
 from deploykit.quant.judge import Judging
 from deploykit.quant.patch import apply_patch
+from deploykit.quant.prepare import quantized_node_names
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from deploykit.quant.sensitivity import CEILING_MARGIN

@@ -24,7 +24,7 @@ def test_the_warning_says_plainly_when_int8_is_not_faster(fp32_ms, int8_ms, says
 
 
 def test_compare_times_both_graphs_on_the_sample_within_its_budget():
-    from deploykit.quant.config import QuantizeConfig
+    from deploykit.config import QuantizeConfig
     from deploykit.quant.quantize import Job, quantize_model
     from deploykit.quant.reader import SampleStream
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from deploykit.quant.config import QuantizeConfig
+from deploykit.config import QuantizeConfig
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from deploykit.quant.scales import activation_quantizers
@@ -56,7 +56,7 @@ def test_fp8_keeps_every_relu():
     wrong (cosine 0.57 measured). ModelOpt quantizes symmetrically: the Relus must survive."""
     result = quantize(models.cnn((32, 32)), "fp8")
     assert sum(n.op_type == "Relu" for n in result.model.graph.node) == 2
-    assert "conv1" in __import__("deploykit.quant.graph", fromlist=["x"]).quantized_node_names(result.model)
+    assert "conv1" in __import__("deploykit.quant.prepare", fromlist=["x"]).quantized_node_names(result.model)
     assert result.check.passed and result.check.metrics["head_out"]["cosine"] > 0.999
 
 

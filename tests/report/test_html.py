@@ -5,8 +5,8 @@ import re
 import pytest
 
 import deploykit
+from deploykit.record.collect import from_store
 from deploykit.report import markdown
-from deploykit.report.collect import from_store
 from deploykit.stages import default_stages
 from tests.conftest import run_cli
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from deploykit.report.collect import _warnings
+from deploykit.record.collect import _warnings
+from deploykit.record.model import Check, RunRecord, worst_of
 from deploykit.report.markdown import change
-from deploykit.report.record import Check, RunRecord, worst_of
 from deploykit.stages.gate import spread_warnings
 from deploykit.stages.quantize import QuantizeSummary, RepairSummary, _hint
 

@@ -126,7 +126,7 @@ def test_weights_are_loaded_without_unpickling_code(tmp_path):
 
 def test_a_factory_imports_its_own_sibling_not_another_folders_module_of_that_name(tmp_path):
     from deploykit.config import load_config
-    from deploykit.torchsource import build_model
+    from deploykit.source.factory import build_model
 
     for folder, width in (("a", 3), ("b", 5)):
         (tmp_path / folder).mkdir()

@@ -12,10 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import deploykit
-from deploykit.config import ParityConfig, parity_preset
+from deploykit.config import ParityConfig, QuantizeConfig, parity_preset
 from deploykit.errors import ConfigError, DataError, ParityFailed
 from deploykit.metrics.comparison import Comparison
-from deploykit.quant.config import QuantizeConfig
 from tests.conftest import run_cli
 
 CONFIG = """
@@ -188,7 +187,7 @@ class PlantBadLayer(Pass):
 
 
 def compare_graphs(reference, candidate, feeds, top=10):
-    """A minimal tensor-by-name comparison of two graphs (what deploykit.diagnose is asked to do)."""
+    """A minimal tensor-by-name comparison of two graphs (what deploykit.metrics.divergence is asked to do)."""
     import onnxruntime as ort
 
     def run_all(path):
@@ -216,7 +215,7 @@ def test_failure_runs_the_per_layer_diagnosis_on_the_onnx_candidate(tmp_path, mo
         calls.append((reference, candidate, top))
         return compare_graphs(reference, candidate, feeds, top)
 
-    monkeypatch.setitem(sys.modules, "deploykit.diagnose", types.SimpleNamespace(compare_graphs=spy))
+    monkeypatch.setitem(sys.modules, "deploykit.metrics.divergence", types.SimpleNamespace(compare_graphs=spy))
     with pytest.raises(ParityFailed, match="logits vs onnx"):
         convert(cfg, tmp_path, surgery__passes=["plant:PlantBadLayer"])
     [(reference, candidate, top)] = calls
@@ -232,7 +231,7 @@ def test_diagnosis_says_why_when_it_cannot_run(tmp_path, monkeypatch):
     cfg = write(tmp_path, mlp())
     (tmp_path / "plant.py").write_text(textwrap.dedent(PLANT))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(sys.modules, "deploykit.diagnose", None)  # import fails
+    monkeypatch.setitem(sys.modules, "deploykit.metrics.divergence", None)  # import fails
     with pytest.raises(ParityFailed) as e:
         convert(cfg, tmp_path, surgery__passes=["plant:PlantBadLayer"])
     assert e.value.result.parity["diagnosis"]["status"] == "unavailable"
@@ -261,7 +260,7 @@ def test_a_diagnosis_that_breaks_is_recorded_not_raised(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("cannot expose intermediate tensors")
 
-    monkeypatch.setitem(sys.modules, "deploykit.diagnose", types.SimpleNamespace(compare_graphs=broken))
+    monkeypatch.setitem(sys.modules, "deploykit.metrics.divergence", types.SimpleNamespace(compare_graphs=broken))
     with pytest.raises(ParityFailed, match="parity failed: logits vs onnx"):
         convert(cfg, tmp_path, surgery__passes=["plant:PlantBadLayer"])
     d = json.loads(next((tmp_path / "store").rglob("parity.json")).read_text())["diagnosis"]

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from deploykit.inspect import inspect_model
+from deploykit.graph.inspect import inspect_model
 from tests.conftest import run_cli
 from tests.surgery.models import legacy_detector, make
 

@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 from deploykit.errors import ConfigError
-from deploykit.onnxio import load_model, save_model
+from deploykit.graph.files import load_model, save_model
 from tests.surgery.models import apply, feeds_for, legacy_detector, ort_run
 
 

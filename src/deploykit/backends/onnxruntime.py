@@ -14,9 +14,9 @@ from typing import Any
 
 from deploykit.backends.base import Availability, Profiles, SideArtifact
 from deploykit.config import BuildConfig
-from deploykit.environment import device_fingerprint, onnxruntime_version
 from deploykit.errors import BackendUnavailable
 from deploykit.graph.run import PROVIDERS, OrtSession, optimize_offline, provider_problem, session_from_engine
+from deploykit.store.environment import device_fingerprint, onnxruntime_version
 
 ENGINE_MODEL = "model.onnx"
 ENGINE_JSON = "engine.json"

@@ -24,19 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends import trt_compat, trt_cuda
-from deploykit.backends.base import Availability, SideArtifact
-from deploykit.backends.trt_profiles import (
-    Profiles,
-    onnx_input_shapes,
-    profiles_from_config,
-    validate_profiles,
-)
+from deploykit.backends.base import Availability, Profiles, SideArtifact
+from deploykit.backends.profiles import onnx_input_shapes, validate_profiles
 from deploykit.config import BuildConfig
 from deploykit.errors import BackendUnavailable, ConfigError
-from deploykit.hashing import digest_file
+from deploykit.store.hashing import digest_file
 
 TIMING_CACHE = "timing.cache"
-__all__ = ["TensorRTBackend", "build_fingerprint_from", "current_environment", "profiles_from_config",
+__all__ = ["TensorRTBackend", "build_fingerprint_from", "current_environment",
            "timing_cache_key"]
 
 

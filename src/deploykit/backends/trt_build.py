@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends import trt_compat
+from deploykit.backends.base import Profiles
+from deploykit.backends.profiles import validate_profiles
 from deploykit.backends.trt_logger import last_lines, mentions_memory
-from deploykit.backends.trt_profiles import Profiles, validate_profiles
 from deploykit.backends.trt_session import engine_io, io_record
 from deploykit.config import TensorRTOptions
 from deploykit.errors import ConfigError, EnvironmentProblem, InternalError, ModelError

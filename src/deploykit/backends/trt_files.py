@@ -25,7 +25,7 @@ from deploykit.backends.trt_inspect import parse_inspector, summarize
 from deploykit.backends.trt_logger import last_lines
 from deploykit.backends.trt_plugins import LoadedLibrary
 from deploykit.errors import ArtifactCorrupt, EnvironmentProblem, ModelError
-from deploykit.hashing import canonical, digest_file
+from deploykit.store.hashing import canonical, digest_file
 
 PLAN = "engine.plan"
 ENGINE_JSON = "engine.json"

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit import elf
 from deploykit.errors import ConfigError, EnvironmentProblem, InvalidInput
-from deploykit.hashing import digest_file
+from deploykit.safety import elf
+from deploykit.store.hashing import digest_file
 
 HEADERS_SYMBOL = "deploykit_tensorrt_headers"  # int32[3] {major, minor, patch}, see plugins/common/trt_plugin.h
 

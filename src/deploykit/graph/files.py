@@ -23,12 +23,12 @@ PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize a message this large; large
 
 
 def load_model(path: Path, *, load_external: bool = True) -> onnx.ModelProto:
-    """Parse an ONNX file; refuse what would crash native code (see :mod:`deploykit.onnxguard`) and
+    """Parse an ONNX file; refuse what would crash native code (see :mod:`deploykit.safety.onnxguard`) and
     external data that points outside the model's folder or beyond its file."""
     import onnx
     from google.protobuf.message import DecodeError
 
-    from deploykit.onnxguard import check_structure
+    from deploykit.safety.onnxguard import check_structure
 
     if not path.is_file():
         raise ModelError(f"{path}: no such ONNX file", hint="check the path in the config or on the command line")
@@ -58,7 +58,7 @@ def external_data_files(model: onnx.ModelProto, path: Path) -> list[Path]:
     link, offsets within the file)."""
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
-    from deploykit.onnxguard import check_external_data
+    from deploykit.safety.onnxguard import check_external_data
 
     folder = path.parent.resolve()
     files = {check_external_data(path, t, folder) for t in _get_all_tensors(model) if uses_external_data(t)}
@@ -70,7 +70,7 @@ def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     import onnx
 
     from deploykit.graph.proto import graph_problems
-    from deploykit.nativeprobe import probe
+    from deploykit.safety.nativeprobe import probe
 
     problems = graph_problems(model.graph)  # the checker's own message for these loses the node name
     if problems:

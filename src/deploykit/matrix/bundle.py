@@ -17,7 +17,7 @@ from pathlib import Path
 
 from deploykit.config import Config, DataConfig
 from deploykit.errors import ArtifactCorrupt, ConfigError
-from deploykit.hashing import digest_value
+from deploykit.store.hashing import digest_value
 
 MAX_BYTES = 2 << 30  # Ray's object store holds a bundle in memory: refuse one that would not fit well
 _SKIP = {"__pycache__", "node_modules"}
@@ -79,7 +79,7 @@ def _named_files(config: Config) -> list[Path]:
 
 
 def _external_data(path: Path) -> list[Path]:
-    from deploykit.onnxio import external_data_files, load_model
+    from deploykit.graph.files import external_data_files, load_model
 
     return [p.resolve() for p in external_data_files(load_model(path, load_external=False), path)]
 

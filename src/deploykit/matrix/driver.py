@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from deploykit.artifacts import Store
 from deploykit.errors import DeployKitError, EnvironmentProblem, InternalError, UsageError
 from deploykit.matrix import result as R
 from deploykit.matrix.plan import Cell, Job, Plan, unsatisfiable
 from deploykit.matrix.results import RunRecord, StageRun, error_record, is_gate_failure
 from deploykit.matrix.transfer import has, unpack
 from deploykit.matrix.worker import JobOutcome, JobSpec
+from deploykit.store.artifacts import Store
 
 
 class Executor(Protocol):

@@ -21,7 +21,7 @@ Completion = tuple[str, "JobOutcome | EnvironmentProblem"]
 
 # Imported once in the fork server, so each worker starts with them loaded instead of importing them
 # again (seconds each on a busy machine). ORT's quantizer pulls in torch: only when a cell quantizes.
-PRELOAD = ("deploykit.matrix.worker", "deploykit.pipeline", "deploykit.stages.ingest", "deploykit.stages.surgery",
+PRELOAD = ("deploykit.matrix.worker", "deploykit.pipeline.runner", "deploykit.stages.ingest", "deploykit.stages.surgery",
            "deploykit.stages.build", "deploykit.stages.parity", "deploykit.stages.gate", "deploykit.backends.onnxruntime",
            "onnxruntime")
 PRELOAD_QUANTIZE = ("deploykit.stages.quantize", "deploykit.quant.quantize", "onnxruntime.quantization")

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from deploykit.artifacts import Store
 from deploykit.config import Config, load_config
 from deploykit.errors import DeployKitError, InternalError
-from deploykit.hashing import canonical, digest_value
 from deploykit.matrix.spec import MatrixSpec, Model, TargetSpec
 from deploykit.progress import SilentReporter
 from deploykit.stages import Stage, StageContext, default_stages
+from deploykit.store.artifacts import Store
+from deploykit.store.hashing import canonical, digest_value
 
 DEVICE_KIND = "engine"  # the first stage that writes this kind, and every stage after it, runs on the target
 

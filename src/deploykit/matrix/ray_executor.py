@@ -17,13 +17,13 @@ import importlib.util
 import json
 from typing import Any
 
-from deploykit.artifacts import Store
 from deploykit.config import load_config
 from deploykit.errors import DeployKitError, EnvironmentProblem, InternalError
 from deploykit.matrix.bundle import bundle_model
 from deploykit.matrix.plan import Job
 from deploykit.matrix.transfer import pack, size
 from deploykit.matrix.worker import JobOutcome, JobSpec, run_on_node
+from deploykit.store.artifacts import Store
 
 INSTALL_HINT = "pip install 'deploykit[ray]'"
 _SPECIAL = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}  # Ray takes these as their own options

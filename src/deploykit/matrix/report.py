@@ -9,7 +9,7 @@ from xml.etree import ElementTree as ET
 
 from deploykit.matrix.result import ERROR, FAILED, INTERRUPTED, PASSED, SKIPPED, MatrixResult
 from deploykit.matrix.table import COLUMNS, footer, rows
-from deploykit.report import jsonio
+from deploykit.store import jsonio
 
 FILES = ("matrix.json", "junit.xml", "summary.md")
 

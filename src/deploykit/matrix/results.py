@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploykit.errors import DeployKitError, GateFailed
-from deploykit.result import RunResult
+from deploykit.pipeline.result import RunResult
 
 
 @dataclass(frozen=True)

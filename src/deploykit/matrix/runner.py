@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Store
-from deploykit.config_load import merged_overrides
+from deploykit.config.load import merged_overrides
 from deploykit.errors import UsageError
 from deploykit.matrix.driver import Driver, View
 from deploykit.matrix.plan import make_plan
 from deploykit.matrix.result import MatrixResult
 from deploykit.matrix.spec import MatrixSpec, load_matrix, resolve_models
+from deploykit.store.artifacts import Store
 
 DEFAULT_STORE = ".deploykit"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from deploykit.choices import Precision
+from deploykit.config.typed import from_value
 from deploykit.errors import ConfigError
-from deploykit.quant.config import Precision
-from deploykit.typed import from_value
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # cell ids, run names and file names are built from it
 

@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import PurePosixPath
 from typing import Any
 
-from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store
 from deploykit.errors import ArtifactCorrupt, UsageError
+from deploykit.store.artifacts import MANIFEST, Artifact, Manifest, Store
 
 Package = dict[str, dict[str, Any]]  # digest -> {"manifest": dict, "files": {relative path: bytes}}
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Store
 from deploykit.errors import DeployKitError
 from deploykit.matrix.bundle import Bundle, materialize
 from deploykit.matrix.results import RunRecord, artifact_digests, record_of
 from deploykit.matrix.transfer import Package, pack, size, unpack
+from deploykit.store.artifacts import Store
 
 NODE_DIR_ENV = "DEPLOYKIT_NODE_DIR"  # a worker node's private folder: its store and the model bundles
 
@@ -85,7 +85,7 @@ def _where() -> str:
 def execute(spec: JobSpec, config_path: Path, store: Store, sink: Any) -> tuple[RunRecord, list[str]]:
     """Run the job's pipeline against ``store``; return its record and every artifact it holds."""
     from deploykit.config import load_config
-    from deploykit.pipeline import run_pipeline
+    from deploykit.pipeline.runner import run_pipeline
     from deploykit.stages import default_stages
 
     result, error = None, None

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.errors import EnvironmentProblem
-from deploykit.hashing import digest_file, digest_value
 from deploykit.plugins import trt_headers
 from deploykit.plugins.descriptions import plugins_source
+from deploykit.store.hashing import digest_file, digest_value
 
 STAMP = "deploykit-build.json"
 STAMP_VERSION = 2

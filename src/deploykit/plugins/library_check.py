@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from deploykit import elf
 from deploykit.errors import InvalidInput
 from deploykit.plugins.descriptions import OpDescription, descriptions
+from deploykit.safety import elf
 
 Status = Literal["ok", "failed", "warn", "not checked"]  # only "failed" fails the check
 GLUE_CHECK = "deploykit_trt_glue_check"
@@ -61,7 +61,7 @@ class LibraryReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# ELF: read without loading (deploykit.elf)
+# ELF: read without loading (deploykit.safety.elf)
 
 
 MAX_LIBRARY_BYTES = 2 << 30
@@ -116,8 +116,8 @@ def _creators_from_tensorrt(path: Path) -> tuple[list[dict[str, Any]] | None, st
 
 def _creators_from_glue_check(path: Path, build_dir: Path | None = None) -> tuple[list[dict[str, Any]] | None, str]:
     """Run the checker deploykit built, when ``path`` is the TensorRT library of that same build."""
-    from deploykit.hashing import digest_file
     from deploykit.plugins.build import OUTPUTS, default_build_dir, read_stamp
+    from deploykit.store.hashing import digest_file
 
     build_dir = (build_dir or default_build_dir()).resolve()
     recorded = read_stamp(build_dir).get("outputs", {})

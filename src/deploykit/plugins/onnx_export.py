@@ -11,7 +11,7 @@ attributes ``plugin_version`` / ``plugin_namespace`` that TensorRT's parser maps
   instead of the model-local function body.
 
 :func:`register_exporters` (run when :mod:`deploykit.plugins.torch_ops` is imported) registers the
-TorchScript symbolics and, through the export extension point (:mod:`deploykit.export_hooks`), the
+TorchScript symbolics and, through the export extension point (:mod:`deploykit.source.export_hooks`), the
 dynamo translations and a hook that gives every exported plugin node its ONNX Runtime body
 (:func:`deploykit.plugins.onnx_functions.attach_bodies`); and the same bodies with the
 ``lower_plugins`` surgery pass.
@@ -146,9 +146,9 @@ def _attach_bodies_hook(model: Any) -> Any:
 
 def register_exporters() -> None:
     """Make both exporters emit the plugin nodes, and exported models carry their ONNX Runtime bodies
-    (through the export extension point, :mod:`deploykit.export_hooks`)."""
-    from deploykit.export_hooks import register_export_hooks
+    (through the export extension point, :mod:`deploykit.source.export_hooks`)."""
     from deploykit.plugins.onnx_functions import register_bodies
+    from deploykit.source.export_hooks import register_export_hooks
 
     register_bodies()  # for the lower_plugins surgery pass
     register_torchscript()

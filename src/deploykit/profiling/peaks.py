@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.hashing import digest_value
+from deploykit.store.hashing import digest_value
 
 CACHE_DIR = "peaks"
 SCHEMA = "deploykit.peaks/1"

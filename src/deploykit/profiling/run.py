@@ -74,7 +74,7 @@ def profile_engine(engine_dir: Path, feeds: dict[str, np.ndarray], options: Prof
 
 def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path | None) -> tuple[Peaks | None, str]:
     """This machine's ceilings for the engine's backend (cached), or (None, why there are none)."""
-    from deploykit.environment import device_fingerprint, onnxruntime_version
+    from deploykit.store.environment import device_fingerprint, onnxruntime_version
 
     needed = {layer.precision for layer in layers if layer.precision}
     if record["backend"] == "tensorrt":
@@ -108,7 +108,7 @@ def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path |
 def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs for an engine folder alone: fixed dims as built, named dims from ``dims`` (else the
     TensorRT profile's opt, else 1)."""
-    from deploykit.onnxio import NP_DTYPES
+    from deploykit.graph.feeds import NP_DTYPES
 
     record, rng = engine_record(engine_dir), np.random.default_rng(seed)
     specs = _tensorrt_inputs(record) if record["backend"] == "tensorrt" else _onnx_inputs(Path(engine_dir))
@@ -136,7 +136,8 @@ def _onnx_inputs(engine_dir: Path) -> list[tuple[str, str, list[Any], list[int]]
     from onnx import helper
 
     from deploykit.backends.onnxruntime import ENGINE_MODEL
-    from deploykit.onnxio import graph_input_shapes, load_model
+    from deploykit.graph.files import load_model
+    from deploykit.graph.proto import graph_input_shapes
 
     model = load_model(engine_dir / ENGINE_MODEL, load_external=False)
     types = {vi.name: helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name for vi in model.graph.input}

@@ -51,7 +51,7 @@ def correct_biases(quantized: onnx.ModelProto, reference: onnx.ModelProto, sampl
     import onnx
 
     from deploykit.graph.run import session_from_onnx
-    from deploykit.quant.graph import quantized_node_names
+    from deploykit.quant.prepare import quantized_node_names
 
     out = onnx.ModelProto.FromString(quantized.SerializeToString())
     quantized_nodes = quantized_node_names(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deploykit.data import ARRAY_SUFFIXES, IMAGE_SUFFIXES
+from deploykit.data.sources import ARRAY_SUFFIXES, IMAGE_SUFFIXES
 
 MAX_SAMPLES = 1024  # a folder's files are all used, up to this many
 

@@ -47,7 +47,7 @@ def find_groups(model: onnx.ModelProto) -> list[Group]:
     """The groups of a quantized graph, in graph order; nodes that read no quantized tensor and are
     not absorbed into a group (FP32 islands, shape arithmetic) belong to none."""
     from deploykit.graph.proto import producers
-    from deploykit.quant.graph import quantized_node_names
+    from deploykit.quant.prepare import quantized_node_names
 
     made_by = producers(model)
     inits = {i.name for i in model.graph.initializer}

@@ -42,7 +42,7 @@ def resolve_reduce_range(setting: str) -> bool:
     """``on``/``off`` as given; ``auto``: on for x86 CPUs without VNNI (AVX2-only u8s8 saturates)."""
     if setting != "auto":
         return setting == "on"
-    from deploykit.environment import cpu_info
+    from deploykit.store.environment import cpu_info
 
     info = cpu_info()
     features = set(info["features"])  # type: ignore[arg-type]

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from deploykit.choices import Flavour
 from deploykit.config import CALIBRATED, QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
-from deploykit.quant import graph as g
+from deploykit.graph import proto
+from deploykit.quant import prepare as g
 from deploykit.quant.check import Check, Reference, check
 from deploykit.quant.judge import Judge, Judging
 from deploykit.quant.ranges import (
@@ -267,7 +268,7 @@ def _max_calibrated(model: onnx.ModelProto) -> set[str]:
 
 
 def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
-    readers = g.consumers(model)
+    readers = proto.consumers(model)
     return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
             for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
 
@@ -276,7 +277,7 @@ def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str
     """Nodes that write or read a tensor holding ±inf on the calibration data: an attention mask
     (``masked_fill(-inf)`` before a Softmax). They stay unquantized: a quantized -inf is a finite
     number, and the masked token would get weight."""
-    made_by, readers = g.producers(model), g.consumers(model)
+    made_by, readers = proto.producers(model), proto.consumers(model)
     out: dict[str, str] = {}
     for tensor in sorted(infinite):
         for node in [made_by.get(tensor), *readers.get(tensor, [])]:
@@ -311,7 +312,7 @@ def _output_tail(model: onnx.ModelProto) -> dict[str, str]:
     themselves: a detector's score Sigmoid and box decoding (a real YOLOv8n's confident-box recall
     0.79 with its tail quantized, 0.93 with it in float), a probability map's Sigmoid."""
     outputs = {o.name for o in model.graph.output}
-    readers = g.consumers(model)
+    readers = proto.consumers(model)
     tail: dict[str, str] = {}
     for node in reversed(model.graph.node):  # topological order: a node's readers are decided first
         if node.op_type in COMPUTE_OPS or not node.output:
@@ -527,7 +528,7 @@ def _not_faster(search: SearchResult) -> str:
 def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
                    samples: list[dict[str, Any]], opener: Callable[..., Any]) -> None:
     """Find the first node whose output goes NaN/Inf; keep it in FP32 or refuse, naming it."""
-    from deploykit.diagnose import diagnose
+    from deploykit.metrics.divergence import diagnose
 
     report = diagnose(model, result.model, samples, candidate_opener=opener)
     bad = next((t for t in report.tensors if t.nonfinite), None)

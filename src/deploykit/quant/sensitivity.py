@@ -131,7 +131,7 @@ class SearchResult:
 def cache_key(facts: Mapping[str, Any]) -> str:
     """The key a measurement cache is filed under: ``facts`` (the base graph's digest, the reference,
     the judging data, the evaluator, the sample counts, the device) plus the schema version."""
-    from deploykit.hashing import digest_value
+    from deploykit.store.hashing import digest_value
 
     return digest_value({"schema": CACHE_SCHEMA, **facts})
 
@@ -142,7 +142,7 @@ def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[
     are left out: they only change the scores."""
     import hashlib
 
-    from deploykit.environment import device_fingerprint, onnxruntime_version
+    from deploykit.store.environment import device_fingerprint, onnxruntime_version
 
     samples = hashlib.sha256()
     for sample in judge.samples:

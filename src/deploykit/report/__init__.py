@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from deploykit.report.collect import StageInfo
+    from deploykit.record.collect import StageInfo
 
 
 def write_html(workdir: str | Path, ref: str, output: str | Path, stages: Sequence[StageInfo],
@@ -34,7 +34,7 @@ def write_html(workdir: str | Path, ref: str, output: str | Path, stages: Sequen
     Returns:
         The file written, and a note naming the other runs when ``ref`` matched several.
     """
-    from deploykit.report.collect import from_store
+    from deploykit.record.collect import from_store
     from deploykit.report.html import render_page
 
     record, note = from_store(str(workdir), ref, stages, precision=precision, backend=backend)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.errors import UsageError
-from deploykit.hashing import digest_file
 from deploykit.metrics.latency import regression
+from deploykit.store.hashing import digest_file
 
 SCHEMA = "deploykit.gate/2"
 _HINT = "pass a gate.json written by `deploykit gate` for this model on this machine"
@@ -18,7 +18,7 @@ _HINT = "pass a gate.json written by `deploykit gate` for this model on this mac
 
 def load(path: Path, *, model: str, platform: str, device: dict[str, Any], batch: int) -> dict[str, Any]:
     """Read and vet a baseline; raise UsageError saying why one cannot be compared."""
-    from deploykit.smallfile import read_small
+    from deploykit.safety.smallfile import read_small
 
     try:
         report = json.loads(read_small(path, 64 << 20, UsageError, f"baseline {path.name}"))

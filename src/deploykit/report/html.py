@@ -6,9 +6,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from deploykit.record.model import RunRecord
 from deploykit.report import plots
 from deploykit.report.markdown import change, fmt
-from deploykit.report.record import RunRecord
 
 CSS = """
 .dk-report { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; max-width: 1100px; }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
-from deploykit.report.record import Check, RunRecord
+from deploykit.record.model import Check, RunRecord
 
 
 def render(record: RunRecord) -> str:

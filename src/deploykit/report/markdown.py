@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploykit.report.record import Check, RunRecord
+from deploykit.record.model import Check, RunRecord
 
 
 def fmt(value: Any, spec: str = ".3g") -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploykit.report.record import Check, RunRecord
+from deploykit.record.model import Check, RunRecord
 
 _COLOUR = {"ran": "green", "reused": "cyan", "failed": "red", "stored": "white", "pass": "green", "fail": "red",
            "inconclusive": "yellow", "skipped": "yellow", "PASS": "green", "FAIL": "red", "ERROR": "red"}

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from deploykit.artifacts import Artifact, Store
 from deploykit.config import Config
 from deploykit.progress import Reporter
-from deploykit.report.record import Check
+from deploykit.record.model import Check
+from deploykit.store.artifacts import Artifact, Store
 
 S = TypeVar("S", bound="Summary")
 
@@ -105,7 +105,7 @@ class Stage:
 
     @classmethod
     def checks(cls, artifact: Artifact) -> list[Check]:
-        """The verdicts ``artifact`` records, one :class:`~deploykit.report.record.Check` each (the run
+        """The verdicts ``artifact`` records, one :class:`~deploykit.record.model.Check` each (the run
         record's entries); a stage whose ``verdict`` can raise must fail one of them exactly when it does."""
         return []
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Artifact, Manifest, recipe_key
 from deploykit.backends import get_backend
 from deploykit.backends.base import SideArtifact, profiles_from_config
-from deploykit.environment import device_fingerprint, tool_versions
 from deploykit.errors import ConfigError
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+from deploykit.store.artifacts import Artifact, Manifest, recipe_key
+from deploykit.store.environment import device_fingerprint, tool_versions
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from deploykit import export_hooks
-from deploykit.artifacts import Artifact
 from deploykit.config import Config
-from deploykit.environment import tool_versions
 from deploykit.errors import ModelError
+from deploykit.graph.feeds import distinct_shapes, random_feeds
 from deploykit.graph.files import save_model
 from deploykit.graph.run import session_from_onnx
-from deploykit.hashing import digest_file
-from deploykit.onnxio import distinct_shapes, random_feeds
+from deploykit.source import export_hooks
+from deploykit.source.factory import build_model, run_torch, source_fingerprint
 from deploykit.stages.base import Stage, StageContext, Summary
-from deploykit.torchsource import build_model, run_torch, source_fingerprint
+from deploykit.store.artifacts import Artifact
+from deploykit.store.environment import tool_versions
+from deploykit.store.hashing import digest_file
 
 MODEL = "model.onnx"
 

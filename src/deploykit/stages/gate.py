@@ -15,23 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.artifacts import Artifact
 from deploykit.config import Config, Target
-from deploykit.environment import (
+from deploykit.errors import ConfigError, TargetMissed
+from deploykit.graph.feeds import random_feeds
+from deploykit.metrics.latency import aggregate_trials, fps_trials, time_iterations, warm_up
+from deploykit.record.model import Check
+from deploykit.report import baseline as baselines
+from deploykit.store import jsonio
+from deploykit.stages.base import Stage, StageContext, Summary
+from deploykit.stages.build import load_engine
+from deploykit.store.artifacts import Artifact
+from deploykit.store.environment import (
     device_fingerprint,
     load_between,
     load_snapshot,
     platform_names,
     tool_versions,
 )
-from deploykit.errors import ConfigError, TargetMissed
-from deploykit.metrics.latency import aggregate_trials, fps_trials, time_iterations, warm_up
-from deploykit.onnxio import random_feeds
-from deploykit.report import baseline as baselines
-from deploykit.report import jsonio
-from deploykit.report.record import Check
-from deploykit.stages.base import Stage, StageContext, Summary
-from deploykit.stages.build import load_engine
 
 REPORT, PROFILE = "gate.json", "profile.json"
 SCHEMA = "deploykit.gate/2"

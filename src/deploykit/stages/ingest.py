@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Artifact
+from deploykit.graph.feeds import check_inputs
 from deploykit.graph.files import check_model, copy_model_files, external_data_files, load_model
 from deploykit.graph.proto import opset_version
-from deploykit.hashing import digest_file
-from deploykit.onnxguard import check_io
-from deploykit.onnxio import check_inputs
+from deploykit.safety.onnxguard import check_io
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+from deploykit.store.artifacts import Artifact
+from deploykit.store.hashing import digest_file
 
 
 @dataclass(frozen=True)

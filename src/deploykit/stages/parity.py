@@ -15,19 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.artifacts import Artifact
 from deploykit.config import Config, parity_preset
-from deploykit.environment import device_fingerprint, onnxruntime_version, tool_versions
 from deploykit.errors import ParityFailed
 from deploykit.graph.run import evaluator_for, session_from_onnx
 from deploykit.metrics.comparison import Comparison
-from deploykit.report import jsonio
-from deploykit.report.record import Check, worst_of
+from deploykit.record.model import Check, worst_of
+from deploykit.store import jsonio
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import BuildSummary, load_engine
 from deploykit.stages.export import MODEL
 from deploykit.stages.quantize import QuantizeStage, QuantizeSummary
 from deploykit.stages.validation import parity_samples, validation_fingerprint
+from deploykit.store.artifacts import Artifact
+from deploykit.store.environment import device_fingerprint, onnxruntime_version, tool_versions
 
 REPORT = "parity.json"
 
@@ -55,7 +55,7 @@ class ParityStage(Stage):
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
         torch_ref = c.parity.torch_reference and c.source.factory is not None
-        from deploykit.torchsource import source_fingerprint
+        from deploykit.source.factory import source_fingerprint
 
         return {"parity": c.parity, "inputs": c.inputs, "dims": c.dims, "preset": parity_preset(c.quantize),
                 "torch_source": source_fingerprint(c) if torch_ref else None,
@@ -155,7 +155,7 @@ def _fp32_reference(ctx: StageContext, inputs: dict[str, Artifact]) -> tuple[dic
 
 
 def _output_names(artifact: Artifact) -> list[str]:
-    from deploykit.onnxio import load_model
+    from deploykit.graph.files import load_model
 
     return [o.name for o in load_model(artifact.file(MODEL), load_external=False).graph.output]
 
@@ -175,7 +175,7 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
 def _torch_model(cfg: Config) -> Any:
     if not (cfg.parity.torch_reference and cfg.source.factory is not None):
         return None
-    from deploykit.torchsource import build_model
+    from deploykit.source.factory import build_model
 
     return build_model(cfg)
 
@@ -183,7 +183,7 @@ def _torch_model(cfg: Config) -> Any:
 def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: dict[str, np.ndarray]) -> dict[str, dict]:
     out = {name: s.infer(feeds) for name, s in sessions.items()}
     if torch_model is not None:
-        from deploykit.torchsource import run_torch
+        from deploykit.source.factory import run_torch
 
         names = list(out["onnx"])
         out["torch"] = dict(zip(names, run_torch(torch_model, feeds, [s.name for s in cfg.inputs]), strict=True))
@@ -198,9 +198,9 @@ def diagnose_failure(cfg: Config, inputs: dict[str, Artifact], feeds: dict[str, 
     if candidate is None:
         return {"status": "skipped", "reason": level}
     try:
-        diagnose = importlib.import_module("deploykit.diagnose")
+        diagnose = importlib.import_module("deploykit.metrics.divergence")
     except ImportError:
-        return {"status": "unavailable", "reason": "this deploykit has no per-layer diagnosis (deploykit.diagnose)"}
+        return {"status": "unavailable", "reason": "this deploykit has no per-layer diagnosis (deploykit.metrics.divergence)"}
     try:
         result = diagnose.compare_graphs(inputs["reference"].file(MODEL), candidate, feeds,
                                          top=cfg.parity.diagnose_top)

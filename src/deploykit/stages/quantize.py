@@ -37,17 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Artifact
 from deploykit.config import CALIBRATED
-from deploykit.environment import cpu_info, onnxruntime_version, tool_versions
 from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.graph.run import evaluator_for
-from deploykit.report.jsonio import clean
-from deploykit.report.record import Check
+from deploykit.record.model import Check
+from deploykit.store.jsonio import clean
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 from deploykit.stages.validation import validation_fingerprint, validation_samples
+from deploykit.store.artifacts import Artifact
+from deploykit.store.environment import cpu_info, onnxruntime_version, tool_versions
 
 RANGES = "ranges.json"
 BASE = "base.onnx"
@@ -235,7 +235,7 @@ class QuantizeStage(Stage):
 
 def _calibration(ctx: StageContext) -> Any:
     """The calibration DataSource, or None (FP16 may run without); int8/fp8/int4 require one."""
-    from deploykit.data import DataSource, inputs_from_config
+    from deploykit.data.sources import DataSource, inputs_from_config
 
     c = ctx.config
     if c.calibration is None:
@@ -328,7 +328,7 @@ def _cache_lookup(ctx: StageContext) -> Any:
 def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> QuantizeSummary:
     """Write model, ranges, cache and precision report into ``out``; return the manifest summary."""
     from deploykit.quant import trt_cache
-    from deploykit.quant.graph import quantized_node_names
+    from deploykit.quant.prepare import quantized_node_names
     from deploykit.quant.ranges import write_ranges
 
     save_model(result.model, out / MODEL)

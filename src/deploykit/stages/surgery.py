@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.artifacts import Artifact
+from deploykit.graph.feeds import random_feeds
 from deploykit.graph.files import load_model, save_model
-from deploykit.onnxio import random_feeds
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+from deploykit.store.artifacts import Artifact
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 
 from deploykit.config import Config
 from deploykit.errors import DataError
-from deploykit.onnxio import distinct_shapes, random_feeds
+from deploykit.graph.feeds import distinct_shapes, random_feeds
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ValidationSamples:
 
 def validation_source(cfg: Config) -> Any:
     """The configured validation DataSource (``cfg.validation`` must be set)."""
-    from deploykit.data import DataSource, inputs_from_config
+    from deploykit.data.sources import DataSource, inputs_from_config
 
     return DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation",
                       max_input_mib=cfg.limits.max_input_mib)

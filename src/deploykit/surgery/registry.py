@@ -11,9 +11,9 @@ import typing
 from importlib import metadata
 from typing import Any
 
+from deploykit.config.typed import from_value
 from deploykit.errors import ConfigError
 from deploykit.surgery.base import Pass
-from deploykit.typed import from_value
 
 # name -> "module:Class", imported lazily (one pass per module).
 BUILTIN = {
@@ -158,6 +158,6 @@ def format_passes(passes: list[dict[str, Any]] | None = None) -> str:
 
 
 def _plain(value: Any) -> Any:
-    from deploykit.hashing import canonical
+    from deploykit.store.hashing import canonical
 
     return canonical(value)

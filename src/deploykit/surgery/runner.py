@@ -103,7 +103,7 @@ def _check_declared_change(p: Pass, model: onnx.ModelProto, result: PassResult, 
 
 
 def _report(p: Pass, before: onnx.ModelProto, result: PassResult, seconds: float, numerics: str) -> dict[str, Any]:
-    from deploykit.hashing import canonical
+    from deploykit.store.hashing import canonical
 
     ops_before, ops_after = op_histogram(before.graph), op_histogram(result.model.graph)
     changes = diff_nodes(before.graph, result.model.graph) if result.modified else dict.fromkeys(

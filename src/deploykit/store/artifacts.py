@@ -29,7 +29,7 @@ workdir (a shared filesystem included): an artifact appears whole or not at all 
 private folder, fsynced, renamed under ``lock``); two writers of one recipe publish the same
 digest or, for a stage that measures (gate), each a complete artifact with the recipe naming the
 last; a live writer's temporaries are never removed and a dead one's are removed by the next store
-opened (see :mod:`deploykit.tempspace`: flock liveness plus age, never a PID); ``gc`` runs only
+opened (see :mod:`deploykit.store.tempspace`: flock liveness plus age, never a PID); ``gc`` runs only
 while no other process has the store open. On NFS this needs working locks (NFSv4, or v3 with
 NLM; not ``nolock`` or ``local_lock``). An adversary who can write the store can recompute every
 digest: verification proves the store consistent, not who wrote it.
@@ -51,12 +51,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit import clock
 from deploykit.errors import ArtifactCorrupt, InternalError, UsageError, WorkdirError, os_error
-from deploykit.hashing import digest_file, digest_value
-from deploykit.manifest import DIGEST, MANIFEST, RECIPE_KEY, SCHEMA_VERSION, Manifest
-from deploykit.smallfile import read_small
-from deploykit.tempspace import TempSpace, clean_stale
+from deploykit.safety.smallfile import read_small
+from deploykit.store import clock
+from deploykit.store.hashing import digest_file, digest_value
+from deploykit.store.manifest import DIGEST, MANIFEST, RECIPE_KEY, SCHEMA_VERSION, Manifest
+from deploykit.store.tempspace import TempSpace, clean_stale
 
 LAYOUT = ("objects", "recipes", "runs", "records", "tmp")
 RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -304,7 +304,7 @@ class Store:
         return data
 
     def write_record(self, name: str, data: bytes) -> Path:
-        """``records/<name>.json`` (a run record, :mod:`deploykit.report.record`), written atomically."""
+        """``records/<name>.json`` (a run record, :mod:`deploykit.record.model`), written atomically."""
         path = self.root / "records" / self._run_path(name).name  # named as runs are
         try:
             self._write_atomic(path, data)

@@ -2,7 +2,7 @@
 
 onnx's checker and shape inference are C++; on some malformed graphs they abort instead of raising
 (a Conv whose input has a lower rank than its weight fails an STL bounds assertion: SIGABRT), and
-ONNX Runtime runs the same inference when it loads a model. :mod:`deploykit.onnxguard` refuses the
+ONNX Runtime runs the same inference when it loads a model. :mod:`deploykit.safety.onnxguard` refuses the
 structures known to do that; this catches the rest by mechanism: the checks first run in a forked
 copy of this process. If that child dies by a signal or does not finish, the model is refused with
 a ModelError naming the file and what the native code printed; if it finishes (whether the checks

@@ -130,7 +130,7 @@ def _exit_code(status: int, state: dict) -> int:
 
 def _fail(message: str, hint: str, code: int) -> int:
     with contextlib.suppress(Exception):
-        if _REPORT["json"]:  # the same objects the CLI writes (deploykit.cli._fail)
+        if _REPORT["json"]:  # the same objects the CLI writes (deploykit.cli.app._fail)
             import json
 
             kind = "EnvironmentProblem" if code == 3 else "InternalError"

@@ -7,9 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from deploykit.artifacts import Artifact, Manifest, Store, recipe_key
 from deploykit.config import Config
-from deploykit.environment import device_fingerprint, tool_versions
 from deploykit.errors import (
     DeployKitError,
     DiskFull,
@@ -22,11 +20,13 @@ from deploykit.errors import (
     disk_nearly_full,
     is_disk_full,
 )
-from deploykit.hashing import canonical
-from deploykit.limits import time_limit
+from deploykit.pipeline.result import RunResult, StageRecord
 from deploykit.progress import Reporter, SilentReporter
-from deploykit.result import RunResult, StageRecord
+from deploykit.safety.limits import time_limit
 from deploykit.stages.base import Stage, StageContext
+from deploykit.store.artifacts import Artifact, Manifest, Store, recipe_key
+from deploykit.store.environment import device_fingerprint, tool_versions
+from deploykit.store.hashing import canonical
 
 
 @dataclass
@@ -178,8 +178,8 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
 
 def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> RunResult:
     """The run's result with its record, written to the store (``records/<identity>.json``) once a stage ran."""
-    from deploykit.report import record as records
-    from deploykit.report.collect import build_record
+    from deploykit.record import model as records
+    from deploykit.record.collect import build_record
 
     store = run.ctx.store
     rows = [records.StageStatus(r.stage, r.status, round(r.seconds, 4), r.artifact.digest if r.artifact else "",

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploykit.artifacts import RUN_NAME
 from deploykit.errors import ArtifactCorrupt, ConfigError, UsageError, first_line
+from deploykit.store.artifacts import RUN_NAME
 
 if TYPE_CHECKING:
-    from deploykit.artifacts import Store
+    from deploykit.store.artifacts import Store
 
 SCHEMA = "deploykit.run/1"
 FOLDER = "records"  # WORKDIR/records/<identity>.json
@@ -164,7 +164,7 @@ def number(value: float) -> str:
 
 def write(store: Store, record: RunRecord) -> Path:
     """Write ``record`` atomically as ``records/<identity>.json`` in ``store``; return its path."""
-    from deploykit.report.jsonio import dumps
+    from deploykit.store.jsonio import dumps
 
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", record.identity)[:128]  # a file name, whatever the config's name holds
     return store.write_record(stem, dumps(record.to_dict()).encode())
@@ -172,7 +172,7 @@ def write(store: Store, record: RunRecord) -> Path:
 
 def read(path: Path) -> RunRecord:
     """A stored run record; ArtifactCorrupt (exit 4) when the file is not one."""
-    from deploykit.smallfile import read_small
+    from deploykit.safety.smallfile import read_small
 
     try:
         return RunRecord.from_dict(json.loads(read_small(path, MAX_BYTES, ArtifactCorrupt, "run record")))

@@ -24,10 +24,10 @@ from deploykit.choices import (
     QuantizeTarget,
     TargetPrecision,
 )
-from deploykit.data import DataConfig
+from deploykit.config.typed import from_value
+from deploykit.data.sources import DataConfig
 from deploykit.errors import ConfigError
-from deploykit.limits import LimitsConfig
-from deploykit.typed import from_value
+from deploykit.safety.limits import LimitsConfig
 
 CALIBRATED: tuple[Precision, ...] = ("int8", "fp8")  # the precisions whose activation ranges a method calibrates
 
@@ -528,7 +528,7 @@ class Config:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``deploykit.yaml``, apply dotted ``overrides`` (``{"gate.iterations": 50}``) and validate."""
-    from deploykit.config_load import load_yaml, read_text
+    from deploykit.config.load import load_yaml, read_text
 
     path = Path(path)
     raw = load_yaml(read_text(path), str(path))
@@ -547,7 +547,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     """Validate a parsed config; ``base_dir`` is the folder its relative paths start from."""
-    from deploykit.config_load import validate
+    from deploykit.config.load import validate
 
     cfg = from_value(Config, raw, "config")
     validate(cfg)

@@ -1,5 +1,5 @@
 """The ``deploykit`` command: parse -> call the API -> render the run record -> exit code. Thin on purpose:
-options and their parsing live in :mod:`deploykit.cliargs`, rendering in :mod:`deploykit.report.terminal`."""
+options and their parsing live in :mod:`deploykit.cli.args`, rendering in :mod:`deploykit.report.terminal`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from deploykit import cliargs as opt
-from deploykit.cliargs import parse_dims, parse_sets
+from deploykit.cli import args as opt
+from deploykit.cli import inspect as inspect_cli
+from deploykit.cli import plugins as plugins_cli
+from deploykit.cli.args import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
@@ -52,7 +54,7 @@ def _show(record: Any, log_format: str, parity_table: bool = False, details: lis
     from deploykit.report import terminal
 
     if log_format == "json":
-        from deploykit.report.jsonio import dumps
+        from deploykit.store.jsonio import dumps
 
         typer.echo(dumps({k: v for k, v in record.to_dict().items() if k != "details"}), nl=False)
         _STATE["result_printed"] = True
@@ -381,7 +383,7 @@ def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", hel
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
     from rich.markup import escape
 
-    from deploykit import doctor as doctor_module
+    from deploykit.backends import doctor as doctor_module
     from deploykit.report import terminal
 
     report = doctor_module.collect(plugin_paths=plugins or ())
@@ -395,8 +397,8 @@ def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", hel
     terminal.print_table(terminal.console(), table)
 
 
-app.add_typer(__import__("deploykit.plugins.cli", fromlist=["app"]).app, name="plugins")
-app.command("inspect")(__import__("deploykit.inspect", fromlist=["command"]).command)
+app.add_typer(plugins_cli.app, name="plugins")
+app.command("inspect")(inspect_cli.command)
 
 
 @app.command()
@@ -423,7 +425,7 @@ def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], 
     import yaml
 
     from deploykit.config import load_config
-    from deploykit.hashing import canonical
+    from deploykit.store.hashing import canonical
 
     resolved = canonical(load_config(config, parse_sets(set_)))
     resolved.pop("base_dir", None)
@@ -435,9 +437,9 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
     """List artifacts, oldest first; one that does not verify is listed as corrupt (exit 4)."""
     from rich.markup import escape
 
-    from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
     from deploykit.report import terminal
+    from deploykit.store.artifacts import Store
 
     with Store(workdir) as store:
         good, problems = store.scan()
@@ -461,10 +463,10 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
 @artifacts_app.command("verify")
 def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
     """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
-    from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
-    from deploykit.report.record import verify_all
-    from deploykit.storecheck import verify
+    from deploykit.record.model import verify_all
+    from deploykit.store.artifacts import Store
+    from deploykit.store.check import verify
 
     with Store(workdir) as store:
         report = verify(store)
@@ -483,8 +485,8 @@ def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
 def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
                  dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False) -> None:
     """Remove objects no recipe or run names (parents of named ones are kept), and stale temporaries."""
-    from deploykit.artifacts import Store
-    from deploykit.storecheck import gc
+    from deploykit.store.artifacts import Store
+    from deploykit.store.check import gc
 
     with Store(workdir) as store:
         report = gc(store, dry_run=dry_run)
@@ -500,7 +502,7 @@ def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit")) -> No
     """Print an artifact's manifest (verified against its files)."""
     from dataclasses import asdict
 
-    from deploykit.artifacts import Store
+    from deploykit.store.artifacts import Store
 
     with Store(workdir) as store:
         artifact = store.get(digest)
@@ -510,7 +512,7 @@ def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit")) -> No
 @artifacts_app.command("lineage")
 def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
     """Print the chain of artifacts an artifact was made from."""
-    from deploykit.artifacts import Store
+    from deploykit.store.artifacts import Store
 
     store = Store(workdir)  # closed when the command returns (the process ends)
     rows: list[dict[str, Any]] = []
@@ -534,7 +536,7 @@ def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as
 def main() -> None:
     """Entry point: map every failure class to its exit code and one clear line (JSON with --log-format
     json); never a traceback, and (supervised) never a signal or a hang either."""
-    from deploykit import supervise
+    from deploykit.safety import supervise
 
     _STATE["json"] = opt.wants_json(sys.argv[1:])
     if supervise.wanted():

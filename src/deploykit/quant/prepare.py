@@ -17,14 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import ModelError, first_line
 from deploykit.graph import proto
-from deploykit.graph.proto import (  # noqa: F401  (FLOAT_TYPES, float_tensors, tensor_types, consumers re-exported)
-    FLOAT_TYPES,
+from deploykit.graph.proto import (
     constants_to_initializers,
-    consumers,
-    float_tensors,
     opset_version,
     producers,
-    tensor_types,
 )
 
 if TYPE_CHECKING:

@@ -11,8 +11,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-# Profiles come from the config the same way for every backend (backends.base).
-from deploykit.backends.base import Profile, Profiles, Shape, profiles_from_config  # noqa: F401
+from deploykit.backends.base import Profile, Profiles
 from deploykit.errors import ConfigError
 
 

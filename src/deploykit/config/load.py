@@ -26,7 +26,7 @@ MAX_DIM = 2**31 - 1  # TensorRT dims are 32-bit; ONNX Runtime allocates from the
 
 def read_text(path: Path) -> str:
     """A config file's text: a regular file, at most MAX_BYTES, UTF-8."""
-    from deploykit.smallfile import read_small
+    from deploykit.safety.smallfile import read_small
 
     try:
         raw = read_small(path, MAX_BYTES, ConfigError, "config")
@@ -163,7 +163,7 @@ LOWER = {
 
 def validate(cfg: Any) -> None:
     """Raise ConfigError naming the first field a typed Config cannot express as wrong."""
-    from deploykit.artifacts import RUN_NAME
+    from deploykit.store.artifacts import RUN_NAME
 
     if not RUN_NAME.fullmatch(cfg.name):
         raise ConfigError(f"config.name: {cfg.name!r} is not a name (letters, digits, '_', '-', '.'; "

@@ -1,4 +1,4 @@
-"""The command line's options and their parsing, shared by every command in :mod:`deploykit.cli`.
+"""The command line's options and their parsing, shared by every command in :mod:`deploykit.cli.app`.
 
 Choices are the ``Literal`` types of :mod:`deploykit.choices`, so typer validates them, completes
 them and lists them in ``--help``; :func:`usage_error` turns the parser's errors into one
@@ -61,7 +61,7 @@ Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """``key.path=value`` pairs; values are YAML (read like the file), so numbers, lists and booleans work."""
-    from deploykit.config_load import parse_override
+    from deploykit.config.load import parse_override
 
     out = {}
     for item in items or []:
@@ -74,7 +74,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
 
 def parse_dims(items: list[str] | None) -> dict[str, tuple[int, int, int]]:
     """``--dim name=MIN,OPT,MAX`` or ``name=N``; each a positive integer of at most 32 bits."""
-    from deploykit.config_load import MAX_DIM
+    from deploykit.config.load import MAX_DIM
 
     out = {}
     for item in items or []:
@@ -98,7 +98,7 @@ _SHAPE = re.compile(r"^(?P<name>.+):(?P<dims>\d+(x\d+)*)$")
 
 def parse_shapes(flag: str, items: list[str] | None) -> dict[str, tuple[int, ...]]:
     """``name:1x3x640x640`` entries (repeated, or comma-separated as trtexec takes them)."""
-    from deploykit.config_load import MAX_DIM
+    from deploykit.config.load import MAX_DIM
 
     out: dict[str, tuple[int, ...]] = {}
     for item in items or []:

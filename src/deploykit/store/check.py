@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploykit.artifacts import DIGEST, MANIFEST, RECIPE_KEY, RUN_NAME, Manifest, Store
 from deploykit.errors import ArtifactCorrupt, DeployKitError, WorkdirError
-from deploykit.tempspace import clean_stale
+from deploykit.store.artifacts import DIGEST, MANIFEST, RECIPE_KEY, RUN_NAME, Manifest, Store
+from deploykit.store.tempspace import clean_stale
 
 
 @dataclass

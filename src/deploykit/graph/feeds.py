@@ -1,8 +1,4 @@
-"""A configured model's inputs: the config checked against the graph, random feeds at min/opt/max.
-
-Reading and writing ONNX files moved to :mod:`deploykit.graph.files`; the names below are
-re-exported from there for branches written against this module (delete after merging, issue 11).
-"""
+"""A configured model's inputs: the config checked against the graph, random feeds at min/opt/max."""
 
 from __future__ import annotations
 
@@ -13,8 +9,6 @@ import numpy as np
 
 from deploykit.choices import InputDtype, values
 from deploykit.errors import ConfigError
-from deploykit.graph.files import check_model, external_data_files, load_model, save_model  # noqa: F401
-from deploykit.graph.files import copy_model_files as copy_model  # noqa: F401
 from deploykit.graph.proto import graph_input_shapes
 
 if TYPE_CHECKING:

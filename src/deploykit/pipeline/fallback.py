@@ -24,7 +24,7 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
     """Add to ``error`` (raised by a run of ``config``) whether the other exporter's graph passes the
     failed stage; leave it untouched when that does not apply (not auto, failed at export, not a
     stage that could not process the graph)."""
-    from deploykit.pipeline import run_pipeline
+    from deploykit.pipeline.runner import run_pipeline
 
     failed, used = _failure(error, config)
     if failed is None or used not in OTHER:

@@ -3,7 +3,7 @@
 A stage past its time limit raises TimeLimitExceeded (exit 3). At the deadline a SIGALRM raises in
 the main thread, and again every second after; a block that swallowed every one and finished late
 still raises when it ends. Native code that never returns to the interpreter cannot see an alarm:
-on the command line the supervising parent (:mod:`deploykit.supervise`), told each stage's limit,
+on the command line the supervising parent (:mod:`deploykit.safety.supervise`), told each stage's limit,
 ends the work ``GRACE_S`` after it with the same error and exit code; the temporaries left behind
 are removed by the next run. Inside a notebook or a worker thread only the alarm applies.
 """
@@ -43,7 +43,7 @@ class LimitsConfig:
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str, hint: str = "") -> Iterator[None]:
     """Raise TimeLimitExceeded in this block once ``seconds`` have passed."""
-    from deploykit import supervise
+    from deploykit.safety import supervise
 
     error = TimeLimitExceeded(f"{what} ran past its time limit of {seconds:g} s",
                               hint=hint or "raise limits.stage_timeout_s (or limits.stage_timeouts.<stage>)")

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit.artifacts import Artifact
-from deploykit.report.record import RunRecord
+from deploykit.record.model import RunRecord
+from deploykit.store.artifacts import Artifact
 
 
 @dataclass(frozen=True)

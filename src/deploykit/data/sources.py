@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from deploykit.data.imagemodes import Conversion
 from deploykit.errors import ConfigError, DataError
-from deploykit.hashing import digest_file
-from deploykit.imagemodes import Conversion
-from deploykit.limits import LimitsConfig
-from deploykit.usercode import importable_from
+from deploykit.safety.limits import LimitsConfig
+from deploykit.safety.usercode import importable_from
+from deploykit.store.hashing import digest_file
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp")
 ARRAY_SUFFIXES = (".npy", ".npz")
@@ -94,7 +94,7 @@ class DataSource:
         """Digests of every file the samples come from, plus the settings that shape them."""
         cfg = self.cfg
         if cfg.function:
-            from deploykit.hashing import canonical
+            from deploykit.store.hashing import canonical
 
             origin = self._function_module_file()
             return {"function": cfg.function, "module": digest_file(origin) if origin else "",
@@ -229,8 +229,8 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
 def _from_array_file(path: Path, default_input: Callable[[], str], inputs: list[InputInfo], what: str
                      ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     """One file's samples: one, or several where the arrays are stacked on their first axis."""
-    from deploykit.arrayfile import read_arrays
-    from deploykit.stacking import unstack
+    from deploykit.data.arrayfile import read_arrays
+    from deploykit.data.stacking import unstack
 
     # Headers checked first: numeric, bounded; never unpickled. A .npy is memory-mapped, so a stack
     # of samples is read one sample at a time.
@@ -245,7 +245,7 @@ def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None =
     converted explicitly and the conversion appended to ``conversions``."""
     from PIL import Image, UnidentifiedImageError
 
-    from deploykit.imagemodes import decode_rgb
+    from deploykit.data.imagemodes import decode_rgb
 
     try:
         with Image.open(path) as im:

@@ -10,8 +10,8 @@ from typing import Any
 
 from deploykit.config import Config
 from deploykit.errors import ConfigError, ModelError, first_line
-from deploykit.hashing import digest_file
-from deploykit.usercode import importable_from
+from deploykit.safety.usercode import importable_from
+from deploykit.store.hashing import digest_file
 
 
 def _local_module_file(config: Config) -> Path | None:

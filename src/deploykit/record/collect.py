@@ -1,4 +1,4 @@
-"""Building the run record (:mod:`deploykit.report.record`): from a run's stage statuses (the
+"""Building the run record (:mod:`deploykit.record.model`): from a run's stage statuses (the
 pipeline calls :func:`build_record`), or from the store (:func:`from_store`: a recorded run by name
 or identity, or any artifact by digest, whose lineage becomes the record).
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from deploykit import clock
-from deploykit.artifacts import Artifact, Store
 from deploykit.errors import ArtifactCorrupt, DeployKitError, UsageError
-from deploykit.report import record as records
-from deploykit.report.record import RunRecord, StageStatus
+from deploykit.record import model as records
+from deploykit.record.model import RunRecord, StageStatus
+from deploykit.store import clock
+from deploykit.store.artifacts import Artifact, Store
 
 
 class StageInfo(Protocol):

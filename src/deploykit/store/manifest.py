@@ -3,7 +3,7 @@
 The identity (the artifact folder's name) hashes every field except those two runs of one recipe
 may differ in: ``created``, ``timings`` and the summary keys the stage declares ``measured``. The
 ``seal`` hashes every field but itself, and the file must be byte for byte the canonical JSON of
-its fields (see :mod:`deploykit.artifacts`).
+its fields (see :mod:`deploykit.store.artifacts`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from deploykit.errors import ArtifactCorrupt
-from deploykit.hashing import digest_value
-from deploykit.smallfile import read_small
+from deploykit.safety.smallfile import read_small
+from deploykit.store.hashing import digest_value
 
 SCHEMA_VERSION = 2
 MAX_MANIFEST_BYTES = 64 << 20

@@ -1,0 +1,1 @@
+"""Calibration and validation data: readers for image folders, array files and functions."""

@@ -1,0 +1,1 @@
+"""Torch model sources: the factory the user named, and the export extension point."""

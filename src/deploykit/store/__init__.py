@@ -1,0 +1,1 @@
+"""The artifact store: content-addressed objects, their manifests, digests, temporaries and clock."""
