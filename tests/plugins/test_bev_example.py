@@ -52,7 +52,7 @@ def test_bev_example_converts_with_its_plugin_node(fp32_run):
 
 def _convert_int8(fp32_run: tuple, tmp_path: Path, target: str = "auto") -> deploykit.RunResult:
     shutil.copytree(fp32_run[1], tmp_path / "store")  # export and surgery are reused
-    # The tensorrt target's FP16 rest is not what ONNX Runtime computes (DESIGN.md pitfalls): FP32 here.
+    # The tensorrt target's FP16 rest is not what ONNX Runtime computes (docs/architecture.md, pitfalls): FP32 here.
     return deploykit.convert(EXAMPLE, workdir=tmp_path / "store", quantize__precision="int8",
                              quantize__target=target, quantize__high_precision="fp32",
                              gate__iterations=10, gate__trials=1)

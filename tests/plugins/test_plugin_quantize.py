@@ -195,7 +195,7 @@ def test_modelopt_int8_keeps_the_plugin_node_in_fp32(plugin_onnx, tmp_path, high
     assert types[plugin.input[0]] == types[plugin.input[1]] == types[plugin.output[0]] == onnx.TensorProto.FLOAT
     images = _samples(1, 6)[0]
     got = _run(restored, images)  # ONNX Runtime's CPU provider runs it: no FP16 ScatterND(add)
-    if high_precision == "fp32":  # ORT's FP16 + INT8 numerics are off on their own (DESIGN.md pitfalls)
+    if high_precision == "fp32":  # ORT's FP16 + INT8 numerics are off on their own (docs/architecture.md, pitfalls)
         assert _rel_l2(got, _run(plugin_onnx, images)) < 0.05
 
 

@@ -58,3 +58,15 @@ def test_the_command_exits_1_on_a_violation(tmp_path, monkeypatch, capsys):
                                                                                 "stages/__init__.py": ""}))
     assert layers.main([]) == 1
     assert "graph (layer graph) imports stages (layer stages)" in capsys.readouterr().out
+
+
+def test_the_architecture_document_names_the_table_and_places_every_unit_in_its_layer():
+    """docs/architecture.md names layers.toml as the table's home, and its layer table lists each
+    layer's units as the toml does (a unit moved in one and not the other fails here)."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert "src/deploykit/tools/layers.toml" in doc
+    rows = {m.group(1): set(re.findall(r"`(\w+)`", m.group(2)))
+            for m in re.finditer(r"^\| (\w+) \| ([^|]+) \|", doc, re.M)}
+    assert {name: units for name, units in layers.LAYERS} == {name: rows.get(name) for name, _ in layers.LAYERS}

@@ -4,7 +4,7 @@ A plugin node keeps its op_type, ``plugin_version`` and ``plugin_namespace``, so
 maps it to the registered plugin (a registered plugin wins over a model-local function when the
 node has ``plugin_namespace``); ONNX Runtime, which has no such plugin, inlines the model-local
 function of the same (domain, name) and runs standard kernels. One file serves both backends.
-A Python custom op would also work but costs ~600x a native kernel (``DESIGN.md``, pitfalls).
+A Python custom op would also work but costs ~600x a native kernel (docs/architecture.md, pitfalls).
 
 The bodies read the op attribute through an attribute reference, so one function per op serves
 every node of the model whatever its ``bev_shape``/``grid``. They compute in float32 and cast the

@@ -2,7 +2,7 @@
 
 Exporters in training mode, old exporters and hand-built graphs leave BatchNormalization unfused.
 TensorRT fuses it itself, but quantizers see the unfused weights (and ranges) and ModelOpt's FP16
-high precision turns a large running variance into inf (see DESIGN.md). With
+high precision turns a large running variance into inf (docs/architecture.md, pitfalls). With
 ``s = gamma / sqrt(var + eps)``: ``W' = W * s`` along the output channels, ``b' = (b - mean) * s + beta``.
 Folding is done in float64 and cast back, so the result matches the unfused graph within rounding.
 """

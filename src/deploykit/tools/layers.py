@@ -7,7 +7,8 @@ also lists the dependencies between units). The import graph is read from the so
 ``"deploykit.x.y:attr"``, as lazy registries and ``importlib.import_module`` name them).
 
 A *unit* is a subpackage (``deploykit.quant``) or a top-level module (``deploykit.config``). Units
-sit in the layers of DESIGN.md's picture (:data:`LAYERS`, lowest first); the rules:
+sit in the layers of ``layers.toml`` beside this module (:data:`LAYERS`, lowest first; the table
+docs/architecture.md names); the rules:
 
 * no unit imports a unit of a higher layer;
 * no cycle between units (within a layer units may depend on each other, acyclically);
@@ -19,24 +20,22 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "deploykit"
-# DESIGN.md's Layers picture, lowest first. ``deploykit`` is the package root (its lazy public API).
-LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("core", frozenset({"errors", "choices", "progress", "safety", "store", "config", "data"})),
-    ("graph", frozenset({"graph"})),
-    ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "profiling",
-                              "record", "source"})),
-    ("stages", frozenset({"stages"})),
-    ("pipeline", frozenset({"pipeline"})),
-    ("matrix", frozenset({"matrix"})),
-    ("api", frozenset({"api"})),
-    ("cli", frozenset({"cli", "tools", PACKAGE})),
-)
-FORBIDDEN = {("quant", "backends"): "quantization never depends on a backend: it evaluates graphs through graph.run"}
+TABLE = Path(__file__).with_name("layers.toml")  # the one home of the layer table (docs/architecture.md)
+
+
+def _load_table(path: Path = TABLE) -> tuple[tuple[tuple[str, frozenset[str]], ...], dict[tuple[str, str], str]]:
+    table = tomllib.loads(path.read_text(encoding="utf-8"))
+    layers = tuple((layer["name"], frozenset(layer["units"])) for layer in table["layer"])
+    return layers, {(f["source"], f["target"]): f["why"] for f in table.get("forbidden", [])}
+
+
+LAYERS, FORBIDDEN = _load_table()  # lowest layer first
 _MODULE_PATH = re.compile(rf"^{PACKAGE}(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")
 
 
@@ -170,7 +169,7 @@ def problems(root: Path | None = None) -> list[str]:
     """One line per violation of the rules in the module docstring; empty when the layering holds."""
     root = root or source_root()
     graph = unit_graph(edges(root), modules(root))
-    out = [f"unit {u!r} is in no layer of deploykit.tools.layers.LAYERS: place it" for u in sorted(graph)
+    out = [f"unit {u!r} is in no layer of {TABLE.name}: place it" for u in sorted(graph)
            if layer_of(u) < 0]
     for a, targets in sorted(graph.items()):
         for b, made_by in sorted(targets.items()):
