@@ -202,8 +202,8 @@ def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
     names its own), and the run record as ``run.json``, ``junit.xml`` and ``summary.md``."""
     from deploykit.errors import os_error
     from deploykit.report import junit, markdown
-    from deploykit.store import jsonio
     from deploykit.stages import report_files
+    from deploykit.store import jsonio
 
     files = report_files()
     written = []

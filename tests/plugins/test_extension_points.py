@@ -5,7 +5,8 @@ import onnx
 from onnx import helper
 
 import deploykit
-from deploykit import api, export_hooks
+from deploykit import api
+from deploykit.source import export_hooks
 from deploykit.surgery import plugin_bodies
 from tests.plugins.conftest import plugin_model
 

@@ -8,8 +8,8 @@ from deploykit.config import QuantizeConfig
 from deploykit.graph import run
 from deploykit.graph.run import session_from_onnx
 from deploykit.metrics import compare
-from deploykit.quant import prepare as g
 from deploykit.quant import kernel_check
+from deploykit.quant import prepare as g
 from deploykit.quant.kernel_check import miscomputed
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream

@@ -21,9 +21,9 @@ from deploykit.graph.feeds import random_feeds
 from deploykit.metrics.latency import aggregate_trials, fps_trials, time_iterations, warm_up
 from deploykit.record.model import Check
 from deploykit.report import baseline as baselines
-from deploykit.store import jsonio
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import load_engine
+from deploykit.store import jsonio
 from deploykit.store.artifacts import Artifact
 from deploykit.store.environment import (
     device_fingerprint,

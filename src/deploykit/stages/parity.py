@@ -20,12 +20,12 @@ from deploykit.errors import ParityFailed
 from deploykit.graph.run import evaluator_for, session_from_onnx
 from deploykit.metrics.comparison import Comparison
 from deploykit.record.model import Check, worst_of
-from deploykit.store import jsonio
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import BuildSummary, load_engine
 from deploykit.stages.export import MODEL
 from deploykit.stages.quantize import QuantizeStage, QuantizeSummary
 from deploykit.stages.validation import parity_samples, validation_fingerprint
+from deploykit.store import jsonio
 from deploykit.store.artifacts import Artifact
 from deploykit.store.environment import device_fingerprint, onnxruntime_version, tool_versions
 

@@ -42,12 +42,12 @@ from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.graph.run import evaluator_for
 from deploykit.record.model import Check
-from deploykit.store.jsonio import clean
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 from deploykit.stages.validation import validation_fingerprint, validation_samples
 from deploykit.store.artifacts import Artifact
 from deploykit.store.environment import cpu_info, onnxruntime_version, tool_versions
+from deploykit.store.jsonio import clean
 
 RANGES = "ranges.json"
 BASE = "base.onnx"
