@@ -964,7 +964,7 @@ def _find_checker() -> Path:
 
 
 CHECKER = _find_checker()
-TRT_FILES = [BACKENDS / "tensorrt.py", *sorted(BACKENDS.glob("trt_*.py")), REPO / "src" / "deploykit" / "doctor.py",
+TRT_FILES = [BACKENDS / "tensorrt.py", *sorted(BACKENDS.glob("trt_*.py")), BACKENDS / "doctor.py",
              REPO / "src" / "deploykit" / "profiling" / "tensorrt.py", REPO / "scripts" / "gpu_check.py"]
 # Qualified names both versions have but the checker's identifier lists lack (they were extracted with
 # `strings`, which misses short enum members), each with where the real bindings define it. An entry

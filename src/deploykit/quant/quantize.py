@@ -28,6 +28,7 @@ from deploykit.errors import ConfigError, ModelError
 from deploykit.graph import proto
 from deploykit.quant import prepare as g
 from deploykit.quant.check import Check, Reference, check
+from deploykit.quant.ort_flavour import resolve_reduce_range
 from deploykit.quant.judge import Judge, Judging
 from deploykit.quant.ranges import (
     AUTO_METHODS,
@@ -58,7 +59,9 @@ class Job:
     samples: SampleStream | None  # None: FP16 without calibration data (weights checked only)
     where: str = "model.onnx"
     ort_level: str = "extended"  # the onnxruntime build level the check predicts
-    reduce_range: bool = False  # resolved by the caller (see ort_flavour.resolve_reduce_range)
+    # onnxruntime flavour: 7-bit weights; by default what the stage resolves for this CPU (on without VNNI,
+    # where ORT's u8s8 kernels saturate on full-range weights)
+    reduce_range: bool = field(default_factory=lambda: resolve_reduce_range("auto"))
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
     judging: Judging = field(default_factory=Judging)  # parity's config, data and reference
     search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
