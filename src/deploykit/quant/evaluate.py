@@ -19,7 +19,7 @@ from deploykit.graph.emulate import (  # noqa: F401  (re-exported)
 )
 from deploykit.graph.proto import expose_tensors  # noqa: F401  (re-exported)
 from deploykit.graph.run import OrtSession as GraphSession  # noqa: F401  (re-exported)
-from deploykit.graph.run import evaluator_for, session_from_onnx
+from deploykit.graph.run import session_from_onnx
 
 if TYPE_CHECKING:
     import onnx
@@ -44,5 +44,7 @@ def open_as_ort_computes(model: Any, level: str = "extended", threads: int = 0, 
 
 
 def open_for_target(model: Any, flavour: str, level: str = "extended", threads: int = 0) -> GraphSession:
-    """Deprecated: ``session_from_onnx(model, evaluator_for(flavour), level=...)``."""
-    return session_from_onnx(model, evaluator_for(flavour), level=level, threads=threads)  # type: ignore[arg-type]
+    """Deprecated: ``session_from_onnx(model, flavour_for(flavour).evaluator, level=...)``."""
+    from deploykit.quant.flavours import flavour_for
+
+    return session_from_onnx(model, flavour_for(flavour).evaluator, level=level, threads=threads)  # type: ignore[arg-type]
