@@ -32,7 +32,8 @@ def test_dispatch_tables_cover_every_value():
     assert set(AUTO_METHODS) <= set(choices.values(choices.CalibrationMethod))
     assert set(run.PROVIDERS) == set(choices.values(choices.Provider))
     assert set(run._LEVELS) == set(choices.values(choices.OptimizationLevel))
-    assert {flavour_for(f).evaluator for f in choices.values(choices.Flavour)} == set(choices.values(choices.Evaluator))
+    evaluators = {flavour_for(f).evaluator for f in choices.values(choices.Flavour)}
+    assert evaluators == set(choices.values(choices.Evaluator))
 
 
 def test_a_bad_value_is_refused_with_the_valid_ones(tmp_path):

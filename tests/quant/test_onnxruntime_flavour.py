@@ -252,7 +252,7 @@ def test_a_packed_detector_output_keeps_its_scores(monkeypatch):
     result = quantize(model, calib)
     assert result.excluded["pack"].code == "mixed_ranges"
     assert score_error(result.model) < 0.05  # a 1/255 step of [0, 1], with rounding through the convs
-    monkeypatch.setattr(exclusions, "MIXED_RANGE_RATIO", float("inf"))  # an inner join: the tail rule does not reach it
+    monkeypatch.setattr(exclusions, "MIXED_RANGE_RATIO", float("inf"))  # an inner join, out of the tail rule
     monkeypatch.setattr(exclusions, "output_tail", lambda m: {})
     assert score_error(quantize(model, calib).model) > 0.5  # the scores share the pixels' scale
 

@@ -60,7 +60,8 @@ def test_exclusions_by_name_op_type_and_pattern_stay_unquantized(flavour):
     assert {"conv1", "head"} <= quantized_weights(result.model)
     if flavour == "tensorrt":  # ModelOpt also leaves the inputs of an excluded node in float
         assert {"conv0", "conv2"}.isdisjoint(quantized_node_names(result.model))
-    assert result.excluded["conv0"].code == "by_name" and result.excluded["conv2"] == Kept.BY_PATTERN(pattern="^conv2$")
+    assert result.excluded["conv0"].code == "by_name"
+    assert result.excluded["conv2"] == Kept.BY_PATTERN(pattern="^conv2$")
     assert "exclude_patterns 'nomatch' matches no node" in result.notes
     by_type = quantize_model(job(model, flavour, exclude_op_types=("Conv",)))
     assert not quantized_weights(by_type.model)

@@ -48,7 +48,8 @@ def test_graph_follows_tensorrt_rules_and_scales_come_from_deploykit_ranges(prec
 
 def test_convolutions_modelopt_skips_are_listed_with_the_reason():
     result = quantize(models.cnn((32, 32)), "fp8")  # ModelOpt runs no FP8 conv with < 16 input channels
-    assert result.unquantized["conv0"] == Kept.PLACEMENT_RULES(op="Conv", shape=" (weight [32, 3, 3, 3])", tool="ModelOpt")
+    assert result.unquantized["conv0"] == Kept.PLACEMENT_RULES(op="Conv", shape=" (weight [32, 3, 3, 3])",
+                                                               tool="ModelOpt")
     assert "conv1" not in result.unquantized
 
 

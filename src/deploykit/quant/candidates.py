@@ -17,8 +17,15 @@ if TYPE_CHECKING:
     from deploykit.quant.reasons import Reason
 
 
-def build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, Reason], *,
-          fp32: dict[str, Reason], sample: dict[str, Any]) -> onnx.ModelProto:
+def build(
+    job: Job,
+    model: onnx.ModelProto,
+    ranges: dict[str, TensorRange],
+    excluded: dict[str, Reason],
+    *,
+    fp32: dict[str, Reason],
+    sample: dict[str, Any],
+) -> onnx.ModelProto:
     """One candidate: Q/DQ (or FP16) with ``excluded`` nodes left out of quantization."""
     cfg = job.cfg
     if cfg.precision == "fp16":
@@ -38,11 +45,14 @@ def finished(job: Job, graph: onnx.ModelProto, fp32: dict[str, Reason]) -> onnx.
     return job.target.finish(graph, sorted(fp32), job.cfg)
 
 
-def qdq(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
-        sample: dict[str, Any]) -> onnx.ModelProto:
+def qdq(
+    job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str], sample: dict[str, Any]
+) -> onnx.ModelProto:
     """The Q/DQ graph (FP32 high precision) with ``ranges`` in its activation scales, ``names`` excluded."""
     key = (id(model), tuple(names))
-    out, placed = job.target.place(model, ranges, names, sample, job.cfg, job.reduce_range, job.placements.get(key))
+    out, placed = job.target.place(
+        model, ranges, names, sample, job.cfg, job.reduce_range, job.placements.get(key)
+    )
     if placed is not None:
         job.placements.setdefault(key, placed)
     return out

@@ -47,4 +47,5 @@ def open_for_target(model: Any, flavour: str, level: str = "extended", threads: 
     """Deprecated: ``session_from_onnx(model, flavour_for(flavour).evaluator, level=...)``."""
     from deploykit.quant.flavours import flavour_for
 
-    return session_from_onnx(model, flavour_for(flavour).evaluator, level=level, threads=threads)  # type: ignore[arg-type]
+    evaluator = flavour_for(flavour).evaluator
+    return session_from_onnx(model, evaluator, level=level, threads=threads)  # type: ignore[arg-type]

@@ -34,27 +34,44 @@ def keep_first(into: dict[str, Reason], found: Mapping[str, Reason]) -> dict[str
     return into
 
 
-def configured(model: onnx.ModelProto, cfg: QuantizeConfig, where: str, notes: list[str]) -> dict[str, Reason]:
+def configured(
+    model: onnx.ModelProto, cfg: QuantizeConfig, where: str, notes: list[str]
+) -> dict[str, Reason]:
     """The configuration's exclusions (names, op types, patterns, ``high_precision_ops``); a pattern
     that matches no node is noted."""
     excluded = resolve(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, where)
-    keep_first(excluded, {n.name: Kept.HIGH_PRECISION_OP(op=n.op_type) for n in model.graph.node
-                          if n.op_type in cfg.high_precision_ops})
-    notes += [f"exclude_patterns {p!r} matches no node" for p in unmatched_patterns(model, cfg.exclude_patterns)]
+    keep_first(
+        excluded,
+        {
+            n.name: Kept.HIGH_PRECISION_OP(op=n.op_type)
+            for n in model.graph.node
+            if n.op_type in cfg.high_precision_ops
+        },
+    )
+    notes += [
+        f"exclude_patterns {p!r} matches no node" for p in unmatched_patterns(model, cfg.exclude_patterns)
+    ]
     return excluded
 
 
-def resolve(model: onnx.ModelProto, names: tuple[str, ...], op_types: tuple[str, ...], patterns: tuple[str, ...],
-            where: str) -> dict[str, Reason]:
+def resolve(
+    model: onnx.ModelProto,
+    names: tuple[str, ...],
+    op_types: tuple[str, ...],
+    patterns: tuple[str, ...],
+    where: str,
+) -> dict[str, Reason]:
     """Node name -> why it is excluded; a name the graph lacks is an error that lists close matches."""
     nodes = {n.name: n for n in model.graph.node}
     out: dict[str, Reason] = {}
     for name in names:
         if name not in nodes:
             close = difflib.get_close_matches(name, list(nodes), n=3)
-            raise ModelError(f"{where}: quantize.exclude_nodes names {name!r}, which the model does not have"
-                             + (f" (close: {', '.join(close)})" if close else ""),
-                             hint="`deploykit inspect` lists node names; exclude_patterns takes regular expressions")
+            raise ModelError(
+                f"{where}: quantize.exclude_nodes names {name!r}, which the model does not have"
+                + (f" (close: {', '.join(close)})" if close else ""),
+                hint="`deploykit inspect` lists node names; exclude_patterns takes regular expressions",
+            )
         out[name] = Kept.BY_NAME()
     for node in model.graph.node:
         if node.op_type in op_types:
@@ -78,8 +95,9 @@ def still_present(model: onnx.ModelProto, excluded: dict[str, Reason], notes: li
     return {k: v for k, v in excluded.items() if k in names}
 
 
-def after_calibration(model: onnx.ModelProto, calibration: Calibration, cfg: QuantizeConfig,
-                      flavour: QuantFlavour) -> dict[str, Reason]:
+def after_calibration(
+    model: onnx.ModelProto, calibration: Calibration, cfg: QuantizeConfig, flavour: QuantFlavour
+) -> dict[str, Reason]:
     """The rules that read what calibration saw, then the flavour's, then ``quantize.bounded: exclude``."""
     out = masking_nodes(model, calibration.infinite)
     keep_first(out, mixed_range_joins(model, calibration.sets["max"]))  # min/max: the same in every set
@@ -91,7 +109,11 @@ def after_calibration(model: onnx.ModelProto, calibration: Calibration, cfg: Qua
 
 def bounded_readers(model: onnx.ModelProto) -> dict[str, Reason]:
     readers = g.consumers(model)
-    return {n.name: Kept.BOUNDED_READER(tensor=t) for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
+    return {
+        n.name: Kept.BOUNDED_READER(tensor=t)
+        for t in sorted(g.bounded_tensors(model))
+        for n in readers.get(t, [])
+    }
 
 
 def masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str, Reason]:
@@ -115,15 +137,18 @@ def mixed_range_joins(model: onnx.ModelProto, ranges: dict[str, TensorRange]) ->
     real YOLOv8n, with ONNX Runtime's quantize_static too). Each input keeps its own scale."""
     out: dict[str, Reason] = {}
     for node in model.graph.node:
-        spans = {t: ranges[t].max - ranges[t].min for t in node.input if node.op_type == "Concat" and t in ranges}
+        spans = {
+            t: ranges[t].max - ranges[t].min for t in node.input if node.op_type == "Concat" and t in ranges
+        }
         spans = {t: v for t, v in spans.items() if v > 0}
         if len(spans) < 2:
             continue
         wide, narrow = max(spans, key=spans.__getitem__), min(spans, key=spans.__getitem__)
         ratio = spans[wide] / spans[narrow]
         if ratio > MIXED_RANGE_RATIO:
-            out[node.name] = Kept.MIXED_RANGES(narrow=narrow, narrow_span=spans[narrow], wide=wide,
-                                               wide_span=spans[wide], ratio=ratio)
+            out[node.name] = Kept.MIXED_RANGES(
+                narrow=narrow, narrow_span=spans[narrow], wide=wide, wide_span=spans[wide], ratio=ratio
+            )
     return out
 
 
@@ -138,7 +163,10 @@ def output_tail(model: onnx.ModelProto) -> dict[str, Reason]:
     for node in reversed(model.graph.node):  # topological order: a node's readers are decided first
         if node.op_type in COMPUTE_OPS or not node.output:
             continue
-        if all(t in outputs or (readers.get(t) and all(r.name in tail for r in readers[t])) for t in node.output
-               if t):
+        if all(
+            t in outputs or (readers.get(t) and all(r.name in tail for r in readers[t]))
+            for t in node.output
+            if t
+        ):
             tail[node.name] = Kept.OUTPUT_TAIL()
     return tail

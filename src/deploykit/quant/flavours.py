@@ -12,7 +12,7 @@ implements :class:`QuantFlavour`:
   activations) for its CPU kernels; the rest in FP32; checked as those kernels compute it.
 
 Everything else asks :func:`flavour_for` (a registry keyed by ``Flavour``) and never compares a
-flavour's name (``tests/quant/test_flavour_names.py`` checks it). To add a flavour: a module with
+flavour's name (``tests/tools/test_flavour_names.py`` checks it). To add a flavour: a module with
 a class implementing this protocol, its instance as ``FLAVOUR``, and its name in ``choices.Flavour``
 and :data:`REGISTRY`.
 """
@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from deploykit.quant.ranges import TensorRange
     from deploykit.quant.reasons import Reason
 
-REGISTRY: dict[str, str] = {"tensorrt": "deploykit.quant.modelopt_flavour:FLAVOUR",
-                            "onnxruntime": "deploykit.quant.ort_flavour:FLAVOUR"}
+REGISTRY: dict[str, str] = {
+    "tensorrt": "deploykit.quant.modelopt_flavour:FLAVOUR",
+    "onnxruntime": "deploykit.quant.ort_flavour:FLAVOUR",
+}
 
 
 class Placed(NamedTuple):
@@ -75,9 +77,10 @@ class QuantFlavour(Protocol):
         """``quantize.reduce_range`` resolved for this flavour (7-bit weights)."""
         ...
 
-    def prepare(self, model: onnx.ModelProto, cfg: QuantizeConfig, where: str
-                ) -> tuple[onnx.ModelProto, Preparation]:
-        """The graph prepared for the quantizer (:func:`deploykit.quant.graph.prepare`) at the opset it needs."""
+    def prepare(
+        self, model: onnx.ModelProto, cfg: QuantizeConfig, where: str
+    ) -> tuple[onnx.ModelProto, Preparation]:
+        """The graph prepared for the quantizer (:func:`deploykit.quant.graph.prepare`) at its opset."""
         ...
 
     def preprocess(self, model: onnx.ModelProto, precision: str, notes: list[str]) -> onnx.ModelProto:
@@ -89,12 +92,19 @@ class QuantFlavour(Protocol):
         ...
 
     def checks_kernels(self, precision: str) -> bool:
-        """Whether the runtime's fused integer kernels are checked on this CPU (:mod:`deploykit.quant.kernel_check`)."""
+        """Whether the runtime's fused integer kernels are checked on this CPU (:mod:`~.kernel_check`)."""
         ...
 
-    def place(self, model: onnx.ModelProto, ranges: dict[str, TensorRange], exclude: list[str],
-              sample: dict[str, np.ndarray], cfg: QuantizeConfig, reduce_range: bool, placed: Placed | None
-              ) -> tuple[onnx.ModelProto, Placed | None]:
+    def place(
+        self,
+        model: onnx.ModelProto,
+        ranges: dict[str, TensorRange],
+        exclude: list[str],
+        sample: dict[str, np.ndarray],
+        cfg: QuantizeConfig,
+        reduce_range: bool,
+        placed: Placed | None,
+    ) -> tuple[onnx.ModelProto, Placed | None]:
         """The Q/DQ graph (FP32 float rest) with ``ranges`` in its activation scales, ``exclude`` left out.
 
         ``placed`` is what an earlier call placed for the same graph and exclusions: the quantizer runs
@@ -108,7 +118,7 @@ class QuantFlavour(Protocol):
         ...
 
     def fp16_rest(self, cfg: QuantizeConfig) -> bool:
-        """Whether the graph it writes computes its unquantized nodes in FP16 (then they are checked for overflow)."""
+        """Whether its graph computes the unquantized nodes in FP16 (then they are checked for overflow)."""
         ...
 
     def finish(self, qdq: onnx.ModelProto, keep_fp32: list[str], cfg: QuantizeConfig) -> onnx.ModelProto:
@@ -131,7 +141,9 @@ def flavour_for(name: Flavour | str) -> QuantFlavour:
     from deploykit.errors import ConfigError
 
     if name not in REGISTRY:
-        raise ConfigError(f"unknown quantize flavour {name!r}", hint=f"use one of {', '.join(values(Flavour))}")
+        raise ConfigError(
+            f"unknown quantize flavour {name!r}", hint=f"use one of {', '.join(values(Flavour))}"
+        )
     module, _, attribute = REGISTRY[name].partition(":")
     found: QuantFlavour = getattr(importlib.import_module(module), attribute)
     return found

@@ -63,8 +63,8 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
     build = builder(p, base, reference, cfg.precision)
-    facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour.name, "ort_level": flavour.level(ort_level),
-             "ladder": list(p.ladder)}
+    facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour.name,
+             "ort_level": flavour.level(ort_level), "ladder": list(p.ladder)}
     key = cache_key(facts)
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
@@ -82,8 +82,9 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
 
 
 def _costs(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, build: Callable[[Patch], onnx.ModelProto],
-           flavour: QuantFlavour, cfg: QuantizeConfig, ort_level: str, sample: dict[str, np.ndarray]) -> Costs:
-    """Measured on this CPU with ONNX Runtime's profiler where the flavour measures, else a roofline estimate."""
+           flavour: QuantFlavour, cfg: QuantizeConfig, ort_level: str, sample: dict[str, np.ndarray]
+           ) -> Costs:
+    """Measured with ONNX Runtime's profiler where the flavour measures, else a roofline estimate."""
     from deploykit.quant import latency_cost
 
     if flavour.measures_latency:

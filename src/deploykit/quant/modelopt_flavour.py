@@ -177,12 +177,14 @@ class TensorRTFlavour:
 
         p = cfg.precision
         if p != "int8" or not (cfg.repair.enabled and cfg.high_precision == "fp16"):
-            return prepare(model, 21 if p == "int4" else 13 if p == "fp16" else 19, where)  # fp16: AutoCast needs 13
+            opset = 21 if p == "int4" else 13 if p == "fp16" else 19  # fp16: AutoCast needs 13
+            return prepare(model, opset, where)
         try:
             model, prep = prepare(model, FP8_LAYERS_OPSET, where)
         except ModelError:
             model, prep = prepare(model, 19, where)
-            prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
+            prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no "
+                              "FP8 layers")
             return model, prep
         prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
                       for n in prep.notes]
@@ -212,7 +214,8 @@ class TensorRTFlavour:
             placed = new = Placed(model, qdq, ranges)
         out = onnx.ModelProto.FromString(placed.qdq.SerializeToString())
         if cfg.precision != "int4":  # INT4 quantizes weights only
-            set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30)
+            low = FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30
+            set_activation_scales(out, ranges, min_scale=low)
         return out, new
 
     def high_precision(self, cfg: QuantizeConfig) -> str:

@@ -417,11 +417,12 @@ class OnnxRuntimeFlavour:
 
     def check(self, precision: str) -> None:
         if precision not in self.precisions:
-            raise ConfigError(f"quantize.precision {precision} with target onnxruntime: ONNX Runtime's CPU kernels "
-                              f"have no {precision.upper()} convolution (QLinearConv rejects float8 inputs at "
-                              "optimization level extended), so the model would be slower and not run as built",
-                              hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit checks "
-                                   "that graph as written on the CPU")
+            raise ConfigError(f"quantize.precision {precision} with target onnxruntime: ONNX Runtime's CPU "
+                              f"kernels have no {precision.upper()} convolution (QLinearConv rejects float8 "
+                              "inputs at optimization level extended), so the model would be slower and not "
+                              "run as built",
+                              hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit "
+                                   "checks that graph as written on the CPU")
 
     def needs_modelopt(self, precision: str) -> bool:
         return not _quantizes(precision)  # FP16 is ModelOpt's AutoCast
@@ -464,7 +465,7 @@ class OnnxRuntimeFlavour:
     def place(self, model: onnx.ModelProto, ranges: dict[str, TensorRange], exclude: list[str],
               sample: dict[str, np.ndarray], cfg: QuantizeConfig, reduce_range: bool, placed: Placed | None
               ) -> tuple[onnx.ModelProto, Placed | None]:
-        """ORT's scales are recomputed exactly as its quantizer would (:func:`rescale`), else it runs again."""
+        """ORT's scales recomputed exactly as its quantizer would (:func:`rescale`), else it runs again."""
         import onnx
 
         from deploykit.quant.flavours import Placed
@@ -472,7 +473,8 @@ class OnnxRuntimeFlavour:
         out = rescale(placed.qdq, model, ranges, placed.ranges) if placed is not None else None
         if out is not None:
             return out, None
-        out = quantize(model, sample, ranges, exclude=exclude, per_channel=cfg.per_channel, reduce_range=reduce_range)
+        out = quantize(model, sample, ranges, exclude=exclude, per_channel=cfg.per_channel,
+                       reduce_range=reduce_range)
         return out, Placed(model, onnx.ModelProto.FromString(out.SerializeToString()), ranges)
 
     def high_precision(self, cfg: QuantizeConfig) -> str:

@@ -62,7 +62,8 @@ class Job:
     search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
     # what the quantizer placed, by (graph, excluded nodes): it places Q/DQ once per exclusion set,
     # every range set after that only rewrites scales (see candidates.qdq)
-    placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False, repr=False)
+    placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False,
+                                                                  repr=False)
     correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
     corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 
@@ -85,7 +86,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     repair: SearchResult | None = None
     passthrough: bool = False
-    unquantized: dict[str, Reason] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
+    unquantized: dict[str, Reason] = field(default_factory=dict)  # compute nodes its placement rules skipped
     range_samples: int = 0  # calibration samples the ranges come from
     check_samples: int = 0  # samples the check ran on (parity's validation samples, else held out of the ranges)
     base: onnx.ModelProto | None = None  # the graph every layer_precisions patch applies to
@@ -215,8 +216,9 @@ def _uses_fp16(job: Job) -> bool:
     return job.target.fp16_rest(job.cfg)
 
 
-def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, Reason],
-                        fp32: dict[str, Reason], notes: list[str], original: onnx.ModelProto) -> Result:
+def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration,
+                        excluded: dict[str, Reason], fp32: dict[str, Reason], notes: list[str],
+                        original: onnx.ModelProto) -> Result:
     if calibration.held_out:
         samples = calibration.held_out
     elif job.samples is not None:
@@ -228,7 +230,8 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
     memo = Memo(opener)
     few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance(job))
     if job.target.checks_kernels(job.cfg.precision):
-        exclusions.keep_first(excluded, _miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes))
+        wrong = _miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes)
+        exclusions.keep_first(excluded, wrong)
     sets = range_sets(job, model, calibration, excluded, samples[0])
     judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
     method, ranges = choose_ranges(job, model, sets, excluded, fp32, samples[0], few,
@@ -253,8 +256,8 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
                      hint="set quantize.high_precision: fp32")
 
 
-def _miscomputed(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, Reason],
-                 sample: dict[str, Any], notes: list[str]) -> dict[str, Reason]:
+def _miscomputed(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange],
+                 excluded: dict[str, Reason], sample: dict[str, Any], notes: list[str]) -> dict[str, Reason]:
     """Nodes ONNX Runtime's integer kernels compute wrong on this CPU (:mod:`deploykit.quant.kernel_check`)."""
     from deploykit.quant.candidates import qdq
     from deploykit.quant.kernel_check import miscomputed

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def settings(cfg: QuantizeConfig) -> RangeSettings:
     """The configured method (max for the precisions nothing calibrates), on the precision's grid."""
-    method = cfg.method if cfg.precision in CALIBRATED else "max"  # the config refuses another method for these
+    method = cfg.method if cfg.precision in CALIBRATED else "max"  # the config refuses another method
     return RangeSettings(method, cfg.percentile, cfg.num_bins, "fp8" if cfg.precision == "fp8" else "int8")
 
 
@@ -59,7 +59,7 @@ def tolerance(job: Job) -> Callable[[str], Any]:
     from deploykit.metrics.tasks import unordered_outputs
 
     parity, preset = job.judging.parity or ParityConfig(), parity_preset(job.cfg)
-    unordered = unordered_outputs(parity.tasks)  # post-NMS outputs: only parity's detection check compares them
+    unordered = unordered_outputs(parity.tasks)  # post-NMS outputs: only parity's detection check compares
     return lambda output: Tolerance() if output in unordered else parity.tolerance(output, preset)
 
 
@@ -93,8 +93,10 @@ def choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[s
     ranks = rank_sums(losses) if ranked else dict.fromkeys(range_sets, 0.0)
     best = min(range_sets, key=lambda m: (ranks[m], typical[m]))  # ties: the first (max) wins
     listed = ", ".join(f"{m} {v:.4g}" for m, v in typical.items())
-    by_task = (f"; task-metric rank sums on {len(validation.samples)} validation samples "
-               + ", ".join(f"{m} {v:g}" for m, v in ranks.items())) if validation is not None and ranked else ""
+    by_task = ""
+    if validation is not None and ranked:
+        by_task = (f"; task-metric rank sums on {len(validation.samples)} validation samples "
+                   + ", ".join(f"{m} {v:g}" for m, v in ranks.items()))
     notes.append(f"calibration method auto: mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed}"
                  f"{by_task} -> {best}")
     return best, range_sets[best]

@@ -45,21 +45,29 @@ class Stop(Code):
     PASSED_AT_START = ("passed_at_start", "passed")  # the start passed: nothing raised
     PASSED = ("passed", "passed")  # a raised prefix passed, bisected and trimmed
     PASSED_REFINED = ("passed_refined", "passed")  # raising more made it worse; chunks kept where they helped
-    ONLY_ALL_PASS = ("only_all_pass", "cannot pass faster than every layer at the top precision: only all {n} "
-                                      "ranked groups raised ({tops}) pass{instead}")
+    ONLY_ALL_PASS = (
+        "only_all_pass",
+        "cannot pass faster than every layer at the top precision: only all {n} ranked groups raised "
+        "({tops}) pass{instead}")
     BUDGET_SPENT = ("budget_spent", "evaluation budget spent ({n})")
-    NO_FASTER_PREFIX = ("no_faster_prefix", "cannot pass faster than every layer at the top precision: the {n} "
-                                            "best-ranked groups raised still fail, and raising more would be no faster")
+    NO_FASTER_PREFIX = (
+        "no_faster_prefix",
+        "cannot pass faster than every layer at the top precision: the {n} best-ranked groups raised still "
+        "fail, and raising more would be no faster")
     ALL_RAISED_FAIL = ("all_raised_fail", "every ranked group raised ({n}) still fails")
     # run_search's, after the search:
-    PASSED_AT_CLOSEST = ("passed_at_closest", "passed on all {n_all} judging samples at the closest state "
-                                              "(on the {n_search} search samples: {before})")
-    RANKED_BY_ACCURACY = ("ranked_by_accuracy", "{base} alone is not {margin:.2g}x faster than every group at "
-                                                "{raised} here ({base_cost:.3g} vs {top:.3g} {unit}), so no mix can "
-                                                "pass faster than {raised}: the search ranked by accuracy alone")
-    TIMED_NOT_FASTER = ("timed_not_faster", "timed after the search, {base} alone is not {margin:.2g}x faster than "
-                                            "FP32 here ({base_ms:.3g} vs {fp32_ms:.3g} ms), so no mix could pass "
-                                            "faster than FP32")
+    PASSED_AT_CLOSEST = (
+        "passed_at_closest",
+        "passed on all {n_all} judging samples at the closest state (on the {n_search} search samples: "
+        "{before})")
+    RANKED_BY_ACCURACY = (
+        "ranked_by_accuracy",
+        "{base} alone is not {margin:.2g}x faster than every group at {raised} here ({base_cost:.3g} vs "
+        "{top:.3g} {unit}), so no mix can pass faster than {raised}: the search ranked by accuracy alone")
+    TIMED_NOT_FASTER = (
+        "timed_not_faster",
+        "timed after the search, {base} alone is not {margin:.2g}x faster than FP32 here ({base_ms:.3g} vs "
+        "{fp32_ms:.3g} ms), so no mix could pass faster than FP32")
 
 
 @dataclass(frozen=True)
@@ -288,7 +296,8 @@ class _Run:
         mine, theirs = full[frozenset(best.items())], full[frozenset(start.items())]
         return (dict(start), theirs) if theirs.objective <= mine.objective else (best, mine)
 
-    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]], stop: Reason) -> Outcome:
+    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]], stop: Reason
+             ) -> Outcome:
         """Lower each raised group one precision step, least valuable first, while every sample passes."""
         for group in reversed(raised):
             if self.spent():

@@ -121,7 +121,8 @@ class SearchResult:
         return self.costs.of(self.patch) < self.costs.top
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.check.passed, "stopped": self.stopped.to_dict(), "patch": dict(sorted(self.patch.items())),
+        return {"passed": self.check.passed, "stopped": self.stopped.to_dict(),
+                "patch": dict(sorted(self.patch.items())),
                 "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
                 "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "timings": self.timings, "latency": self.costs.method,
                 "faster_than_top": self.faster_than_top(),
@@ -214,7 +215,8 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     if not outcome.passed and ceiling != float("inf") and measured.get("base", 0.0) >= CEILING_MARGIN * \
             measured.get("fp32", float("inf")):  # the profiler's kernel times said faster; whole runs say not
         outcome.stopped = outcome.stopped.qualified(Stop.TIMED_NOT_FASTER(
-            base=ladder[0].upper(), margin=1 / CEILING_MARGIN, base_ms=measured["base"], fp32_ms=measured["fp32"]))
+            base=ladder[0].upper(), margin=1 / CEILING_MARGIN, base_ms=measured["base"],
+            fp32_ms=measured["fp32"]))
     clock.lap("timing")
     return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
                         {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source, timings=clock.laps)

@@ -79,7 +79,7 @@ class RepairSummary(Summary):
     iterations: int = 0  # states evaluated after measuring (the base and confirmations included)
     excluded_nodes: list[str] = field(default_factory=list)  # layer groups raised above the stage's precision
     stopped: str = ""  # why it stopped, in words (the sentence of search.Stop's reason)
-    stop_codes: list[str] = field(default_factory=list)  # the same as codes: the stop's, then its qualifications'
+    stop_codes: list[str] = field(default_factory=list)  # as codes: the stop's, then its qualifications'
     worst_rel_l2: list[float | None] = field(default_factory=list)  # per step (None: no rel-L2 limit checked)
     layer_precisions: dict[str, str] = field(default_factory=dict)  # the chosen patch: group -> precision
     evaluations: dict[str, int] = field(default_factory=dict)  # fresh (run now), cached (from an earlier artifact)
@@ -153,9 +153,10 @@ class QuantizeStage(Stage):
         flavour = flavour_for(c.quantize.flavour(c.build.backend))
         if flavour.needs_modelopt(c.quantize.precision) and importlib.util.find_spec("modelopt") is None:
             raise BackendUnavailable(
-                f"quantize.precision {c.quantize.precision} for the {flavour.name} flavour needs NVIDIA ModelOpt, "
-                "which this install lacks", hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU "
-                "kernels, --precision int8 --set quantize.target=onnxruntime, needs only ONNX Runtime)")
+                f"quantize.precision {c.quantize.precision} for the {flavour.name} flavour needs NVIDIA "
+                "ModelOpt, which this install lacks",
+                hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU kernels, --precision int8 "
+                     "--set quantize.target=onnxruntime, needs only ONNX Runtime)")
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
