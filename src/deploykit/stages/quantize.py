@@ -79,13 +79,13 @@ class RepairSummary(Summary):
     iterations: int = 0  # states evaluated after measuring (the base and confirmations included)
     excluded_nodes: list[str] = field(default_factory=list)  # layer groups raised above the stage's precision
     stopped: str = ""  # why it stopped, in words (the sentence of search.Stop's reason)
-    stop_codes: list[str] = field(default_factory=list)  # as codes: the stop's, then its qualifications'
     worst_rel_l2: list[float | None] = field(default_factory=list)  # per step (None: no rel-L2 limit checked)
     layer_precisions: dict[str, str] = field(default_factory=dict)  # the chosen patch: group -> precision
     evaluations: dict[str, int] = field(default_factory=dict)  # fresh (run now), cached (from an earlier artifact)
     cache_key: str = ""  # what sensitivity.json's measurements are filed under
     judged_on: str = ""  # the samples the search judged on
     worst_ratio: list[float | None] = field(default_factory=list)  # per step: worst measured value / its limit
+    stop_codes: list[str] = field(default_factory=list)  # as codes: the stop's, then its qualifications'
 
 
 @dataclass(frozen=True)
