@@ -175,7 +175,8 @@ def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, j
                          result.model)), "excluded": sorted(result.excluded), "fp32": sorted(result.fp32)}
         if result.repair is not None:
             s = result.repair
-            make.info["search"] = {"passed": s.check.passed, "stopped": s.stopped,  # type: ignore[attr-defined]
+            make.info["search"] = {"passed": s.check.passed,  # type: ignore[attr-defined]
+                                   "stopped": str(s.stopped),
                                    "raised": dict(sorted(s.patch.items())), "groups": len(s.groups),
                                    "evaluations": s.evaluations, "wall_s": round(s.wall_s, 1),
                                    "cpu_s": round(s.cpu_s, 1), "timings": s.timings,

@@ -116,9 +116,11 @@ def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int =
     from deploykit.config import ParityConfig, QuantizeConfig, parity_preset
     from deploykit.metrics.divergence import diagnose
     from deploykit.quant import quantize as q
+    from deploykit.quant.candidates import build
     from deploykit.quant.check import Reference, check
     from deploykit.quant.prepare import quantized_node_names
     from deploykit.quant.reader import SampleStream
+    from deploykit.quant.reasons import Reason
 
     cfg = QuantizeConfig(precision="int8", method="max", check_samples=4)
     job = q.Job(plain.reference, cfg, flavour, SampleStream(calib), reduce_range=True)
@@ -126,8 +128,8 @@ def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int =
     preset = parity_preset(cfg)
     evaluate = partial(check, Reference(plain.reference, held), opener=q._opener(job),
                        tolerance=lambda name: ParityConfig().tolerance(name, preset))
-    excluded: dict[str, str] = dict(plain.excluded)
-    model = q._build(job, plain.reference, plain.ranges, excluded, fp32=dict(plain.fp32), sample=held[0])
+    excluded: dict[str, Reason] = dict(plain.excluded)
+    model = build(job, plain.reference, plain.ranges, excluded, fp32=dict(plain.fp32), sample=held[0])
     result, steps = evaluate(model), 1
     while not result.passed and steps < max_iterations and len(excluded) - len(plain.excluded) < max_nodes:
         report = diagnose(plain.reference, model, held, threshold, top=10**6, candidate_opener=q._opener(job))
@@ -136,8 +138,8 @@ def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int =
                      if t.candidate_node in quantized and t.candidate_node not in excluded and t.growth > 0), None)
         if pick is None:
             break
-        excluded[pick] = "old repair loop"
-        model = q._build(job, plain.reference, plain.ranges, excluded, fp32=dict(plain.fp32), sample=held[0])
+        excluded[pick] = Reason("old_repair_loop", "old repair loop")
+        model = build(job, plain.reference, plain.ranges, excluded, fp32=dict(plain.fp32), sample=held[0])
         result, steps = evaluate(model), steps + 1
     return model, sorted(set(excluded) - set(plain.excluded)), result.passed, steps
 
@@ -208,7 +210,7 @@ def search_row(name: str, flavour: str, label: str, result: Any) -> dict[str, An
     s = result.repair
     return {"model": name, "flavour": flavour, "row": label, "wall_s": s.wall_s, "cpu_s": s.cpu_s,
             "passed": s.check.passed,
-            "iou": iou(s.check), "stopped": s.stopped, "evaluations_run": s.evaluations["fresh"],
+            "iou": iou(s.check), "stopped": s.stopped.to_dict(), "evaluations_run": s.evaluations["fresh"],
             "evaluations_reused": s.evaluations["cached"], "precisions": counts(result.base, s.patch),
             "groups_raised": len(s.patch), "latency_method": s.costs.method, "timings": s.timings,
             "groups": len(s.groups), "measured_ms": s.measured_ms}

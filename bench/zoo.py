@@ -129,20 +129,12 @@ def task_summary(tasks: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
-def _excluded_summary(excluded: dict[str, str], raised: dict[str, str]) -> str:
-    """Nodes kept out of quantization by reason, then the layer groups the search (or the config's
-    ``layer_precisions``) raised, by precision."""
-    from deploykit.quant.kernel_check import REASON
-
-    def kind(why: str) -> str:
-        for key, label in (("±inf", "masking"), ("high_precision_ops", "high_precision_ops"),
-                           ("after the last compute op", "output tail"), ("apart: one INT8 scale", "mixed ranges"),
-                           (REASON, "kernel miscomputes")):
-            if key in why:
-                return label
-        return "config"
-
-    kinds = Counter(kind(why) for why in excluded.values())
+def _excluded_summary(excluded: dict[str, dict[str, str]], raised: dict[str, str]) -> str:
+    """Nodes kept out of quantization by reason (precision.json's reason codes), then the layer groups the
+    search (or the config's ``layer_precisions``) raised, by precision."""
+    labels = {"masking": "masking", "high_precision_op": "high_precision_ops", "output_tail": "output tail",
+              "mixed_ranges": "mixed ranges", "kernel_miscomputes": "kernel miscomputes"}
+    kinds = Counter(labels.get(why["code"], "config") for why in excluded.values())
     kinds.update(f"groups {p} (search)" for p in raised.values())
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "0"
 

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from deploykit.graph.emulate import FP8_UNSAFE_OPTIMIZERS, emulate_fp16, has_float8, ort_disabled_optimizers
-from deploykit.graph.run import evaluator_for, session_from_onnx
+from deploykit.graph.run import session_from_onnx
 from tests.quant import models
 
 
@@ -106,14 +106,6 @@ def test_without_the_guard_onnx_runtime_drops_the_relu_in_front_of_fp8():
 def test_int8_graphs_need_no_disabled_optimizer():
     assert ort_disabled_optimizers(models.cnn((4,))) == ()
     assert not has_float8(onnx.ModelProto())
-
-
-def test_evaluator_for_picks_the_evaluator_parity_needs():
-    def open_for_target(model, flavour, level="extended"):
-        return session_from_onnx(model, evaluator_for(flavour), level=level)
-
-    assert open_for_target(models.cnn((4,)), "tensorrt").evaluator.startswith("as written")
-    assert "optimization level all" in open_for_target(models.cnn((4,)), "onnxruntime", "all").evaluator
 
 
 def _relu_model(shape=(2, 3)):

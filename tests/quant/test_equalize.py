@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from deploykit.config import QuantizeConfig
-from deploykit.graph.run import evaluator_for, session_from_onnx
+from deploykit.graph.run import session_from_onnx
 from deploykit.metrics import compare
 from deploykit.quant.equalize import equalize
+from deploykit.quant.flavours import flavour_for
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from tests.quant import models
@@ -53,7 +54,7 @@ def test_equalization_lowers_int8_error_on_a_depthwise_network(flavour):
         job = Job(model, QuantizeConfig(precision="int8", high_precision="fp32", method="max", **cfg), flavour,
                   SampleStream(calib), reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False)
         result = quantize_model(job)
-        session = session_from_onnx(result.model, evaluator_for(flavour))
+        session = session_from_onnx(result.model, flavour_for(flavour).evaluator)
         return float(np.mean([compare(ref.infer(s)["prob"], session.infer(s)["prob"])["rel_l2"] for s in valid])), result
 
     plain, _ = error()

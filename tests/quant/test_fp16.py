@@ -29,8 +29,8 @@ def test_overflow_nodes_names_weight_and_activation_offenders():
     model = models.batchnorm_overflow()
     ranges = collect_ranges(model, models.images(4), RangeSettings("max"))
     nodes = overflow_nodes(model, ranges, 16384.0)
-    assert "bn.var" in nodes["bn"] and "1e+08" in nodes["bn"]
-    assert "conv0_out" in nodes["conv0"]  # the activation feeding BatchNorm is ~2e4
+    assert nodes["bn"].code == "fp16_weight_overflow" and "'bn.var' reaches 1e+08" in str(nodes["bn"])
+    assert nodes["conv0"].code == "fp16_activation_overflow" and "'conv0_out'" in str(nodes["conv0"])  # ~2e4
     assert "head" not in nodes
 
 
@@ -54,7 +54,9 @@ def test_refuse_policy_names_the_nodes():
 def test_activation_overflow_is_found_from_calibration_ranges():
     result = quantize_model(Job(models.activation_overflow(), QuantizeConfig(precision="int8"), "tensorrt",
                                 SampleStream(models.images(4))))
-    assert "activation 'conv0_out'" in result.fp32["conv0"] and "relu" in result.fp32
+    why = result.fp32["conv0"]
+    assert why.code == "fp16_activation_overflow" and "'conv0_out'" in str(why)
+    assert "relu" in result.fp32
     assert result.check.passed
 
 
@@ -66,7 +68,7 @@ def test_nan_inf_that_the_range_check_missed_is_caught_and_fixed(monkeypatch):
     model = models.activation_overflow()
     assert not np.isfinite(session_from_onnx(to_fp16(model, [])).infer(models.images(1)[0])["head_out"]).all()
     result = quantize_model(Job(model, QuantizeConfig(precision="fp16"), "tensorrt", SampleStream(models.images(4))))
-    assert "NaN/Inf" in result.fp32["conv0"]
+    assert result.fp32["conv0"].code == "fp16_nonfinite"
     assert result.check.passed and not result.check.nonfinite
 
 

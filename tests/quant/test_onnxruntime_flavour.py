@@ -240,7 +240,7 @@ def test_a_packed_detector_output_keeps_its_scores(monkeypatch):
     few levels (recall 0.0 on a real YOLOv8n). The Concat stays float; each input keeps its own scale."""
     import onnxruntime as ort
 
-    from deploykit.quant import quantize as q
+    from deploykit.quant import exclusions
 
     model, calib, fresh = models.packed_detector(), models.images(16), models.images(4, seed=7)
     reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -251,24 +251,24 @@ def test_a_packed_detector_output_keeps_its_scores(monkeypatch):
                    for s in fresh)
 
     result = quantize(model, calib)
-    assert "apart: one INT8 scale would flatten the narrower" in result.excluded["pack"]
+    assert result.excluded["pack"].code == "mixed_ranges"
     assert score_error(result.model) < 0.05  # a 1/255 step of [0, 1], with rounding through the convs
-    monkeypatch.setattr(q, "MIXED_RANGE_RATIO", float("inf"))  # an inner join: the tail rule does not reach it
-    monkeypatch.setattr(q, "_output_tail", lambda m: {})
+    monkeypatch.setattr(exclusions, "MIXED_RANGE_RATIO", float("inf"))  # an inner join, out of the tail rule
+    monkeypatch.setattr(exclusions, "output_tail", lambda m: {})
     assert score_error(quantize(model, calib).model) > 0.5  # the scores share the pixels' scale
 
 
 def test_the_output_tail_after_the_last_compute_op_stays_float(monkeypatch):
     """Q/DQ after the last Conv/MatMul buys no speed and rounds the outputs themselves."""
-    from deploykit.quant import quantize as q
+    from deploykit.quant import exclusions
 
     def writer(model):
         return {o: n for n in model.graph.node for o in n.output}[model.graph.output[0].name].op_type
 
     model = models.cnn((8, 16), head="sigmoid")
     result = quantize(model)
-    assert result.excluded.get("sigmoid", "").startswith("after the last compute op")
+    assert result.excluded["sigmoid"].code == "output_tail"
     assert "relu0" not in result.excluded and "head" not in result.excluded  # the convs stay INT8
     assert writer(result.model) == "Sigmoid"  # the output is the float Sigmoid's, not a DequantizeLinear's
-    monkeypatch.setattr(q, "_output_tail", lambda m: {})
+    monkeypatch.setattr(exclusions, "output_tail", lambda m: {})
     assert writer(quantize(model).model) == "DequantizeLinear"

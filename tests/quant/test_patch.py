@@ -8,8 +8,9 @@ from onnx import TensorProto, helper, numpy_helper
 from deploykit.config import QuantizeConfig, RepairConfig
 from deploykit.graph.proto import opset_version, tensor_types
 from deploykit.graph.run import session_from_onnx
+from deploykit.quant.flavours import flavour_for
 from deploykit.quant.groups import find_groups
-from deploykit.quant.patch import apply_patch, ladder
+from deploykit.quant.patch import apply_patch
 from deploykit.quant.prepare import quantized_node_names
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
@@ -80,7 +81,8 @@ def test_every_group_raised_computes_what_the_float_graph_computes(flavour, high
 def test_fp8_and_fp32_layers_in_an_int8_fp16_graph():
     model, data = models.depthwise(), models.images(8, size=32)
     result, groups = base_of(model, "tensorrt", data, repair=RepairConfig(enabled=True, max_iterations=1))
-    assert opset_version(result.base) == 21 and ladder("tensorrt", "int8", "fp16", 21) == ("int8", "fp8", "fp16", "fp32")
+    assert opset_version(result.base) == 21 and flavour_for("tensorrt").ladder("int8", "fp16", 21) == (
+        "int8", "fp8", "fp16", "fp32")
     patched = apply_patch(result.base, result.reference, groups, {"b0_dw": "fp8", "b1_dw": "fp32"}, "int8", "fp16")
     onnx.checker.check_model(patched)
     inits = {t.name: t for t in patched.graph.initializer}

@@ -7,6 +7,7 @@ from deploykit.config import QuantizeConfig
 from deploykit.errors import ConfigError, ModelError
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
+from deploykit.quant.reasons import Kept
 from tests.quant import models
 
 
@@ -59,7 +60,8 @@ def test_exclusions_by_name_op_type_and_pattern_stay_unquantized(flavour):
     assert {"conv1", "head"} <= quantized_weights(result.model)
     if flavour == "tensorrt":  # ModelOpt also leaves the inputs of an excluded node in float
         assert {"conv0", "conv2"}.isdisjoint(quantized_node_names(result.model))
-    assert result.excluded["conv0"] == "excluded by name" and "pattern '^conv2$'" in result.excluded["conv2"]
+    assert result.excluded["conv0"].code == "by_name"
+    assert result.excluded["conv2"] == Kept.BY_PATTERN(pattern="^conv2$")
     assert "exclude_patterns 'nomatch' matches no node" in result.notes
     by_type = quantize_model(job(model, flavour, exclude_op_types=("Conv",)))
     assert not quantized_weights(by_type.model)
@@ -75,7 +77,7 @@ def test_bounded_exclude_keeps_sigmoid_readers_out_of_quantization():
     model.graph.node.append(helper.make_node("Conv", ["y", "w2"], ["z"], name="after_sigmoid"))
     model.graph.output[0].name = "z"
     result = quantize_model(job(model, "onnxruntime", bounded="exclude"))
-    assert "bounded output 'y'" in result.excluded["after_sigmoid"]
+    assert result.excluded["after_sigmoid"] == Kept.BOUNDED_READER(tensor="y")
     assert result.ranges["y"].method == "max"
 
 

@@ -2,7 +2,7 @@
 the shortest passing prefix is found by bisection, trimming lowers what is not needed, budgets hold."""
 
 from deploykit.quant.judge import Score
-from deploykit.quant.search import Budget, Move, rank, search
+from deploykit.quant.search import Budget, Move, Stop, rank, search
 
 LADDER = ("int8", "fp32")
 
@@ -37,7 +37,7 @@ def test_one_culprit_is_found_with_a_single_raise():
     weights = {"a": 3.0, "b": 0.05, "c": 0.05, "d": 0.05}
     log = []
     out = search(additive(weights, log=log), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
-    assert out.passed and out.best == {"a": "fp32"} and out.stopped == "passed"
+    assert out.passed and out.best == {"a": "fp32"} and out.stopped.code == "passed"
     assert log[:3] == [((), False), (("a",), False), (("a",), True)]  # base, raise a, confirm on all samples
 
 
@@ -71,7 +71,7 @@ def test_the_best_state_is_returned_when_later_states_are_worse():
     nothing = search(additive(weights, limit=0.1, floor=0.2), latency, rank(moves(weights)), {},
                      ladders(weights), Budget(20, 10))
     assert not nothing.passed and nothing.best == {"a": "fp32", "b": "fp32", "c": "fp32"}
-    assert nothing.stopped.startswith("every ranked group raised (3) still fails")
+    assert nothing.stopped == Stop.ALL_RAISED_FAIL(n=3)  # "every ranked group raised (3) still fails"
 
 
 def test_fp8_moves_that_fail_together_are_tried_at_the_fallback_before_giving_up():
@@ -92,9 +92,9 @@ def test_fp8_moves_that_fail_together_are_tried_at_the_fallback_before_giving_up
 
     order = rank([Move(g, "fp8", w, 1.0) for g, w in weights.items()])
     no_fallback = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10))
-    assert not no_fallback.passed and no_fallback.stopped.startswith("every ranked group raised (3)")
+    assert not no_fallback.passed and no_fallback.stopped == Stop.ALL_RAISED_FAIL(n=3)
     out = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10), fallback=dict.fromkeys(weights, "fp16"))
-    assert out.passed and out.stopped == "passed"
+    assert out.passed and out.stopped.code == "passed"
     assert out.best == {"a": "fp16", "b": "fp8"}  # a, b in FP16 is the shortest prefix; b goes back to FP8
     assert not search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10),
                       fallback={"a": "fp8"}).passed  # a fallback equal to the move adds nothing
@@ -112,7 +112,8 @@ def test_fp8_moves_that_fail_together_are_tried_at_the_fallback_before_giving_up
     limit[0] = 0.01  # now only the top state passes: said, and not returned
     only_top = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10, ceiling=top),
                       fallback=dict.fromkeys(weights, "fp16"))
-    assert not only_top.passed and only_top.stopped.startswith("cannot pass faster than every layer at the top")
+    assert not only_top.passed and only_top.stopped.code == "only_all_pass"
+    assert only_top.stopped.sentence.startswith("cannot pass faster than every layer at the top")
     assert latency(only_top.best) < top
 
 
@@ -145,10 +146,11 @@ def test_faster_and_more_accurate_moves_rank_first_and_no_gain_last():
 def test_budgets_stop_the_search_with_the_best_state_so_far():
     weights = {f"g{i}": 0.3 for i in range(8)}
     out = search(additive(weights), latency, rank(moves(weights)), {}, ladders(weights), Budget(3, 8))
-    assert not out.passed and out.stopped == "evaluation budget spent (3)"
+    assert not out.passed and out.stopped == Stop.BUDGET_SPENT(n=3)
+    assert str(out.stopped) == "evaluation budget spent (3)"  # what the report prints
     assert out.best == {"g0": "fp32", "g1": "fp32"}  # base, 1 and 2 raised: the last is the closest
     capped = search(additive(weights), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 2))
-    assert not capped.passed and len(capped.best) == 2 and "(2) still fails" in capped.stopped
+    assert not capped.passed and len(capped.best) == 2 and capped.stopped == Stop.ALL_RAISED_FAIL(n=2)
 
 
 def test_a_worse_later_prefix_never_replaces_the_best_earlier_one():
@@ -175,7 +177,7 @@ def test_refinement_skips_a_group_that_makes_the_prefix_worse_and_finds_the_pass
 
     weights = {"a": 1.0, "b": 0.5, "c": 0.2}
     out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
-    assert out.passed and out.best == {"a": "fp32", "c": "fp32"} and out.stopped == "passed"
+    assert out.passed and out.best == {"a": "fp32", "c": "fp32"} and out.stopped.code == "passed_refined"
     assert any(s.action == "refine" for s in out.steps) and log.count((("a", "b"), False)) == 1  # none runs twice
 
 

@@ -7,6 +7,7 @@ from onnx import TensorProto, numpy_helper
 from deploykit.config import QuantizeConfig
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
+from deploykit.quant.reasons import Kept
 from deploykit.quant.scales import activation_quantizers
 from tests.quant import models
 
@@ -47,7 +48,8 @@ def test_graph_follows_tensorrt_rules_and_scales_come_from_deploykit_ranges(prec
 
 def test_convolutions_modelopt_skips_are_listed_with_the_reason():
     result = quantize(models.cnn((32, 32)), "fp8")  # ModelOpt runs no FP8 conv with < 16 input channels
-    assert "conv0" in result.unquantized and "weight [32, 3, 3, 3]" in result.unquantized["conv0"]
+    assert result.unquantized["conv0"] == Kept.PLACEMENT_RULES(op="Conv", shape=" (weight [32, 3, 3, 3])",
+                                                               tool="ModelOpt")
     assert "conv1" not in result.unquantized
 
 

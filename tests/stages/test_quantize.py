@@ -137,6 +137,8 @@ def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(
     search = report["search"]
     assert "conv1" in search["layer_precisions"] and report["layer_precisions"] == search["layer_precisions"]
     assert search["passed"] and search["table"][0]["action"] == "base" and not search["table"][0]["passed"]
+    assert search["stopped"]["code"] in ("passed", "passed_refined") and search["stopped"]["sentence"] == "passed"
+    assert all(set(why) == {"code", "sentence"} for why in report["excluded_from_quantization"].values())
     assert (tmp_path / "out" / "base.onnx").is_file() and (tmp_path / "out" / "sensitivity.json").is_file()
     code, _, err = run_cli("report", summary_run_name(tmp_path / "store"), "-w", str(tmp_path / "store"),
                            "-o", str(tmp_path / "r.html"))

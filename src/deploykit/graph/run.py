@@ -11,7 +11,7 @@ Makers are named by what goes in and what comes out (Polygraphy's ``SessionFromO
   - ``onnxruntime``: what ONNX Runtime's CPU kernels compute at an optimization level (what the
     ``onnxruntime`` CPU target ships), with the rewrites that are wrong for FP8 graphs disabled.
 
-  :func:`evaluator_for` names the evaluator of a quantization target flavour.
+  A quantization flavour names its evaluator (``deploykit.quant.flavours.QuantFlavour.evaluator``).
 * :func:`session_from_engine` — the onnxruntime backend's saved model on an execution provider.
 * :func:`optimize_offline` — ONNX Runtime's offline-optimized graph written to a file (the build).
 * :func:`provider_problem` — whether an execution provider really starts here.
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploykit.choices import Evaluator, Flavour, OptimizationLevel, Provider, listed, values
+from deploykit.choices import Evaluator, OptimizationLevel, Provider, listed, values
 from deploykit.errors import DataError, ModelError, UsageError, first_line
 
 if TYPE_CHECKING:
@@ -213,12 +213,6 @@ def _describe(feeds: Mapping[str, Any]) -> str:
 
 
 # -- making sessions -----------------------------------------------------------------------------
-
-def evaluator_for(flavour: Flavour) -> Evaluator:
-    """The evaluator that computes what a target flavour's runtime will: TensorRT executes the graph
-    as written; the onnxruntime flavour ships what ONNX Runtime's CPU kernels compute."""
-    return "as_written" if flavour == "tensorrt" else "onnxruntime"
-
 
 def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator = "as_written", *,
                       level: OptimizationLevel = "extended", threads: int = 0, expose: Iterable[str] = (),
@@ -433,5 +427,5 @@ def _identity_model() -> bytes:
     return model.SerializeToString()
 
 
-__all__ = ["PROVIDERS", "OrtSession", "Session", "SessionError", "TensorSpec", "check_feeds", "evaluator_for",
+__all__ = ["PROVIDERS", "OrtSession", "Session", "SessionError", "TensorSpec", "check_feeds",
            "optimize_offline", "provider_problem", "session_from_engine", "session_from_onnx", "session_options"]

@@ -3,13 +3,16 @@
 Modules (each imports its heavy libraries lazily):
 
     config        QuantizeConfig, RepairConfig, per-precision tolerances
-    graph         inspect and prepare an FP32 graph (Constant weights, opset, names, exclusions)
+    graph         inspect and prepare an FP32 graph (Constant weights, opset, names)
     reader        sample streams and the CalibrationDataReaders handed to quantizers
     ranges        deploykit's streamed calibration (max / entropy / percentile / MSE / auto)
     thresholds    the clipping thresholds, pure functions on histograms
     scales        write calibrated ranges into a symmetric Q/DQ graph's activation scales
+    flavours      the flavour protocol and registry: flavour_for(name) answers what a flavour decides
     modelopt_flavour   the tensorrt flavour (NVIDIA ModelOpt places Q/DQ)
     ort_flavour   the onnxruntime flavour (ONNX Runtime's own QDQ, uint8 activations)
+    reasons       reasons as data: a code next to its sentence (why a node stayed in float, ...)
+    exclusions    which nodes stay out of quantization, and why
     fp16          FP16 for the rest of the graph, overflowing nodes kept FP32
     evaluate      run a graph as written (TensorRT's numerics) or as ONNX Runtime computes it
     check         compare a quantized graph with its FP32 graph on a few samples
@@ -22,5 +25,7 @@ Modules (each imports its heavy libraries lazily):
     mixed         mixed precision for one quantize job: the configured patch, or the search
     trt_cache     the legacy TensorRT INT8 calibration cache
     calib_source  --calib-data PATH -> a calibration config section
+    range_choice  method auto: each method's range set scored, the best kept
+    candidates    one candidate graph: Q/DQ placed by the flavour, its float rest finished
     quantize      quantize_model(): all of the above, what the quantize stage runs
 """

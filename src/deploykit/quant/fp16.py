@@ -18,18 +18,19 @@ import numpy as np
 
 from deploykit.errors import ModelError, first_line
 from deploykit.quant.ranges import TensorRange
+from deploykit.quant.reasons import Kept, Reason
 
 if TYPE_CHECKING:
     import onnx
 
 
-def overflow_nodes(model: onnx.ModelProto, ranges: dict[str, TensorRange], limit: float) -> dict[str, str]:
+def overflow_nodes(model: onnx.ModelProto, ranges: dict[str, TensorRange], limit: float) -> dict[str, Reason]:
     """Node name -> why it must stay FP32: it reads a weight, or reads/writes an activation, beyond ``limit``."""
     from onnx import numpy_helper
 
     from deploykit.graph.proto import consumers, producers
 
-    out: dict[str, str] = {}
+    out: dict[str, Reason] = {}
     readers = consumers(model)
     for init in model.graph.initializer:
         if init.data_type != 1:  # FLOAT only; integer/shape tensors are not converted
@@ -37,12 +38,12 @@ def overflow_nodes(model: onnx.ModelProto, ranges: dict[str, TensorRange], limit
         peak = float(np.max(np.abs(numpy_helper.to_array(init)))) if np.prod(init.dims) else 0.0
         if peak > limit:
             for node in readers.get(init.name, []):
-                out.setdefault(node.name, f"weight {init.name!r} reaches {peak:.3g} (FP16 limit {limit:g})")
+                out.setdefault(node.name, Kept.FP16_WEIGHT_OVERFLOW(tensor=init.name, peak=peak, limit=limit))
     made_by = producers(model)
     for tensor, r in ranges.items():
         if r.absmax <= limit:
             continue
-        why = f"activation {tensor!r} reaches {r.absmax:.3g} on the calibration data (FP16 limit {limit:g})"
+        why = Kept.FP16_ACTIVATION_OVERFLOW(tensor=tensor, peak=r.absmax, limit=limit)
         if tensor in made_by:
             out.setdefault(made_by[tensor].name, why)
         for node in readers.get(tensor, []):
@@ -50,7 +51,7 @@ def overflow_nodes(model: onnx.ModelProto, ranges: dict[str, TensorRange], limit
     return out
 
 
-def refuse(nodes: dict[str, str]) -> None:
+def refuse(nodes: dict[str, Reason]) -> None:
     """The ``fp16_overflow: refuse`` policy: an error that names every offending node."""
     listed = "; ".join(f"{n}: {why}" for n, why in sorted(nodes.items())[:8])
     more = f" (and {len(nodes) - 8} more)" if len(nodes) > 8 else ""

@@ -19,6 +19,7 @@ import numpy as np
 
 from deploykit.errors import ModelError
 from deploykit.graph.proto import consumers, producers, static_shapes
+from deploykit.quant.reasons import Kept, Reason
 
 if TYPE_CHECKING:
     import onnx
@@ -27,10 +28,9 @@ COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 MAX_STEPS = 1.5  # a fused kernel may round once more than the Q/DQ graph; more is a wrong result
 RUNS = 2  # the faulty kernels read uninitialised memory: one run can land close by chance
 Feed = tuple[tuple[int, ...], str, str]  # an activation input: its shape, its Q scale and zero point names
-REASON = "ONNX Runtime's integer kernel on this CPU computes it wrong"  # how each reported node's why begins
 
 
-def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
+def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, Reason]:
     """Node name -> why, for each quantized compute node whose fused kernel disagrees with its Q/DQ
     definition on this CPU (``qdq``: shapes inferred; ``level``: the build's optimization level)."""
     from onnx import numpy_helper
@@ -43,7 +43,7 @@ def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
     inits = {i.name: i for i in qdq.graph.initializer}
     shapes = static_shapes(qdq)  # a dynamic dim taken as 1: the faults depend on channel counts
     rng = np.random.default_rng(0)
-    out: dict[str, str] = {}
+    out: dict[str, Reason] = {}
     for node in qdq.graph.node:
         if node.op_type not in COMPUTE_OPS:
             continue
@@ -63,7 +63,7 @@ def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, str]:
             continue  # (a shape taken as 1 it cannot run at): the whole graph's check still judges it
         steps = worst / (step or max(float(np.max(np.abs(reference[name]))) / 255, 1e-30))
         if steps > MAX_STEPS:
-            out[node.name] = f"{REASON} ({node.op_type}, {steps:.0f} output steps off the Q/DQ graph): kept in float"
+            out[node.name] = Kept.KERNEL_MISCOMPUTES(op=node.op_type, steps=steps)
     return out
 
 

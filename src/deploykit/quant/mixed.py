@@ -15,13 +15,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from deploykit.quant.groups import Group, find_groups
-from deploykit.quant.patch import apply_patch, check_patch, ladder
+from deploykit.quant.patch import apply_patch, check_patch
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
 
     from deploykit.config import QuantizeConfig
+    from deploykit.quant.flavours import QuantFlavour
     from deploykit.quant.judge import Judge
     from deploykit.quant.latency_cost import Costs
     from deploykit.quant.search import Patch
@@ -38,11 +39,11 @@ class Plan:
     high_precision: str  # what the float rest runs in
 
 
-def plan(base: onnx.ModelProto, cfg: QuantizeConfig, flavour: str, where: str) -> Plan:
+def plan(base: onnx.ModelProto, cfg: QuantizeConfig, flavour: QuantFlavour, where: str) -> Plan:
     from deploykit.graph.proto import opset_version
 
-    high = "fp32" if flavour == "onnxruntime" else cfg.high_precision
-    steps = ladder(flavour, cfg.precision, high, opset_version(base))
+    high = flavour.high_precision(cfg)
+    steps = flavour.ladder(cfg.precision, high, opset_version(base))
     groups = {g.name: g for g in find_groups(base)}
     check_patch(cfg.layer_precisions, groups, steps, where)
     return Plan(groups, steps, {g: p for g, p in cfg.layer_precisions.items() if p != steps[0]}, high)
@@ -54,7 +55,7 @@ def builder(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, precisio
 
 
 def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Judge, cfg: QuantizeConfig,
-           flavour: str, ort_level: str, sample: dict[str, np.ndarray], lookup: CacheLookup | None,
+           flavour: QuantFlavour, ort_level: str, sample: dict[str, np.ndarray], lookup: CacheLookup | None,
            progress: Callable[[], Any] | None = None) -> tuple[SearchResult, dict[str, Any]]:
     """The search's result and the cache payload to store in the artifact (``sensitivity.json``);
     ``progress`` is called after each candidate the search runs."""
@@ -62,8 +63,8 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
     build = builder(p, base, reference, cfg.precision)
-    facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour,
-             "ort_level": ort_level if flavour == "onnxruntime" else None, "ladder": list(p.ladder)}
+    facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour.name,
+             "ort_level": flavour.level(ort_level), "ladder": list(p.ladder)}
     key = cache_key(facts)
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
@@ -72,7 +73,7 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
         costs = Costs.from_dict(previous["costs"])
     else:
         ev, costs = Evaluations(judge, build, progress=progress), _costs(p, base, reference, build, flavour, cfg, ort_level, sample)
-    timer = _timer(build, base, reference, sample, ort_level) if flavour == "onnxruntime" else None
+    timer = _timer(build, base, reference, sample, ort_level) if flavour.measures_latency else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)
     result.wall_s, result.cpu_s = time.perf_counter() - start, time.process_time() - cpu
     payload = {"schema": CACHE_SCHEMA, "key": key, "facts": facts, "measurements": ev.cache, "costs": costs.to_dict(),
@@ -81,10 +82,12 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
 
 
 def _costs(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, build: Callable[[Patch], onnx.ModelProto],
-           flavour: str, cfg: QuantizeConfig, ort_level: str, sample: dict[str, np.ndarray]) -> Costs:
+           flavour: QuantFlavour, cfg: QuantizeConfig, ort_level: str, sample: dict[str, np.ndarray]
+           ) -> Costs:
+    """Measured with ONNX Runtime's profiler where the flavour measures, else a roofline estimate."""
     from deploykit.quant import latency_cost
 
-    if flavour == "onnxruntime":
+    if flavour.measures_latency:
         top = build({g: p.ladder[-1] for g in p.groups})
         return latency_cost.profiled(base, top, p.groups, sample, ort_level, p.ladder[-1])
     return latency_cost.roofline(reference, p.groups, p.ladder, cfg.precision, p.high_precision)

@@ -24,10 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
     import onnx
+
+    from deploykit.config import QuantizeConfig
+    from deploykit.quant.flavours import Placed
+    from deploykit.quant.ranges import TensorRange
+    from deploykit.quant.reasons import Reason
 
 
 def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *, exclude: list[str],
@@ -132,3 +138,116 @@ def _snapshot(module: Any) -> Any:
                     setattr(cls, name, value)
 
     return restore
+
+
+FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (TENSORRT.md)
+
+
+class TensorRTFlavour:
+    """The ``tensorrt`` flavour's answers (:class:`deploykit.quant.flavours.QuantFlavour`): ModelOpt's
+    symmetric Q/DQ (INT8, FP8, INT4 weights) with deploykit's ranges in the scales, the rest in
+    ``quantize.high_precision``, checked as written, latencies estimated (TensorRT is not here to time)."""
+
+    name: Flavour = "tensorrt"
+    tool = "ModelOpt"
+    evaluator: Evaluator = "as_written"
+    precisions = ("int8", "fp8", "int4", "fp16")
+    measures_latency = False
+    calibration_cache = True
+
+    def check(self, precision: str) -> None:
+        return None  # every quantize precision exists for TensorRT
+
+    def needs_modelopt(self, precision: str) -> bool:
+        return True
+
+    def key(self, cfg: QuantizeConfig, level: str) -> dict[str, Any]:
+        return {"reduce_range": None, "cpu_features": None, "ort_level": None}  # the graph as written
+
+    def level(self, level: str) -> str | None:
+        return None
+
+    def reduce_range(self, setting: str) -> bool:
+        return False
+
+    def prepare(self, model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> tuple[onnx.ModelProto, Any]:
+        """At TensorRT's opset (19; INT4 21). With the search and FP16 elsewhere: 21, whose FP16 scales
+        the search's FP8 layers need; given up, with a note, where the opset converter cannot reach it."""
+        from deploykit.quant.prepare import prepare
+
+        p = cfg.precision
+        if p != "int8" or not (cfg.repair.enabled and cfg.high_precision == "fp16"):
+            opset = 21 if p == "int4" else 13 if p == "fp16" else 19  # fp16: AutoCast needs 13
+            return prepare(model, opset, where)
+        try:
+            model, prep = prepare(model, FP8_LAYERS_OPSET, where)
+        except ModelError:
+            model, prep = prepare(model, 19, where)
+            prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no "
+                              "FP8 layers")
+            return model, prep
+        prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
+                      for n in prep.notes]
+        return model, prep
+
+    def preprocess(self, model: onnx.ModelProto, precision: str, notes: list[str]) -> onnx.ModelProto:
+        return model
+
+    def exclusions(self, model: onnx.ModelProto, precision: str) -> dict[str, Reason]:
+        return {}
+
+    def checks_kernels(self, precision: str) -> bool:
+        return False  # TensorRT's kernels are not on this machine to check
+
+    def place(self, model: onnx.ModelProto, ranges: dict[str, TensorRange], exclude: list[str],
+              sample: dict[str, np.ndarray], cfg: QuantizeConfig, reduce_range: bool, placed: Placed | None
+              ) -> tuple[onnx.ModelProto, Placed | None]:
+        """ModelOpt places once per exclusion set; its activation scales are overwritten with ``ranges``."""
+        import onnx
+
+        from deploykit.quant.flavours import Placed
+        from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
+
+        new = None
+        if placed is None:
+            qdq = quantize(model, cfg.precision, sample, exclude=exclude, block_size=cfg.int4_block_size)
+            placed = new = Placed(model, qdq, ranges)
+        out = onnx.ModelProto.FromString(placed.qdq.SerializeToString())
+        if cfg.precision != "int4":  # INT4 quantizes weights only
+            low = FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30
+            set_activation_scales(out, ranges, min_scale=low)
+        return out, new
+
+    def high_precision(self, cfg: QuantizeConfig) -> str:
+        return cfg.high_precision
+
+    def fp16_rest(self, cfg: QuantizeConfig) -> bool:
+        p = cfg.precision
+        return p == "fp16" or (p in ("int8", "fp8") and cfg.high_precision == "fp16")
+
+    def finish(self, qdq: onnx.ModelProto, keep_fp32: list[str], cfg: QuantizeConfig) -> onnx.ModelProto:
+        if cfg.precision == "int4" or cfg.high_precision != "fp16":
+            return qdq
+        from deploykit.quant.fp16 import to_fp16
+
+        # TensorRT takes FP8 with FP16 scales from opset 21 (TENSORRT.md).
+        return to_fp16(qdq, keep_fp32, opset=FP8_LAYERS_OPSET if cfg.precision == "fp8" else None)
+
+    def ladder(self, precision: str, high_precision: str, opset: int) -> tuple[str, ...]:
+        """FP8 for an INT8 base (its FP16 scales need opset 21), then the float rest's precision, then
+        FP32 above FP16."""
+        steps = [precision]
+        if precision == "int8" and (high_precision == "fp32" or opset >= FP8_LAYERS_OPSET):
+            steps.append("fp8")
+        steps.append(high_precision)
+        if high_precision == "fp16":
+            steps.append("fp32")
+        return tuple(steps)
+
+    def foreign(self, backend: str) -> bool:
+        """ONNX Runtime's CPU kernels do not compute such a graph as written (FP16 + INT8 measured at
+        rel-L2 0.12 where the graph gives 0.013), nor at TensorRT's speed."""
+        return backend != self.name
+
+
+FLAVOUR = TensorRTFlavour()

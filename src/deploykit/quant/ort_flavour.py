@@ -31,11 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploykit.errors import ModelError, first_line
+from deploykit.choices import Evaluator, Flavour
+from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
     import onnx
+
+    from deploykit.config import QuantizeConfig
+    from deploykit.quant.flavours import Placed
+    from deploykit.quant.reasons import Reason
 
 
 def resolve_reduce_range(setting: str) -> bool:
@@ -396,3 +401,103 @@ def overrides(ranges: dict[str, TensorRange], model: onnx.ModelProto) -> dict[st
                   for name, r in ranges.items() if name not in inits}
     return {"TensorQuantOverrides": per_tensor, "ActivationSymmetric": False, "WeightSymmetric": True,
             "QDQOpTypePerChannelSupportToAxis": dict(NORM_SCALE_AXIS)}
+
+
+class OnnxRuntimeFlavour:
+    """The ``onnxruntime`` flavour's answers (:class:`deploykit.quant.flavours.QuantFlavour`): INT8
+    QDQ from ORT's quantizer (FP16 by conversion), the rest FP32, checked as the CPU kernels compute
+    at the build's level, latencies measured on this CPU."""
+
+    name: Flavour = "onnxruntime"
+    tool = "ONNX Runtime's quantizer"
+    evaluator: Evaluator = "onnxruntime"
+    precisions = ("int8", "fp16")
+    measures_latency = True
+    calibration_cache = False
+
+    def check(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise ConfigError(f"quantize.precision {precision} with target onnxruntime: ONNX Runtime's CPU "
+                              f"kernels have no {precision.upper()} convolution (QLinearConv rejects float8 "
+                              "inputs at optimization level extended), so the model would be slower and not "
+                              "run as built",
+                              hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit "
+                                   "checks that graph as written on the CPU")
+
+    def needs_modelopt(self, precision: str) -> bool:
+        return not _quantizes(precision)  # FP16 is ModelOpt's AutoCast
+
+    def key(self, cfg: QuantizeConfig, level: str) -> dict[str, Any]:
+        from deploykit.store.environment import cpu_info
+
+        # this CPU's integer kernels: nodes they compute wrong are kept in float (kernel_check)
+        return {"reduce_range": self.reduce_range(cfg.reduce_range), "cpu_features": cpu_info()["features"],
+                "ort_level": level}
+
+    def level(self, level: str) -> str | None:
+        return level
+
+    def reduce_range(self, setting: str) -> bool:
+        return resolve_reduce_range(setting)
+
+    def prepare(self, model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> tuple[onnx.ModelProto, Any]:
+        from deploykit.quant.prepare import prepare
+
+        return prepare(model, 13, where)  # per-channel Q/DQ (and AutoCast) need 13
+
+    def preprocess(self, model: onnx.ModelProto, precision: str, notes: list[str]) -> onnx.ModelProto:
+        if not _quantizes(precision):
+            return model
+        from deploykit.quant.prepare import infer_shapes, name_nodes
+
+        model = infer_shapes(preprocess(model, notes))
+        name_nodes(model)  # pre-processing inlines functions (HardSwish) into unnamed nodes
+        return model
+
+    def exclusions(self, model: onnx.ModelProto, precision: str) -> dict[str, Reason]:
+        from deploykit.quant.exclusions import output_tail
+
+        return output_tail(model) if _quantizes(precision) else {}
+
+    def checks_kernels(self, precision: str) -> bool:
+        return _quantizes(precision)
+
+    def place(self, model: onnx.ModelProto, ranges: dict[str, TensorRange], exclude: list[str],
+              sample: dict[str, np.ndarray], cfg: QuantizeConfig, reduce_range: bool, placed: Placed | None
+              ) -> tuple[onnx.ModelProto, Placed | None]:
+        """ORT's scales recomputed exactly as its quantizer would (:func:`rescale`), else it runs again."""
+        import onnx
+
+        from deploykit.quant.flavours import Placed
+
+        out = rescale(placed.qdq, model, ranges, placed.ranges) if placed is not None else None
+        if out is not None:
+            return out, None
+        out = quantize(model, sample, ranges, exclude=exclude, per_channel=cfg.per_channel,
+                       reduce_range=reduce_range)
+        return out, Placed(model, onnx.ModelProto.FromString(out.SerializeToString()), ranges)
+
+    def high_precision(self, cfg: QuantizeConfig) -> str:
+        return "fp32"
+
+    def fp16_rest(self, cfg: QuantizeConfig) -> bool:
+        return not _quantizes(cfg.precision)
+
+    def finish(self, qdq: onnx.ModelProto, keep_fp32: list[str], cfg: QuantizeConfig) -> onnx.ModelProto:
+        return qdq
+
+    def ladder(self, precision: str, high_precision: str, opset: int) -> tuple[str, ...]:
+        """The base and FP32: ONNX Runtime's x86 CPU kernels have no fast FP16 convolution, so an FP16
+        layer would only add Casts."""
+        return (precision, "fp32")
+
+    def foreign(self, backend: str) -> bool:
+        return False  # any backend computes an ORT-flavour QDQ graph as written
+
+
+def _quantizes(precision: str) -> bool:
+    """Whether ORT's quantizer writes the graph (INT8), rather than an FP16 conversion."""
+    return precision == "int8"
+
+
+FLAVOUR = OnnxRuntimeFlavour()

@@ -35,24 +35,6 @@ _FLOAT, _FLOAT16, _FLOAT8 = 1, 10, 17
 _INT8_QMAX, _FP8_QMAX = 127.0, 448.0
 
 
-def ladder(flavour: str, precision: str, high_precision: str, opset: int) -> tuple[str, ...]:
-    """The precisions a group may take, the base precision first.
-
-    ``onnxruntime``: the base and FP32 (ONNX Runtime's x86 CPU kernels have no fast FP16
-    convolution, so an FP16 layer would only add Casts). ``tensorrt``: FP8 for an INT8 base (its
-    FP16 scales need opset 21), then the float rest's precision, then FP32 above FP16.
-    """
-    if flavour == "onnxruntime":
-        return (precision, "fp32")
-    steps = [precision]
-    if precision == "int8" and (high_precision == "fp32" or opset >= 21):
-        steps.append("fp8")
-    steps.append(high_precision)
-    if high_precision == "fp16":
-        steps.append("fp32")
-    return tuple(steps)
-
-
 def check_patch(patch: Mapping[str, str], groups: Mapping[str, Group], steps: tuple[str, ...], where: str) -> None:
     """A configured patch must name groups the graph has, at precisions its flavour offers."""
     import difflib

@@ -8,8 +8,6 @@ that and says what it did.
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,31 +139,6 @@ def through_layout(model: onnx.ModelProto, outputs: set[str], bounded: set[str])
                     result.add(name)
                     todo.append(name)
     return result
-
-
-def resolve_exclusions(model: onnx.ModelProto, names: tuple[str, ...], op_types: tuple[str, ...],
-                       patterns: tuple[str, ...], where: Path | str) -> dict[str, str]:
-    """Node name -> why it is excluded; a name the graph lacks is an error that lists close matches."""
-    nodes = {n.name: n for n in model.graph.node}
-    out: dict[str, str] = {}
-    for name in names:
-        if name not in nodes:
-            close = difflib.get_close_matches(name, list(nodes), n=3)
-            raise ModelError(f"{where}: quantize.exclude_nodes names {name!r}, which the model does not have"
-                             + (f" (close: {', '.join(close)})" if close else ""),
-                             hint="`deploykit inspect` lists node names; exclude_patterns takes regular expressions")
-        out[name] = "excluded by name"
-    for node in model.graph.node:
-        if node.op_type in op_types:
-            out.setdefault(node.name, f"excluded op type {node.op_type}")
-        hit = next((p for p in patterns if re.search(p, node.name)), None)
-        if hit is not None:
-            out.setdefault(node.name, f"excluded by pattern {hit!r}")
-    return out
-
-
-def unmatched_patterns(model: onnx.ModelProto, patterns: tuple[str, ...]) -> list[str]:
-    return [p for p in patterns if not any(re.search(p, n.name) for n in model.graph.node)]
 
 
 def quantized_node_names(model: onnx.ModelProto) -> set[str]:

@@ -1,15 +1,16 @@
 """Quantize an FP32 ONNX graph: prepare, calibrate (streaming), place Q/DQ, FP16, check, mixed precision.
 
 :func:`quantize_model` is the whole quantize stage without the artifact store; the stage and the
-benchmark call it. Which evaluator checks the result depends on the target flavour:
+benchmark call it. Every step that depends on the target flavour asks the job's flavour
+(:class:`deploykit.quant.flavours.QuantFlavour`): its opset and pre-processing, the nodes it keeps
+in float, who places the Q/DQ nodes, what the float rest runs in, and the evaluator that checks the
+result (``tensorrt``: the graph as written, which is what TensorRT computes up to kernel rounding;
+``onnxruntime``: what ONNX Runtime's CPU kernels compute at the build's optimization level, since
+that is what ships), through :func:`deploykit.graph.run.session_from_onnx`.
 
-* ``tensorrt``: the graph as written (evaluator ``as_written``), which is what TensorRT computes up
-  to kernel rounding;
-* ``onnxruntime``: what ONNX Runtime's CPU kernels compute at the build's optimization level
-  (evaluator ``onnxruntime``), since that is what ships.
-
-Both through :func:`deploykit.graph.run.session_from_onnx` (:func:`~deploykit.graph.run.evaluator_for`
-names the flavour's evaluator).
+The steps live beside it: :mod:`~deploykit.quant.exclusions` (what stays in float, and why),
+:mod:`~deploykit.quant.range_choice` (method ``auto``), :mod:`~deploykit.quant.candidates` (one
+candidate graph), :mod:`~deploykit.quant.mixed` (the precision patch and the search).
 """
 
 from __future__ import annotations
@@ -24,21 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.choices import Flavour
 from deploykit.config import CALIBRATED, QuantizeConfig
-from deploykit.errors import ConfigError, ModelError
-from deploykit.graph import proto
+from deploykit.errors import ModelError
+from deploykit.quant import exclusions
 from deploykit.quant import prepare as g
+from deploykit.quant.candidates import build
 from deploykit.quant.check import Check, Reference, check
-from deploykit.quant.ort_flavour import resolve_reduce_range
+from deploykit.quant.flavours import Placed, QuantFlavour, flavour_for
 from deploykit.quant.judge import Judge, Judging
-from deploykit.quant.ranges import (
-    AUTO_METHODS,
-    NO_HISTOGRAM,
-    Calibration,
-    RangeSettings,
-    TensorRange,
-    calibrate,
-)
+from deploykit.quant.range_choice import Memo, choose_ranges, range_sets, settings, tolerance
+from deploykit.quant.ranges import NO_HISTOGRAM, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
+from deploykit.quant.reasons import Kept, Reason
 
 if TYPE_CHECKING:
     import onnx
@@ -59,18 +56,27 @@ class Job:
     samples: SampleStream | None  # None: FP16 without calibration data (weights checked only)
     where: str = "model.onnx"
     ort_level: str = "extended"  # the onnxruntime build level the check predicts
-    # onnxruntime flavour: 7-bit weights; by default what the stage resolves for this CPU (on without VNNI,
-    # where ORT's u8s8 kernels saturate on full-range weights)
-    reduce_range: bool = field(default_factory=lambda: resolve_reduce_range("auto"))
+    # 7-bit weights; None: what the flavour resolves for this CPU, as the stage does (the onnxruntime
+    # flavour: on without VNNI, where ORT's u8s8 kernels saturate on full-range weights)
+    reduce_range: bool | None = None
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
     judging: Judging = field(default_factory=Judging)  # parity's config, data and reference
     search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
-    # (graph, Q/DQ graph, the ranges it was placed with) by (graph, excluded nodes): the quantizer
-    # places Q/DQ once per exclusion set, every range set after that only rewrites scales (see _qdq)
-    placements: dict[tuple[int, tuple[str, ...]], tuple[Any, Any, Any]] = field(default_factory=dict, init=False,
-                                                                                repr=False)
+    # what the quantizer placed, by (graph, excluded nodes): it places Q/DQ once per exclusion set,
+    # every range set after that only rewrites scales (see candidates.qdq)
+    placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False,
+                                                                  repr=False)
     correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
     corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
+
+    def __post_init__(self) -> None:
+        if self.reduce_range is None:
+            self.reduce_range = self.target.reduce_range("auto")
+
+    @property
+    def target(self) -> QuantFlavour:
+        """The flavour the graph is written for (what every flavour-dependent step asks)."""
+        return flavour_for(self.flavour)
 
 
 @dataclass
@@ -79,14 +85,14 @@ class Result:
     reference: onnx.ModelProto  # the FP32 graph the ranges were computed on (tensor names align)
     ranges: dict[str, TensorRange]
     settings: RangeSettings
-    excluded: dict[str, str]  # nodes kept out of quantization -> why
-    fp32: dict[str, str]  # nodes kept in FP32 where the rest is FP16 -> why
+    excluded: dict[str, Reason]  # nodes kept out of quantization -> why
+    fp32: dict[str, Reason]  # nodes kept in FP32 where the rest is FP16 -> why
     check: Check | None
     preparation: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     repair: SearchResult | None = None
     passthrough: bool = False
-    unquantized: dict[str, str] = field(default_factory=dict)  # compute nodes the quantizer's rules skipped
+    unquantized: dict[str, Reason] = field(default_factory=dict)  # compute nodes its placement rules skipped
     range_samples: int = 0  # calibration samples the ranges come from
     check_samples: int = 0  # samples the check ran on (parity's validation samples, else held out of the ranges)
     base: onnx.ModelProto | None = None  # the graph every layer_precisions patch applies to
@@ -96,25 +102,19 @@ class Result:
 
 def quantize_model(job: Job) -> Result:
     """Run the quantize stage's work; see the module docstring."""
-    cfg = job.cfg
+    cfg, flavour = job.cfg, job.target
     if _already_quantized(job):
         return Result(job.model, job.model, {}, RangeSettings(), {}, {}, None, {},
                       ["the model already contains quantization nodes: passed through unchanged "
                        "(quantize.already_quantized: pass)"], passthrough=True)
-    _check_combination(job)
-    model, prep = _prepare(job)
+    flavour.check(cfg.precision)
+    _check_int4(job)
+    model, prep = flavour.prepare(job.model, cfg, job.where)
     notes = prep.notes
-    excluded = g.resolve_exclusions(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, job.where)
-    excluded.update({n.name: f"{n.op_type} kept in higher precision (quantize.high_precision_ops)"
-                     for n in model.graph.node if n.op_type in cfg.high_precision_ops and n.name not in excluded})
-    notes += [f"exclude_patterns {p!r} matches no node" for p in g.unmatched_patterns(model, cfg.exclude_patterns)]
+    excluded = exclusions.configured(model, cfg, job.where, notes)
     fp32 = _configured_fp32(model, cfg, job.where)
-    if job.flavour == "onnxruntime" and cfg.precision == "int8":
-        from deploykit.quant.ort_flavour import preprocess
-
-        model = g.infer_shapes(preprocess(model, notes))
-        g.name_nodes(model)  # pre-processing inlines functions (HardSwish) into unnamed nodes
-        excluded = _still_present(model, excluded, notes)
+    model = flavour.preprocess(model, cfg.precision, notes)
+    excluded = exclusions.still_present(model, excluded, notes)
     original = model
     if cfg.equalize and cfg.precision in CALIBRATED:
         from deploykit.quant.equalize import equalize
@@ -122,16 +122,9 @@ def quantize_model(job: Job) -> Result:
         model, equalized = equalize(model, cfg.equalize_hardswish)
         model = g.infer_shapes(model)  # the rewritten activations' tensors need types to be calibrated
         notes.append(equalized.note())
-    settings = _settings(cfg, job.flavour)
-    calibration = _calibrate(job, model, settings, notes)
-    observed = calibration.sets["max"]  # min/max: the same in every range set
-    excluded.update({k: v for k, v in _masking_nodes(model, calibration.infinite).items() if k not in excluded})
-    excluded.update({k: v for k, v in _mixed_range_joins(model, observed).items() if k not in excluded})
-    if job.flavour == "onnxruntime" and cfg.precision == "int8":
-        excluded.update({k: v for k, v in _output_tail(model).items() if k not in excluded})
-    if cfg.bounded == "exclude":
-        excluded.update({k: v for k, v in _bounded_readers(model).items() if k not in excluded})
-    fp32.update({k: v for k, v in _fp16_guard(job, model, observed).items() if k not in fp32})
+    calibration = _calibrate(job, model, settings(cfg), notes)
+    exclusions.keep_first(excluded, exclusions.after_calibration(model, calibration, cfg, flavour))
+    exclusions.keep_first(fp32, _fp16_guard(job, model, calibration.sets["max"]))
     result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
     result.range_samples = calibration.seen - len(calibration.held_out)
     result.preparation = prep.to_dict()
@@ -139,25 +132,20 @@ def quantize_model(job: Job) -> Result:
     return result
 
 
-COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
-MIXED_RANGE_RATIO = 32.0  # a Concat's inputs this far apart in range: the narrower gets < 8 of 255 levels
-
-
-def _skipped_by_quantizer(model: onnx.ModelProto, result: Result, job: Job) -> dict[str, str]:
+def _skipped_by_quantizer(model: onnx.ModelProto, result: Result, job: Job) -> dict[str, Reason]:
     """Compute nodes neither quantized nor excluded by deploykit: the quantizer's placement rules
     left them in high precision (ModelOpt skips convolutions TensorRT would not run faster)."""
     if result.model is model or not any(n.op_type in g.QDQ_OPS for n in result.model.graph.node):
         return {}  # passed through, or FP16 only
     quantized = g.quantized_node_names(result.model)
     shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    tool = "ModelOpt" if job.flavour == "tensorrt" else "ONNX Runtime's quantizer"
-    ops = ("MatMul", "Gemm") if job.cfg.precision == "int4" else COMPUTE_OPS
+    ops = ("MatMul", "Gemm") if job.cfg.precision == "int4" else exclusions.COMPUTE_OPS
     out = {}
     for node in model.graph.node:
         if node.op_type in ops and node.name not in quantized and node.name not in result.excluded:
             w = shapes.get(node.input[1]) if len(node.input) > 1 else None
             shape = f" (weight {list(w)})" if w else ""
-            out[node.name] = f"{node.op_type}{shape} left unquantized by {tool}'s placement rules"
+            out[node.name] = Kept.PLACEMENT_RULES(op=node.op_type, shape=shape, tool=job.target.tool)
     return out
 
 
@@ -172,71 +160,20 @@ def _already_quantized(job: Job) -> bool:
                      hint="give the FP32 model, or set quantize.already_quantized: pass to keep it as it is")
 
 
-def _check_combination(job: Job) -> None:
-    p = job.cfg.precision
-    if p in ("fp8", "int4") and job.flavour == "onnxruntime":
-        raise ConfigError(f"quantize.precision {p} with target onnxruntime: ONNX Runtime's CPU kernels have no "
-                          f"{p.upper()} convolution (QLinearConv rejects float8 inputs at optimization level "
-                          "extended), so the model would be slower and not run as built",
-                          hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit checks that "
-                               "graph as written on the CPU")
-    if p == "int4" and not any(n.op_type in ("MatMul", "Gemm") for n in job.model.graph.node):
+def _check_int4(job: Job) -> None:
+    if job.cfg.precision == "int4" and not any(n.op_type in ("MatMul", "Gemm") for n in job.model.graph.node):
         ops = sorted({n.op_type for n in job.model.graph.node})
         raise ModelError(f"{job.where}: int4 quantizes MatMul/Gemm weights, and the model has none "
                          f"(its ops: {', '.join(ops[:12])})", hint="use --precision int8 or fp8 for this model")
 
 
-def _prepare(job: Job) -> tuple[onnx.ModelProto, g.Preparation]:
-    """Prepare at the opset the job needs; the search's FP8 layers in an FP16 graph (opset 21) are
-    given up, with a note, where the opset converter cannot reach 21."""
-    opset = _min_opset(job)
-    if opset != FP8_LAYERS_OPSET or job.cfg.precision != "int8":
-        return g.prepare(job.model, opset, job.where)
-    try:
-        model, prep = g.prepare(job.model, opset, job.where)
-    except ModelError:
-        model, prep = g.prepare(job.model, 19, job.where)
-        prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
-        return model, prep
-    prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
-                  for n in prep.notes]
-    return model, prep
-
-
-FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (TENSORRT.md)
-
-
-def _min_opset(job: Job) -> int:
-    p, flavour = job.cfg.precision, job.flavour
-    if p == "int4":
-        return 21
-    if p == "fp16" or (p == "int8" and flavour == "onnxruntime"):
-        return 13  # per-channel Q/DQ (and AutoCast) need 13
-    if p == "int8" and job.cfg.repair.enabled and job.cfg.high_precision == "fp16":
-        return FP8_LAYERS_OPSET  # the search may turn INT8 layers into FP8 ones
-    return 19  # TensorRT's explicit quantization; FP8 Q/DQ
-
-
-def _configured_fp32(model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> dict[str, str]:
+def _configured_fp32(model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> dict[str, Reason]:
     names = {n.name for n in model.graph.node}
     for name in cfg.keep_fp32_nodes:
         if name not in names:
             raise ModelError(f"{where}: quantize.keep_fp32_nodes names {name!r}, which the model does not have",
                              hint="`deploykit inspect` lists node names")
-    return dict.fromkeys(cfg.keep_fp32_nodes, "kept FP32 by configuration")
-
-
-def _still_present(model: onnx.ModelProto, excluded: dict[str, str], notes: list[str]) -> dict[str, str]:
-    names = {n.name for n in model.graph.node}
-    gone = sorted(set(excluded) - names)
-    if gone:
-        notes.append(f"excluded node(s) {', '.join(gone)} fused away by ONNX Runtime's pre-processing")
-    return {k: v for k, v in excluded.items() if k in names}
-
-
-def _settings(cfg: QuantizeConfig, flavour: Flavour) -> RangeSettings:
-    method = cfg.method if cfg.precision in CALIBRATED else "max"  # the config refuses another method for these
-    return RangeSettings(method, cfg.percentile, cfg.num_bins, "fp8" if cfg.precision == "fp8" else "int8")
+    return dict.fromkeys(cfg.keep_fp32_nodes, Kept.FP32_BY_CONFIG())
 
 
 def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes: list[str]) -> Calibration:
@@ -270,63 +207,7 @@ def _max_calibrated(model: onnx.ModelProto) -> set[str]:
     return g.through_layout(model, {o.name for o in model.graph.output}, g.bounded_tensors(model))
 
 
-def _bounded_readers(model: onnx.ModelProto) -> dict[str, str]:
-    readers = proto.consumers(model)
-    return {n.name: f"reads bounded output {t!r} (quantize.bounded: exclude)"
-            for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
-
-
-def _masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str, str]:
-    """Nodes that write or read a tensor holding ±inf on the calibration data: an attention mask
-    (``masked_fill(-inf)`` before a Softmax). They stay unquantized: a quantized -inf is a finite
-    number, and the masked token would get weight."""
-    made_by, readers = proto.producers(model), proto.consumers(model)
-    out: dict[str, str] = {}
-    for tensor in sorted(infinite):
-        for node in [made_by.get(tensor), *readers.get(tensor, [])]:
-            if node is not None and node.name not in out:
-                out[node.name] = f"reads or writes {tensor!r}, which holds ±inf (masking): kept exact"
-    return out
-
-
-def _mixed_range_joins(model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
-    """Concat nodes joining tensors whose observed ranges differ more than :data:`MIXED_RANGE_RATIO`
-    times: one 8-bit scale for the joined tensor leaves the narrower input a few levels. The packed
-    output of a YOLO-style detector (box coordinates in pixels beside class scores in [0, 1]) is the
-    common case: quantized there, every score rounds to 0 (confident-box recall 0.0 measured on a
-    real YOLOv8n, with ONNX Runtime's quantize_static too). Each input keeps its own scale."""
-    out: dict[str, str] = {}
-    for node in model.graph.node:
-        spans = {t: ranges[t].max - ranges[t].min for t in node.input if node.op_type == "Concat" and t in ranges}
-        spans = {t: v for t, v in spans.items() if v > 0}
-        if len(spans) < 2:
-            continue
-        wide, narrow = max(spans, key=spans.__getitem__), min(spans, key=spans.__getitem__)
-        ratio = spans[wide] / spans[narrow]
-        if ratio > MIXED_RANGE_RATIO:
-            out[node.name] = (f"joins {narrow!r} (range {spans[narrow]:.3g}) and {wide!r} (range {spans[wide]:.3g}), "
-                              f"{ratio:.0f}x apart: one INT8 scale would flatten the narrower; kept in float")
-    return out
-
-
-def _output_tail(model: onnx.ModelProto) -> dict[str, str]:
-    """Nodes after the last compute op: every consumer of what they write is another such node or a
-    graph output. Q/DQ there buys no speed (nothing after them runs in INT8) and rounds the outputs
-    themselves: a detector's score Sigmoid and box decoding (a real YOLOv8n's confident-box recall
-    0.79 with its tail quantized, 0.93 with it in float), a probability map's Sigmoid."""
-    outputs = {o.name for o in model.graph.output}
-    readers = proto.consumers(model)
-    tail: dict[str, str] = {}
-    for node in reversed(model.graph.node):  # topological order: a node's readers are decided first
-        if node.op_type in COMPUTE_OPS or not node.output:
-            continue
-        if all(t in outputs or (readers.get(t) and all(r.name in tail for r in readers[t])) for t in node.output
-               if t):
-            tail[node.name] = "after the last compute op, on the way to an output: kept in float"
-    return tail
-
-
-def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, str]:
+def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]) -> dict[str, Reason]:
     from deploykit.quant import fp16
 
     if not _uses_fp16(job):
@@ -338,12 +219,12 @@ def _fp16_guard(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange]
 
 
 def _uses_fp16(job: Job) -> bool:
-    p = job.cfg.precision
-    return p == "fp16" or (job.flavour == "tensorrt" and p in ("int8", "fp8") and job.cfg.high_precision == "fp16")
+    return job.target.fp16_rest(job.cfg)
 
 
-def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
-                        fp32: dict[str, str], notes: list[str], original: onnx.ModelProto) -> Result:
+def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration,
+                        excluded: dict[str, Reason], fp32: dict[str, Reason], notes: list[str],
+                        original: onnx.ModelProto) -> Result:
     if calibration.held_out:
         samples = calibration.held_out
     elif job.samples is not None:
@@ -352,61 +233,42 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         samples = _random_samples(model)
     reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
-    memo = _Memo(opener)
-    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=_tolerance(job))
-    if job.flavour == "onnxruntime" and job.cfg.precision == "int8":
-        excluded.update(_miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes))
-    range_sets = _range_sets(job, model, calibration, excluded, samples[0])
+    memo = Memo(opener)
+    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance(job))
+    if job.target.checks_kernels(job.cfg.precision):
+        wrong = _miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes)
+        exclusions.keep_first(excluded, wrong)
+    sets = range_sets(job, model, calibration, excluded, samples[0])
     judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
-    method, ranges = _choose_ranges(job, model, range_sets, excluded, fp32, samples[0], few,
-                                    judge if job.judging.samples else None, notes)
+    method, ranges = choose_ranges(job, model, sets, excluded, fp32, samples[0], few,
+                                   judge if job.judging.samples else None, notes)
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
         from deploykit.quant.bias import SAMPLES
 
         held = len(calibration.held_out)  # calibration samples, never the check's
         job.correction_samples = list(itertools.islice(job.samples, held, held + SAMPLES))
     for _ in range(MAX_NONFINITE_FIXES):
-        base = _build(job, model, ranges, excluded, fp32=dict(fp32), sample=samples[0])
+        base = build(job, model, ranges, excluded, fp32=dict(fp32), sample=samples[0])
         result = _mixed_precision(job, model, base, judge, excluded, samples[0], notes)
         if not result.check or not result.check.nonfinite:
             result.fp32, result.notes, result.ranges = fp32, notes, ranges
             result.check_samples = len(judge.samples)
             if job.corrected is not None:
                 notes.append(job.corrected.note())
-            result.settings = dataclasses.replace(_settings(job.cfg, job.flavour), method=method)
+            result.settings = dataclasses.replace(settings(job.cfg), method=method)
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
     raise ModelError("the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
                      hint="set quantize.high_precision: fp32")
 
 
-def _range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, str],
-                sample: dict[str, Any]) -> dict[str, dict[str, TensorRange]]:
-    """The range set of each method to try (every AUTO_METHODS one for ``auto``), from the one pass.
-
-    Thresholds are computed only for the tensors the quantizer puts an activation quantizer on
-    (the rest keep max ranges): MSE costs ~5 ms a tensor, and a graph has hundreds it never quantizes.
-    """
-    method = _settings(job.cfg, job.flavour).method
-    methods = AUTO_METHODS if method == "auto" else (method,)
-    stats = calibration.statistics
-    if stats is None or methods == ("max",):
-        return {methods[0]: calibration.sets["max"]}
-    from deploykit.quant.scales import activation_quantizers
-
-    placed = _qdq(job, model, calibration.sets["max"], sorted(excluded), sample)
-    quantized = {src.removesuffix("_QuantizeLinear_Input") for _, src in activation_quantizers(placed)}
-    return {m: calibration.sets["max"] if m == "max" else
-            stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
-            for m in methods}
-
-
-def _miscomputed(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str],
-                 sample: dict[str, Any], notes: list[str]) -> dict[str, str]:
+def _miscomputed(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange],
+                 excluded: dict[str, Reason], sample: dict[str, Any], notes: list[str]) -> dict[str, Reason]:
     """Nodes ONNX Runtime's integer kernels compute wrong on this CPU (:mod:`deploykit.quant.kernel_check`)."""
+    from deploykit.quant.candidates import qdq
     from deploykit.quant.kernel_check import miscomputed
 
-    found = miscomputed(g.infer_shapes(_qdq(job, model, ranges, sorted(excluded), sample)), job.ort_level)
+    found = miscomputed(g.infer_shapes(qdq(job, model, ranges, sorted(excluded), sample)), job.ort_level)
     if found:
         notes.append(f"ONNX Runtime's integer kernels on this CPU compute {len(found)} quantized node(s) wrong "
                      f"({', '.join(sorted(found)[:4])}{', …' if len(found) > 4 else ''}): kept in float")
@@ -429,53 +291,6 @@ def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], ope
                  job.cfg.precision, source)
 
 
-def _tolerance(job: Job) -> Callable[[str], Any]:
-    """Parity's tolerance per output (for ranking range sets; the verdict is the judge's)."""
-    from deploykit.config import ParityConfig, Tolerance, parity_preset
-    from deploykit.metrics.tasks import unordered_outputs
-
-    parity, preset = job.judging.parity or ParityConfig(), parity_preset(job.cfg)
-    unordered = unordered_outputs(parity.tasks)  # post-NMS outputs: only parity's detection check compares them
-    return lambda output: Tolerance() if output in unordered else parity.tolerance(output, preset)
-
-
-def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
-                   excluded: dict[str, str], fp32: dict[str, str], sample: dict[str, Any],
-                   evaluate: Callable[[onnx.ModelProto], Check], validation: Judge | None, notes: list[str]
-                   ) -> tuple[str, dict[str, TensorRange]]:
-    """Method ``auto``: the range set that parity's task metrics on its validation data order first
-    (each metric ranks the sets, the rank sums decide), then the smallest mean rel-L2 on a few
-    held-out calibration samples (with no validation data or no task configured, only that).
-
-    Mean rel-L2 and the task disagree where the task thresholds: on ViT-S saliency max ranges had
-    the lower rel-L2 (0.147 against MSE's 0.198) and the worse IoU (0.74 against 0.81), and on a
-    further held-out set too. The task on 4 held-out calibration samples was measured a noisier
-    guide than rel-L2 (it was tried and reverted); parity's 16 validation samples are the data the
-    user chose to be judged on, and there each candidate is scored as it ships (FP16 elsewhere in
-    the tensorrt flavour: on ViT-S, MSE ranges lost to entropy with FP32 elsewhere and won with
-    FP16). The quantizer runs once; each set only rewrites the scales of that graph."""
-    if len(range_sets) == 1:
-        return next(iter(range_sets.items()))
-    from deploykit.quant.judge import rank_sums, task_losses
-
-    typical, losses = {}, {}
-    for method, ranges in range_sets.items():
-        candidate = _qdq(job, model, ranges, sorted(excluded), sample)
-        typical[method] = evaluate(candidate).typical()
-        if validation is not None:
-            shipped = _in_high_precision(job, candidate, fp32)
-            losses[method] = task_losses(validation.measure(shipped), validation.parity)
-    ranked = validation is not None and any(losses.values())
-    ranks = rank_sums(losses) if ranked else dict.fromkeys(range_sets, 0.0)
-    best = min(range_sets, key=lambda m: (ranks[m], typical[m]))  # ties: the first (max) wins
-    listed = ", ".join(f"{m} {v:.4g}" for m, v in typical.items())
-    by_task = (f"; task-metric rank sums on {len(validation.samples)} validation samples "
-               + ", ".join(f"{m} {v:g}" for m, v in ranks.items())) if validation is not None and ranked else ""
-    notes.append(f"calibration method auto: mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed}"
-                 f"{by_task} -> {best}")
-    return best, range_sets[best]
-
-
 def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """Inputs for checking an FP16 conversion when no calibration data is configured."""
     import numpy as np
@@ -489,14 +304,14 @@ def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
 
 
 def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, judge: Judge,
-                     excluded: dict[str, str], sample: dict[str, Any], notes: list[str]) -> Result:
+                     excluded: dict[str, Reason], sample: dict[str, Any], notes: list[str]) -> Result:
     """The base graph with the configured layer precisions, judged; the search when it misses parity."""
     cfg = job.cfg
     if cfg.precision not in ("int8", "fp8", "int4"):
         return Result(base, model, {}, RangeSettings(), dict(excluded), {}, judge.check(base), {}, base=base)
     from deploykit.quant import mixed
 
-    plan = mixed.plan(base, cfg, job.flavour, job.where)
+    plan = mixed.plan(base, cfg, job.target, job.where)
     candidate = mixed.builder(plan, base, model, cfg.precision)(plan.start)
     verdict = judge.check(candidate)
     result = Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, verdict, {}, base=base,
@@ -506,7 +321,7 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
     # the bar's total is the most the search may run: a measurement per group plus its step budget
     total = len(plan.groups) + cfg.repair.max_iterations
     with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
-        search, payload = mixed.search(plan, base, model, judge, cfg, job.flavour, job.ort_level, sample,
+        search, payload = mixed.search(plan, base, model, judge, cfg, job.target, job.ort_level, sample,
                                        job.search_cache, advance)
     notes.append(f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
                  f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
@@ -528,7 +343,7 @@ def _not_faster(search: SearchResult) -> str:
             f"({c.of(search.patch):.3g} vs {c.top:.3g} {c.unit}, {c.method}): that precision does as well")
 
 
-def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, str],
+def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, Reason],
                    samples: list[dict[str, Any]], opener: Callable[..., Any]) -> None:
     """Find the first node whose output goes NaN/Inf; keep it in FP32 or refuse, naming it."""
     from deploykit.metrics.divergence import diagnose
@@ -540,113 +355,13 @@ def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[
         where = f" first at node {bad.node!r} ({bad.op_type}, tensor {bad.tensor!r})" if bad else ""
         raise ModelError(f"the quantized model computes NaN/Inf in output(s) {outputs}{where}",
                          hint="keep that node in FP32 (quantize.keep_fp32_nodes) or exclude it from quantization")
-    fp32[bad.node] = f"produced NaN/Inf in FP16 (tensor {bad.tensor!r})"
-
-
-class _Memo:
-    """An opener whose sessions remember their outputs per (graph, sample), so the graph method
-    ``auto`` chose, and checked on its first samples, is not run on them again by the check."""
-
-    def __init__(self, opener: Callable[..., Any]) -> None:
-        self.opener = opener
-        self.outputs: dict[tuple[str, int], dict[str, Any]] = {}
-        self.evaluators: dict[str, str] = {}
-
-    def __call__(self, model: onnx.ModelProto) -> _MemoSession:
-        import hashlib
-
-        return _MemoSession(self, model, hashlib.sha256(model.SerializeToString()).hexdigest())
-
-
-class _MemoSession:
-    def __init__(self, memo: _Memo, model: onnx.ModelProto, key: str) -> None:
-        self._memo, self._model, self._key, self._session = memo, model, key, None
-
-    def _open(self) -> Any:
-        if self._session is None:
-            self._session = self._memo.opener(self._model)
-            self._memo.evaluators[self._key] = self._session.evaluator
-        return self._session
-
-    @property
-    def evaluator(self) -> str:
-        return self._memo.evaluators.get(self._key) or self._open().evaluator
-
-    def infer(self, sample: dict[str, Any]) -> dict[str, Any]:
-        key = (self._key, id(sample))  # the check samples live as long as the quantize call
-        if key not in self._memo.outputs:
-            self._memo.outputs[key] = self._open().infer(sample)
-        return self._memo.outputs[key]
-
-    def __getattr__(self, name: str) -> Any:  # everything else (inputs, run_all): the real session
-        return getattr(self._open(), name)
+    fp32[bad.node] = Kept.FP16_NONFINITE(tensor=bad.tensor)
 
 
 def _opener(job: Job) -> Callable[..., Any]:
     """Sessions over candidates, computed as the target flavour's runtime will."""
-    from deploykit.graph.run import evaluator_for, session_from_onnx
+    from deploykit.graph.run import session_from_onnx
 
-    return partial(session_from_onnx, evaluator=evaluator_for(job.flavour), level=job.ort_level,
+    return partial(session_from_onnx, evaluator=job.target.evaluator, level=job.ort_level,
                    failure="ONNX Runtime cannot run the quantized graph",
                    hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32")
-
-
-def _build(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], excluded: dict[str, str], *,
-           fp32: dict[str, str], sample: dict[str, Any]) -> onnx.ModelProto:
-    """One candidate: Q/DQ (or FP16) with ``excluded`` nodes left out of quantization."""
-    cfg = job.cfg
-    if cfg.precision == "fp16":
-        from deploykit.quant.fp16 import to_fp16
-
-        return to_fp16(model, sorted(fp32))
-    out = _qdq(job, model, ranges, sorted(excluded), sample)
-    if job.correction_samples and cfg.precision != "int4":
-        from deploykit.quant.bias import correct_biases
-
-        out, job.corrected = correct_biases(out, model, job.correction_samples)
-    return _in_high_precision(job, out, fp32)
-
-
-def _in_high_precision(job: Job, qdq: onnx.ModelProto, fp32: dict[str, str]) -> onnx.ModelProto:
-    """The Q/DQ graph with its unquantized nodes in the configured high precision (tensorrt: FP16)."""
-    cfg = job.cfg
-    if job.flavour == "onnxruntime" or cfg.precision == "int4" or cfg.high_precision != "fp16":
-        return qdq
-    from deploykit.quant.fp16 import to_fp16
-
-    # TensorRT takes FP8 with FP16 scales from opset 21 (TENSORRT.md).
-    return to_fp16(qdq, sorted(fp32), opset=21 if cfg.precision == "fp8" else None)
-
-
-def _qdq(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange], names: list[str],
-         sample: dict[str, Any]) -> onnx.ModelProto:
-    """The Q/DQ graph (FP32 high precision) with ``ranges`` in its activation scales.
-
-    The quantizer (ModelOpt or ORT's) runs once per exclusion set; later range sets rewrite the
-    scales of that graph: ModelOpt's are overwritten anyway, ORT's are recomputed exactly as its
-    quantizer would (:func:`deploykit.quant.ort_flavour.rescale`, else it runs again).
-    """
-    import onnx
-
-    key = (id(model), tuple(names))
-    _, placed, placed_with = job.placements.get(key, (None, None, None))
-    if job.flavour == "onnxruntime":
-        from deploykit.quant import ort_flavour
-
-        out = ort_flavour.rescale(placed, model, ranges, placed_with) if placed is not None else None
-        if out is None:
-            out = ort_flavour.quantize(model, sample, ranges, exclude=names, per_channel=job.cfg.per_channel,
-                                       reduce_range=job.reduce_range)
-            job.placements.setdefault(key, (model, onnx.ModelProto.FromString(out.SerializeToString()), ranges))
-        return out
-    from deploykit.quant import modelopt_flavour
-    from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
-
-    cfg = job.cfg
-    if placed is None:
-        placed = modelopt_flavour.quantize(model, cfg.precision, sample, exclude=names, block_size=cfg.int4_block_size)
-        job.placements[key] = (model, placed, ranges)
-    out = onnx.ModelProto.FromString(placed.SerializeToString())
-    if cfg.precision != "int4":
-        set_activation_scales(out, ranges, min_scale=FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30)
-    return out

@@ -29,12 +29,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from deploykit.quant.judge import Score
+from deploykit.quant.reasons import Code, Reason
 
 Patch = dict[str, str]
 SAME_COST = 1e-9  # latencies this close (relative) are the same sum of costs
+
+
+class Stop(Code):
+    """Why the search stopped: each exit of :func:`search`, and the qualifications
+    :func:`deploykit.quant.sensitivity.run_search` adds once the final check and the timing are in."""
+
+    PASSED_AT_START = ("passed_at_start", "passed")  # the start passed: nothing raised
+    PASSED = ("passed", "passed")  # a raised prefix passed, bisected and trimmed
+    PASSED_REFINED = ("passed_refined", "passed")  # raising more made it worse; chunks kept where they helped
+    ONLY_ALL_PASS = (
+        "only_all_pass",
+        "cannot pass faster than every layer at the top precision: only all {n} ranked groups raised "
+        "({tops}) pass{instead}")
+    BUDGET_SPENT = ("budget_spent", "evaluation budget spent ({n})")
+    NO_FASTER_PREFIX = (
+        "no_faster_prefix",
+        "cannot pass faster than every layer at the top precision: the {n} best-ranked groups raised still "
+        "fail, and raising more would be no faster")
+    ALL_RAISED_FAIL = ("all_raised_fail", "every ranked group raised ({n}) still fails")
+    # run_search's, after the search:
+    PASSED_AT_CLOSEST = (
+        "passed_at_closest",
+        "passed on all {n_all} judging samples at the closest state (on the {n_search} search samples: "
+        "{before})")
+    RANKED_BY_ACCURACY = (
+        "ranked_by_accuracy",
+        "{base} alone is not {margin:.2g}x faster than every group at {raised} here ({base_cost:.3g} vs "
+        "{top:.3g} {unit}), so no mix can pass faster than {raised}: the search ranked by accuracy alone")
+    TIMED_NOT_FASTER = (
+        "timed_not_faster",
+        "timed after the search, {base} alone is not {margin:.2g}x faster than FP32 here ({base_ms:.3g} vs "
+        "{fp32_ms:.3g} ms), so no mix could pass faster than FP32")
 
 
 @dataclass(frozen=True)
@@ -88,7 +121,7 @@ class Outcome:
     best: Patch
     best_score: Score
     passed: bool  # the best state passed on every judging sample
-    stopped: str
+    stopped: Reason  # a Stop
     steps: list[Step] = field(default_factory=list)
 
 
@@ -122,7 +155,7 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
     run = _Run(evaluate, latency, budget)
     order = [m for m in order if m.group not in start][: budget.groups]
     if run.judge(dict(start), {}, "base"):
-        return run.outcome("passed")
+        return run.outcome(Stop.PASSED_AT_START())
     affordable = next((k for k in range(len(order), 0, -1) if not budget.at_ceiling(latency(_prefix(start, order, k)))), 0)
     slow = affordable < len(order)
     order = order[:affordable]
@@ -149,20 +182,18 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
     if passing is not None and budget.at_ceiling(latency(_prefix(start, order, passing))):
         tops = sorted({m.precision for m in order})
         instead = f"; --precision {tops[0]} does as well" if len(tops) == 1 else ""
-        return run.outcome(f"cannot pass faster than every layer at the top precision: only all {len(order)} ranked "
-                           f"groups raised ({', '.join(tops)}) pass{instead}")
+        return run.outcome(Stop.ONLY_ALL_PASS(n=len(order), tops=", ".join(tops), instead=instead))
     if passing is None and failing > 0 and not run.spent():
         found = _refine(run, start, order, raised)
         if found is not None and not budget.at_ceiling(latency(found[0])):
-            return run.trim(*found, ladder)
+            return run.trim(*found, ladder, Stop.PASSED_REFINED())
     if passing is None:
         if run.spent():
-            return run.outcome(f"evaluation budget spent ({budget.evaluations})")
+            return run.outcome(Stop.BUDGET_SPENT(n=budget.evaluations))
         if slow:
-            return run.outcome(f"cannot pass faster than every layer at the top precision: the {len(order)} "
-                               "best-ranked groups raised still fail, and raising more would be no faster")
-        return run.outcome(f"every ranked group raised ({len(order)}) still fails")
-    return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder)
+            return run.outcome(Stop.NO_FASTER_PREFIX(n=len(order)))
+        return run.outcome(Stop.ALL_RAISED_FAIL(n=len(order)))
+    return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder, Stop.PASSED())
 
 
 def _prefix(start: Patch, order: list[Move], k: int) -> Patch:
@@ -194,6 +225,18 @@ def _refine(run: _Run, start: Patch, order: list[Move], sizes: list[int]) -> tup
         else:
             i += 1  # this group alone makes it worse: left at the base precision
     return None
+
+
+class Rank(NamedTuple):
+    """How good an evaluated state is, the smallest best: passing states by latency, then failing ones
+    by how far they miss, then states at the latency ceiling (judged as a bisection's upper end only)."""
+
+    tier: int  # PASSING, FAILING or AT_CEILING
+    first: float  # passing: the latency; else the objective
+    second: float  # the other of the two
+
+
+PASSING, FAILING, AT_CEILING = 0, 1, 2
 
 
 class _Run:
@@ -235,11 +278,11 @@ class _Run:
             self.best = (dict(patch), score, passed)
         return score
 
-    def _key(self, patch: Patch, score: Score, passed: bool) -> tuple[int, float, float]:
+    def _key(self, patch: Patch, score: Score, passed: bool) -> Rank:
         latency = self._latency(patch)
         if self.budget.at_ceiling(latency):  # judged as a bisection's upper end, never the answer
-            return (2, score.objective, latency)
-        return (0, latency, score.objective) if passed else (1, score.objective, latency)
+            return Rank(AT_CEILING, score.objective, latency)
+        return Rank(PASSING, latency, score.objective) if passed else Rank(FAILING, score.objective, latency)
 
     def _settle(self, best: Patch, score: Score) -> tuple[Patch, Score]:
         """Nothing passed: the closest state on the few search samples can be worse than the start on
@@ -253,7 +296,8 @@ class _Run:
         mine, theirs = full[frozenset(best.items())], full[frozenset(start.items())]
         return (dict(start), theirs) if theirs.objective <= mine.objective else (best, mine)
 
-    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
+    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]], stop: Reason
+             ) -> Outcome:
         """Lower each raised group one precision step, least valuable first, while every sample passes."""
         for group in reversed(raised):
             if self.spent():
@@ -267,9 +311,9 @@ class _Run:
                 continue  # lowering it would be slower (INT8 slower than FP32 for this layer here)
             if self.judge(new, {group: lower}, "trim"):
                 state = new
-        return self.outcome("passed")
+        return self.outcome(stop)
 
-    def outcome(self, stopped: str) -> Outcome:
+    def outcome(self, stopped: Reason) -> Outcome:
         assert self.best is not None
         best, score, passed = self.best
         if not passed and self.steps and best != self.steps[0].patch:

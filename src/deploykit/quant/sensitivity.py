@@ -25,6 +25,7 @@ again. The final verdict is always a fresh evaluation on every judging sample.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ import numpy as np
 from deploykit.quant.groups import Group
 from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
 from deploykit.quant.latency_cost import Costs
-from deploykit.quant.search import Budget, Move, Outcome, Patch, rank, search
+from deploykit.quant.reasons import Reason
+from deploykit.quant.search import Budget, Move, Outcome, Patch, Stop, rank, search
 
 if TYPE_CHECKING:
     import onnx
@@ -103,7 +105,7 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
     @property
-    def stopped(self) -> str:
+    def stopped(self) -> Reason:
         return self.outcome.stopped
 
     @property
@@ -119,7 +121,8 @@ class SearchResult:
         return self.costs.of(self.patch) < self.costs.top
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.check.passed, "stopped": self.stopped, "patch": dict(sorted(self.patch.items())),
+        return {"passed": self.check.passed, "stopped": self.stopped.to_dict(),
+                "patch": dict(sorted(self.patch.items())),
                 "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
                 "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "timings": self.timings, "latency": self.costs.method,
                 "faster_than_top": self.faster_than_top(),
@@ -196,13 +199,14 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     model = ev.build(outcome.best)
     check = judge.check(model)
     if check.passed and not outcome.passed:  # the closest state missed on the few samples, passes on all
-        outcome.passed, outcome.stopped = True, (f"passed on all {n_all} judging samples at the closest state "
-                                                 f"(on the {n_search} search samples: {outcome.stopped})")
+        before = outcome.stopped  # its codes stay: why the search samples did not pass it
+        outcome.passed, outcome.stopped = True, dataclasses.replace(
+            Stop.PASSED_AT_CLOSEST(n_all=n_all, n_search=n_search, before=before), also=before.codes)
     if not outcome.passed and ceiling == float("inf"):  # a bigger budget buys accuracy, never speed: say so
         raised = top_precision.upper()
-        outcome.stopped += (f"; {ladder[0].upper()} alone is not {1 / CEILING_MARGIN:.2g}x faster than every group "
-                            f"at {raised} here ({costs.base:.3g} vs {top:.3g} {costs.unit}), so no mix can pass "
-                            f"faster than {raised}: the search ranked by accuracy alone")
+        outcome.stopped = outcome.stopped.qualified(Stop.RANKED_BY_ACCURACY(
+            base=ladder[0].upper(), margin=1 / CEILING_MARGIN, raised=raised, base_cost=costs.base, top=top,
+            unit=costs.unit))
     clock.lap("final_check")
     sensitivity = [{"group": m.group, "ops": by_name[m.group].ops, "alone_damage": damage[m.group], "rank": i,
                     "target": m.precision, "gain": {c.precision: c.gain for c in causal if c.group == m.group},
@@ -210,9 +214,9 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], timer)
     if not outcome.passed and ceiling != float("inf") and measured.get("base", 0.0) >= CEILING_MARGIN * \
             measured.get("fp32", float("inf")):  # the profiler's kernel times said faster; whole runs say not
-        outcome.stopped += (f"; timed after the search, {ladder[0].upper()} alone is not {1 / CEILING_MARGIN:.2g}x "
-                            f"faster than FP32 here ({measured['base']:.3g} vs {measured['fp32']:.3g} ms), so no mix "
-                            "could pass faster than FP32")
+        outcome.stopped = outcome.stopped.qualified(Stop.TIMED_NOT_FASTER(
+            base=ladder[0].upper(), margin=1 / CEILING_MARGIN, base_ms=measured["base"],
+            fp32_ms=measured["fp32"]))
     clock.lap("timing")
     return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
                         {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source, timings=clock.laps)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from deploykit.errors import ArtifactCorrupt, DeployKitError, UsageError
+from deploykit.quant.flavours import flavour_for
 from deploykit.record import model as records
 from deploykit.record.model import RunRecord, StageStatus
 from deploykit.store import clock
@@ -90,7 +91,7 @@ def _warnings(details: dict[str, Any], flavour: str, backend: str) -> list[str]:
             out.append(f"gate: measured under load (CPU pressure {load.get('cpu_pressure')}, load "
                        f"{load.get('loadavg1')} on {load.get('cpus')} CPUs): the numbers may be low; "
                        "--remeasure on a quiet machine")
-        if flavour == "tensorrt" and backend != "tensorrt":
+        if flavour and flavour_for(flavour).foreign(backend):
             out.append(f"gate: this is a TensorRT-flavour graph timed with {backend} on the CPU ({gate['evaluator']}); "
                        "the number says nothing about TensorRT speed — build with --backend tensorrt on the GPU")
     return out

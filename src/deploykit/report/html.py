@@ -139,7 +139,7 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
         out.append(_table(["output", "rel L2 (worst sample)", "cosine", "max abs"], rows, {1, 2, 3}))
     if check.get("violations"):
         out.append(f"<p class='fail'>{e('; '.join(check['violations']))}</p>")
-    kept = [[f"<code>{e(n)}</code>", what, e(why)] for key, what in (
+    kept = [[f"<code>{e(n)}</code>", what, e(_sentence(why))] for key, what in (
         ("excluded_from_quantization", "not quantized"), ("kept_fp32", "FP32"),
         ("left_unquantized_by_quantizer", "not quantized (placement rules)"))
         for n, why in sorted((patch.get(key) or {}).items())]
@@ -153,10 +153,18 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
     return "".join(out)
 
 
+def _sentence(reason: Any) -> str:
+    """A stored reason's sentence (a record written before reasons had codes holds the bare sentence)."""
+    from deploykit.quant.reasons import as_reason
+
+    return as_reason(reason).sentence
+
+
 def _search(s: dict[str, Any], with_plots: bool) -> str:
     """The mixed-precision search: the patch it chose, what each layer was measured to do, every step."""
     ev = s["evaluations"]
-    out = [f"<h3>Mixed-precision search: {_status('pass' if s['passed'] else 'fail')} ({e(s['stopped'])})</h3>",
+    status = _status("pass" if s["passed"] else "fail")
+    out = [f"<h3>Mixed-precision search: {status} ({e(_sentence(s['stopped']))})</h3>",
            f"<p>Judged on {e(s['judged_on'])}; {ev['fresh']} evaluations run, {ev['cached']} reused from an earlier "
            f"artifact. Latency: {e(s['latency'])}. Precisions offered: {e(', '.join(s['precisions']))}.</p>"]
     measured = {r["group"]: r for r in s["sensitivity"]}

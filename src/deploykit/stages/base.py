@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -68,7 +68,6 @@ class StageContext:
     config: Config
     store: Store
     reporter: Reporter
-    extra: dict[str, Any] = field(default_factory=dict)  # run-wide facts stages share (e.g. the gate target)
 
 
 class Stage:

@@ -17,8 +17,9 @@ import numpy as np
 
 from deploykit.config import Config, parity_preset
 from deploykit.errors import ParityFailed
-from deploykit.graph.run import evaluator_for, session_from_onnx
+from deploykit.graph.run import session_from_onnx
 from deploykit.metrics.comparison import Comparison
+from deploykit.quant.flavours import flavour_for
 from deploykit.record.model import Check, worst_of
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import BuildSummary, load_engine
@@ -161,14 +162,15 @@ def _output_names(artifact: Artifact) -> list[str]:
 
 
 def _candidate(inputs: dict[str, Artifact]) -> Any:
-    """What to check: the built engine, except for a TensorRT-flavour quantized graph built for another
-    backend. ONNX Runtime's CPU kernels do not compute such a graph as written (FP16 + INT8 measured at
-    rel-L2 0.12 where the graph gives 0.013), so evaluate the graph as written: that is what TensorRT
-    will compute, up to kernel rounding. The report's candidate_evaluator says which one ran."""
+    """What to check: the built engine, except for a quantized graph whose flavour's runtime that
+    backend is not (a TensorRT-flavour graph built for ONNX Runtime: its CPU kernels do not compute
+    such a graph as written, FP16 + INT8 measured at rel-L2 0.12 where the graph gives 0.013). That
+    graph is evaluated the flavour's way (as written: what TensorRT will compute, up to kernel
+    rounding). The report's candidate_evaluator says which one ran."""
     model, engine = inputs["model"], inputs["engine"]
-    flavour = QuantizeSummary.of(model).flavour if model.manifest.stage == QuantizeStage.name else None
-    if flavour == "tensorrt" and BuildSummary.of(engine).backend != "tensorrt":
-        return session_from_onnx(model.file(MODEL), evaluator_for("tensorrt"))
+    flavour = QuantizeSummary.of(model).flavour if model.manifest.stage == QuantizeStage.name else ""
+    if flavour and flavour_for(flavour).foreign(BuildSummary.of(engine).backend):
+        return session_from_onnx(model.file(MODEL), flavour_for(flavour).evaluator)
     return load_engine(engine)
 
 

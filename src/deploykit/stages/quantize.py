@@ -40,13 +40,13 @@ from typing import Any
 from deploykit.config import CALIBRATED
 from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
-from deploykit.graph.run import evaluator_for
+from deploykit.quant.flavours import flavour_for
 from deploykit.record.model import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 from deploykit.stages.validation import validation_fingerprint, validation_samples
 from deploykit.store.artifacts import Artifact
-from deploykit.store.environment import cpu_info, onnxruntime_version, tool_versions
+from deploykit.store.environment import onnxruntime_version, tool_versions
 from deploykit.store.jsonio import clean
 
 RANGES = "ranges.json"
@@ -78,13 +78,14 @@ class RepairSummary(Summary):
     passed: bool = False  # parity's verdict on the chosen mix, on every judging sample
     iterations: int = 0  # states evaluated after measuring (the base and confirmations included)
     excluded_nodes: list[str] = field(default_factory=list)  # layer groups raised above the stage's precision
-    stopped: str = ""  # why it stopped
+    stopped: str = ""  # why it stopped, in words (the sentence of search.Stop's reason)
     worst_rel_l2: list[float | None] = field(default_factory=list)  # per step (None: no rel-L2 limit checked)
     layer_precisions: dict[str, str] = field(default_factory=dict)  # the chosen patch: group -> precision
     evaluations: dict[str, int] = field(default_factory=dict)  # fresh (run now), cached (from an earlier artifact)
     cache_key: str = ""  # what sensitivity.json's measurements are filed under
     judged_on: str = ""  # the samples the search judged on
     worst_ratio: list[float | None] = field(default_factory=list)  # per step: worst measured value / its limit
+    stop_codes: list[str] = field(default_factory=list)  # as codes: the stop's, then its qualifications'
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,9 @@ class QuantizeStage(Stage):
     name = "quantize"
     # 2: onnxruntime-flavour exclusions read float tensors; 3: norm scales per channel on axis 0;
     # 4: judged by parity's data and checks, mixed-precision search; 5: auto also tries (floored)
-    # entropy and ranks by parity's task metrics on its validation data
-    version = 5
+    # entropy and ranks by parity's task metrics on its validation data; 6: every reason (a node kept
+    # in higher precision, the search's stop) stored as {code, sentence}
+    version = 6
     inputs = {"model": "onnx", "reference": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
@@ -148,22 +150,20 @@ class QuantizeStage(Stage):
         import importlib.util
 
         c = ctx.config
-        flavour = c.quantize.flavour(c.build.backend)
-        if (c.quantize.precision == "fp16" or flavour == "tensorrt") and importlib.util.find_spec("modelopt") is None:
+        flavour = flavour_for(c.quantize.flavour(c.build.backend))
+        if flavour.needs_modelopt(c.quantize.precision) and importlib.util.find_spec("modelopt") is None:
             raise BackendUnavailable(
-                f"quantize.precision {c.quantize.precision} for the {flavour} flavour needs NVIDIA ModelOpt, "
-                "which this install lacks", hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU "
-                "kernels, --precision int8 --set quantize.target=onnxruntime, needs only ONNX Runtime)")
+                f"quantize.precision {c.quantize.precision} for the {flavour.name} flavour needs NVIDIA "
+                "ModelOpt, which this install lacks",
+                hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU kernels, --precision int8 "
+                     "--set quantize.target=onnxruntime, needs only ONNX Runtime)")
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
-        q, flavour = c.quantize, c.quantize.flavour(c.build.backend)
+        q, flavour = c.quantize, flavour_for(c.quantize.flavour(c.build.backend))
         source = _calibration(ctx)
-        return {"quantize": q, "flavour": flavour, "reduce_range": _reduce_range(ctx) if flavour == "onnxruntime" else None,
-                # the onnxruntime flavour keeps nodes this CPU's integer kernels compute wrong in float
-                "cpu_features": cpu_info()["features"] if flavour == "onnxruntime" else None,
+        return {"quantize": q, "flavour": flavour.name, **flavour.key(q, c.build.optimization_level),
                 "calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims,
-                "ort_level": c.build.optimization_level if flavour == "onnxruntime" else None,
                 "parity": {"default": c.parity.default, "outputs": c.parity.outputs, "tasks": c.parity.tasks,
                            "inconclusive": c.parity.inconclusive, "vacuous_below": c.parity.vacuous_below},
                 "validation": validation_fingerprint(c), "trt_cache": TRT_CACHE_VERSION}
@@ -179,10 +179,10 @@ class QuantizeStage(Stage):
         c = ctx.config
         source = _calibration(ctx)
         stream = SampleStream(source, limit=c.calibration.samples, what="calibration") if source else None
-        flavour = c.quantize.flavour(c.build.backend)
-        job = Job(load_model(inputs["model"].file(MODEL)), c.quantize, flavour, stream,
+        flavour = flavour_for(c.quantize.flavour(c.build.backend))
+        job = Job(load_model(inputs["model"].file(MODEL)), c.quantize, flavour.name, stream,
                   where=str(inputs["model"].file(MODEL)), ort_level=c.build.optimization_level,
-                  reduce_range=_reduce_range(ctx) if flavour == "onnxruntime" else False,
+                  reduce_range=flavour.reduce_range(c.quantize.reduce_range),
                   task=ctx.reporter.task, judging=_judging(ctx, inputs), search_cache=_cache_lookup(ctx))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -249,10 +249,11 @@ def _calibration(ctx: StageContext) -> Any:
 
 
 def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
-    """INT8 for ONNX Runtime's CPU kernels exists to be faster: time it against FP32 (about a second)."""
+    """INT8 for ONNX Runtime's CPU kernels exists to be faster: time it against FP32 (about a second),
+    where the flavour's latencies are measured on this CPU."""
     from deploykit.quant import speed
 
-    if job.flavour != "onnxruntime" or job.cfg.precision != "int8" or result.passthrough or stream is None:
+    if not job.target.measures_latency or job.cfg.precision != "int8" or result.passthrough or stream is None:
         return None
     with job.task("timing FP32 against INT8 on this CPU", 1) as advance:  # about a second: say what it is
         found = speed.compare(job.model, result.model, stream.first(), job.ort_level)
@@ -266,12 +267,6 @@ def _mix(result: Any) -> tuple[int, int] | None:
     if found is None or not found.check.passed or not found.patch:
         return None
     return sum(1 for p in found.patch.values() if p == "fp32"), len(found.groups)
-
-
-def _reduce_range(ctx: StageContext) -> bool:
-    from deploykit.quant.ort_flavour import resolve_reduce_range
-
-    return resolve_reduce_range(ctx.config.quantize.reduce_range)
 
 
 def _hint(summary: QuantizeSummary, report: Path) -> str:
@@ -340,7 +335,7 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
     if result.ranges:
         write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples,
                                                                     "range_samples": result.range_samples})
-    if job.cfg.precision == "int8" and job.flavour == "tensorrt" and result.ranges:
+    if job.cfg.precision == "int8" and job.target.calibration_cache and result.ranges:
         trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
     report = clean(_precision_report(result, job))
     (out / PRECISION).write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
@@ -353,7 +348,7 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         range_samples=result.range_samples, check_samples=result.check_samples,
         quantized_nodes=len(quantized_node_names(result.model)), excluded=sorted(result.excluded),
         kept_fp32=sorted(result.fp32), unquantized=sorted(result.unquantized), check=_short(check),
-        evaluate=evaluator_for(job.flavour), evaluator=result.check.evaluator if result.check else "",
+        evaluate=job.target.evaluator, evaluator=result.check.evaluator if result.check else "",
         repair=_repair_summary(result), layer_precisions=dict(sorted(result.layer_precisions.items())),
         notes=list(result.notes), warnings=warnings_ + (result.check.warnings if result.check else []),
         passthrough=result.passthrough)
@@ -361,13 +356,18 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
 
 def _precision_report(result: Any, job: Any) -> dict[str, Any]:
     return {"precision": job.cfg.precision, "flavour": job.flavour, "high_precision": job.cfg.high_precision,
-            "excluded_from_quantization": result.excluded, "kept_fp32": result.fp32,
-            "left_unquantized_by_quantizer": result.unquantized,
+            "excluded_from_quantization": _reasons(result.excluded), "kept_fp32": _reasons(result.fp32),
+            "left_unquantized_by_quantizer": _reasons(result.unquantized),
             "layer_precisions": dict(sorted(result.layer_precisions.items())),
             "base": BASE if result.layer_precisions and result.base is not None else None,
             "search": result.repair.to_dict() if result.repair else None,
             "check": result.check.to_dict() if result.check else None, "preparation": result.preparation,
             "notes": result.notes, "passthrough": result.passthrough}
+
+
+def _reasons(kept: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Node -> its reason as stored: ``{"code": ..., "sentence": ...}``."""
+    return {name: why.to_dict() for name, why in sorted(kept.items())}
 
 
 def _short(check: dict[str, Any] | None) -> QuantCheck | None:
@@ -387,7 +387,8 @@ def _repair_summary(result: Any) -> RepairSummary | None:
         return None
     steps = search.outcome.steps
     return RepairSummary(
-        passed=search.check.passed, iterations=len(steps), excluded_nodes=search.added, stopped=search.stopped,
+        passed=search.check.passed, iterations=len(steps), excluded_nodes=search.added,
+        stopped=search.stopped.sentence, stop_codes=list(search.stopped.codes),
         worst_rel_l2=clean([_worst_rel_l2(s.score.values) for s in steps]),
         layer_precisions=dict(sorted(search.patch.items())), evaluations=dict(search.evaluations),
         cache_key=(result.search_cache or {}).get("key", ""), judged_on=search.data,
