@@ -23,6 +23,9 @@ Exporter = Literal["auto", "dynamo", "torchscript"]
 OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runtime graph optimizations
 Provider = Literal["cpu", "cuda", "tensorrt"]  # ONNX Runtime execution providers
 BackendName = Literal["onnxruntime", "tensorrt"]  # build backends (deploykit.backends dispatches on them)
+# The TensorRT versions `deploykit lint` has support tables for (deploykit/lint/tables/tensorrt-<v>.json)
+TensorRTVersion = Literal["10.13", "11"]
+LintRun = Literal["auto", "always", "never"]  # auto: when the graph is bound for TensorRT
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
 InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]

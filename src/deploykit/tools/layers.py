@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "tempspace"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
-                              "torchsource", "inspect", "doctor", "profiling"})),
+                              "torchsource", "inspect", "doctor", "profiling", "lint"})),
     ("stages", frozenset({"stages"})),
     ("pipeline", frozenset({"pipeline", "result", "exporter_fallback"})),
     ("matrix", frozenset({"matrix"})),
