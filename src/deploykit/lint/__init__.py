@@ -14,12 +14,22 @@ libraries (as data), and needs neither TensorRT nor a backend's runtime.
     run.py         lint_model / lint_file: every rule for every version, merged
 
 ``lint_file(path, LintOptions(versions=("11",), plugins=(lib,), profiles=...))`` returns a
-:class:`LintReport`; ``report.exit_code`` is 4 when any version has an error.
+:class:`LintReport`; ``report.exit_code`` is 4 when any version has an error. The package imports
+nothing at load (``import deploykit`` binds it, see :mod:`deploykit`): the names below load lazily,
+and ``deploykit.lint(source, ...)`` is :func:`deploykit.api.lint`.
 """
 
-from deploykit.lint.findings import RULES, Finding, LintReport, Verdict
-from deploykit.lint.run import LintOptions, lint_file, lint_model
-from deploykit.lint.tables import VERSIONS, parse_for
+from __future__ import annotations
 
-__all__ = ["RULES", "VERSIONS", "Finding", "LintOptions", "LintReport", "Verdict", "lint_file", "lint_model",
-           "parse_for"]
+import importlib
+from typing import Any
+
+_LAZY = {"RULES": "findings", "Finding": "findings", "LintReport": "findings", "Verdict": "findings",
+         "LintOptions": "run", "lint_file": "run", "lint_model": "run", "VERSIONS": "tables", "parse_for": "tables"}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"deploykit.lint.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'deploykit.lint' has no attribute {name!r}")
