@@ -83,10 +83,9 @@ def _uint8(view: GraphView, table: SupportTable) -> Iterator[Issue]:
     for name, dtype in view.types.items():
         if dtype != T.UINT8 or name in io or _qdq_tensor(view, name) or _unsupported_neighbour(view, table, name):
             continue
-        node, readers = view.producer.get(name), view.readers(name)
-        if (node is not None and node.op_type == "Cast" and node.input[0] in io) or \
-                (readers and all(r.op_type == "Cast" for r in readers) and name in view.initializers):
-            continue  # a UINT8 input cast at once, or a UINT8 constant cast at once: the parser imports both
+        readers = view.readers(name)
+        if readers and all(r.op_type == "Cast" for r in readers) and name in view.initializers:
+            continue  # a UINT8 constant cast at once: the parser imports it
         label, op = _producer_label(view, name)
         yield Issue("type.uint8", "error", label, op, f"tensor {name!r} is UINT8 inside the network: TensorRT has "
                     "UINT8 only as a network input or output", "compute it in INT32 or a float type (cast it)")

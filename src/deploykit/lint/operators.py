@@ -33,8 +33,17 @@ def check(view: GraphView, table: SupportTable) -> Iterator[Issue]:
     """Every operator finding for one table."""
     yield from _opset(view, table)
     for scoped in view.all_nodes():
+        if scoped.where == "" and routed_to_plugins(scoped.node, table):
+            continue  # the parser looks for a plugin: plugins.py judges it
         if scoped.node.domain in ONNX_DOMAINS or scoped.node.domain == "ai.onnx.ml":
             yield from node_issues(view, table, scoped)
+
+
+def routed_to_plugins(node: onnx.NodeProto, table: SupportTable) -> bool:
+    """Whether the parser resolves ``node`` as a plugin: it names a plugin version or namespace, or its op
+    type is not an operator the table lists (the parser then falls back to a plugin of that name)."""
+    pinned = any(a.name in ("plugin_version", "plugin_namespace") for a in node.attribute)
+    return pinned or (node.domain in ONNX_DOMAINS and node.op_type not in table.ops)
 
 
 def node_issues(view: GraphView, table: SupportTable, scoped: Scoped) -> Iterator[Issue]:

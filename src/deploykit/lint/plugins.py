@@ -82,10 +82,8 @@ def check(view: GraphView, table: SupportTable, libs: Sequence[Library] | None) 
     for scoped in view.main_nodes():
         node = scoped.node
         pinned = any(a.name in PLUGIN_ATTRIBUTES for a in node.attribute)
-        if node.domain in ONNX_DOMAINS and not pinned:
+        if node.domain == "ai.onnx.ml" or (node.domain in ONNX_DOMAINS and not operators.routed_to_plugins(node, table)):
             continue  # operators.py judges these
-        if node.domain == "ai.onnx.ml":
-            continue
         yield from _custom(view, table, scoped.label, node, pinned, usable, libs is not None)
 
 
@@ -146,12 +144,13 @@ def _custom(view: GraphView, table: SupportTable, label: str, node: onnx.NodePro
         return
     given = ", ".join(lib.path.name for lib in libs) or "none"
     severity = "error" if libraries_given else "warning"
-    reason = (f"no plugin library given provides it (libraries: {given})" if libraries_given
+    unlisted = "not an operator the parser imports, and " if node.domain in ONNX_DOMAINS else ""
+    reason = unlisted + (f"no plugin library given provides it (libraries: {given})" if libraries_given
               else "no plugin library is given for this run, and TensorRT needs one providing it")
     body = "; deploykit's build refuses plugin nodes without a creator, whatever their ONNX body" if pinned and \
         has_body else ""
     yield Issue("plugin.missing", severity, label, op, f"plugin {name!r} version {version!r} namespace "
-                f"{namespace!r}: {reason}{body}", BUILD_FIX)
+                f"{namespace!r}: {reason}{body}", operators.GENERIC_FIX if unlisted else BUILD_FIX)
 
 
 def _builtin(table: SupportTable, label: str, op: str, name: str, version: str,

@@ -30,8 +30,7 @@ QUANTIZABLE = frozenset({
     "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Sub", "Concat", "AveragePool", "MaxPool",
     "GlobalAveragePool", "GlobalMaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice",
     "Split", "Gather", "Resize", "Upsample", "Pad", "Identity", "Relu", "LeakyRelu", "Clip", "Sigmoid",
-    "ReduceMean", "ReduceMax", "BatchNormalization", "Einsum", "Attention", "Softmax", "LayerNormalization",
-    "Where", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "QuantizeLinear"})
+    "ReduceMean", "ReduceMax", "BatchNormalization", "Einsum", "Attention", "Where", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "QuantizeLinear"})
 WEIGHT_AXIS = {"Conv": 0, "ConvTranspose": 1}
 
 
