@@ -14,6 +14,10 @@ LayerPrecision = Literal["int4", "int8", "fp8", "fp16", "fp32"]  # one layer gro
 TargetPrecision = Literal["any", Precision]  # the build a gate target is for
 Flavour = Literal["tensorrt", "onnxruntime"]  # what a quantized graph is written for
 QuantizeTarget = Literal["auto", Flavour]  # auto: follows build.backend (fp8/int4: tensorrt)
+# The backends that can build the Q/DQ graph each flavour writes: the onnxruntime flavour's asymmetric
+# UINT8 and INT32-bias Q/DQ is what TensorRT's parser refuses (checked when a config loads)
+FLAVOUR_BACKENDS: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnxruntime",),
+                                                "tensorrt": ("onnxruntime", "tensorrt")}
 CalibrationMethod = Literal["max", "entropy", "percentile", "mse", "mean_max"]
 # auto: the best of several methods on held-out samples; per_tensor: max, or a clipping method where
 # a tensor's own histogram gains from it (quant/ranges.py PER_TENSOR_GAIN)
