@@ -501,6 +501,25 @@ def test_double_version_compatible_plan_carries_its_plugins_and_loads_on_a_later
     assert later.called("deserialize_cuda_engine") == [("deserialize_cuda_engine", 31, True)]
 
 
+def test_double_version_compatible_plan_also_carries_the_plugins_the_parser_used(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Defect A: the parser's own version-compatible plugin libraries (TensorRT's built-in plugins for a
+    version-compatible build) go into the plan too, as trtexec serializes them; once each."""
+    vc = tmp_path / "libnvinfer_vc_plugin.so.10"
+    lib = tmp_path / "libdeploykit_plugins.so"
+    fake = use_double(monkeypatch, Scenario(vc_plugin_libraries=(str(vc), str(vc))))
+    monkeypatch.setattr(trt_plugins, "load_libraries", lambda trt, paths: [])
+    lib.write_bytes(b"\x7fELF plugin")
+    options = BuildConfig(backend="tensorrt", plugins=(str(lib),), tensorrt=TensorRTOptions(version_compatible=True))
+    summary = TensorRTBackend().build(tiny_onnx(tmp_path / "m.onnx"), options, tmp_path / "engine", profiles=PROFILES)
+    assert ("config.plugins_to_serialize", [str(lib.resolve()), str(vc.resolve())]) in fake.calls
+    assert summary["settings"]["plugins_serialized"] == ["libdeploykit_plugins.so", "libnvinfer_vc_plugin.so.10"]
+    plain = use_double(monkeypatch, Scenario(vc_plugin_libraries=(str(vc),)))
+    (tmp_path / "plain").mkdir()
+    build_with_double(tmp_path / "plain", plain)
+    assert not plain.called("get_used_vc_plugin_libraries")  # only version-compatible plans carry them
+
+
 def test_double_plain_build_serializes_no_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = use_double(monkeypatch)
     summary = build_with_double(tmp_path, fake)
