@@ -57,14 +57,25 @@ def _node(view: GraphView, node: onnx.NodeProto, qtype: int | None) -> Iterator[
         yield Issue("qdq.bias", "error", label, op, "dequantizes an INT32 tensor (a quantized bias, as ONNX Runtime "
                     "writes it): TensorRT has no INT32 Q/DQ", TARGET_FIX)
         return
-    if qtype is not None and qtype not in ALLOWED:
-        yield Issue("qdq.type", "error", label, op, f"quantizes to {TYPE_NAMES.get(qtype, qtype)}: TensorRT's Q/DQ "
-                    "types are INT8, FP8 (E4M3FN), INT4 and FP4", TARGET_FIX)
+    if qtype == T.UINT8 and not _nonzero_zero_point(view, node):
+        # The parser imports a zero-point-0 UINT8 Q/DQ as INT8 (with a warning): [0, 255] becomes [-128, 127]
+        yield Issue("qdq.type", "warning", label, op, "UINT8 Q/DQ: TensorRT imports it as INT8, so values above 127 "
+                    "clip (TensorRT has no UINT8 quantization)", TARGET_FIX)
+    elif qtype is not None and qtype not in ALLOWED:
+        yield Issue("qdq.type", "error", label, op, f"quantizes to {TYPE_NAMES.get(qtype, qtype)}"
+                    f"{' asymmetrically' if qtype == T.UINT8 else ''}: TensorRT's Q/DQ types are INT8, FP8 (E4M3FN), "
+                    "INT4 and FP4", TARGET_FIX)
     yield from _zero_point(view, node, label)
     yield from _scale(view, node, label, qtype)
     if qtype in MIN_OPSET and view.opset < MIN_OPSET[qtype]:
         yield Issue("qdq.opset", "error", label, op, f"{TYPE_NAMES[qtype]} Q/DQ needs opset {MIN_OPSET[qtype]}; the "
                     f"model is opset {view.opset}", f"convert it (surgery `convert_opset` to {MIN_OPSET[qtype]})")
+
+
+def _nonzero_zero_point(view: GraphView, node: onnx.NodeProto) -> bool:
+    name = node.input[2] if len(node.input) > 2 else ""
+    value = view.value(name) if name else None
+    return value is not None and bool(np.any(value.astype(np.float64) != 0))
 
 
 def _zero_point(view: GraphView, node: onnx.NodeProto, label: str) -> Iterator[Issue]:
