@@ -267,6 +267,14 @@ def test_dynamic_inputs_need_profiles_that_fit():
     assert "did you mean" in " ".join(f.message for f in unknown.findings) or "images" in unknown.findings[0].node
 
 
+def test_each_input_is_judged_by_its_own_profile():
+    m = model([helper.make_node("Add", ["a", "b"], ["y"])], [value("a", F, ["n", 4]), value("b", F, ["n", 4])],
+              [value("y", F, ["n", 4])])
+    both = {"a": [(1, 4), (2, 4), (3, 4)], "b": [(1, 4), (2, 4), (3, 4)]}
+    assert rules(lint(m, profiles=both)) == set()
+    assert {f.node for f in lint(m, profiles={"a": both["a"]}).findings} == {"b"}
+
+
 def test_an_integer_input_feeding_a_reshape_shape_is_a_shape_tensor():
     m = model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
               [value("x", F, [2, 3]), value("shape", T.INT64, [2])], [value("y", F, [3, 2])])

@@ -36,7 +36,7 @@ def _profiles(view: GraphView, profiles: Profiles | None) -> Iterator[Issue]:
     given = dict(profiles or {})
     for name, shapes in given.items():
         try:
-            validate_profiles({name: shapes}, dims, "the model")
+            validate_profiles({name: shapes}, {name: dims[name]} if name in dims else dims, "the model")
         except ConfigError as e:
             yield Issue("shape.profile", "error", name, "", e.message, e.hint or "fix the input's min/opt/max shapes")
     for name, shape in dims.items():
