@@ -35,9 +35,16 @@ QUICK = {"quantize.method": "max", "quantize.repair.enabled": False}
 
 def summary(kind: str, name: str, report: Any, seconds: float, expected: str = "") -> dict[str, Any]:
     rules = Counter(f"{f.rule} ({f.severity})" for f in report.findings)
-    return {"kind": kind, "name": name, "verdicts": [v.line() for v in report.verdicts()],
-            "errors": len(report.errors), "rules": dict(rules.most_common()), "seconds": round(seconds, 2),
-            "expected": expected, "first_error": report.errors[0].line()[:200] if report.errors else ""}
+    return {
+        "kind": kind,
+        "name": name,
+        "verdicts": [v.line() for v in report.verdicts()],
+        "errors": len(report.errors),
+        "rules": dict(rules.most_common()),
+        "seconds": round(seconds, 2),
+        "expected": expected,
+        "first_error": report.errors[0].line()[:200] if report.errors else "",
+    }
 
 
 def timed(fn: Any) -> tuple[Any, float]:
@@ -63,14 +70,22 @@ def issue_rows() -> list[dict[str, Any]]:
         report, s = timed(lambda c=case: lint_corpus.lint_case(c))
         expected = ", ".join(sorted(case.errors)) or "no error"
         got = {f.rule for f in report.errors}
-        rows.append(summary("issue graph", f"{case.issue} {case.name}", report, s,
-                            f"{expected}: {'as expected' if got == case.errors else 'DIFFERS'}"))
+        rows.append(
+            summary(
+                "issue graph",
+                f"{case.issue} {case.name}",
+                report,
+                s,
+                f"{expected}: {'as expected' if got == case.errors else 'DIFFERS'}",
+            )
+        )
     return rows
 
 
 def example_rows(store: Path, only: str, plugins: list[str]) -> list[dict[str, Any]]:
-    import deploykit
     import zoo
+
+    import deploykit
 
     rows = []
     for name, (config, _) in zoo.CASES.items():
@@ -81,11 +96,25 @@ def example_rows(store: Path, only: str, plugins: list[str]) -> list[dict[str, A
             if precision != "fp32":
                 overrides["quantize.target"] = "tensorrt"
             try:
-                report, s = timed(lambda c=config, o=overrides: deploykit.lint(
-                    c, workdir=store, overrides=o, plugins=plugins if name == "bev" else None))
+                libraries = plugins if name == "bev" else None
+                report, s = timed(
+                    lambda c=config, o=overrides, lib=libraries: deploykit.lint(
+                        c, workdir=store, overrides=o, plugins=lib
+                    )
+                )
             except deploykit.DeployKitError as e:
-                rows.append({"kind": "example", "name": f"{name} {precision}", "errors": -1, "verdicts": [],
-                             "rules": {}, "seconds": 0, "expected": "", "first_error": f"not made: {e.message[:160]}"})
+                rows.append(
+                    {
+                        "kind": "example",
+                        "name": f"{name} {precision}",
+                        "errors": -1,
+                        "verdicts": [],
+                        "rules": {},
+                        "seconds": 0,
+                        "expected": "",
+                        "first_error": f"not made: {e.message[:160]}",
+                    }
+                )
                 continue
             rows.append(summary("example", f"{name} {precision} (tensorrt flavour)", report, s))
         rows += quantizer_rows(name, config, store, plugins if name == "bev" else [])
@@ -95,9 +124,9 @@ def example_rows(store: Path, only: str, plugins: list[str]) -> list[dict[str, A
 def quantizer_rows(name: str, config: Path, store: Path, plugins: list[str]) -> list[dict[str, Any]]:
     """ORT's quantize_static and ModelOpt's quantize, both with their defaults, on the example's FP32 graph."""
     import numpy as np
+    from bench_quantize import modelopt_default, ort_default
 
     import deploykit
-    from bench_quantize import modelopt_default, ort_default
     from deploykit.api import resolve_config
     from deploykit.lint import LintOptions, lint_file
     from deploykit.onnxio import random_feeds
@@ -110,16 +139,32 @@ def quantizer_rows(name: str, config: Path, store: Path, plugins: list[str]) -> 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, make, expected in (
-                ("ORT quantize_static defaults", lambda: ort_default(fp32, samples, Path(tmp) / "ort.onnx"),
-                 "errors: UINT8 zero points, INT32 biases"),
-                ("ModelOpt int8 defaults", lambda: modelopt_default(fp32, "int8", samples, Path(tmp) / "mo.onnx"),
-                 "no error")):
+            (
+                "ORT quantize_static defaults",
+                lambda: ort_default(fp32, samples, Path(tmp) / "ort.onnx"),
+                "errors: UINT8 zero points, INT32 biases",
+            ),
+            (
+                "ModelOpt int8 defaults",
+                lambda: modelopt_default(fp32, "int8", samples, Path(tmp) / "mo.onnx"),
+                "no error",
+            ),
+        ):
             try:
                 made = make()
             except Exception as e:  # noqa: BLE001 - a quantizer that cannot take the graph is a row
-                rows.append({"kind": "quantizer", "name": f"{name}: {label}", "errors": -1, "verdicts": [],
-                             "rules": {}, "seconds": 0, "expected": expected,
-                             "first_error": f"not made: {type(e).__name__}: {str(e)[:160]}"})
+                rows.append(
+                    {
+                        "kind": "quantizer",
+                        "name": f"{name}: {label}",
+                        "errors": -1,
+                        "verdicts": [],
+                        "rules": {},
+                        "seconds": 0,
+                        "expected": expected,
+                        "first_error": f"not made: {type(e).__name__}: {str(e)[:160]}",
+                    }
+                )
                 continue
             report, s = timed(lambda m=made: lint_file(m, options))
             rows.append(summary("quantizer", f"{name}: {label}", report, s, expected))
@@ -133,7 +178,10 @@ def _profiles(cfg: Any) -> Any:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| kind | graph | TensorRT 10.13 | TensorRT 11 | rules found | expected |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| kind | graph | TensorRT 10.13 | TensorRT 11 | rules found | expected |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         v = [line.split(": ", 1)[-1] for line in r["verdicts"]] or ["-", "-"]
         rules = ", ".join(f"{k} x{n}" for k, n in list(r["rules"].items())[:4]) or r.get("first_error") or "-"
@@ -155,8 +203,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             rows += example_rows(args.workdir or Path(tmp) / "store", args.only, args.plugins)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "lint.json").write_text(json.dumps({"rows": rows, "measured": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                           time.gmtime())}, indent=1))
+    (RESULTS / "lint.json").write_text(
+        json.dumps({"rows": rows, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1)
+    )
     text = table(rows)
     (RESULTS / "lint.md").write_text(text)
     print(text)

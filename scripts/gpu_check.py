@@ -62,7 +62,8 @@ from deploykit.errors import DeployKitError  # noqa: E402  (the error tree impor
 PROFILE = {"x": ((1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64))}
 PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 TOLERANCE = {"fp32": 5e-3, "fp16": 5e-3, "int8": 5e-2, "fp8": 5e-2}  # rel-L2 vs ORT on the same graph
-EXAMPLES = {"detector": REPO / "examples" / "detector" / "deploykit.yaml", "bev": REPO / "examples" / "bev" / "deploykit.yaml"}
+EXAMPLES = {"detector": REPO / "examples" / "detector" / "deploykit.yaml",
+            "bev": REPO / "examples" / "bev" / "deploykit.yaml"}
 # Rough seconds each section needs on a GPU machine; a section starts only if the budget has that left.
 COST = {"plugin kernels": 120, "memcheck": 60, "session": 30, "lint agreement": 40, "conv precisions": 90,
         "example": 120, "profiling": 60, "timing cache": 40, "errors": 40}
@@ -454,7 +455,6 @@ def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, prec
                args: argparse.Namespace) -> dict[str, Any]:
     from deploykit.backends.tensorrt import TensorRTBackend
     from deploykit.config import BuildConfig
-
     from deploykit.graph.run import session_from_onnx
 
     backend = TensorRTBackend()

@@ -61,8 +61,11 @@ class StandinLogger:
 
 class StandinEngine:
     def __init__(self, data_dependent: bool = False) -> None:
-        self.io = [("x", "INPUT", "FLOAT", (-1, WIDTH), "DEVICE"), ("y", "OUTPUT", "FLOAT", (-1, WIDTH), "DEVICE"),
-                   ("y_shape", "OUTPUT", "INT64", (2,), "HOST")]
+        self.io = [
+            ("x", "INPUT", "FLOAT", (-1, WIDTH), "DEVICE"),
+            ("y", "OUTPUT", "FLOAT", (-1, WIDTH), "DEVICE"),
+            ("y_shape", "OUTPUT", "INT64", (2,), "HOST"),
+        ]
         if data_dependent:
             self.io.append(("kept", "OUTPUT", "FLOAT", (-1,), "DEVICE"))
 
@@ -127,8 +130,9 @@ class StandinContext:
         import numpy as np
 
         if StandinContext._affine is None:
-            StandinContext._affine = cp.ElementwiseKernel("float32 x", "float32 y", "y = 2.0f * x + 1.0f",
-                                                          "deploykit_standin_affine")
+            StandinContext._affine = cp.ElementwiseKernel(
+                "float32 x", "float32 y", "y = 2.0f * x + 1.0f", "deploykit_standin_affine"
+            )
         n = int(np.prod(self.shapes["x"]))
         x, y = (_device_array(self.addresses[k], n, cp.float32) for k in ("x", "y"))
         with cp.cuda.ExternalStream(stream):
@@ -139,10 +143,13 @@ class StandinContext:
                 pointer = allocator.reallocate_output_async("kept", 0, max(kept.nbytes, 1), 256, stream)
                 if not pointer:
                     return False
-                cp.cuda.runtime.memcpyAsync(pointer, kept.data.ptr, kept.nbytes,
-                                            cp.cuda.runtime.memcpyDeviceToDevice, stream)
+                cp.cuda.runtime.memcpyAsync(
+                    pointer, kept.data.ptr, kept.nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream
+                )
                 allocator.notify_shape("kept", (int(kept.size),))
-        host = (ctypes.c_int64 * 2).from_address(self.addresses["y_shape"])  # TensorRT writes these on the host
+        host = (ctypes.c_int64 * 2).from_address(
+            self.addresses["y_shape"]
+        )  # TensorRT writes these on the host
         host[0], host[1] = self.shapes["x"]
         self.enqueues += 1
         return True
@@ -161,8 +168,13 @@ def session(data_dependent: bool = False) -> Any:
 
     from deploykit.backends.trt_session import TensorRTSession
 
-    return TensorRTSession(StandinTrt, StandinEngine(data_dependent), {"gpu": "stand-in", "cuda_graphs": True},
-                           StandinLogger(), cudart=cudart)
+    return TensorRTSession(
+        StandinTrt,
+        StandinEngine(data_dependent),
+        {"gpu": "stand-in", "cuda_graphs": True},
+        StandinLogger(),
+        cudart=cudart,
+    )
 
 
 def _reference(x: Any) -> dict[str, Any]:
@@ -172,7 +184,7 @@ def _reference(x: Any) -> dict[str, Any]:
 
 
 def _agree(got: dict[str, Any], x: Any) -> str:
-    """"" when every output matches the numpy reference, else what differs."""
+    """ "" when every output matches the numpy reference, else what differs."""
     import numpy as np
 
     want = _reference(x)
@@ -183,7 +195,12 @@ def _agree(got: dict[str, Any], x: Any) -> str:
 
 
 def _row(case: str, ok: bool, detail: str, **extra: Any) -> dict[str, Any]:
-    return {"case": f"session (stand-in engine): {case}", "status": "pass" if ok else "fail", "detail": detail, **extra}
+    return {
+        "case": f"session (stand-in engine): {case}",
+        "status": "pass" if ok else "fail",
+        "detail": detail,
+        **extra,
+    }
 
 
 def check(seed: int = 0) -> list[dict[str, Any]]:
@@ -193,16 +210,29 @@ def check(seed: int = 0) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     rows = []
     s = session()
-    wrong = [f"batch {n}: {why}" for n in (1, 4, 8) if (why := _agree(s.infer(x := rng.standard_normal(
-        (n, WIDTH)).astype(np.float32)), x))]
-    rows.append(_row("infer at the profile's min/opt/max", not wrong, "; ".join(wrong) or
-                     "y, host-located y_shape and every batch match numpy"))
+    wrong = [
+        f"batch {n}: {why}"
+        for n in (1, 4, 8)
+        if (why := _agree(s.infer(x := rng.standard_normal((n, WIDTH)).astype(np.float32)), x))
+    ]
+    rows.append(
+        _row(
+            "infer at the profile's min/opt/max",
+            not wrong,
+            "; ".join(wrong) or "y, host-located y_shape and every batch match numpy",
+        )
+    )
     memory = s._memory["x"]  # the session's staging buffer for x: it must be pinned
     err, attributes = cudart.cudaPointerGetAttributes(memory.host)
     pinned = int(err) == 0 and attributes.type == cudart.cudaMemoryType.cudaMemoryTypeHost
     err, flags = cudart.cudaStreamGetFlags(s._stream)
-    rows.append(_row("pinned staging, async copies on a non-blocking stream", pinned and int(flags) == 1,
-                     f"staging memory type {getattr(attributes, 'type', '?')}, stream flags {flags}"))
+    rows.append(
+        _row(
+            "pinned staging, async copies on a non-blocking stream",
+            pinned and int(flags) == 1,
+            f"staging memory type {getattr(attributes, 'type', '?')}, stream flags {flags}",
+        )
+    )
     x = rng.standard_normal((4, WIDTH)).astype(np.float32)
     run = s.engine_timed_runner({"x": x})
     before = s._context.enqueues
@@ -212,23 +242,37 @@ def check(seed: int = 0) -> list[dict[str, Any]]:
     engine_us = (time.perf_counter() - start) * 1e4
     replayed = s.runner_info.get("mode") == "cuda-graph" and s._context.enqueues == before
     got = s.infer({"x": x})
-    rows.append(_row("CUDA-graph capture and replay", replayed and not _agree(got, x),
-                     f"runner {s.runner_info}; 100 replays, {engine_us:.1f} us each, no enqueue during replay "
-                     f"({s._context.enqueues - before} seen)"))
+    rows.append(
+        _row(
+            "CUDA-graph capture and replay",
+            replayed and not _agree(got, x),
+            f"runner {s.runner_info}; 100 replays, {engine_us:.1f} us each, no enqueue during replay "
+            f"({s._context.enqueues - before} seen)",
+        )
+    )
     timed = s.timed_runner({"x": x})
     start = time.perf_counter()
     for _ in range(100):
         timed()
-    rows.append(_row("end-to-end runner (H2D, graph, D2H)", True,
-                     f"{(time.perf_counter() - start) * 1e4:.1f} us per call at batch 4"))
+    rows.append(
+        _row(
+            "end-to-end runner (H2D, graph, D2H)",
+            True,
+            f"{(time.perf_counter() - start) * 1e4:.1f} us per call at batch 4",
+        )
+    )
     s.close()
     d = session(data_dependent=True)
     x = rng.standard_normal((8, WIDTH)).astype(np.float32)
     got = d.infer({"x": x})
     d.engine_timed_runner({"x": x})
-    rows.append(_row("output allocator (data-dependent output)", not _agree(got, x)
-                     and d.runner_info.get("mode") == "enqueue",
-                     f"kept {got['kept'].shape[0]} of {x.size} values; runner {d.runner_info}"))
+    rows.append(
+        _row(
+            "output allocator (data-dependent output)",
+            not _agree(got, x) and d.runner_info.get("mode") == "enqueue",
+            f"kept {got['kept'].shape[0]} of {x.size} values; runner {d.runner_info}",
+        )
+    )
     d.close()
     rows.append(_threads(rng))
     return rows
@@ -238,8 +282,10 @@ def _threads(rng: Any, count: int = 4, rounds: int = 20) -> dict[str, Any]:
     """Several sessions (each its own context and stream) running at once on threads."""
     import numpy as np
 
-    inputs = [[rng.standard_normal((int(rng.integers(1, 9)), WIDTH)).astype(np.float32) for _ in range(rounds)]
-              for _ in range(count)]
+    inputs = [
+        [rng.standard_normal((int(rng.integers(1, 9)), WIDTH)).astype(np.float32) for _ in range(rounds)]
+        for _ in range(count)
+    ]
     problems: list[str] = []
 
     def work(k: int) -> None:
@@ -258,5 +304,8 @@ def _threads(rng: Any, count: int = 4, rounds: int = 20) -> dict[str, Any]:
         t.start()
     for t in threads:
         t.join(timeout=120)
-    return _row(f"{count} sessions on {count} threads", not problems,
-                "; ".join(problems[:3]) or f"{count} x {rounds} inferences, every one matches numpy")
+    return _row(
+        f"{count} sessions on {count} threads",
+        not problems,
+        "; ".join(problems[:3]) or f"{count} x {rounds} inferences, every one matches numpy",
+    )

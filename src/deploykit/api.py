@@ -334,10 +334,11 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
 
 
 def lint(source: str | Path | Config, *, versions: tuple[str, ...] | list[str] | None = None,
-         plugins: tuple[str | Path, ...] | list[str | Path] | None = None, workdir: str | Path = DEFAULT_WORKDIR,
-         dims: dict[str, tuple[int, int, int]] | None = None, shapes: Shapes | None = None,
-         reporter: Reporter | None = None, overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
-    """What TensorRT's parser and builder would refuse, without TensorRT: a :class:`deploykit.lint.LintReport`.
+         plugins: tuple[str | Path, ...] | list[str | Path] | None = None,
+         workdir: str | Path = DEFAULT_WORKDIR, dims: dict[str, tuple[int, int, int]] | None = None,
+         shapes: Shapes | None = None, reporter: Reporter | None = None,
+         overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
+    """What TensorRT's parser and builder would refuse, without TensorRT (a :class:`deploykit.lint.LintReport`).
 
     An ``.onnx`` file is linted as it is, with the profiles ``convert`` would build it with (its dynamic
     dims from ``dims``/``shapes``, else 1). For a config, the graph is the one its TensorRT build would
@@ -366,8 +367,8 @@ def lint(source: str | Path | Config, *, versions: tuple[str, ...] | list[str] |
         if isinstance(source, Config):
             raise UsageError("lint takes a deploykit.yaml or .onnx path (overrides apply to the file)")
         try:
-            result = convert(source, workdir=workdir, until="lint", reporter=reporter, dims=dims, shapes=shapes,
-                             overrides=extra)
+            result = convert(source, workdir=workdir, until="lint", reporter=reporter, dims=dims,
+                             shapes=shapes, overrides=extra)
         except GateFailed as e:  # a failed lint (or quantize check) still wrote its report
             result = e.result  # type: ignore[attr-defined]
         artifact = result.artifacts.get("lint")
@@ -381,14 +382,15 @@ def _lint_file(path: Path, config: Config) -> Any:
     from deploykit.backends.base import profiles_from_config
     from deploykit.lint import LintOptions, lint_file
 
-    options = LintOptions(versions=tuple(config.lint.versions), plugins=tuple(config.path(p) for p in config.build.plugins),
+    options = LintOptions(versions=tuple(config.lint.versions),
+                          plugins=tuple(config.path(p) for p in config.build.plugins),
                           profiles=profiles_from_config(config))
     report = lint_file(path, options)
     fixed = [f"{d} = {v.min}" for d, v in config.dims.items() if v.min == v.max]
     if fixed:
         import dataclasses
 
-        note = (f"the profile fixes {', '.join(fixed)} (the model's dynamic dims, as `deploykit build` would build "
-                "them without --dim or --shapes)")
+        note = (f"the profile fixes {', '.join(fixed)} (the model's dynamic dims, as `deploykit build` would "
+                "build them without --dim or --shapes)")
         report = dataclasses.replace(report, notes=(*report.notes, note))
     return report

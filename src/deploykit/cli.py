@@ -218,20 +218,24 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
          shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir)
 
 
+LintSource = Annotated[Path, typer.Argument(help="deploykit.yaml (the graph its build would get) or model.onnx")]
+LintFor = Annotated[Optional[list[str]], typer.Option(
+    "--for", help="tensorrt (every supported version), tensorrt=10.13 or tensorrt=11; repeatable.")]
+
+
 @app.command()
-def lint(model: Annotated[Path, typer.Argument(help="deploykit.yaml (the graph its build would get) or model.onnx")],
-         for_: Annotated[Optional[list[str]], typer.Option(
-             "--for", help="tensorrt (every supported version), tensorrt=10.13 or tensorrt=11; repeatable.")] = None,
-         plugins: opt.Plugins = None, workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None,
-         dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
-         opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, as_json: opt.Json = False) -> None:
+def lint(model: LintSource, for_: LintFor = None, plugins: opt.Plugins = None,
+         workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, dim: opt.Dims = None,
+         shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None, opt_shapes: opt.OptShapes = None,
+         max_shapes: opt.MaxShapes = None, as_json: opt.Json = False) -> None:
     """What TensorRT's parser and builder would refuse, without TensorRT: exit 4 on any error."""
     from deploykit import api
     from deploykit.lint.tables import parse_for
     from deploykit.report import terminal
 
-    report = api.lint(model, versions=parse_for(for_ or []), plugins=opt.checked_plugins(plugins), workdir=workdir,
-                      dims=parse_dims(dim), shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes),
+    report = api.lint(model, versions=parse_for(for_ or []), plugins=opt.checked_plugins(plugins),
+                      workdir=workdir, dims=parse_dims(dim),
+                      shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes),
                       reporter=None if as_json else _reporter("human"), overrides=parse_sets(set_))
     if as_json:
         from deploykit.report.jsonio import dumps

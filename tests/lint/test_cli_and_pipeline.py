@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import deploykit
 from deploykit.report import junit, markdown
@@ -38,8 +38,10 @@ def write_model(path: Path, refused: bool) -> Path:
     outputs = [value("y", F, ["batch", 3, 8, 8])]
     inits = []
     if refused:
-        nodes += [helper.make_node("Slice", ["x", "starts", "ends"], ["corner"], name="corner"),
-                  helper.make_node("Det", ["corner"], ["d"], name="det")]
+        nodes += [
+            helper.make_node("Slice", ["x", "starts", "ends"], ["corner"], name="corner"),
+            helper.make_node("Det", ["corner"], ["d"], name="det"),
+        ]
         inits = [init("starts", np.zeros(4, np.int64)), init("ends", np.array([1, 1, 2, 2], np.int64))]
         outputs.append(value("d", F, [1, 1]))
     onnx.save(model(nodes, [value("x", F, ["batch", 3, 8, 8])], outputs, inits), path)
@@ -63,9 +65,15 @@ def test_lint_a_model_file_exits_4_on_an_error(tmp_path, refused, code):
     assert bool(report["findings"]) == refused
     if refused:
         (det,) = report["findings"]
-        assert (det["node"], det["rule"], det["versions"]) == ("det", "op.unsupported", ["10.13", "11"]) and det["fix"]
+        assert (det["node"], det["rule"], det["versions"]) == (
+            "det",
+            "op.unsupported",
+            ["10.13", "11"],
+        ) and det["fix"]
     human = run_cli("lint", str(path), "--for", "tensorrt=11")
-    assert human[0] == code and "lint: TensorRT 11: " in human[1] and "10.13" not in human[1].split("lint:")[1]
+    assert (
+        human[0] == code and "lint: TensorRT 11: " in human[1] and "10.13" not in human[1].split("lint:")[1]
+    )
     assert f"(exit {code})" in human[1]
 
 
@@ -77,7 +85,9 @@ def test_lint_refuses_a_target_that_is_not_tensorrt(tmp_path):
 def test_the_api_lints_a_file_and_a_config_alike(tmp_path):
     cfg = config(tmp_path, refused=True)
     direct = deploykit.lint(tmp_path / "model.onnx", versions=("11",), dims={"batch": (1, 2, 4)})
-    piped = deploykit.lint(cfg, versions=("11",), workdir=tmp_path / "store")  # the graph after ingest + surgery
+    piped = deploykit.lint(
+        cfg, versions=("11",), workdir=tmp_path / "store"
+    )  # the graph after ingest + surgery
     assert direct.exit_code == piped.exit_code == 4
     assert [(f.rule, f.node) for f in direct.findings] == [(f.rule, f.node) for f in piped.findings]
     code, out, _ = run_cli("lint", str(cfg), "-w", str(tmp_path / "store"), "--json")  # reuses every artifact
@@ -85,20 +95,36 @@ def test_the_api_lints_a_file_and_a_config_alike(tmp_path):
 
 
 def views(record: RunRecord) -> dict[str, str]:
-    return {"junit": junit.render(record), "markdown": markdown.render(record), "html": render_fragment(record)}
+    return {
+        "junit": junit.render(record),
+        "markdown": markdown.render(record),
+        "html": render_fragment(record),
+    }
 
 
 @pytest.mark.parametrize(("refused", "code"), [(False, 0), (True, 1)])
 def test_convert_records_the_lint_as_a_check_in_every_view(tmp_path, refused, code):
     cfg = config(tmp_path, refused)
-    got, out, err = run_cli("convert", str(cfg), "-w", str(tmp_path / "store"), "--set", "lint.run=always",
-                            "--report-dir", str(tmp_path / "r"))
+    got, out, err = run_cli(
+        "convert",
+        str(cfg),
+        "-w",
+        str(tmp_path / "store"),
+        "--set",
+        "lint.run=always",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert got == code, err
     status = "FAIL" if refused else "PASS"
-    assert re.search(rf"^lint: {status} — TensorRT 10\.13: {int(refused)} errors?, 0 warnings; TensorRT 11: ", out, re.M)
+    assert re.search(
+        rf"^lint: {status} — TensorRT 10\.13: {int(refused)} errors?, 0 warnings; TensorRT 11: ", out, re.M
+    )
     record = RunRecord.from_dict(json.loads((tmp_path / "r" / "run.json").read_text()))
     lint = record.group("lint")
-    assert [c.name for c in lint] == ["TensorRT 10.13", "TensorRT 11"] and all(c.passed != refused for c in lint)
+    assert [c.name for c in lint] == ["TensorRT 10.13", "TensorRT 11"] and all(
+        c.passed != refused for c in lint
+    )
     assert record.exit_code == code and record.stage("lint").status == "ran"
     assert {c.group for c in record.failed_checks} <= {"lint", "parity"}
     suite = ET.fromstring(views(record)["junit"].split("?>", 1)[1])
@@ -106,7 +132,9 @@ def test_convert_records_the_lint_as_a_check_in_every_view(tmp_path, refused, co
     assert [c.get("name") for c in lint_cases] == ["TensorRT 10.13", "TensorRT 11"]
     assert [c.find("failure") is not None for c in lint_cases] == [refused, refused]
     assert re.search(rf"^### TensorRT lint — {status}$", views(record)["markdown"], re.M)
-    assert ("det" in views(record)["markdown"]) == refused and "<h2>TensorRT lint</h2>" in views(record)["html"]
+    assert ("det" in views(record)["markdown"]) == refused and "<h2>TensorRT lint</h2>" in views(record)[
+        "html"
+    ]
 
 
 def test_a_tensorrt_build_without_tensorrt_exits_3_after_the_lint(tmp_path):
@@ -115,11 +143,15 @@ def test_a_tensorrt_build_without_tensorrt_exits_3_after_the_lint(tmp_path):
     if TensorRTBackend().availability().available:
         pytest.skip("TensorRT works on this machine")
     cfg = config(tmp_path, refused=False, backend="tensorrt")
-    code, out, err = run_cli("convert", str(cfg), "-w", str(tmp_path / "store"), "--report-dir", str(tmp_path / "r"))
+    code, out, err = run_cli(
+        "convert", str(cfg), "-w", str(tmp_path / "store"), "--report-dir", str(tmp_path / "r")
+    )
     assert code == 3 and "tensorrt" in err.lower()
     assert "lint: PASS — TensorRT 10.13: 0 errors, 0 warnings; TensorRT 11: 0 errors, 0 warnings" in out
     record = RunRecord.from_dict(json.loads((tmp_path / "r" / "run.json").read_text()))
-    assert [s.stage for s in record.stages][-2:] == ["lint", "build"] and record.stage("build").status == "failed"
+    assert [s.stage for s in record.stages][-2:] == ["lint", "build"] and record.stage(
+        "build"
+    ).status == "failed"
     assert record.error_code == 3 and len(record.group("lint")) == 2
 
 
@@ -137,6 +169,7 @@ def test_lint_versions_per_target_key_the_stage(tmp_path):
 
     cfg = config(tmp_path, refused=False, backend="tensorrt")
     store = Store(tmp_path / "store")
+
     def key(versions: list[str]) -> str:
         return dict(shared_chain(load_config(cfg, {"lint.versions": versions}), store))["lint"]
 

@@ -28,6 +28,7 @@ def test_public_issue_reproduction(case):
 def test_the_corpus_pairs_refusals_with_accepted_twins():
     """Every issue has a refused graph; several have an accepted twin, so the lint must tell them apart."""
     issues = {c.issue for c in corpus.CASES}
-    assert len(issues) >= 8 and all(any(c.errors for c in corpus.CASES if c.issue == i) or i.endswith(
-        ("#23618", "#2644")) for i in issues)
+    assert len(issues) >= 8 and all(
+        any(c.errors for c in corpus.CASES if c.issue == i) or i.endswith(("#23618", "#2644")) for i in issues
+    )
     assert sum(not c.errors for c in corpus.CASES) >= 4

@@ -22,8 +22,10 @@ def lint(m: onnx.ModelProto, **options) -> object:
 def test_a_plain_conv_net_is_clean_for_every_version():
     report = lint(conv_net())
     assert report.findings == () and report.passed and report.exit_code == 0
-    assert [v.line() for v in report.verdicts()] == ["TensorRT 10.13: 0 errors, 0 warnings",
-                                                     "TensorRT 11: 0 errors, 0 warnings"]
+    assert [v.line() for v in report.verdicts()] == [
+        "TensorRT 10.13: 0 errors, 0 warnings",
+        "TensorRT 11: 0 errors, 0 warnings",
+    ]
 
 
 @pytest.mark.parametrize("op", ["ConvInteger", "Unique", "SequenceEmpty"])
@@ -68,18 +70,30 @@ def test_topk_unsorted_is_an_error():
     assert "sorted=0" in " ".join(f.message for f in lint(m).findings)
 
 
-@pytest.mark.parametrize(("attrs", "bad"), [
-    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, False),
-    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, False),
-    ({"mode": "cubic"}, False),  # the parser's checker accepts cubic (InterpolationMode.CUBIC)
-    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, True),
-    ({"mode": "linear", "antialias": 1}, True),
-    ({"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "floor"}, True),
-    ({"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, True),
-])
+@pytest.mark.parametrize(
+    ("attrs", "bad"),
+    [
+        ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, False),
+        ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, False),
+        ({"mode": "cubic"}, False),  # the parser's checker accepts cubic (InterpolationMode.CUBIC)
+        ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, True),
+        ({"mode": "linear", "antialias": 1}, True),
+        (
+            {
+                "mode": "nearest",
+                "coordinate_transformation_mode": "tf_half_pixel_for_nn",
+                "nearest_mode": "floor",
+            },
+            True,
+        ),
+        ({"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, True),
+    ],
+)
 def test_resize_modes(attrs, bad):
     x = value("x", F, [1, 3, 4, 4])
-    m = single("Resize", ["x", "", "s"], [x], [init("s", np.array([1, 1, 2, 2], np.float32))], opset=19, **attrs)
+    m = single(
+        "Resize", ["x", "", "s"], [x], [init("s", np.array([1, 1, 2, 2], np.float32))], opset=19, **attrs
+    )
     assert ("op.attribute" in errors(lint(m))) == bad
 
 
@@ -122,7 +136,9 @@ def test_an_input_type_the_matrix_does_not_list_is_a_warning():
 
 def test_opset_outside_the_documented_range_warns():
     assert rules(lint(conv_net(opset=8))) == {"opset.range"}
-    assert rules(lint(conv_net(opset=24))) == set() or rules(lint(conv_net(opset=24)), "10.13") == {"opset.range"}
+    assert rules(lint(conv_net(opset=24))) == set() or rules(lint(conv_net(opset=24)), "10.13") == {
+        "opset.range"
+    }
     assert rules(lint(conv_net(opset=24)), "11") == set()
 
 
@@ -139,19 +155,35 @@ def test_double_io_and_compute_warn():
 def test_uint8_inside_the_network_is_an_error_but_not_at_its_edges():
     x = value("x", T.UINT8, [4])
     at_edge = single("Cast", ["x"], [x], to=T.FLOAT)  # a UINT8 input cast at once: fine
-    inside = model([helper.make_node("Cast", ["f"], ["u"], name="to_u8", to=T.UINT8),
-                    helper.make_node("Cast", ["u"], ["y"], name="back", to=T.FLOAT)],
-                   [value("f", F, [4])], [value("y", F, [4])])
+    inside = model(
+        [
+            helper.make_node("Cast", ["f"], ["u"], name="to_u8", to=T.UINT8),
+            helper.make_node("Cast", ["u"], ["y"], name="back", to=T.FLOAT),
+        ],
+        [value("f", F, [4])],
+        [value("y", F, [4])],
+    )
     assert rules(lint(at_edge)) == set()
     assert errors(lint(inside)) == {"type.uint8"}
 
 
 def test_an_int8_weight_cast_back_is_an_error_but_its_dequantize_is_not():
     w = init("w", np.ones((4,), np.int8))
-    cast = model([helper.make_node("Cast", ["w"], ["wf"], to=T.FLOAT), helper.make_node("Add", ["x", "wf"], ["y"])],
-                 [value("x", F, [4])], [value("y", F, [4])], [w])
-    dq = model([helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]), helper.make_node("Add", ["x", "wf"], ["y"])],
-               [value("x", F, [4])], [value("y", F, [4])], [w, init("s", np.array(0.1, np.float32))])
+    cast = model(
+        [helper.make_node("Cast", ["w"], ["wf"], to=T.FLOAT), helper.make_node("Add", ["x", "wf"], ["y"])],
+        [value("x", F, [4])],
+        [value("y", F, [4])],
+        [w],
+    )
+    dq = model(
+        [
+            helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+            helper.make_node("Add", ["x", "wf"], ["y"]),
+        ],
+        [value("x", F, [4])],
+        [value("y", F, [4])],
+        [w, init("s", np.array(0.1, np.float32))],
+    )
     assert errors(lint(cast)) == {"type.quantized"}
     assert rules(lint(dq)) == set()
 
@@ -159,19 +191,32 @@ def test_an_int8_weight_cast_back_is_an_error_but_its_dequantize_is_not():
 # -- Q/DQ ---------------------------------------------------------------------------------------
 
 
-def qdq_conv(*, zero_dtype=np.int8, zero=0, weight_axis=0, per_channel=True, scale=0.02, opset=17,
-             activation_scale=None) -> onnx.ModelProto:
+def qdq_conv(
+    *,
+    zero_dtype=np.int8,
+    zero=0,
+    weight_axis=0,
+    per_channel=True,
+    scale=0.02,
+    opset=17,
+    activation_scale=None,
+) -> onnx.ModelProto:
     """x -> Q -> DQ -> Conv(DQ(W)) -> y: symmetric INT8 with per-channel weights by default."""
     rng = np.random.default_rng(1)
     w = rng.integers(-127, 127, (4, 3, 3, 3)).astype(np.int8)
     wscale = np.full((4 if weight_axis == 0 else 3,) if per_channel else (), 0.01, np.float32)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"),
-             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq"),
-             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], name="dq_w", axis=weight_axis),
-             helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv")]
-    inits = [init("w", w), init("ws", wscale),
-             init("xs", np.asarray(activation_scale if activation_scale is not None else scale, np.float32)),
-             init("xz", np.asarray(zero, zero_dtype))]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq"),
+        helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], name="dq_w", axis=weight_axis),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv"),
+    ]
+    inits = [
+        init("w", w),
+        init("ws", wscale),
+        init("xs", np.asarray(activation_scale if activation_scale is not None else scale, np.float32)),
+        init("xz", np.asarray(zero, zero_dtype)),
+    ]
     return model(nodes, [value("x", F, [1, 3, 8, 8])], [value("y", F, [1, 4, 6, 6])], inits, opset=opset)
 
 
@@ -222,11 +267,18 @@ def test_a_scale_computed_at_run_time_is_refused():
 def test_fp8_needs_opset_19_and_fp16_scales_with_fp8_need_21():
     def fp8(opset: int, scale_type) -> onnx.ModelProto:
         zp = helper.make_tensor("z", T.FLOAT8E4M3FN, [], [0.0])
-        nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear",
-                                                                                             ["q", "s", "z"], ["y"])]
+        nodes = [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+        ]
         x_type = T.FLOAT16 if scale_type == np.float16 else F
-        return model(nodes, [value("x", x_type, [4])], [value("y", x_type, [4])],
-                     [init("s", np.array(0.5, scale_type)), zp], opset=opset)
+        return model(
+            nodes,
+            [value("x", x_type, [4])],
+            [value("y", x_type, [4])],
+            [init("s", np.array(0.5, scale_type)), zp],
+            opset=opset,
+        )
 
     assert "qdq.opset" in errors(lint(fp8(17, np.float32)))
     assert errors(lint(fp8(19, np.float32))) == set()
@@ -235,26 +287,43 @@ def test_fp8_needs_opset_19_and_fp16_scales_with_fp8_need_21():
 
 
 def test_unpaired_quantize_and_dequantize_into_softmax_are_placement_warnings():
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
-             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
-             helper.make_node("Softmax", ["d"], ["y"], name="softmax")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
+        helper.make_node("Softmax", ["d"], ["y"], name="softmax"),
+    ]
     ok_inits = [init("s", np.array(0.1, np.float32)), init("z", np.array(0, np.int8))]
-    fused = model(nodes[:2] + [helper.make_node("Relu", ["d"], ["y"])], [value("x", F, [4])], [value("y", F, [4])],
-                  ok_inits)
+    fused = model(
+        nodes[:2] + [helper.make_node("Relu", ["d"], ["y"])],
+        [value("x", F, [4])],
+        [value("y", F, [4])],
+        ok_inits,
+    )
     standalone = model(nodes, [value("x", F, [4])], [value("y", F, [4])], ok_inits)
-    unpaired = model([nodes[0], helper.make_node("Identity", ["q"], ["y"])], [value("x", F, [4])],
-                     [value("y", T.INT8, [4])], ok_inits)
+    unpaired = model(
+        [nodes[0], helper.make_node("Identity", ["q"], ["y"])],
+        [value("x", F, [4])],
+        [value("y", T.INT8, [4])],
+        ok_inits,
+    )
     assert rules(lint(fused)) == set()
-    assert {(f.rule, f.severity, f.node) for f in lint(standalone).findings} == {("qdq.placement", "warning", "dq")}
-    assert ("qdq.placement", "warning", "q") in {(f.rule, f.severity, f.node) for f in lint(unpaired).findings}
+    assert {(f.rule, f.severity, f.node) for f in lint(standalone).findings} == {
+        ("qdq.placement", "warning", "dq")
+    }
+    assert ("qdq.placement", "warning", "q") in {
+        (f.rule, f.severity, f.node) for f in lint(unpaired).findings
+    }
 
 
 # -- shapes -------------------------------------------------------------------------------------
 
 
 def dynamic_net() -> onnx.ModelProto:
-    return model([helper.make_node("Relu", ["x"], ["y"])], [value("x", F, ["batch", 3, 8, 8])],
-                 [value("y", F, ["batch", 3, 8, 8])])
+    return model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [value("x", F, ["batch", 3, 8, 8])],
+        [value("y", F, ["batch", 3, 8, 8])],
+    )
 
 
 def test_dynamic_inputs_need_profiles_that_fit():
@@ -264,45 +333,79 @@ def test_dynamic_inputs_need_profiles_that_fit():
     wrong = lint(m, profiles={"x": [(1, 3, 9, 8), (2, 3, 9, 8), (4, 3, 9, 8)]})
     assert errors(wrong) == {"shape.profile"} and "fixed to 8" in wrong.findings[0].message
     unknown = lint(m, profiles={"x": [(1, 3, 8, 8)] * 3, "images": [(1,)] * 3})
-    assert "did you mean" in " ".join(f.message for f in unknown.findings) or "images" in unknown.findings[0].node
+    assert (
+        "did you mean" in " ".join(f.message for f in unknown.findings)
+        or "images" in unknown.findings[0].node
+    )
 
 
 def test_each_input_is_judged_by_its_own_profile():
-    m = model([helper.make_node("Add", ["a", "b"], ["y"])], [value("a", F, ["n", 4]), value("b", F, ["n", 4])],
-              [value("y", F, ["n", 4])])
+    m = model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [value("a", F, ["n", 4]), value("b", F, ["n", 4])],
+        [value("y", F, ["n", 4])],
+    )
     both = {"a": [(1, 4), (2, 4), (3, 4)], "b": [(1, 4), (2, 4), (3, 4)]}
     assert rules(lint(m, profiles=both)) == set()
     assert {f.node for f in lint(m, profiles={"a": both["a"]}).findings} == {"b"}
 
 
 def test_an_integer_input_feeding_a_reshape_shape_is_a_shape_tensor():
-    m = model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
-              [value("x", F, [2, 3]), value("shape", T.INT64, [2])], [value("y", F, [3, 2])])
+    m = model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+        [value("x", F, [2, 3]), value("shape", T.INT64, [2])],
+        [value("y", F, [3, 2])],
+    )
     report = lint(m, profiles={})
     assert errors(report) == {"shape.tensor"} and "input 1 of Reshape 'reshape'" in report.findings[0].message
-    constant = model([helper.make_node("Reshape", ["x", "shape"], ["y"])], [value("x", F, [2, 3])],
-                     [value("y", F, [3, 2])], [init("shape", np.array([3, 2], np.int64))])
+    constant = model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [value("x", F, [2, 3])],
+        [value("y", F, [3, 2])],
+        [init("shape", np.array([3, 2], np.int64))],
+    )
     assert rules(lint(constant)) == set()
 
 
 # -- plugins ------------------------------------------------------------------------------------
 
 
-def plugin_node_model(op: str = "BEVPoolV2", namespace: str | None = "deploykit", version: str = "1",
-                      body: bool = False, domain: str = "deploykit") -> onnx.ModelProto:
+def plugin_node_model(
+    op: str = "BEVPoolV2",
+    namespace: str | None = "deploykit",
+    version: str = "1",
+    body: bool = False,
+    domain: str = "deploykit",
+) -> onnx.ModelProto:
     attrs = {"plugin_version": version} if namespace is not None else {}
     if namespace is not None:
         attrs["plugin_namespace"] = namespace
     node = helper.make_node(op, ["x"], ["y"], name="plug", domain=domain, **attrs)
     functions = []
     if body:
-        functions = [helper.make_function(domain, op, ["a"], ["b"], [
-            helper.make_node("ScatterND", ["a", "i", "a"], ["b"], reduction="add"),
-        ], [helper.make_opsetid("", 18)])]
-        functions[0].node.insert(0, helper.make_node("Constant", [], ["i"], value=helper.make_tensor(
-            "i", T.INT64, [1, 1], [0])))
-    return model([node], [value("x", F, [4, 3])], [value("y", F, [4, 3])], opset=18, functions=functions,
-                 domains={domain: 1})
+        functions = [
+            helper.make_function(
+                domain,
+                op,
+                ["a"],
+                ["b"],
+                [
+                    helper.make_node("ScatterND", ["a", "i", "a"], ["b"], reduction="add"),
+                ],
+                [helper.make_opsetid("", 18)],
+            )
+        ]
+        functions[0].node.insert(
+            0, helper.make_node("Constant", [], ["i"], value=helper.make_tensor("i", T.INT64, [1, 1], [0]))
+        )
+    return model(
+        [node],
+        [value("x", F, [4, 3])],
+        [value("y", F, [4, 3])],
+        opset=18,
+        functions=functions,
+        domains={domain: 1},
+    )
 
 
 def test_a_plugin_node_without_a_library_is_an_error_when_tensorrt_is_the_target():
@@ -318,9 +421,13 @@ def test_a_removed_builtin_plugin_is_an_error_on_11_only():
 
 
 def test_a_current_builtin_plugin_needs_a_shipped_version():
-    assert errors(lint(plugin_node_model("ROIAlign_TRT", namespace="", version="2", domain=""), plugins=())) == set()
-    assert errors(lint(plugin_node_model("ROIAlign_TRT", namespace="", version="7", domain=""), plugins=())) == \
-        {"plugin.missing"}
+    assert (
+        errors(lint(plugin_node_model("ROIAlign_TRT", namespace="", version="2", domain=""), plugins=()))
+        == set()
+    )
+    assert errors(
+        lint(plugin_node_model("ROIAlign_TRT", namespace="", version="7", domain=""), plugins=())
+    ) == {"plugin.missing"}
 
 
 def test_a_custom_node_with_an_onnx_body_is_inlined_and_its_body_linted():
@@ -342,10 +449,10 @@ def test_findings_for_both_versions_merge_into_one_listing_both():
 
 
 def test_the_report_round_trips_through_json():
+    import json
+
     from deploykit.lint import LintReport
     from deploykit.report.jsonio import dumps
-
-    import json
 
     report = lint(qdq_conv(zero_dtype=np.uint8, zero=128))
     again = LintReport.from_dict(json.loads(dumps(report.to_dict())))

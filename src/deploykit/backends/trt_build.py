@@ -183,8 +183,8 @@ def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profil
         config.set_flag(flag)
     if not options.tf32:
         config.clear_flag(trt.BuilderFlag.TF32)  # on by default in TensorRT
-    serialized = list(dict.fromkeys(str(Path(p).resolve()) for p in plugin_libraries)) if options.version_compatible \
-        else []
+    serialized = list(dict.fromkeys(str(Path(p).resolve()) for p in plugin_libraries))
+    serialized = serialized if options.version_compatible else []
     if serialized:
         config.plugins_to_serialize = serialized  # trtexec's --setPluginsToSerialize
     if profiles:

@@ -6,8 +6,8 @@ libraries (as data), and needs neither TensorRT nor a backend's runtime.
     tables.py      the per-version support tables (tables/tensorrt-<version>.json, with their sources)
     view.py        the graph as the rules read it (types, shapes, constants, producers and consumers)
     operators.py   operators, their static restrictions and documented types, the opset range
-    dtypes.py      DOUBLE, UINT8, quantized types outside Q/DQ, INT64 narrowing (strongly typed: types as written)
-    qdq.py         explicit quantization: symmetric, INT8/FP8/INT4/FP4, constant positive scales, axes, placement
+    dtypes.py      DOUBLE, UINT8, quantized types outside Q/DQ, INT64 narrowing (types as written)
+    qdq.py         explicit quantization: symmetric, INT8/FP8/INT4/FP4, constant scales, axes, placement
     shapes.py      dynamic inputs against the optimization profiles; shape-tensor inputs
     plugins.py     custom nodes against plugin libraries (read without loading), built-in and removed plugins
     findings.py    Finding, LintReport and the rule codes (RULES)
@@ -24,8 +24,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"RULES": "findings", "Finding": "findings", "LintReport": "findings", "Verdict": "findings",
-         "LintOptions": "run", "lint_file": "run", "lint_model": "run", "VERSIONS": "tables", "parse_for": "tables"}
+_LAZY = {
+    "RULES": "findings",
+    "Finding": "findings",
+    "LintReport": "findings",
+    "Verdict": "findings",
+    "LintOptions": "run",
+    "lint_file": "run",
+    "lint_model": "run",
+    "VERSIONS": "tables",
+    "parse_for": "tables",
+}
 __all__ = sorted(_LAZY)
 
 

@@ -22,14 +22,14 @@ RULES: dict[str, str] = {
     "type.double": "DOUBLE tensors: TensorRT casts them down to FLOAT",
     "type.uint8": "UINT8 away from the network's inputs and outputs",
     "type.int64": "INT64 constants beyond INT32 where TensorRT narrows them",
-    "type.quantized": "an INT8/FP8/INT4/FP4 tensor outside a Q/DQ pair (quantized types exist only through Q/DQ)",
+    "type.quantized": "an INT8/FP8/INT4/FP4 tensor outside a Q/DQ pair (they exist only through Q/DQ)",
     "qdq.zero_point": "a Q/DQ zero point that is not all zeros (TensorRT is symmetric only)",
     "qdq.type": "a quantized type TensorRT has no Q/DQ for (UINT8, INT16, ...)",
     "qdq.scale": "a Q/DQ scale that is not a constant of positive, finite values",
     "qdq.axis": "per-channel scales on an activation, on the wrong axis, or of the wrong size",
     "qdq.bias": "a DequantizeLinear of an INT32 tensor (ONNX Runtime's quantized bias)",
     "qdq.opset": "a quantized type or scale type the model's opset cannot express",
-    "qdq.placement": "Q/DQ placement that keeps TensorRT from fusing (unpaired Q, DQ into a non-quantizable op)",
+    "qdq.placement": "Q/DQ placement TensorRT cannot fuse (an unpaired Q, a DQ into an unquantizable op)",
     "shape.profile": "dynamic input dims against the optimization profiles",
     "shape.tensor": "a network input TensorRT would treat as a shape tensor (it needs profile values)",
     "plugin.missing": "a plugin node no given library, built-in plugin or ONNX function provides",
@@ -68,9 +68,17 @@ class Finding:
 
     def line(self) -> str:
         """``error op.unsupported 'q' (ConvInteger) [TensorRT 10.13, 11]: ...; fix: ...``"""
-        where = f"{self.node!r} ({self.op})" if self.node and self.op else repr(self.node) if self.node else "model"
-        return (f"{self.severity} {self.rule} {where} [TensorRT {', '.join(self.versions)}]: {self.message}"
-                + (f"; fix: {self.fix}" if self.fix else ""))
+        where = (
+            f"{self.node!r} ({self.op})"
+            if self.node and self.op
+            else repr(self.node)
+            if self.node
+            else "model"
+        )
+        return (
+            f"{self.severity} {self.rule} {where} [TensorRT {', '.join(self.versions)}]: {self.message}"
+            + (f"; fix: {self.fix}" if self.fix else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -129,17 +137,26 @@ class LintReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        out.update(passed=self.passed, exit_code=self.exit_code,
-                   verdicts=[dataclasses.asdict(v) | {"line": v.line()} for v in self.verdicts()])
+        out.update(
+            passed=self.passed,
+            exit_code=self.exit_code,
+            verdicts=[dataclasses.asdict(v) | {"line": v.line()} for v in self.verdicts()],
+        )
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LintReport:
-        return cls(model=data.get("model", ""), versions=tuple(data.get("versions", ())),
-                   findings=tuple(Finding(**{**f, "versions": tuple(f.get("versions", ()))})
-                                  for f in data.get("findings", ())),
-                   notes=tuple(data.get("notes", ())), tables=dict(data.get("tables", {})),
-                   plugins=tuple(data.get("plugins", ())), plugins_known=bool(data.get("plugins_known", True)))
+        return cls(
+            model=data.get("model", ""),
+            versions=tuple(data.get("versions", ())),
+            findings=tuple(
+                Finding(**{**f, "versions": tuple(f.get("versions", ()))}) for f in data.get("findings", ())
+            ),
+            notes=tuple(data.get("notes", ())),
+            tables=dict(data.get("tables", {})),
+            plugins=tuple(data.get("plugins", ())),
+            plugins_known=bool(data.get("plugins_known", True)),
+        )
 
 
 def merged(per_version: Mapping[str, Iterable[Issue]]) -> tuple[Finding, ...]:

@@ -18,15 +18,34 @@ from deploykit.lint.view import ONNX_DOMAINS, GraphView, Scoped, first_attribute
 
 Problem = tuple[Severity, str]  # (severity, what is wrong)
 QUANTIZED = frozenset({"INT8", "FP8", "INT4", "FP4", "UINT8"})  # type rules and Q/DQ rules own these
-GENERIC_FIX = ("rewrite it with supported operators (a surgery pass), cut it off the graph (surgery `cut`), "
-               "or give TensorRT a plugin for it (surgery `replace_with_plugin`, then --plugins LIB)")
-QUANTIZED_OPS_FIX = ("quantize the FP32 model for TensorRT instead: --set quantize.target=tensorrt "
-                     "(static symmetric Q/DQ that TensorRT fuses)")
-FIXES = {op: QUANTIZED_OPS_FIX for op in ("ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul",
-                                          "DynamicQuantizeLinear")}
-FIXES.update({op: "keep sequences out of the graph: export a fixed number of tensors (Concat/Split instead)"
-              for op in ("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-                         "SequenceLength", "SequenceMap", "ConcatFromSequence", "SplitToSequence")})
+GENERIC_FIX = (
+    "rewrite it with supported operators (a surgery pass), cut it off the graph (surgery `cut`), "
+    "or give TensorRT a plugin for it (surgery `replace_with_plugin`, then --plugins LIB)"
+)
+QUANTIZED_OPS_FIX = (
+    "quantize the FP32 model for TensorRT instead: --set quantize.target=tensorrt "
+    "(static symmetric Q/DQ that TensorRT fuses)"
+)
+FIXES = {
+    op: QUANTIZED_OPS_FIX
+    for op in ("ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear")
+}
+FIXES.update(
+    {
+        op: "keep sequences out of the graph: export a fixed number of tensors (Concat/Split instead)"
+        for op in (
+            "SequenceAt",
+            "SequenceConstruct",
+            "SequenceEmpty",
+            "SequenceErase",
+            "SequenceInsert",
+            "SequenceLength",
+            "SequenceMap",
+            "ConcatFromSequence",
+            "SplitToSequence",
+        )
+    }
+)
 
 
 def check(view: GraphView, table: SupportTable) -> Iterator[Issue]:
@@ -53,8 +72,14 @@ def node_issues(view: GraphView, table: SupportTable, scoped: Scoped) -> Iterato
     support = table.ops.get(node.op_type) if node.domain != "ai.onnx.ml" else None
     if support is None or not support.supported:
         said = "marks it unsupported" if support is not None else "does not list it"
-        yield Issue("op.unsupported", "error", scoped.label, op,
-                    f"the ONNX parser's support matrix {said}{where}", FIXES.get(node.op_type, GENERIC_FIX))
+        yield Issue(
+            "op.unsupported",
+            "error",
+            scoped.label,
+            op,
+            f"the ONNX parser's support matrix {said}{where}",
+            FIXES.get(node.op_type, GENERIC_FIX),
+        )
         return
     for name in support.checks:
         for severity, message in CHECKS[name](view, node):
@@ -62,21 +87,35 @@ def node_issues(view: GraphView, table: SupportTable, scoped: Scoped) -> Iterato
     if support.types and node.input and not scoped.where:
         got = TYPE_NAMES.get(view.dtype(node.input[0]) or 0)
         if got and got not in support.types and got not in QUANTIZED and got != "DOUBLE":
-            yield Issue("op.type", "warning", scoped.label, op,
-                        f"input {node.input[0]!r} is {got}; the support matrix lists {op} for "
-                        f"{', '.join(sorted(support.types))} only", f"cast {node.input[0]!r} to a listed type")
+            yield Issue(
+                "op.type",
+                "warning",
+                scoped.label,
+                op,
+                f"input {node.input[0]!r} is {got}; the support matrix lists {op} for "
+                f"{', '.join(sorted(support.types))} only",
+                f"cast {node.input[0]!r} to a listed type",
+            )
 
 
 def _opset(view: GraphView, table: SupportTable) -> Iterator[Issue]:
     if not table.opset_min <= view.opset <= table.opset_max:
-        yield Issue("opset.range", "warning", "", "",
-                    f"the model is opset {view.opset}; the parser documents opsets "
-                    f"{table.opset_min} to {table.opset_max}",
-                    f"convert it (surgery `convert_opset` to {min(max(view.opset, table.opset_min), table.opset_max)})")
+        yield Issue(
+            "opset.range",
+            "warning",
+            "",
+            "",
+            f"the model is opset {view.opset}; the parser documents opsets "
+            f"{table.opset_min} to {table.opset_max}",
+            f"convert it (surgery `convert_opset` to "
+            f"{min(max(view.opset, table.opset_min), table.opset_max)})",
+        )
 
 
 def _fix(check_name: str) -> str:
-    return RESTRICTION_FIXES.get(check_name, "change the node so it meets the restriction (a surgery pass), or cut it off")
+    return RESTRICTION_FIXES.get(
+        check_name, "change the node so it meets the restriction (a surgery pass), or cut it off"
+    )
 
 
 # -- the restrictions -------------------------------------------------------------------------------
@@ -112,13 +151,19 @@ def attention_no_cache(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 def attention_outputs(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     names = {1: "present_key", 2: "present_value", 3: "qk_matmul_output"}
-    return [("error", f"output {what} is not supported") for i, what in names.items()
-            if len(node.output) > i and node.output[i]]
+    return [
+        ("error", f"output {what} is not supported")
+        for i, what in names.items()
+        if len(node.output) > i and node.output[i]
+    ]
 
 
 def attention_attributes(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    return [("error", f"attribute {a} is not supported") for a in ("qk_matmul_output_mode", "softcap")
-            if _attr(node, a)]
+    return [
+        ("error", f"attribute {a} is not supported")
+        for a in ("qk_matmul_output_mode", "softcap")
+        if _attr(node, a)
+    ]
 
 
 def pool_spatial_rank(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
@@ -136,8 +181,11 @@ def pool_dilations(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 
 def batchnorm_inference(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    return [("error", "training_mode=1; TensorRT runs BatchNormalization in inference mode only")] \
-        if _attr(node, "training_mode", 0) else []
+    return (
+        [("error", "training_mode=1; TensorRT runs BatchNormalization in inference mode only")]
+        if _attr(node, "training_mode", 0)
+        else []
+    )
 
 
 def first_output_only(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
@@ -160,7 +208,9 @@ def cast_target(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 def constant_dense(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     found = [a.name for a in node.attribute if a.name in ("sparse_value", "value_string", "value_strings")]
-    return [("error", f"attribute {found[0]} is not supported (dense numeric constants only)")] if found else []
+    return (
+        [("error", f"attribute {found[0]} is not supported (dense numeric constants only)")] if found else []
+    )
 
 
 def constant_of_shape_value(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
@@ -170,8 +220,9 @@ def constant_of_shape_value(view: GraphView, node: onnx.NodeProto) -> list[Probl
     return []
 
 
-def _must_be_constant(view: GraphView, node: onnx.NodeProto, i: int, what: str,
-                      severity: Severity = "error") -> list[Problem]:
+def _must_be_constant(
+    view: GraphView, node: onnx.NodeProto, i: int, what: str, severity: Severity = "error"
+) -> list[Problem]:
     name = _input(node, i)
     if name and not view.is_constant(name):
         return [(severity, f"{what} ({name!r}) must be a build-time constant")]
@@ -191,7 +242,7 @@ def deformconv_spatial(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 def deformconv_pads(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     pads = _attr(node, "pads", [])
-    if isinstance(pads, list) and pads and pads[: len(pads) // 2] != pads[len(pads) // 2:]:
+    if isinstance(pads, list) and pads and pads[: len(pads) // 2] != pads[len(pads) // 2 :]:
         return [("error", f"pads {pads}: the begin and end pads of each axis must be equal")]
     return []
 
@@ -205,15 +256,24 @@ def dropout_inference(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     value = view.value(name)
     if value is None:
         return [("error", f"training_mode ({name!r}) must be a constant False")]
-    return [("error", "training_mode is True; TensorRT runs Dropout in inference mode only")] if bool(value.any()) else []
+    return (
+        [("error", "training_mode is True; TensorRT runs Dropout in inference mode only")]
+        if bool(value.any())
+        else []
+    )
 
 
 def einsum_equation(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     equation = str(_attr(node, "equation", ""))
     bad = sorted({c for c in equation if not ("a" <= c <= "z" or c in "->., ")})
     if bad:
-        return [("error", f"equation {equation!r} uses {', '.join(map(repr, bad))}: the parser takes lower-case "
-                          "subscripts only")]
+        return [
+            (
+                "error",
+                f"equation {equation!r} uses {', '.join(map(repr, bad))}: the parser takes lower-case "
+                "subscripts only",
+            )
+        ]
     return []
 
 
@@ -252,7 +312,9 @@ def hardmax_axis_static(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 
 def if_branches(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    then, other = (next((a.g for a in node.attribute if a.name == k), None) for k in ("then_branch", "else_branch"))
+    then, other = (
+        next((a.g for a in node.attribute if a.name == k), None) for k in ("then_branch", "else_branch")
+    )
     if then is None or other is None:
         return []
     if len(then.output) != len(other.output):
@@ -261,15 +323,26 @@ def if_branches(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     for a, b in zip(then.output, other.output, strict=True):
         if a.name == b.name:
             out.append(("error", f"both branches name an output {a.name!r}; they must differ"))
-        ranks = [len(v.type.tensor_type.shape.dim) if v.type.tensor_type.HasField("shape") else None for v in (a, b)]
+        ranks = [
+            len(v.type.tensor_type.shape.dim) if v.type.tensor_type.HasField("shape") else None
+            for v in (a, b)
+        ]
         if None not in ranks and ranks[0] != ranks[1]:
-            out.append(("error", f"branch outputs {a.name!r} and {b.name!r} differ in rank ({ranks[0]} vs {ranks[1]})"))
+            out.append(
+                (
+                    "error",
+                    f"branch outputs {a.name!r} and {b.name!r} differ in rank ({ranks[0]} vs {ranks[1]})",
+                )
+            )
     return out
 
 
 def lstm_attributes(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    return [("error", f"{a}={_attr(node, a)} is not supported (0 only)") for a in ("input_forget", "layout")
-            if _attr(node, a, 0)]
+    return [
+        ("error", f"{a}={_attr(node, a)} is not supported (0 only)")
+        for a in ("input_forget", "layout")
+        if _attr(node, a, 0)
+    ]
 
 
 def lp_order(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
@@ -301,7 +374,12 @@ def resize_modes(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     transform = _attr(node, "coordinate_transformation_mode", "half_pixel")
     nearest = _attr(node, "nearest_mode", "round_prefer_floor")
     if view.opset >= 11 and transform not in _TRANSFORMS:
-        out.append(("error", f"coordinate_transformation_mode {transform!r}; supported: {', '.join(sorted(_TRANSFORMS))}"))
+        out.append(
+            (
+                "error",
+                f"coordinate_transformation_mode {transform!r}; supported: {', '.join(sorted(_TRANSFORMS))}",
+            )
+        )
     if _attr(node, "mode", "nearest") == "nearest" and nearest not in _NEAREST:
         out.append(("error", f"nearest_mode {nearest!r}; supported: {', '.join(sorted(_NEAREST))}"))
     if transform == "tf_half_pixel_for_nn" and nearest != "round_prefer_floor":
@@ -316,8 +394,12 @@ def resize_modes(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
         rank = view.rank(_input(node, 0))
         if len(set(axes)) != len(axes):
             out.append(("error", f"axes {axes} repeat an axis"))
-        elif _input(node, 2) and not view.is_constant(_input(node, 2)) and rank is not None \
-                and [a % rank for a in axes] != list(range(rank)):
+        elif (
+            _input(node, 2)
+            and not view.is_constant(_input(node, 2))
+            and rank is not None
+            and [a % rank for a in axes] != list(range(rank))
+        ):
             out.append(("error", f"axes {axes} with a tensor 'scales': axes must be 0..{rank - 1} in order"))
     return out
 
@@ -383,7 +465,11 @@ def tensorscatter_layout(view: GraphView, node: onnx.NodeProto) -> list[Problem]
 
 
 def topk_sorted(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    return [("error", "sorted=0: TensorRT's TopK returns sorted results only")] if _attr(node, "sorted", 1) == 0 else []
+    return (
+        [("error", "sorted=0: TensorRT's TopK returns sorted results only")]
+        if _attr(node, "sorted", 1) == 0
+        else []
+    )
 
 
 TOPK_MAX_K = 3840
@@ -400,32 +486,70 @@ def topk_k_limit(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 def upsample_mode(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     mode = _attr(node, "mode", "nearest")
-    return [("error", f"mode {mode!r}; nearest, linear or bilinear only")] \
-        if mode not in ("nearest", "linear", "bilinear") else []
+    return (
+        [("error", f"mode {mode!r}; nearest, linear or bilinear only")]
+        if mode not in ("nearest", "linear", "bilinear")
+        else []
+    )
 
 
 CHECKS: dict[str, Callable[[GraphView, onnx.NodeProto], list[Problem]]] = {
-    f.__name__: f for f in (
-        argminmax_select_last, attention_4d, attention_no_cache, attention_outputs, attention_attributes,
-        pool_spatial_rank, pool_dilations, batchnorm_inference, first_output_only, cast_target, constant_dense,
-        constant_of_shape_value, cumsum_axis_constant, deformconv_spatial, deformconv_pads, dropout_inference,
-        einsum_equation, static_input_shape, input_4d, rnn_same_activations, hardmax_axis_static, if_branches,
-        lstm_attributes, lp_order, onehot_depth_constant, random_dtype, reduce_axes_constant, resize_modes,
-        reverse_sequence_axes, roialign_modes, rotary_position_ids, stft_constants, scatternd_reduction,
-        slice_inputs, axes_constant, tensorscatter_layout, topk_sorted, topk_k_limit, upsample_mode)}
+    f.__name__: f
+    for f in (
+        argminmax_select_last,
+        attention_4d,
+        attention_no_cache,
+        attention_outputs,
+        attention_attributes,
+        pool_spatial_rank,
+        pool_dilations,
+        batchnorm_inference,
+        first_output_only,
+        cast_target,
+        constant_dense,
+        constant_of_shape_value,
+        cumsum_axis_constant,
+        deformconv_spatial,
+        deformconv_pads,
+        dropout_inference,
+        einsum_equation,
+        static_input_shape,
+        input_4d,
+        rnn_same_activations,
+        hardmax_axis_static,
+        if_branches,
+        lstm_attributes,
+        lp_order,
+        onehot_depth_constant,
+        random_dtype,
+        reduce_axes_constant,
+        resize_modes,
+        reverse_sequence_axes,
+        roialign_modes,
+        rotary_position_ids,
+        stft_constants,
+        scatternd_reduction,
+        slice_inputs,
+        axes_constant,
+        tensorscatter_layout,
+        topk_sorted,
+        topk_k_limit,
+        upsample_mode,
+    )
+}
 
 RESTRICTION_FIXES = {
     "scatternd_reduction": "keep the scatter-add out of TensorRT: a plugin (e.g. deploykit's BEVPoolV2 via "
-                           "`replace_with_plugin`, then --plugins LIB) or ScatterElements/Add rewritten in the model",
+    "`replace_with_plugin`, then --plugins LIB) or ScatterElements/Add rewritten in the model",
     "topk_k_limit": "take the top K in two stages (top-K per chunk, then over the chunks), or lower K",
     "topk_sorted": "export TopK with sorted=True",
     "resize_modes": "export the resize with a supported mode (e.g. nearest/linear, half_pixel)",
     "reduce_axes_constant": "make axes an initializer (surgery `sanitize` folds constant subgraphs)",
     "cumsum_axis_constant": "make axis an initializer (surgery `sanitize` folds constant subgraphs)",
     "onehot_depth_constant": "make depth an initializer (surgery `sanitize` folds constant subgraphs)",
-    "axes_constant": "fold axes to an initializer (surgery `sanitize`) unless TensorRT can compute it from shapes",
+    "axes_constant": "fold axes to an initializer (surgery `sanitize`) unless it follows from shapes",
     "first_output_only": "drop the extra outputs (they are training outputs: re-export in eval mode)",
     "batchnorm_inference": "export the model in eval mode",
-    "dropout_inference": "export the model in eval mode (Dropout becomes Identity, surgery `remove_noops` drops it)",
+    "dropout_inference": "export the model in eval mode (Dropout becomes Identity, `remove_noops` drops it)",
     "einsum_equation": "write the equation with lower-case subscripts",
 }

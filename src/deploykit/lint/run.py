@@ -37,18 +37,30 @@ def lint_model(model: onnx.ModelProto, options: LintOptions = LintOptions(), nam
     per_version: dict[str, list[Issue]] = {}
     for version in options.versions:
         t = table(version)
-        found = [*operators.check(view, t), *dtypes.check(view, t), *qdq.check(view, t),
-                 *shapes.check(view, t, options.profiles), *plugins.check(view, t, libs)]
+        found = [
+            *operators.check(view, t),
+            *dtypes.check(view, t),
+            *qdq.check(view, t),
+            *shapes.check(view, t, options.profiles),
+            *plugins.check(view, t, libs),
+        ]
         per_version[version] = found
     notes = list(dict.fromkeys(view.notes))
     if libs:
-        notes.append("plugin creators were found by their names among each library's read-only strings (the "
-                     "library is never loaded): their versions and fields are not checked here (`deploykit plugins "
-                     "check LIB` checks them where TensorRT or deploykit's glue checker runs)")
-    return LintReport(model=name or model.graph.name, versions=tuple(options.versions),
-                      findings=merged(per_version), notes=tuple(notes),
-                      tables={v: {"tensorrt": table(v).tensorrt, **table(v).source} for v in options.versions},
-                      plugins=tuple(str(p) for p in options.plugins or ()), plugins_known=options.plugins is not None)
+        notes.append(
+            "plugin creators were found by their names among each library's read-only strings (the "
+            "library is never loaded): their versions and fields are not checked here (`deploykit plugins "
+            "check LIB` checks them where TensorRT or deploykit's glue checker runs)"
+        )
+    return LintReport(
+        model=name or model.graph.name,
+        versions=tuple(options.versions),
+        findings=merged(per_version),
+        notes=tuple(notes),
+        tables={v: {"tensorrt": table(v).tensorrt, **table(v).source} for v in options.versions},
+        plugins=tuple(str(p) for p in options.plugins or ()),
+        plugins_known=options.plugins is not None,
+    )
 
 
 def lint_file(path: Path, options: LintOptions = LintOptions()) -> LintReport:

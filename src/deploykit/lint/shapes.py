@@ -18,11 +18,42 @@ from deploykit.lint.view import GraphView
 
 Profiles = Mapping[str, Sequence[Sequence[int]]]
 # operator -> the input positions TensorRT reads as shape tensors
-SHAPE_OPERANDS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-                  "Resize": (3,), "Upsample": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,),
-                  "TopK": (1,), "OneHot": (1,), "Pad": (1,), "CumSum": (1,), "ReduceSum": (1,), "ReduceMean": (1,),
-                  "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "EyeLike": (), "Trilu": (1,)}
-PASS_THROUGH = {"Cast", "Concat", "Unsqueeze", "Squeeze", "Gather", "Slice", "Identity", "Add", "Sub", "Mul", "Div"}
+SHAPE_OPERANDS = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "Resize": (3,),
+    "Upsample": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "TopK": (1,),
+    "OneHot": (1,),
+    "Pad": (1,),
+    "CumSum": (1,),
+    "ReduceSum": (1,),
+    "ReduceMean": (1,),
+    "ReduceMax": (1,),
+    "ReduceMin": (1,),
+    "ReduceProd": (1,),
+    "EyeLike": (),
+    "Trilu": (1,),
+}
+PASS_THROUGH = {
+    "Cast",
+    "Concat",
+    "Unsqueeze",
+    "Squeeze",
+    "Gather",
+    "Slice",
+    "Identity",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+}
 INTEGER = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 
 
@@ -38,13 +69,21 @@ def _profiles(view: GraphView, profiles: Profiles | None) -> Iterator[Issue]:
         try:
             validate_profiles({name: shapes}, {name: dims[name]} if name in dims else dims, "the model")
         except ConfigError as e:
-            yield Issue("shape.profile", "error", name, "", e.message, e.hint or "fix the input's min/opt/max shapes")
+            yield Issue(
+                "shape.profile", "error", name, "", e.message, e.hint or "fix the input's min/opt/max shapes"
+            )
     for name, shape in dims.items():
         if name not in given and not all(is_fixed(d) for d in shape):
-            yield Issue("shape.profile", "error", name, "", f"input {name!r} has dynamic dims {shape} and no "
-                        "min/opt/max shapes: TensorRT needs an optimization profile for it",
-                        f"give its shapes: --shapes {name}:1x... (or --min-shapes/--opt-shapes/--max-shapes), "
-                        "or name its dims under 'dims' in the config")
+            yield Issue(
+                "shape.profile",
+                "error",
+                name,
+                "",
+                f"input {name!r} has dynamic dims {shape} and no "
+                "min/opt/max shapes: TensorRT needs an optimization profile for it",
+                f"give its shapes: --shapes {name}:1x... (or --min-shapes/--opt-shapes/--max-shapes), "
+                "or name its dims under 'dims' in the config",
+            )
 
 
 def _shape_tensors(view: GraphView) -> Iterator[Issue]:
@@ -53,10 +92,17 @@ def _shape_tensors(view: GraphView) -> Iterator[Issue]:
             continue
         use = _shape_use(view, name, depth=0)
         if use:
-            yield Issue("shape.tensor", "error", name, "", f"input {name!r} reaches {use}: TensorRT treats it as a "
-                        "shape tensor and needs its values in the optimization profile, which deploykit's build "
-                        "does not set", "make it a constant (surgery `set_dims`, then `sanitize` folds it), or "
-                        "derive it from the Shape of a tensor input")
+            yield Issue(
+                "shape.tensor",
+                "error",
+                name,
+                "",
+                f"input {name!r} reaches {use}: TensorRT treats it as a "
+                "shape tensor and needs its values in the optimization profile, which deploykit's build "
+                "does not set",
+                "make it a constant (surgery `set_dims`, then `sanitize` folds it), or "
+                "derive it from the Shape of a tensor input",
+            )
 
 
 def _shape_use(view: GraphView, name: str, depth: int) -> str:

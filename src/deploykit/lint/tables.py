@@ -21,9 +21,29 @@ from deploykit.errors import UsageError
 
 VERSIONS: tuple[str, ...] = values(TensorRTVersion)
 # ONNX TensorProto element type -> the support matrix's type names
-TYPE_NAMES = {1: "FP32", 10: "FP16", 16: "BF16", 6: "INT32", 7: "INT64", 3: "INT8", 2: "UINT8", 9: "BOOL",
-              17: "FP8", 22: "INT4", 23: "FP4", 11: "DOUBLE", 4: "UINT16", 5: "INT16", 12: "UINT32", 13: "UINT64",
-              8: "STRING", 18: "FP8E4M3FNUZ", 19: "FP8E5M2", 20: "FP8E5M2FNUZ", 21: "UINT4"}
+TYPE_NAMES = {
+    1: "FP32",
+    10: "FP16",
+    16: "BF16",
+    6: "INT32",
+    7: "INT64",
+    3: "INT8",
+    2: "UINT8",
+    9: "BOOL",
+    17: "FP8",
+    22: "INT4",
+    23: "FP4",
+    11: "DOUBLE",
+    4: "UINT16",
+    5: "INT16",
+    12: "UINT32",
+    13: "UINT64",
+    8: "STRING",
+    18: "FP8E4M3FNUZ",
+    19: "FP8E5M2",
+    20: "FP8E5M2FNUZ",
+    21: "UINT4",
+}
 
 
 @dataclass(frozen=True)
@@ -41,8 +61,12 @@ class SupportTable:
     opset_min: int
     opset_max: int
     ops: dict[str, OpSupport]
-    builtin_plugins: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # name -> versions, deprecated
-    removed_plugins: dict[str, list[str]] = field(default_factory=dict)  # name -> versions gone in this release
+    builtin_plugins: dict[str, dict[str, list[str]]] = field(
+        default_factory=dict
+    )  # name -> versions, deprecated
+    removed_plugins: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # name -> versions gone in this release
 
     @property
     def major(self) -> int:
@@ -59,11 +83,25 @@ def table(version: str) -> SupportTable:
     if version not in VERSIONS:
         raise UsageError(f"no TensorRT support table for {version!r}; deploykit has {', '.join(VERSIONS)}")
     raw = json.loads(_text(version))
-    ops = {name: OpSupport(bool(e["supported"]), frozenset(e["types"]) if e.get("types") else None,
-                           tuple(e.get("checks", ()))) for name, e in raw["ops"].items()}
+    ops = {
+        name: OpSupport(
+            bool(e["supported"]),
+            frozenset(e["types"]) if e.get("types") else None,
+            tuple(e.get("checks", ())),
+        )
+        for name, e in raw["ops"].items()
+    }
     plugins = raw.get("plugins", {})
-    return SupportTable(raw["version"], raw["tensorrt"], raw["source"], raw["opset"]["min"], raw["opset"]["max"], ops,
-                        plugins.get("builtin", {}), plugins.get("removed", {}))
+    return SupportTable(
+        raw["version"],
+        raw["tensorrt"],
+        raw["source"],
+        raw["opset"]["min"],
+        raw["opset"]["max"],
+        ops,
+        plugins.get("builtin", {}),
+        plugins.get("removed", {}),
+    )
 
 
 @functools.cache
@@ -85,8 +123,10 @@ def parse_for(specs: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     for spec in specs or ("tensorrt",):
         backend, _, version = spec.partition("=")
         if backend.strip().lower() != "tensorrt":
-            raise UsageError(f"--for {spec!r}: the lint checks TensorRT targets only",
-                             hint=f"--for tensorrt (every version: {', '.join(VERSIONS)}) or --for tensorrt=11")
+            raise UsageError(
+                f"--for {spec!r}: the lint checks TensorRT targets only",
+                hint=f"--for tensorrt (every version: {', '.join(VERSIONS)}) or --for tensorrt=11",
+            )
         for v in (nearest(version.strip()),) if version.strip() else VERSIONS:
             if v not in out:
                 out.append(v)
@@ -103,10 +143,13 @@ def nearest(version: str) -> str:
     try:
         major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else None
     except ValueError:
-        raise UsageError(f"TensorRT version {version!r} is not a version number",
-                         hint=f"give one of {', '.join(VERSIONS)}") from None
+        raise UsageError(
+            f"TensorRT version {version!r} is not a version number", hint=f"give one of {', '.join(VERSIONS)}"
+        ) from None
     candidates = [v for v in VERSIONS if int(v.split(".")[0]) == major]
     if not candidates or (major == 10 and minor is not None and minor < 12):
-        raise UsageError(f"no TensorRT support table for {version!r}: deploykit supports TensorRT 10.12+ and 11.x",
-                         hint=f"give one of {', '.join(VERSIONS)}")
+        raise UsageError(
+            f"no TensorRT support table for {version!r}: deploykit supports TensorRT 10.12+ and 11.x",
+            hint=f"give one of {', '.join(VERSIONS)}",
+        )
     return candidates[-1]

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     import onnx
 
 ONNX_DOMAINS = frozenset({"", "ai.onnx"})
-MAX_CONSTANT_ELEMENTS = 1 << 24  # a constant larger than this is not read for a check (weights, not parameters)
+MAX_CONSTANT_ELEMENTS = (
+    1 << 24
+)  # a constant larger than this is not read for a check (weights, not parameters)
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,10 @@ class GraphView:
         self.shapes: dict[str, list[int | str | None]] = {}
         for v in [*g.input, *g.value_info, *g.output]:
             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
-                self.shapes[v.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                                       for d in v.type.tensor_type.shape.dim]
+                self.shapes[v.name] = [
+                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    for d in v.type.tensor_type.shape.dim
+                ]
         for t in g.initializer:
             self.shapes[t.name] = list(t.dims)
         self.producer = producers(g)
@@ -142,7 +146,11 @@ def _read(view: GraphView, name: str) -> np.ndarray | None:
             return tensor_array(tensor)
         node = view.producer.get(name)
         return constant_node_value(node) if node is not None else None
-    except (ValueError, TypeError, OSError):  # external data not loaded, or an odd encoding: not a constant we read
+    except (
+        ValueError,
+        TypeError,
+        OSError,
+    ):  # external data not loaded, or an odd encoding: not a constant we read
         return None
 
 

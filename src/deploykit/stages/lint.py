@@ -64,8 +64,11 @@ class LintSummary(Summary):
 
     @classmethod
     def from_dict(cls, data: Any) -> LintSummary:
-        return cls([LintVerdict.from_dict(v) for v in data.get("versions", ())], data.get("findings", 0),
-                   data.get("tables", ""))
+        return cls(
+            [LintVerdict.from_dict(v) for v in data.get("versions", ())],
+            data.get("findings", 0),
+            data.get("tables", ""),
+        )
 
     def failure(self) -> str:
         failed = [v for v in self.versions if v.errors]
@@ -89,9 +92,15 @@ class LintStage(Stage):
 
         c = ctx.config
         libraries = plugin_libraries(c)
-        return {"lint": c.lint, "inputs": c.inputs, "dims": c.dims, "tables": digest(),
-                "plugins": None if libraries is None else [digest_file(p) if p.is_file() else str(p)
-                                                           for p in libraries]}
+        return {
+            "lint": c.lint,
+            "inputs": c.inputs,
+            "dims": c.dims,
+            "tables": digest(),
+            "plugins": None
+            if libraries is None
+            else [digest_file(p) if p.is_file() else str(p) for p in libraries],
+        }
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> LintSummary:
         from deploykit.lint import LintOptions, lint_file
@@ -99,8 +108,9 @@ class LintStage(Stage):
         from deploykit.report.jsonio import dumps
 
         c = ctx.config
-        options = LintOptions(versions=tuple(c.lint.versions), plugins=plugin_libraries(c),
-                              profiles=profiles_from_config(c))
+        options = LintOptions(
+            versions=tuple(c.lint.versions), plugins=plugin_libraries(c), profiles=profiles_from_config(c)
+        )
         report = lint_file(inputs["model"].file(MODEL), options)
         (out / REPORT).write_text(dumps(report.to_dict()))
         verdicts = []
@@ -112,8 +122,17 @@ class LintStage(Stage):
     @classmethod
     def checks(cls, artifact: Artifact) -> list[Check]:
         """One per TensorRT version: passed when the lint found no error for it."""
-        return [Check("lint", f"TensorRT {v.version}", "pass" if not v.errors else "fail", not v.errors,
-                      metric="errors", message=v.line) for v in LintSummary.of(artifact).versions]
+        return [
+            Check(
+                "lint",
+                f"TensorRT {v.version}",
+                "pass" if not v.errors else "fail",
+                not v.errors,
+                metric="errors",
+                message=v.line,
+            )
+            for v in LintSummary.of(artifact).versions
+        ]
 
     @classmethod
     def report(cls, artifact: Artifact) -> dict[str, Any] | None:
@@ -122,6 +141,8 @@ class LintStage(Stage):
     def verdict(self, artifact: Artifact) -> None:
         s = LintSummary.of(artifact)
         if s.failure():
-            raise LintFailed(f"TensorRT lint: {s.failure()}",
-                             hint=f"every finding with its fix is in {artifact.file(REPORT)} (`deploykit lint` "
-                                  "prints them)")
+            raise LintFailed(
+                f"TensorRT lint: {s.failure()}",
+                hint=f"every finding with its fix is in {artifact.file(REPORT)} (`deploykit lint` "
+                "prints them)",
+            )
