@@ -307,6 +307,9 @@ def test_unpaired_quantize_and_dequantize_into_softmax_are_placement_warnings():
         ok_inits,
     )
     assert rules(lint(fused)) == set()
+    both = model(nodes[:2] + [helper.make_node("Softmax", ["d"], ["y"]), helper.make_node("Relu", ["d"], ["z"])],
+                 [value("x", F, [4])], [value("y", F, [4]), value("z", F, [4])], ok_inits)
+    assert rules(lint(both)) == set()  # a quantizable reader fuses the pair; the Softmax reads float
     assert {(f.rule, f.severity, f.node) for f in lint(standalone).findings} == {
         ("qdq.placement", "warning", "dq")
     }

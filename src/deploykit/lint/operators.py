@@ -18,6 +18,7 @@ from deploykit.lint.view import ONNX_DOMAINS, GraphView, Scoped, first_attribute
 
 Problem = tuple[Severity, str]  # (severity, what is wrong)
 QUANTIZED = frozenset({"INT8", "FP8", "INT4", "FP4", "UINT8"})  # type rules and Q/DQ rules own these
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})  # their types are qdq.py's
 GENERIC_FIX = (
     "rewrite it with supported operators (a surgery pass), cut it off the graph (surgery `cut`), "
     "or give TensorRT a plugin for it (surgery `replace_with_plugin`, then --plugins LIB)"
@@ -84,7 +85,7 @@ def node_issues(view: GraphView, table: SupportTable, scoped: Scoped) -> Iterato
     for name in support.checks:
         for severity, message in CHECKS[name](view, node):
             yield Issue("op.attribute", severity, scoped.label, op, message + where, _fix(name))
-    if support.types and node.input and not scoped.where:
+    if support.types and node.input and not scoped.where and node.op_type not in QDQ_OPS:
         got = TYPE_NAMES.get(view.dtype(node.input[0]) or 0)
         if got and got not in support.types and got not in QUANTIZED and got != "DOUBLE":
             yield Issue(

@@ -336,8 +336,9 @@ def _q_placement(view: GraphView, node: onnx.NodeProto) -> Iterator[Issue]:
 def _dq_placement(view: GraphView, node: onnx.NodeProto) -> Iterator[Issue]:
     if view.is_constant(node.input[0]) or _from_constant_q(view, node.input[0]):
         return  # a weight's DQ: its reader decides the axis (judged above)
-    others = sorted({r.op_type for r in view.readers(node.output[0]) if r.op_type not in QUANTIZABLE})
-    if others:
+    readers = view.readers(node.output[0])
+    others = sorted({r.op_type for r in readers if r.op_type not in QUANTIZABLE})
+    if others and not any(r.op_type in QUANTIZABLE for r in readers):  # one quantizable reader fuses the pair
         yield Issue(
             "qdq.placement",
             "warning",
