@@ -52,11 +52,14 @@ TRT_INCLUDE ?=
 plugins: $(STAMP) $(TRT_HEADERS)
 	$(VENV)/bin/deploykit plugins build $(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))
 
-# On a machine with an NVIDIA GPU, with or without TensorRT, in under 10 minutes: plugin kernels vs the
-# CPU reference (bandwidth vs the HBM floor); with TensorRT, FP32/FP16/INT8/FP8 engines (a conv net and
-# two examples) vs ONNX Runtime, timed; per-layer profiles. One report: build/gpu-check/{gpu_check.json,summary.md}.
-gpu-check: $(STAMP) $(TRT_HEADERS)
-	$(PY) scripts/gpu_check.py --out build/gpu-check
+# On a machine with an NVIDIA GPU, with or without TensorRT, in under 8 minutes, on that machine's own
+# Python (no venv, no pip, no network: GPU_PYTHON=... picks another): plugin kernels and the plugin glue's
+# enqueue path vs the CPU reference (bandwidth vs the HBM floor), compute-sanitizer, the TensorRT session
+# on a stand-in engine; with TensorRT, the lint corpus through the real parser and engines vs ONNX Runtime.
+# One report: build/gpu-check/{gpu_check.json,summary.md}. TRT_INCLUDE=DIR: headers for the glue.
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) scripts/gpu_check.py --out build/gpu-check $(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))
 
 # After a dependency change passes the suite: pin what the venv holds (less deploykit itself).
 constraints: $(STAMP)

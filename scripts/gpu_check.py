@@ -1,33 +1,39 @@
 #!/usr/bin/env python3
 """The GPU check: everything that can run on this machine's GPU, in one command, inside a time budget.
 
-    python scripts/gpu_check.py --out build/gpu-check        (or: make gpu-check)
+    python3 scripts/gpu_check.py --out build/gpu-check        (or: make gpu-check)
 
-Sections, in order of what matters most (each a list of rows in the table and the report; a section
-that cannot run here is one ``skip`` row saying why, and a section that would overrun the time budget
-is skipped the same way):
+It runs on the machine's own Python as it is: no virtual environment, no pip, no network (it never
+imports pip or an HTTP client and opens no socket). Only the standard library is needed to start;
+every section checks what it needs (numpy, CuPy, cuda-python, ONNX, TensorRT, nvcc, a GPU) and says in
+its ``skip`` row what was missing. Sections, in order of what matters most:
 
-1. environment: doctor's rows (driver, GPU, CUDA versions, TensorRT, cuda-python, plugins);
-2. plugin kernels (needs nvcc, cmake, a GPU): CUDA vs the CPU reference, time and bandwidth against
-   the HBM floor (``plugins/tools/gpu_check.sh``);
-3. with TensorRT: a conv net built in FP32/FP16/INT8/FP8 through the backend, each engine against ONNX
-   Runtime on the CPU (rel-L2) and timed; INT8/FP8 Q/DQ come from the project's own quantize stage
-   (``deploykit.quantize``, tensorrt flavour), ONNX Runtime's quantizer with symmetric ranges and
-   unquantized biases (TensorRT's parser rejects an INT32 bias DequantizeLinear) only where the stage
-   cannot run;
-4. with TensorRT: two examples (detector, bev) through ``deploykit.convert(..., build.backend=tensorrt)``
-   in FP32/FP16/INT8/FP8: export, quantize, build, parity against ONNX Runtime, gate timing;
-5. profiling: per-layer profiles with the roofline (TensorRT engines by precision, or ONNX Runtime's
-   CUDA provider without TensorRT), and the CPU profile of the same model;
-6. with TensorRT: timing-cache reuse and the error paths that need real TensorRT.
+1. environment: the Python, its packages, nvcc, compute-sanitizer, the GPU (and doctor's rows when
+   deploykit's dependencies are there);
+2. plugin kernels (nvcc, a GPU): kernels and TensorRT plugin glue compiled with nvcc alone (no CMake),
+   the CUDA kernels and the glue's runtime path (createPlugin -> attachToContext -> onShapeChange ->
+   enqueue on a stream) for BEVDet-, BEVDepth- and PointPillars-sized inputs at FP32/FP16 against the
+   CPU reference, timed against the HBM floor (the glue needs TensorRT headers only, no libnvinfer:
+   ``--tensorrt-include DIR``);
+3. compute-sanitizer memcheck on the kernel check's small cases;
+4. the TensorRT session (numpy, CuPy, cuda-python): deploykit's unchanged ``TensorRTSession`` with a
+   stand-in engine whose enqueue is a CuPy kernel (``scripts/gpu_standin.py``): pinned staging, async
+   copies, CUDA-graph capture, the output allocator, host-located outputs, several threads;
+5. with TensorRT: the lint corpus through the real parser (agreement with ``deploykit lint``), a conv
+   net built in FP32/FP16/INT8/FP8 through the backend against ONNX Runtime, two examples (detector,
+   bev) through ``deploykit.convert``, timing-cache reuse and the error paths that need real TensorRT;
+6. profiling: per-layer profiles with the roofline (TensorRT engines, or ONNX Runtime's CUDA provider),
+   and the CPU profile of the same model (needs ONNX and ONNX Runtime).
 
-Writes ``OUT/gpu_check.json`` and ``OUT/summary.md``. Exit status: 0 every row passed or was skipped,
-1 a row failed, 3 no NVIDIA GPU (nothing GPU-side ran; the report says so).
+Writes ``OUT/gpu_check.json`` and ``OUT/summary.md``; the default budget (480 s) keeps it within 8
+minutes. Exit status: 0 every row passed or was skipped, 1 a row failed, 3 no NVIDIA GPU (nothing
+GPU-side ran; the report says so).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -37,28 +43,42 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the machine's Python may lack it: the sections that need it say so
+    np = None  # type: ignore[assignment]
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # run from a checkout without installing
+sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench"))
 
-from deploykit.errors import DeployKitError  # noqa: E402
-from deploykit.graph.run import session_from_onnx  # noqa: E402
+from deploykit.errors import DeployKitError  # noqa: E402  (the error tree imports only the standard library)
 
 PROFILE = {"x": ((1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64))}
 PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 TOLERANCE = {"fp32": 5e-3, "fp16": 5e-3, "int8": 5e-2, "fp8": 5e-2}  # rel-L2 vs ORT on the same graph
-EXAMPLES = {"detector": REPO / "examples" / "detector" / "deploykit.yaml", "bev": REPO / "examples" / "bev" / "deploykit.yaml"}
+EXAMPLES = {"detector": REPO / "examples" / "detector" / "deploykit.yaml",
+            "bev": REPO / "examples" / "bev" / "deploykit.yaml"}
 # Rough seconds each section needs on a GPU machine; a section starts only if the budget has that left.
-COST = {"plugin kernels": 150, "conv precisions": 90, "example": 120, "profiling": 60, "timing cache": 40, "errors": 40}
+COST = {"plugin kernels": 120, "memcheck": 60, "session": 30, "lint agreement": 40, "conv precisions": 90,
+        "example": 120, "profiling": 60, "timing cache": 40, "errors": 40}
 GATE = {"gate__iterations": 50, "gate__trials": 3, "gate__warmup": 10}  # enough to time, short enough to fit
+# What each section imports besides the standard library
+NEEDS = {"deploykit": ("numpy", "yaml"), "session": ("numpy", "cupy", "cuda.bindings"),
+         "tensorrt": ("numpy", "yaml", "onnx", "onnxruntime", "tensorrt"), "profiling": ("numpy", "yaml", "onnx",
+                                                                                        "onnxruntime")}
+KERNEL_SOURCES = ("tools/gpu_check.cpp", "bev_pool/bev_pool.cu", "pillar_scatter/pillar_scatter.cu",
+                  "bev_pool/bev_pool_cpu.cpp", "pillar_scatter/pillar_scatter_cpu.cpp", "common/abi.cpp")
+GLUE_SOURCES = ("common/trt_plugin.cpp", "bev_pool/bev_pool_trt.cpp", "pillar_scatter/pillar_scatter_trt.cpp")
 
 
 class Budget:
-    """Wall-clock budget of the whole check: ``make gpu-check`` must finish inside 10 minutes."""
+    """Wall-clock budget of the whole check: ``make gpu-check`` must finish inside 8 minutes."""
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock, self._deadline, self.seconds = clock, clock() + seconds, seconds
@@ -70,26 +90,75 @@ class Budget:
         return self.left() >= COST.get(section, 30)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from deploykit.backends.tensorrt import TensorRTBackend
-    from deploykit.backends.trt_cuda import probe_driver
+@dataclass
+class Machine:
+    """What this machine has, found without importing anything heavy."""
 
+    modules: dict[str, bool] = field(default_factory=dict)
+    tools: dict[str, str] = field(default_factory=dict)  # name -> path ("" when missing)
+    gpu: str = ""  # the first GPU's name
+    compute_capability: str = ""  # "9.0"
+    no_gpu: str = ""  # why there is no usable GPU ("" when there is one)
+    tensorrt_reason: str = ""  # why the TensorRT sections cannot run ("" when they can)
+
+    def missing(self, section: str) -> list[str]:
+        return [m for m in NEEDS.get(section, ()) if not self.modules.get(m)]
+
+
+def has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None  # locates without importing
+    except (ImportError, ValueError):
+        return False
+
+
+def detect() -> Machine:
+    machine = Machine(modules={m: has_module(m) for m in sorted({m for ms in NEEDS.values() for m in ms})},
+                      tools={t: shutil.which(t) or "" for t in ("nvidia-smi", "nvcc", "compute-sanitizer")})
+    machine.no_gpu = "no nvidia-smi on PATH (no NVIDIA driver)" if not machine.tools["nvidia-smi"] else ""
+    if machine.tools["nvidia-smi"]:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60)
+        first = done.stdout.strip().splitlines()[:1]
+        if done.returncode or not first:
+            machine.no_gpu = f"nvidia-smi lists no GPU ({(done.stderr or done.stdout).strip()[:200]})"
+        else:
+            name, _, cc = first[0].rpartition(",")
+            machine.gpu, machine.compute_capability = name.strip(), cc.strip()
+    missing = machine.missing("tensorrt")
+    if missing:
+        machine.tensorrt_reason = f"needs {', '.join(missing)} in this Python ({sys.executable})"
+    elif machine.no_gpu:
+        machine.tensorrt_reason = machine.no_gpu
+    else:
+        from deploykit.backends.tensorrt import TensorRTBackend
+
+        status = TensorRTBackend().availability()
+        machine.tensorrt_reason = "" if status.available else status.reason
+    return machine
+
+
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     budget, started = Budget(args.budget), time.monotonic()
-    probe, trt_status = probe_driver(), TensorRTBackend().availability()
-    rows = environment_rows()
-    rows += section(budget, "plugin kernels", lambda: plugin_kernel_rows(work / "plugins", probe))
-    if trt_status.available:
+    machine = detect()
+    rows = environment_rows(machine)
+    rows += section(budget, "plugin kernels", lambda: plugin_kernel_rows(work / "plugins", machine, args))
+    rows += section(budget, "memcheck", lambda: memcheck_rows(work / "plugins", machine))
+    rows += section(budget, "session", lambda: session_rows(machine))
+    if not machine.tensorrt_reason:
+        rows += section(budget, "lint agreement", lambda: lint_agreement_rows(work / "lint"))
         rows += tensorrt_rows(work, budget, args)
     else:
-        rows.append(row("tensorrt", "skip", f"TensorRT sections not run: {trt_status.reason}"))
-    rows += section(budget, "profiling", lambda: profiling_rows(work / "profiles", trt_status.available, probe, args))
-    report = {"status": status_of(rows, probe), "gpu": probe.gpus[0].name if probe.gpus else "",
-              "tensorrt": trt_status.version, "seconds": round(time.monotonic() - started, 1), "budget_s": args.budget,
-              "no_gpu": probe.problem, "rows": rows}
+        rows.append(row("tensorrt", "skip", f"TensorRT sections not run: {machine.tensorrt_reason}"))
+    rows += section(budget, "profiling", lambda: profiling_rows(work / "profiles", machine, args))
+    report = {"status": status_of(rows, machine), "gpu": machine.gpu, "tensorrt": "" if machine.tensorrt_reason
+              else _tensorrt_version(), "python": sys.executable, "venv": sys.prefix != sys.base_prefix,
+              "seconds": round(time.monotonic() - started, 1), "budget_s": args.budget, "no_gpu": machine.no_gpu,
+              "rows": rows}
     write_report(out, report)
     print_table(rows)
     if not args.workdir:
@@ -97,20 +166,28 @@ def main(argv: list[str] | None = None) -> int:
     return {"passed": 0, "failed": 1, "unavailable": 3}[report["status"]]
 
 
+def _tensorrt_version() -> str:
+    from deploykit.plugins.trt_headers import installed_tensorrt
+
+    return installed_tensorrt()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=REPO / "build" / "gpu-check", help="where gpu_check.json and summary.md go")
     p.add_argument("--workdir", type=Path, help="keep models, stores and engines here (default: a temporary folder)")
-    p.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check (sections past it skip)")
+    p.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check (sections past it skip)")
+    p.add_argument("--tensorrt-include", type=Path, help="TensorRT headers for the plugin glue (only the headers: "
+                   "no TensorRT needed); default: $TENSORRT_INCLUDE_DIR, the wheels', the system's, build/kernel-lens")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iterations", type=int, default=200)
     return p.parse_args(argv)
 
 
-def status_of(rows: list[dict[str, Any]], probe: Any) -> str:
+def status_of(rows: list[dict[str, Any]], machine: Machine) -> str:
     if any(r["status"] == "fail" for r in rows):
         return "failed"
-    return "unavailable" if probe.problem else "passed"
+    return "unavailable" if machine.no_gpu else "passed"
 
 
 def row(case: str, status: str, detail: str, **extra: Any) -> dict[str, Any]:
@@ -138,29 +215,111 @@ def section(budget: Budget, name: str, fn: Callable[[], list[dict[str, Any]]]) -
         return [row(name, "fail", f"{type(e).__name__}: {e}", traceback=traceback.format_exc())]
 
 
-def environment_rows() -> list[dict[str, Any]]:
-    from deploykit.backends import doctor
+def environment_rows(machine: Machine) -> list[dict[str, Any]]:
+    where = "a virtual environment" if sys.prefix != sys.base_prefix else "the system Python (no venv)"
+    have = ", ".join(f"{m} {'yes' if ok else 'no'}" for m, ok in machine.modules.items())
+    rows = [row("env: python", "info", f"{sys.executable} {sys.version.split()[0]}, {where}; modules: {have}"),
+            row("env: tools", "info", "; ".join(f"{t} {p or 'missing'}" for t, p in machine.tools.items())),
+            row("env: GPU", "info", f"{machine.gpu} (compute capability {machine.compute_capability})"
+                if machine.gpu else machine.no_gpu)]
+    if machine.missing("deploykit"):
+        return rows
+    from deploykit.cli import doctor
 
     keep = ("TensorRT", "cuda-python", "CUDA", "GPU", "plugin", "onnxruntime", "ModelOpt", "backend")
-    return [row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows if r.component.startswith(keep)]
+    return rows + [row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows
+                   if r.component.startswith(keep)]
 
 
 # -- plugin kernels -------------------------------------------------------------------------------------
 
-def plugin_kernel_rows(folder: Path, probe: Any) -> list[dict[str, Any]]:
-    """CUDA kernels vs the CPU reference, with bandwidth against the HBM floor (plugins/tools/gpu_check.sh)."""
-    missing = [tool for tool in ("nvcc", "cmake") if shutil.which(tool) is None]
-    if probe.problem or missing:
-        why = probe.problem or f"{' and '.join(missing)} not on PATH"
-        return [row("plugin kernels", "skip", f"not run: {why}")]
-    folder.mkdir(parents=True, exist_ok=True)
+def plugin_kernel_rows(folder: Path, machine: Machine, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The CUDA kernels and the plugin glue's enqueue path vs the CPU reference, built with nvcc alone."""
+    if machine.no_gpu or not machine.tools["nvcc"]:
+        return [row("plugin kernels", "skip", f"not run: {machine.no_gpu or 'nvcc not on PATH'}")]
+    binary, glue = build_kernel_check(folder, machine, args)
+    if isinstance(binary, dict):
+        return [binary]
     results = folder / "plugins.json"
-    done = subprocess.run([str(REPO / "plugins" / "tools" / "gpu_check.sh"), str(results)], capture_output=True,
-                          text=True, env={**os.environ, "BUILD_DIR": str(folder / "build")}, timeout=600)
+    done = subprocess.run([str(binary), str(results)], capture_output=True, text=True, timeout=300)
     if not results.is_file():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-        return [row("plugin kernels", "fail", f"gpu_check.sh exited {done.returncode} without results:\n{tail}")]
-    return kernel_rows(json.loads(results.read_text()))
+        return [row("plugin kernels", "fail", f"deploykit_gpu_check exited {done.returncode} without results:\n{tail}")]
+    return [glue, *kernel_rows(json.loads(results.read_text()))]
+
+
+def tensorrt_headers(args: argparse.Namespace) -> tuple[str, str]:
+    """(include dir, how it was chosen) for the glue; ("", why none) when no headers fit."""
+    from deploykit.plugins import trt_headers
+
+    fetched = REPO / "build" / "kernel-lens" / "kernel_lens" / "include" / "tensorrt"
+    explicit = str(args.tensorrt_include) if args.tensorrt_include else ""
+    try:
+        headers = trt_headers.choose(explicit, trt_headers.installed_tensorrt(), trt_headers.candidates(fetched))
+    except DeployKitError as e:
+        return "", e.message
+    return headers.include_dir, headers.why
+
+
+def nvcc_command(output: Path, arch: str, include_dir: str) -> list[str]:
+    """nvcc compiling the kernel check (and, with TensorRT headers, the plugin glue into it): no CMake."""
+    plugins = REPO / "plugins"
+    sources = [*KERNEL_SOURCES, *(GLUE_SOURCES if include_dir else ())]
+    command = ["nvcc", "-O2", "-std=c++17", f"-arch=sm_{arch}", "-DDEPLOYKIT_WITH_CUDA", "-I", str(plugins),
+               "-Xcompiler", "-Wno-deprecated-declarations"]
+    if include_dir:
+        command += ["-DDEPLOYKIT_WITH_GLUE", "-isystem", include_dir]
+    return [*command, *(str(plugins / src) for src in sources), "-o", str(output)]
+
+
+def build_kernel_check(folder: Path, machine: Machine, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """(the compiled check, a row saying whether the glue is in it), or (a failed row, {})."""
+    folder.mkdir(parents=True, exist_ok=True)
+    include_dir, why = tensorrt_headers(args)
+    binary = folder / "deploykit_gpu_check"
+    command = nvcc_command(binary, machine.compute_capability.replace(".", ""), include_dir)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+        return row("plugin kernels: build", "fail", f"nvcc exited {done.returncode}:\n{tail}", command=command), {}
+    glue = (row("plugin glue: enqueue path", "info", f"compiled in, against {include_dir} ({why})") if include_dir
+            else row("plugin glue: enqueue path", "skip", f"not compiled in: {why}; copy TensorRT headers onto the "
+                     "machine and pass --tensorrt-include DIR (see README: GPU check)"))
+    return binary, glue
+
+
+def memcheck_rows(folder: Path, machine: Machine) -> list[dict[str, Any]]:
+    """compute-sanitizer memcheck over the kernel check's small cases (kernels and glue)."""
+    binary = folder / "deploykit_gpu_check"
+    if machine.no_gpu or not machine.tools["compute-sanitizer"] or not binary.is_file():
+        why = machine.no_gpu or ("compute-sanitizer not on PATH" if not machine.tools["compute-sanitizer"]
+                                 else "the kernel check was not built")
+        return [row("memcheck", "skip", f"not run: {why}")]
+    done = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "1", str(binary),
+                           str(folder / "memcheck.json"), "--small"], capture_output=True, text=True, timeout=300)
+    summary = next((ln for ln in (done.stdout + done.stderr).splitlines() if "ERROR SUMMARY" in ln), "no summary")
+    return [row("memcheck (compute-sanitizer)", "pass" if done.returncode == 0 else "fail", summary.strip())]
+
+
+def session_rows(machine: Machine) -> list[dict[str, Any]]:
+    """The unchanged TensorRTSession on real cuda-python with a stand-in engine (scripts/gpu_standin.py)."""
+    missing = machine.missing("session")
+    if machine.no_gpu or missing:
+        why = machine.no_gpu or f"needs {', '.join(missing)} in this Python ({sys.executable})"
+        return [row("session (stand-in engine)", "skip", f"not run: {why}")]
+    import gpu_standin
+
+    return gpu_standin.check()
+
+
+def lint_agreement_rows(folder: Path) -> list[dict[str, Any]]:
+    """The lint corpus through TensorRT's real parser: does the lint's verdict match the parser's?"""
+    import importlib
+
+    corpus = importlib.import_module("lint_corpus") if (REPO / "bench" / "lint_corpus.py").is_file() else None
+    if corpus is None:
+        return [row("lint agreement", "skip", "bench/lint_corpus.py is not in this checkout")]
+    return corpus.agreement_rows(folder)
 
 
 def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -296,6 +455,7 @@ def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, prec
                args: argparse.Namespace) -> dict[str, Any]:
     from deploykit.backends.tensorrt import TensorRTBackend
     from deploykit.config import BuildConfig
+    from deploykit.graph.run import session_from_onnx
 
     backend = TensorRTBackend()
     summary = backend.build(model, BuildConfig(backend="tensorrt"), out, profiles=profiles)
@@ -395,8 +555,12 @@ def convert_row(case: str, config: Path, store: Path, precision: str, extra: dic
 
 # -- profiling -------------------------------------------------------------------------------------------
 
-def profiling_rows(folder: Path, with_tensorrt: bool, probe: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+def profiling_rows(folder: Path, machine: Machine, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Per-layer profiles with the roofline: TensorRT engines by precision (or ORT's CUDA provider), and the CPU."""
+    missing = machine.missing("profiling")
+    if missing:
+        return [row("profiling", "skip", f"not run: needs {', '.join(missing)} in this Python ({sys.executable})")]
+    with_tensorrt = not machine.tensorrt_reason
     from deploykit.backends.onnxruntime import OnnxRuntimeBackend, provider_status
     from deploykit.config import BuildConfig
     from deploykit.profiling import ProfileOptions
@@ -409,11 +573,11 @@ def profiling_rows(folder: Path, with_tensorrt: bool, probe: Any, args: argparse
     engines: list[tuple[str, Path]] = []  # (label, engine folder)
     if with_tensorrt:
         engines += [(f"tensorrt {p}", folder.parent / "conv" / f"conv-{p}") for p in PRECISIONS]
-    elif not probe.problem and provider_status("cuda").available:
+    elif not machine.no_gpu and provider_status("cuda").available:
         OnnxRuntimeBackend().build(model, BuildConfig(provider="cuda"), _fresh(folder / "ort-cuda"))
         engines.append(("onnxruntime cuda", folder / "ort-cuda"))
     else:
-        reason = probe.problem or provider_status("cuda").reason
+        reason = machine.no_gpu or provider_status("cuda").reason
         engines_note = row("profile (GPU)", "skip", f"no GPU engine to profile: {reason}")
         return [engines_note, *_cpu_profile(folder, model, feeds, options, peaks)]
     rows = []
@@ -573,7 +737,9 @@ def markdown(report: dict[str, Any]) -> str:
     head = [f"# deploykit gpu-check: {report['status']}", "",
             f"GPU: {report['gpu'] or 'none'}; TensorRT: {report['tensorrt'] or 'not available'}; "
             f"{report['seconds']} s of a {report['budget_s']:.0f} s budget; {counts['pass']} passed, {counts['fail']} "
-            f"failed, {counts['skip']} skipped.", ""]
+            f"failed, {counts['skip']} skipped.", "",
+            f"Python: {report['python']} ({'a venv' if report['venv'] else 'the system Python, no venv'}); "
+            "nothing was installed and no network was used.", ""]
     if report["no_gpu"]:
         head += [f"No GPU-side check ran: {report['no_gpu']}", ""]
     lines = ["| case | status | detail |", "|---|---|---|"]

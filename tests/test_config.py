@@ -106,3 +106,21 @@ def test_one_tolerance_type_a_partial_quantize_tolerance_keeps_the_other_default
     with pytest.raises(ConfigError, match="rel_l2 must be >= 0"):
         load_config(path, {"parity.default": {"rel_l2": -1}})
     assert load_config(path, {"parity.default": {"cosine": float("-inf")}}).parity.default.cosine == float("-inf")
+
+
+@pytest.mark.parametrize(("sets", "refused"), [
+    ({"build.backend": "tensorrt", "quantize.precision": "int8", "quantize.target": "onnxruntime"}, True),
+    ({"build.backend": "tensorrt", "quantize.precision": "int8", "quantize.target": "tensorrt"}, False),
+    ({"build.backend": "tensorrt", "quantize.precision": "int8"}, False),  # auto follows the backend
+    ({"build.backend": "tensorrt", "quantize.target": "onnxruntime"}, False),  # fp32: nothing is quantized
+    ({"build.backend": "onnxruntime", "quantize.precision": "int8", "quantize.target": "tensorrt"}, False),
+])
+def test_the_onnxruntime_flavour_for_a_tensorrt_build_is_refused_at_load(tmp_path, sets, refused):
+    cfg = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "dynamo"))
+    if not refused:
+        load_config(cfg, sets)
+        return
+    with pytest.raises(ConfigError, match="quantize.target: 'onnxruntime' writes INT8 Q/DQ .* tensorrt backend refuses"):
+        load_config(cfg, sets)
+    code, _, err = run_cli("config", "show", str(cfg), *(f"--set={k}={v}" for k, v in sets.items()))
+    assert code == 2 and "quantize.target=tensorrt" in err

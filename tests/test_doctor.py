@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from deploykit.backends import doctor, trt_plugins
+from deploykit.backends import trt_plugins
 from deploykit.backends.trt_cuda import DriverProbe, Gpu
+from deploykit.cli import doctor
 
 NO_DRIVER = DriverProbe("no CUDA driver (libcuda.so.1 cannot be loaded: not found); install the NVIDIA driver")
 ONE_GPU = DriverProbe("", "12.8", [Gpu(0, "NVIDIA L4", "8.9", 24 * 2**30)])

@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from deploykit.backends.trt_cuda import DriverProbe, Gpu
 from deploykit.errors import EnvironmentProblem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +22,62 @@ ROOT = Path(__file__).resolve().parents[1]
 def gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-def test_makefile_gpu_check_is_one_command_writing_one_report() -> None:
-    recipe = re.search(r"^gpu-check:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
-    assert recipe.strip().splitlines() == ["$(PY) scripts/gpu_check.py --out build/gpu-check"]
+def test_makefile_gpu_check_needs_no_venv_no_pip_and_writes_one_report() -> None:
+    """Defect C: the target depends on nothing that installs (no venv, no pip, no fetched headers)."""
+    target = re.search(r"^gpu-check:(.*)\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
+    assert target.group(1).strip() == ""  # no prerequisites: not $(STAMP), not the header fetch
+    assert target.group(2).strip().splitlines() == [
+        "$(GPU_PYTHON) scripts/gpu_check.py --out build/gpu-check $(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))"]
+    assert re.search(r"^GPU_PYTHON \?= python3$", (ROOT / "Makefile").read_text(), re.M)
+
+
+GUARD = """
+import builtins, socket, sys
+real = builtins.__import__
+def guarded(name, *args, **kwargs):
+    if name.split(".")[0] in ("pip", "requests", "urllib3", "httpx") or name in ("urllib.request", "http.client"):
+        raise SystemExit(f"the gpu check imported {name}")
+    return real(name, *args, **kwargs)
+builtins.__import__ = guarded
+def refuse(*args, **kwargs):
+    raise SystemExit("the gpu check opened a network connection")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+sys.argv = ["gpu_check.py", *sys.argv[1:]]
+import runpy
+runpy.run_path(sys.argv[0] if False else SCRIPT, run_name="__main__")
+"""
+
+
+def system_python() -> str:
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if Path(candidate).is_file():
+            return candidate
+    pytest.skip("no system Python outside the venv here")
+
+
+def test_it_starts_on_a_bare_system_python_without_network_or_pip(tmp_path: Path) -> None:
+    """The offline GPU machine's case: the system Python, nothing installed, no network. Every section
+    that cannot run says why; nothing imports pip or an HTTP client, nothing connects."""
+    import subprocess
+
+    script = GUARD.replace("SCRIPT", repr(str(ROOT / "scripts" / "gpu_check.py")))
+    done = subprocess.run([system_python(), "-c", script, "--out", str(tmp_path / "out"), "--budget", "400",
+                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=600,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert "imported" not in done.stderr and "network connection" not in done.stderr, done.stderr
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert done.returncode == 3 and report["status"] == "unavailable" and report["venv"] is False
+    rows = {r["case"]: r for r in report["rows"]}
+    for case in ("plugin kernels", "memcheck", "session (stand-in engine)", "tensorrt"):
+        assert rows[case]["status"] == "skip" and rows[case]["detail"], case
+    assert "system Python (no venv)" in rows["env: python"]["detail"]
+    assert "no network was used" in (tmp_path / "out" / "summary.md").read_text()
 
 
 def test_without_a_gpu_every_gpu_section_says_why_and_the_cpu_profile_runs(gpu_check, tmp_path: Path) -> None:
@@ -44,6 +93,16 @@ def test_without_a_gpu_every_gpu_section_says_why_and_the_cpu_profile_runs(gpu_c
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# deploykit gpu-check: unavailable") and "No GPU-side check ran" in summary
     assert "| plugin kernels | skip |" in summary
+
+
+def test_the_kernel_check_compiles_with_nvcc_alone_and_takes_the_glue_with_headers(gpu_check, tmp_path):
+    """Defect D: with TensorRT headers, the glue's enqueue path is compiled into the kernel check."""
+    plain = gpu_check.nvcc_command(tmp_path / "b", "90", "")
+    glue = gpu_check.nvcc_command(tmp_path / "b", "90", "/opt/trt/include")
+    assert plain[0] == "nvcc" and "-arch=sm_90" in plain and "-DDEPLOYKIT_WITH_GLUE" not in plain
+    assert "-DDEPLOYKIT_WITH_GLUE" in glue and "/opt/trt/include" in glue
+    assert {Path(a).name for a in glue} >= {"trt_plugin.cpp", "bev_pool_trt.cpp", "pillar_scatter_trt.cpp"}
+    assert all((ROOT / "plugins" / src).is_file() for src in (*gpu_check.KERNEL_SOURCES, *gpu_check.GLUE_SOURCES))
 
 
 def test_sections_past_the_budget_are_skipped_with_the_reason(gpu_check) -> None:
@@ -78,15 +137,22 @@ def test_kernel_results_become_rows_with_bandwidth_against_the_hbm_floor(gpu_che
     assert timed["status"] == "pass" and "1920 GB/s = 40% of peak (HBM floor 0.0200 ms)" in timed["detail"]
     assert timed["fraction_of_peak"] == 0.4
     assert broken["status"] == "fail" and "skipped 5/6" in broken["detail"]
-    assert gpu_check.status_of(rows, DriverProbe("", "12.8", [Gpu(0, "H200", "9.0", 1)])) == "failed"
+    assert gpu_check.status_of(rows, gpu_check.Machine(gpu="H200")) == "failed"
 
 
-def test_plugin_kernels_skip_without_nvcc_or_a_gpu(gpu_check, monkeypatch, tmp_path: Path) -> None:
-    (row,) = gpu_check.plugin_kernel_rows(tmp_path, DriverProbe("no CUDA driver (test)"))
-    assert row["status"] == "skip" and "no CUDA driver (test)" in row["detail"]
-    monkeypatch.setattr(gpu_check.shutil, "which", lambda tool: None)
-    (row,) = gpu_check.plugin_kernel_rows(tmp_path, DriverProbe("", "12.8", [Gpu(0, "H200", "9.0", 1)]))
-    assert row["status"] == "skip" and "nvcc and cmake not on PATH" in row["detail"]
+def test_gpu_sections_skip_without_nvcc_a_gpu_or_their_modules(gpu_check, tmp_path: Path) -> None:
+    args = gpu_check.parse_args([])
+    no_gpu = gpu_check.Machine(tools={"nvcc": "/x/nvcc", "compute-sanitizer": ""}, no_gpu="no GPU (test)")
+    (row,) = gpu_check.plugin_kernel_rows(tmp_path, no_gpu, args)
+    assert row["status"] == "skip" and "no GPU (test)" in row["detail"]
+    no_nvcc = gpu_check.Machine(tools={"nvcc": "", "compute-sanitizer": ""}, gpu="H200", compute_capability="9.0")
+    (row,) = gpu_check.plugin_kernel_rows(tmp_path, no_nvcc, args)
+    assert row["status"] == "skip" and "nvcc not on PATH" in row["detail"]
+    (row,) = gpu_check.memcheck_rows(tmp_path, no_nvcc)
+    assert row["status"] == "skip" and "compute-sanitizer not on PATH" in row["detail"]
+    bare = gpu_check.Machine(modules={"numpy": True, "cupy": False, "cuda.bindings": False}, gpu="H200")
+    (row,) = gpu_check.session_rows(bare)
+    assert row["status"] == "skip" and "needs cupy, cuda.bindings" in row["detail"]
 
 
 def bias_dequantizers(path: Path) -> list[str]:

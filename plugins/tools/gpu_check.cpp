@@ -1,6 +1,13 @@
 // Checks the CUDA kernels against the CPU reference on this machine's GPU, and times them.
 //
-// usage: deploykit_gpu_check [RESULTS.json]
+// usage: deploykit_gpu_check [RESULTS.json] [--small]
+//
+// Compiled with DEPLOYKIT_WITH_GLUE (and the TensorRT headers), every case also runs through the
+// TensorRT plugin glue's own runtime path, as an engine would: createPlugin (runtime phase, from the
+// serialized fields) -> attachToContext -> onShapeChange -> enqueue on a non-blocking stream, into an
+// output filled with NaN first (the plugin must write all of it), against the same CPU reference, timed
+// on that stream. No libnvinfer is needed: TensorRT's interfaces are virtual. --small runs only the
+// untimed cases (for compute-sanitizer).
 //
 // Every case runs the CPU reference and the CUDA launcher (float32 and float16) on the same random
 // inputs and compares the outputs (max abs error against a tolerance) and the launcher's skip count
@@ -22,6 +29,11 @@
 
 #include "bev_pool/bev_pool.h"
 #include "pillar_scatter/pillar_scatter.h"
+#ifdef DEPLOYKIT_WITH_GLUE
+#include <memory>
+
+#include "common/trt_plugin.h"
+#endif
 
 namespace
 {
@@ -145,7 +157,7 @@ void compare(std::vector<float> const& got, std::vector<float> const& want, depl
 
 // Mean milliseconds of `launch` over repeated runs on the default stream, after a warm-up.
 template <typename Launch>
-double timeMs(Launch launch)
+double timeMs(Launch launch, cudaStream_t stream = nullptr)
 {
     constexpr int kWarmup = 3;
     constexpr int kRuns = 20;
@@ -156,12 +168,12 @@ double timeMs(Launch launch)
     cudaEvent_t start, stop;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
-    check(cudaEventRecord(start), "cudaEventRecord");
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
     for (int i = 0; i < kRuns; ++i)
     {
         check(launch(), "timed launch");
     }
-    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
@@ -169,6 +181,121 @@ double timeMs(Launch launch)
     cudaEventDestroy(stop);
     return ms / kRuns;
 }
+
+#ifdef DEPLOYKIT_WITH_GLUE
+// -- the plugin glue's runtime path -----------------------------------------------------------------
+
+class StderrLogger final : public nvinfer1::ILogger
+{
+public:
+    void log(Severity severity, nvinfer1::AsciiChar const* msg) noexcept override
+    {
+        if (severity <= Severity::kERROR)
+        {
+            std::fprintf(stderr, "plugin: %s\n", msg);
+        }
+    }
+};
+
+class Finder final : public nvinfer1::ILoggerFinder
+{
+public:
+    nvinfer1::ILogger* findLogger() override
+    {
+        return &mLogger;
+    }
+
+private:
+    StderrLogger mLogger;
+};
+
+nvinfer1::IPluginV3OneRuntime* runtimeOf(nvinfer1::IPluginV3& plugin)
+{
+    return static_cast<nvinfer1::IPluginV3OneRuntime*>(
+        plugin.getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+}
+
+// A plugin as an engine holds it: created from its serialized field (runtime phase), then attached to
+// an execution context (TensorRT passes its resource context; the glue keeps none).
+std::unique_ptr<nvinfer1::IPluginV3> runtimePlugin(char const* name, char const* field, std::vector<int32_t> values)
+{
+    int32_t count = 0;
+    nvinfer1::IPluginCreatorInterface* const* creators = getCreators(count);
+    for (int32_t i = 0; i < count; ++i)
+    {
+        auto* creator = static_cast<nvinfer1::IPluginCreatorV3One*>(creators[i]);
+        if (std::string(creator->getPluginName()) != name)
+        {
+            continue;
+        }
+        nvinfer1::PluginField const f(field, values.data(), nvinfer1::PluginFieldType::kINT32, int32_t(values.size()));
+        nvinfer1::PluginFieldCollection const fc{1, &f};
+        std::unique_ptr<nvinfer1::IPluginV3> created(
+            creator->createPlugin("gpu_check", &fc, nvinfer1::TensorRTPhase::kRUNTIME));
+        if (!created)
+        {
+            throw std::runtime_error(std::string(name) + ": createPlugin (runtime phase) failed");
+        }
+        std::unique_ptr<nvinfer1::IPluginV3> attached(runtimeOf(*created)->attachToContext(nullptr));
+        if (!attached)
+        {
+            throw std::runtime_error(std::string(name) + ": attachToContext returned null");
+        }
+        return attached;
+    }
+    throw std::runtime_error(std::string("getCreators lists no ") + name);
+}
+
+nvinfer1::PluginTensorDesc tensorDesc(std::vector<int64_t> const& shape, nvinfer1::DataType type)
+{
+    nvinfer1::PluginTensorDesc d{};
+    d.dims.nbDims = int32_t(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i)
+    {
+        d.dims.d[i] = shape[i];
+    }
+    d.type = type;
+    d.format = nvinfer1::TensorFormat::kLINEAR;
+    d.scale = 1.0F;
+    return d;
+}
+
+// onShapeChange, then enqueue on `stream` into `out` (prefilled with NaN); the launch for timing.
+struct GlueRun
+{
+    std::unique_ptr<nvinfer1::IPluginV3> plugin;
+    std::vector<nvinfer1::PluginTensorDesc> in, out;
+    std::vector<void const*> inputs;
+    std::vector<void*> outputs;
+    cudaStream_t stream{nullptr};
+
+    cudaError_t enqueue()
+    {
+        int32_t const status = runtimeOf(*plugin)->enqueue(in.data(), out.data(), inputs.data(), outputs.data(),
+            nullptr, stream);
+        return status == 0 ? cudaGetLastError() : cudaErrorLaunchFailure;
+    }
+};
+
+void prepare(GlueRun& run, size_t outBytes)
+{
+    if (runtimeOf(*run.plugin)->onShapeChange(run.in.data(), int32_t(run.in.size()), run.out.data(), 1) != 0)
+    {
+        throw std::runtime_error("onShapeChange rejected the shapes");
+    }
+    check(cudaStreamCreateWithFlags(&run.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaMemsetAsync(run.outputs[0], 0xFF, outBytes, run.stream), "NaN fill"); // all-ones bits: NaN
+}
+
+Result glueResult(Result kernel, GlueRun& run, DeviceBuffer const& out, size_t outCount, deploykit_dtype dtype,
+    std::vector<float> const& want, bool timed, double bytes);
+#endif
+
+#ifdef DEPLOYKIT_WITH_GLUE
+constexpr bool kGlue = true;
+#else
+constexpr bool kGlue = false;
+#endif
 
 struct BevInputs
 {
@@ -271,7 +398,7 @@ BevCase makeBevCase(std::string name, deploykit_bev_pool_dims d, double keep, bo
     return c;
 }
 
-Result runBev(BevCase const& c, deploykit_dtype dtype)
+std::vector<Result> runBev(BevCase const& c, deploykit_dtype dtype)
 {
     BevInputs const& in = c.device;
     deploykit_bev_pool_dims const& d = in.dims;
@@ -311,7 +438,23 @@ Result runBev(BevCase const& c, deploykit_dtype dtype)
         r.bytes = elementSize * (in.depth.size() + in.feat.size() + outCount)
             + 4.0 * (3 * d.num_points + 2 * d.num_intervals);
     }
-    return r;
+    std::vector<Result> results{r};
+#ifdef DEPLOYKIT_WITH_GLUE
+    auto const f = dtype == DEPLOYKIT_FLOAT16 ? nvinfer1::DataType::kHALF : nvinfer1::DataType::kFLOAT;
+    auto const i32 = nvinfer1::DataType::kINT32;
+    DeviceBuffer const glueOut(outCount * (dtype == DEPLOYKIT_FLOAT16 ? 2 : 4));
+    GlueRun run{runtimePlugin("BEVPoolV2", "bev_shape", {int32_t(d.bev_z), int32_t(d.bev_y), int32_t(d.bev_x)}),
+        {tensorDesc({d.batch, d.cameras, d.depth_bins, d.height, d.width}, f),
+            tensorDesc({d.batch, d.cameras, d.height, d.width, d.channels}, f), tensorDesc({d.num_points}, i32),
+            tensorDesc({d.num_points}, i32), tensorDesc({d.num_points}, i32), tensorDesc({d.num_intervals}, i32),
+            tensorDesc({d.num_intervals}, i32)},
+        {tensorDesc({d.batch, d.bev_z, d.bev_y, d.bev_x, d.channels}, f)},
+        {depthD.get<void>(), featD.get<void>(), ranksDepth.get<void>(), ranksFeat.get<void>(), ranksBev.get<void>(),
+            starts.get<void>(), lengths.get<void>()},
+        {glueOut.get<void>()}};
+    results.push_back(glueResult(r, run, glueOut, outCount, dtype, want, c.timed, r.bytes));
+#endif
+    return results;
 }
 
 struct PillarInputs
@@ -380,7 +523,7 @@ PillarCase makePillarCase(std::string name, deploykit_pillar_scatter_dims d, std
     return c;
 }
 
-Result runPillars(PillarCase const& c, deploykit_dtype dtype)
+std::vector<Result> runPillars(PillarCase const& c, deploykit_dtype dtype)
 {
     PillarInputs const& in = c.device;
     deploykit_pillar_scatter_dims const& d = in.dims;
@@ -415,8 +558,43 @@ Result runPillars(PillarCase const& c, deploykit_dtype dtype)
         double const elementSize = dtype == DEPLOYKIT_FLOAT16 ? 2 : 4;
         r.bytes = elementSize * (in.features.size() + outCount) + 4.0 * (in.coords.size() + in.numPillars.size());
     }
+    std::vector<Result> results{r};
+#ifdef DEPLOYKIT_WITH_GLUE
+    auto const f = dtype == DEPLOYKIT_FLOAT16 ? nvinfer1::DataType::kHALF : nvinfer1::DataType::kFLOAT;
+    auto const i32 = nvinfer1::DataType::kINT32;
+    DeviceBuffer const glueOut(outCount * (dtype == DEPLOYKIT_FLOAT16 ? 2 : 4));
+    int64_t const coordWidth = int64_t(in.coords.size() / std::max<int64_t>(d.batch * d.max_pillars, 1));
+    GlueRun run{runtimePlugin("PillarScatter", "grid", {int32_t(d.grid_y), int32_t(d.grid_x)}),
+        {tensorDesc({d.batch, d.max_pillars, d.channels}, f), tensorDesc({d.batch, d.max_pillars, coordWidth}, i32),
+            tensorDesc({d.batch}, i32)},
+        {tensorDesc({d.batch, d.channels, d.grid_y, d.grid_x}, f)},
+        {featuresD.get<void>(), coords.get<void>(), numPillars.get<void>()}, {glueOut.get<void>()}};
+    results.push_back(glueResult(r, run, glueOut, outCount, dtype, want, c.timed, r.bytes));
+#endif
+    return results;
+}
+
+#ifdef DEPLOYKIT_WITH_GLUE
+Result glueResult(Result kernel, GlueRun& run, DeviceBuffer const& out, size_t outCount, deploykit_dtype dtype,
+    std::vector<float> const& want, bool timed, double bytes)
+{
+    size_t const outBytes = outCount * (dtype == DEPLOYKIT_FLOAT16 ? 2 : 4);
+    prepare(run, outBytes);
+    check(run.enqueue(), "enqueue");
+    check(cudaStreamSynchronize(run.stream), "enqueue on the stream");
+    Result r{kernel.op + " (enqueue)", kernel.name, kernel.dtype};
+    compare(downloadFloats(out, outCount, dtype), want, dtype, r);
+    r.skipped = r.expectedSkips = 0; // the glue passes no skip counter (reading it back would need a sync)
+    if (timed)
+    {
+        r.timed = true;
+        r.ms = timeMs([&] { return run.enqueue(); }, run.stream);
+        r.bytes = bytes;
+    }
+    check(cudaStreamDestroy(run.stream), "cudaStreamDestroy");
     return r;
 }
+#endif
 
 struct Device
 {
@@ -479,8 +657,8 @@ void writeJson(char const* path, Device const& dev, std::vector<Result> const& r
     }
     std::fprintf(f,
         "{\n  \"device\": {\"name\": \"%s\", \"compute_capability\": \"%d.%d\", \"peak_gbps\": %.1f, "
-        "\"copy_gbps\": %.1f},\n  \"ok\": %s,\n  \"results\": [\n",
-        dev.name.c_str(), dev.major, dev.minor, dev.peakGBps, dev.copyGBps, ok ? "true" : "false");
+        "\"copy_gbps\": %.1f},\n  \"ok\": %s,\n  \"glue\": %s,\n  \"results\": [\n",
+        dev.name.c_str(), dev.major, dev.minor, dev.peakGBps, dev.copyGBps, ok ? "true" : "false", kGlue ? "true" : "false");
     for (size_t i = 0; i < results.size(); ++i)
     {
         Result const& r = results[i];
@@ -502,7 +680,7 @@ void writeJson(char const* path, Device const& dev, std::vector<Result> const& r
     std::fclose(f);
 }
 
-std::vector<Result> runAll()
+std::vector<Result> runAll(bool small)
 {
     std::mt19937 rng(20240611);
     // Sizes in the dims structs: B, N, D, H, W, C, P, K (filled by the generator), Z, Y, X.
@@ -510,25 +688,39 @@ std::vector<Result> runAll()
     bev.push_back(makeBevCase("small", {2, 2, 8, 4, 6, 16, 0, 0, 1, 8, 8}, 0.7, false, 0, false, rng));
     bev.push_back(makeBevCase("messy-C1", {1, 3, 5, 3, 4, 1, 0, 0, 2, 3, 3}, 0.9, true, 5, false, rng));
     bev.push_back(makeBevCase("messy-C80", {2, 2, 10, 4, 8, 80, 0, 0, 1, 16, 16}, 0.5, true, 17, false, rng));
-    bev.push_back(makeBevCase("bevdet-6x59x16x44-128x128", {1, 6, 59, 16, 44, 80, 0, 0, 1, 128, 128}, 0.8, false,
-        0, true, rng));
+    if (!small)
+    {
+        bev.push_back(makeBevCase("bevdet-6x59x16x44-128x128", {1, 6, 59, 16, 44, 80, 0, 0, 1, 128, 128}, 0.8,
+            false, 0, true, rng));
+        bev.push_back(makeBevCase("bevdepth-6x112x16x44-128x128", {1, 6, 112, 16, 44, 80, 0, 0, 1, 128, 128}, 0.6,
+            false, 0, true, rng));
+    }
     // B, P, C, ny, nx.
     std::vector<PillarCase> pillars;
     pillars.push_back(makePillarCase("small", {2, 100, 8, 10, 12}, {100, 0}, false, 0, false, rng));
     pillars.push_back(makePillarCase("messy", {3, 64, 5, 9, 8}, {60, 64, 33}, true, 6, false, rng));
-    pillars.push_back(
-        makePillarCase("pointpillars-12k-496x432", {2, 12000, 64, 496, 432}, {12000, 9000}, false, 0, true, rng));
+    if (!small)
+    {
+        pillars.push_back(
+            makePillarCase("pointpillars-12k-496x432", {2, 12000, 64, 496, 432}, {12000, 9000}, false, 0, true, rng));
+    }
 
     std::vector<Result> results;
     for (deploykit_dtype dtype : {DEPLOYKIT_FLOAT32, DEPLOYKIT_FLOAT16})
     {
         for (BevCase const& c : bev)
         {
-            results.push_back(runBev(c, dtype));
+            for (Result const& r : runBev(c, dtype))
+            {
+                results.push_back(r);
+            }
         }
         for (PillarCase const& c : pillars)
         {
-            results.push_back(runPillars(c, dtype));
+            for (Result const& r : runPillars(c, dtype))
+            {
+                results.push_back(r);
+            }
         }
     }
     return results;
@@ -544,15 +736,32 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "deploykit_gpu_check: no usable CUDA device\n");
         return 2;
     }
+#ifdef DEPLOYKIT_WITH_GLUE
+    static Finder finder;
+    setLoggerFinder(&finder);
+#endif
+    char const* json = nullptr;
+    bool small = false;
+    for (int i = 1; i < argc; ++i)
+    {
+        if (std::string(argv[i]) == "--small")
+        {
+            small = true;
+        }
+        else
+        {
+            json = argv[i];
+        }
+    }
     try
     {
         Device const dev = describeDevice();
-        std::vector<Result> const results = runAll();
+        std::vector<Result> const results = runAll(small);
         bool const ok = std::all_of(results.begin(), results.end(), [](Result const& r) { return r.ok(); });
         printTable(dev, results);
-        if (argc > 1)
+        if (json != nullptr)
         {
-            writeJson(argv[1], dev, results, ok);
+            writeJson(json, dev, results, ok);
         }
         return ok ? 0 : 1;
     }

@@ -10,7 +10,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Config", "DeployKitError", "MatrixResult", "RunResult", "build", "convert", "export", "gate",
-           "load_config", "matrix", "parity", "profile", "quantize", "surgery"]
+           "lint", "load_config", "matrix", "parity", "profile", "quantize", "surgery"]
 
 _LAZY = {
     "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
@@ -22,25 +22,27 @@ _LAZY = {
 }
 
 
-class _CallableSurgery(types.ModuleType):
-    """``deploykit.surgery`` is both the subpackage (passes, registry, runner) and the API function
-    :func:`deploykit.api.surgery`: importing ``deploykit.surgery.<module>`` binds the package as the
-    attribute, so the package itself forwards a call to the function, whatever was imported first."""
+class _CallablePackage(types.ModuleType):
+    """``deploykit.surgery`` and ``deploykit.lint`` are both a subpackage and an API function
+    (:func:`deploykit.api.surgery`, :func:`deploykit.api.lint`): importing ``deploykit.<package>.<module>``
+    binds the package as the attribute, so the package itself forwards a call to the function, whatever
+    was imported first."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from deploykit import api
 
-        return api.surgery(*args, **kwargs)
+        return getattr(api, self.__name__.rpartition(".")[2])(*args, **kwargs)
 
 
-def _bind_surgery() -> None:
+def _bind(package: str) -> None:
     import importlib
 
-    module = importlib.import_module("deploykit.surgery")  # cheap: the package imports nothing at load
-    module.__class__ = _CallableSurgery
+    module = importlib.import_module(f"deploykit.{package}")  # cheap: the package imports nothing at load
+    module.__class__ = _CallablePackage
 
 
-_bind_surgery()
+_bind("surgery")
+_bind("lint")
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@ the same as keywords with double underscores, ``convert("deploykit.yaml", gate__
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -331,3 +332,66 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     return profile_engine(engine.path, feeds, options, peaks_dir=peaks_dir, model=config.name,
                           source=str(source if path is None else path), engine=engine.digest,
                           batch=int(first.shape[0]) if first.ndim else 1)
+
+
+def lint(source: str | Path | Config, *, versions: tuple[str, ...] | list[str] | None = None,
+         plugins: tuple[str | Path, ...] | list[str | Path] | None = None,
+         workdir: str | Path = DEFAULT_WORKDIR, dims: dict[str, tuple[int, int, int]] | None = None,
+         shapes: Shapes | None = None, reporter: Reporter | None = None,
+         overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
+    """What TensorRT's parser and builder would refuse, without TensorRT (a :class:`deploykit.lint.LintReport`).
+
+    An ``.onnx`` file is linted as it is, with the profiles ``convert`` would build it with (its dynamic
+    dims from ``dims``/``shapes``, else 1). For a config, the graph is the one its TensorRT build would
+    get: export, surgery and quantize run first (or are reused from ``workdir``), then the lint stage.
+
+    Args:
+        source: a deploykit.yaml path, an .onnx path, or a Config.
+        versions: TensorRT versions (``"10.13"``, ``"11"``); default ``lint.versions`` (every supported one).
+        plugins: plugin libraries TensorRT would load (default ``build.plugins``); read, never loaded.
+        workdir: the artifact store (config sources).
+        dims: min/opt/max for an ONNX source's dynamic dims.
+        shapes: input -> {"min"/"opt"/"max": shape}, setting the named dims those shapes fix.
+        reporter: progress and events of the stages (silent by default).
+        overrides: config fields by dotted name.
+        **fields: config fields, dots written as ``__``.
+    """
+    from deploykit.errors import GateFailed
+    from deploykit.lint.findings import LintReport
+
+    extra = merged_overrides(overrides, fields) | {"lint.run": "always"}
+    if versions:
+        extra["lint.versions"] = list(versions)
+    if plugins:
+        extra["build.plugins"] = [str(Path(p).resolve()) for p in plugins]
+    if isinstance(source, Config) or Path(source).suffix != ".onnx":
+        if isinstance(source, Config):
+            raise UsageError("lint takes a deploykit.yaml or .onnx path (overrides apply to the file)")
+        try:
+            result = convert(source, workdir=workdir, until="lint", reporter=reporter, dims=dims,
+                             shapes=shapes, overrides=extra)
+        except GateFailed as e:  # a failed lint (or quantize check) still wrote its report
+            result = e.result  # type: ignore[attr-defined]
+        artifact = result.artifacts.get("lint")
+        if artifact is None:
+            raise UsageError(f"{source}: the pipeline stopped before the lint", hint="see the stage table")
+        return LintReport.from_dict(json.loads(artifact.file("lint.json").read_text()))
+    return _lint_file(Path(source), resolve_config(source, extra, dims, shapes))
+
+
+def _lint_file(path: Path, config: Config) -> Any:
+    from deploykit.backends.base import profiles_from_config
+    from deploykit.lint import LintOptions, lint_file
+
+    options = LintOptions(versions=tuple(config.lint.versions),
+                          plugins=tuple(config.path(p) for p in config.build.plugins),
+                          profiles=profiles_from_config(config))
+    report = lint_file(path, options)
+    fixed = [f"{d} = {v.min}" for d, v in config.dims.items() if v.min == v.max]
+    if fixed:
+        import dataclasses
+
+        note = (f"the profile fixes {', '.join(fixed)} (the model's dynamic dims, as `deploykit build` would "
+                "build them without --dim or --shapes)")
+        report = dataclasses.replace(report, notes=(*report.notes, note))
+    return report

@@ -14,6 +14,10 @@ LayerPrecision = Literal["int4", "int8", "fp8", "fp16", "fp32"]  # one layer gro
 TargetPrecision = Literal["any", Precision]  # the build a gate target is for
 Flavour = Literal["tensorrt", "onnxruntime"]  # what a quantized graph is written for
 QuantizeTarget = Literal["auto", Flavour]  # auto: follows build.backend (fp8/int4: tensorrt)
+# The backends that can build the Q/DQ graph each flavour writes: the onnxruntime flavour's asymmetric
+# UINT8 and INT32-bias Q/DQ is what TensorRT's parser refuses (checked when a config loads)
+FLAVOUR_BACKENDS: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnxruntime",),
+                                                "tensorrt": ("onnxruntime", "tensorrt")}
 CalibrationMethod = Literal["max", "entropy", "percentile", "mse", "mean_max"]
 # auto: the best of several methods on held-out samples; per_tensor: max, or a clipping method where
 # a tensor's own histogram gains from it (quant/ranges.py PER_TENSOR_GAIN)
@@ -23,6 +27,9 @@ Exporter = Literal["auto", "dynamo", "torchscript"]
 OptimizationLevel = Literal["disabled", "basic", "extended", "all"]  # ONNX Runtime graph optimizations
 Provider = Literal["cpu", "cuda", "tensorrt"]  # ONNX Runtime execution providers
 BackendName = Literal["onnxruntime", "tensorrt"]  # build backends (deploykit.backends dispatches on them)
+# The TensorRT versions `deploykit lint` has support tables for (deploykit/lint/tables/tensorrt-<v>.json)
+TensorRTVersion = Literal["10.13", "11"]
+LintRun = Literal["auto", "always", "never"]  # auto: when the graph is bound for TensorRT
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
 InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]

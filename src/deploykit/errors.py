@@ -3,7 +3,8 @@
     DeployKitError (70)               root; carries a ``hint`` telling the user what to do
     ├── GateFailed (1)                the model ran but missed a gate
     │   ├── ParityFailed              outputs differ from the reference beyond tolerance
-    │   └── TargetMissed              latency / FPS target missed
+    │   ├── TargetMissed              latency / FPS target missed
+    │   └── LintFailed                the graph bound for TensorRT fails the TensorRT lint (deploykit.lint)
     ├── UsageError (2)                bad command line or API call
     │   └── ConfigError               config file missing, malformed, unknown key, bad value
     ├── EnvironmentProblem (3)        the machine cannot do what was asked
@@ -45,6 +46,10 @@ class ParityFailed(GateFailed):
 
 
 class TargetMissed(GateFailed):
+    pass
+
+
+class LintFailed(GateFailed):
     pass
 
 

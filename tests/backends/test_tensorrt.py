@@ -138,7 +138,7 @@ class FakeLibcuda:
 # -- availability ----------------------------------------------------------------------------------
 
 def test_import_of_backend_and_doctor_does_not_import_tensorrt_or_cuda() -> None:
-    code = ("import sys, deploykit.backends.tensorrt, deploykit.backends.doctor; "
+    code = ("import sys, deploykit.backends.tensorrt, deploykit.cli.doctor; "
             "bad = [m for m in ('tensorrt', 'cuda') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -499,6 +499,25 @@ def test_double_version_compatible_plan_carries_its_plugins_and_loads_on_a_later
     TensorRTBackend().load(tmp_path / "engine")
     assert loads == []  # the plan runs its serialized plugins itself: no copy goes into the host registry
     assert later.called("deserialize_cuda_engine") == [("deserialize_cuda_engine", 31, True)]
+
+
+def test_double_version_compatible_plan_also_carries_the_plugins_the_parser_used(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Defect A: the parser's own version-compatible plugin libraries (TensorRT's built-in plugins for a
+    version-compatible build) go into the plan too, as trtexec serializes them; once each."""
+    vc = tmp_path / "libnvinfer_vc_plugin.so.10"
+    lib = tmp_path / "libdeploykit_plugins.so"
+    fake = use_double(monkeypatch, Scenario(vc_plugin_libraries=(str(vc), str(vc))))
+    monkeypatch.setattr(trt_plugins, "load_libraries", lambda trt, paths: [])
+    lib.write_bytes(b"\x7fELF plugin")
+    options = BuildConfig(backend="tensorrt", plugins=(str(lib),), tensorrt=TensorRTOptions(version_compatible=True))
+    summary = TensorRTBackend().build(tiny_onnx(tmp_path / "m.onnx"), options, tmp_path / "engine", profiles=PROFILES)
+    assert ("config.plugins_to_serialize", [str(lib.resolve()), str(vc.resolve())]) in fake.calls
+    assert summary["settings"]["plugins_serialized"] == ["libdeploykit_plugins.so", "libnvinfer_vc_plugin.so.10"]
+    plain = use_double(monkeypatch, Scenario(vc_plugin_libraries=(str(vc),)))
+    (tmp_path / "plain").mkdir()
+    build_with_double(tmp_path / "plain", plain)
+    assert not plain.called("get_used_vc_plugin_libraries")  # only version-compatible plans carry them
 
 
 def test_double_plain_build_serializes_no_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -964,7 +983,7 @@ def _find_checker() -> Path:
 
 
 CHECKER = _find_checker()
-TRT_FILES = [BACKENDS / "tensorrt.py", *sorted(BACKENDS.glob("trt_*.py")), BACKENDS / "doctor.py",
+TRT_FILES = [BACKENDS / "tensorrt.py", *sorted(BACKENDS.glob("trt_*.py")), REPO / "src" / "deploykit" / "cli" / "doctor.py",
              REPO / "src" / "deploykit" / "profiling" / "tensorrt.py", REPO / "scripts" / "gpu_check.py"]
 # Qualified names both versions have but the checker's identifier lists lack (they were extracted with
 # `strings`, which misses short enum members), each with where the real bindings define it. An entry

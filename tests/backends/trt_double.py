@@ -56,6 +56,7 @@ class Scenario:
     shape_output: bool = False  # a second output ``y_shape`` (INT64, host-located): x's shape, as TensorRT writes it
     capture_fails: bool = False
     plugin_library_creators: tuple[tuple[str, str, str], ...] = ()  # what ctypes-loading a library registers
+    vc_plugin_libraries: tuple[str, ...] = ()  # what parser.get_used_vc_plugin_libraries() returns
     # report_to_profiler: layer name -> ms reported per run (run i reports ms * (1 + i / 100)), as IProfiler would
     layer_ms: dict[str, float] = field(default_factory=lambda: {"conv1": 0.5})
 
@@ -280,6 +281,10 @@ class FakeParser:
         self._trt.record("parse_from_file", path)
         self._errors = [FakeParserError(**e) for e in self._trt.scenario.parse_errors]
         return not self._errors
+
+    def get_used_vc_plugin_libraries(self) -> list[str]:
+        self._trt.record("get_used_vc_plugin_libraries")
+        return list(self._trt.scenario.vc_plugin_libraries)
 
     def supports_model_v2(self, data: bytes, path: str) -> bool:
         self._trt.record("supports_model_v2", path)

@@ -207,3 +207,30 @@ def test_plugins_check_warns_when_the_cuda_runtime_differs_from_tensorrts(tmp_pa
     monkeypatch.setattr(trt_compat, "tensorrt_cuda_flavour", lambda: "cu13")
     finding = {f.check: f for f in library_check.check_library(library).findings}["CUDA runtime"]
     assert finding.status == "ok" and "(cu13)" in finding.detail
+
+
+def test_without_headers_of_the_installed_major_the_reason_says_where_they_are_published(tmp_path):
+    """Defect E: a pip-only TensorRT 11 has no headers; the message names where 11.x's are and the flag to use."""
+    from deploykit.plugins import trt_headers
+
+    headers = trt_headers.choose("", "11.4.0.106", [])
+    assert headers.include_dir == ""
+    assert "github.com/NVIDIA/TensorRT, tag v11.4, folder include/" in headers.why
+    assert "--tensorrt-include" in headers.why and "wheels ship no headers" in headers.why
+
+
+def test_doctor_says_which_headers_the_glue_would_use(monkeypatch, tmp_path):
+    from deploykit.cli import doctor
+    from deploykit.plugins import trt_headers
+
+    monkeypatch.setattr(trt_headers, "installed_tensorrt", lambda: "11.1.0")
+    monkeypatch.setattr(trt_headers, "candidates", lambda fetched=None: [])
+    row = next(r for r in doctor.collect().rows if r.component == "TensorRT headers")
+    assert row.status == "warn" and "tag v11.1" in row.detail
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "NvInferRuntime.h").write_text("")
+    (include / "NvInferVersion.h").write_text("#define NV_TENSORRT_MAJOR 11\n#define NV_TENSORRT_MINOR 1\n")
+    monkeypatch.setattr(trt_headers, "candidates", lambda fetched=None: [(include, "$TENSORRT_ROOT/include")])
+    row = next(r for r in doctor.collect().rows if r.component == "TensorRT headers")
+    assert row.status == "ok" and str(include) in row.detail and "11.1" in row.detail

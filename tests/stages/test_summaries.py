@@ -43,6 +43,6 @@ def test_failures_say_why_a_check_failed():
 
 def test_stages_declare_their_names_summaries_and_reports():
     stages = default_stages()
-    assert stage_names() == ["export", "ingest", "surgery", "quantize", "build", "parity", "gate"]
+    assert stage_names() == ["export", "ingest", "surgery", "quantize", "lint", "build", "parity", "gate"]
     assert all(s.summary_type.__module__ == type(s).__module__ for s in stages)  # declared beside the stage
-    assert report_files() == {"parity": ("parity.json",), "gate": ("gate.json",)}  # JUnit/Markdown: the run record
+    assert report_files() == {"lint": ("lint.json",), "parity": ("parity.json",), "gate": ("gate.json",)}  # JUnit/Markdown: the run record

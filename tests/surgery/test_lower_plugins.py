@@ -31,11 +31,20 @@ def test_plugin_graph_runs_after_lowering_and_matches_the_original(toy_body):
     np.testing.assert_allclose(ort_run(out, feeds)["y"], ort_run(model, feeds)["y"], rtol=1e-6, atol=1e-6)
 
 
-def test_attribute_variants_get_one_function_each(toy_body):
+def test_attribute_variants_get_one_function_each_and_keep_their_op_type(toy_body):
+    """TensorRT's parser finds a plugin by op type: a variant moves to a domain of its own, never to
+    another op type, and keeps the plugin namespace TensorRT read from its old domain."""
+    before, _ = apply(plugin_toy.attention_like((0.125, 0.5)), REPLACE)
     out, reports = apply(plugin_toy.attention_like((0.125, 0.5)), REPLACE, "lower_plugins")
-    names = sorted(f.name for f in out.functions)
-    assert len(names) == 2 and all(n.startswith("ScaledSoftmax__") for n in names)
-    assert sorted(n.op_type for n in out.graph.node if n.domain == "trt.plugins") == names
+    keys = sorted((f.domain, f.name) for f in out.functions)
+    assert len(keys) == 2 and {name for _, name in keys} == {"ScaledSoftmax"}
+    assert all(d.startswith("trt.plugins.") for d, _ in keys)
+    plugin = [n for n in out.graph.node if n.op_type == "ScaledSoftmax"]
+    assert sorted((n.domain, n.op_type) for n in plugin) == keys  # each node calls its own variant
+    namespaces = {a.s.decode() for n in plugin for a in n.attribute if a.name == "plugin_namespace"}
+    old = {a.s.decode() for n in before.graph.node if n.op_type == "ScaledSoftmax" for a in n.attribute
+           if a.name == "plugin_namespace"} or {"trt.plugins"}
+    assert namespaces == old
     assert reports[1]["numerics"] == "outputs match (1 compared)"
 
 
@@ -83,3 +92,21 @@ def test_model_exported_with_plugin_nodes_is_checked_from_the_first_runnable_gra
                                              "trt.plugins::ScaledSoftmax in the input model")
     feeds = feeds_for(out)
     np.testing.assert_allclose(ort_run(out, feeds)["y"], ort_run(plugin_toy.attention_like(), feeds)["y"], rtol=1e-6)
+
+
+def test_variants_ask_tensorrt_for_the_plugin_the_unlowered_graph_asked_for(toy_body, tmp_path):
+    """deploykit's build checks plugin nodes by (op type, version, namespace) before the parser runs:
+    lowering with variants must not change what it asks for (it renamed the op type, and was refused)."""
+    import onnx
+
+    from deploykit.backends.trt_plugins import plugin_nodes
+
+    before, _ = apply(plugin_toy.attention_like((0.125, 0.5)), REPLACE)
+    after, _ = apply(plugin_toy.attention_like((0.125, 0.5)), REPLACE, "lower_plugins")
+    creators = []
+    for name, m in (("before", before), ("after", after)):
+        onnx.save(m, tmp_path / f"{name}.onnx")
+        creators.append(sorted(n.creator for n in plugin_nodes(tmp_path / f"{name}.onnx")))
+    assert len(creators[1]) == 2 and {c[0] for c in creators[1]} == {"ScaledSoftmax"}
+    if creators[0]:  # the plugin nodes named a namespace already
+        assert creators[0] == creators[1]

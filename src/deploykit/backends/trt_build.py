@@ -50,7 +50,9 @@ def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Pr
         logger: the process-wide logger from :mod:`trt_logger`.
         timing_cache: a serialized timing cache from an earlier build on the same TensorRT and GPU.
         plugin_libraries: the plugin libraries loaded for the build; a version-compatible plan carries them
-            (``plugins_to_serialize``), since its embedded runtime cannot see the host's plugin registry.
+            (``plugins_to_serialize``), since its embedded runtime cannot see the host's plugin registry,
+            together with the version-compatible plugin libraries the parser itself used
+            (``parser.get_used_vc_plugin_libraries()``, e.g. for TensorRT's own plugins), as trtexec does.
 
     Returns:
         The plan, the engine-inspector JSON, the engine's I/O and the updated timing cache.
@@ -64,7 +66,8 @@ def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Pr
     network = builder.create_network(trt_compat.network_creation_flags(trt))
     parser = parse_network(trt, builder, network, onnx_path, logger)  # keep alive: it owns the weights
     profiles = validate_profiles(profiles, network_inputs(network, onnx_path), f"{onnx_path} (as parsed by TensorRT)")
-    config, settings = configure(trt, builder, options, profiles, plugin_libraries)
+    used = parser_plugin_libraries(parser) if options.version_compatible else []
+    config, settings = configure(trt, builder, options, profiles, [*plugin_libraries, *used])
     cache_state = attach_timing_cache(config, options, timing_cache)
     plan = serialize(builder, network, config, options, logger, onnx_path)
     new_cache = bytes(memoryview(config.get_timing_cache().serialize())) if options.timing_cache else None
@@ -84,6 +87,11 @@ def network_inputs(network: Any, onnx_path: Path) -> dict[str, list[int]]:
                               hint="make it a constant or derive it from a data input with a surgery pass")
         out[tensor.name] = [int(d) for d in tensor.shape]
     return out
+
+
+def parser_plugin_libraries(parser: Any) -> list[Path]:
+    """The version-compatible plugin libraries the parser used for this network (paths TensorRT gives)."""
+    return [Path(str(p)) for p in parser.get_used_vc_plugin_libraries()]
 
 
 def parse_network(trt: Any, builder: Any, network: Any, onnx_path: Path, logger: Any) -> Any:
@@ -176,7 +184,8 @@ def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profil
         config.set_flag(flag)
     if not options.tf32:
         config.clear_flag(trt.BuilderFlag.TF32)  # on by default in TensorRT
-    serialized = [str(Path(p).resolve()) for p in plugin_libraries] if options.version_compatible else []
+    serialized = list(dict.fromkeys(str(Path(p).resolve()) for p in plugin_libraries))
+    serialized = serialized if options.version_compatible else []
     if serialized:
         config.plugins_to_serialize = serialized  # trtexec's --setPluginsToSerialize
     if profiles:

@@ -220,6 +220,35 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
          shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir)
 
 
+LintSource = Annotated[Path, typer.Argument(help="deploykit.yaml (the graph its build would get) or model.onnx")]
+LintFor = Annotated[Optional[list[str]], typer.Option(
+    "--for", help="tensorrt (every supported version), tensorrt=10.13 or tensorrt=11; repeatable.")]
+
+
+@app.command()
+def lint(model: LintSource, for_: LintFor = None, plugins: opt.Plugins = None,
+         workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, dim: opt.Dims = None,
+         shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None, opt_shapes: opt.OptShapes = None,
+         max_shapes: opt.MaxShapes = None, as_json: opt.Json = False) -> None:
+    """What TensorRT's parser and builder would refuse, without TensorRT: exit 4 on any error."""
+    from deploykit import api
+    from deploykit.lint.tables import parse_for
+    from deploykit.report import terminal
+
+    report = api.lint(model, versions=parse_for(for_ or []), plugins=opt.checked_plugins(plugins),
+                      workdir=workdir, dims=parse_dims(dim),
+                      shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes),
+                      reporter=None if as_json else _reporter("human"), overrides=parse_sets(set_))
+    if as_json:
+        from deploykit.store.jsonio import dumps
+
+        typer.echo(dumps(report.to_dict()), nl=False)
+    else:
+        terminal.print_lint(report.to_dict())
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
 # Commands that live in their own modules register below (one line each).
 
 
@@ -383,7 +412,7 @@ def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", hel
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
     from rich.markup import escape
 
-    from deploykit.backends import doctor as doctor_module
+    from deploykit.cli import doctor as doctor_module
     from deploykit.report import terminal
 
     report = doctor_module.collect(plugin_paths=plugins or ())

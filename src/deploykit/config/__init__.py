@@ -17,12 +17,14 @@ from deploykit.choices import (
     InputDtype,
     InputKind,
     LayerPrecision,
+    LintRun,
     Method,
     OptimizationLevel,
     Precision,
     Provider,
     QuantizeTarget,
     TargetPrecision,
+    TensorRTVersion,
 )
 from deploykit.config.typed import from_value
 from deploykit.data.sources import DataConfig
@@ -138,6 +140,19 @@ class BuildConfig:
     # tensorrt backend
     tensorrt: TensorRTOptions = TensorRTOptions()
     plugins: tuple[str, ...] = ()  # plugin libraries loaded before parsing; their digests enter the key
+
+
+@dataclass(frozen=True)
+class LintConfig:
+    """The TensorRT compatibility check (``deploykit lint``; a stage before the build)."""
+
+    # auto: for graphs bound for TensorRT (build.backend tensorrt, or a tensorrt-flavour quantization)
+    run: LintRun = "auto"
+    versions: tuple[TensorRTVersion, ...] = ("10.13", "11")  # the TensorRT versions the graph must parse with
+
+    def __post_init__(self) -> None:
+        if not self.versions:
+            raise ValueError("versions lists no TensorRT version (leave it out for every supported one)")
 
 
 @dataclass(frozen=True)
@@ -501,6 +516,7 @@ class Config:
     calibration: DataConfig | None = None  # samples for quantization; random inputs are refused there
     validation: DataConfig | None = None  # samples for parity; random inputs when absent (the report says so)
     build: BuildConfig = BuildConfig()
+    lint: LintConfig = LintConfig()
     parity: ParityConfig = ParityConfig()
     gate: GateConfig = GateConfig()
     limits: LimitsConfig = LimitsConfig()  # time per stage, memory per input

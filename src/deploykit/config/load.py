@@ -174,6 +174,22 @@ def validate(cfg: Any) -> None:
         if twice:
             raise ConfigError(f"config.{what}: {twice[0]!r} is listed twice", hint="each name once")
     _check_input_sizes(cfg)
+    _check_flavour_backend(cfg)
+
+
+def _check_flavour_backend(cfg: Any) -> None:
+    """A Q/DQ flavour the build backend cannot take is refused here, not by TensorRT's parser on the GPU box."""
+    from deploykit.choices import FLAVOUR_BACKENDS
+
+    q, backend = cfg.quantize, cfg.build.backend
+    if not q.enabled or q.precision == "fp16":  # fp16 writes casts, no Q/DQ
+        return
+    flavour = q.flavour(backend)
+    if backend not in FLAVOUR_BACKENDS[flavour]:
+        raise ConfigError(f"config.quantize.target: {flavour!r} writes {q.precision.upper()} Q/DQ for ONNX Runtime's "
+                          f"CPU kernels (asymmetric UINT8, INT32 biases), which the {backend} backend refuses",
+                          hint=f"set quantize.target: auto (or tensorrt) for build.backend {backend}, or "
+                               "--set quantize.target=tensorrt")
 
 
 def _walk(value: Any, path: str, owner: str = "", name: str = "") -> None:

@@ -121,8 +121,16 @@ def choose(explicit: str, installed: str, found: Iterable[tuple[Path, str]]) -> 
         return Headers(str(folder), version, f"TensorRT {installed} installed: {where} ({_text(version)})")
     looked = "; ".join(f"{w}: {f} ({_text(v) if v else 'none'})" for f, w, v in seen)
     return Headers("", None, f"TensorRT {installed} is installed but no TensorRT {major}.x headers were found "
-                             f"({looked}); the TensorRT plugin library is not built: pass --tensorrt-include with "
-                             f"TensorRT {installed}'s include folder")
+                             f"({looked}); the TensorRT plugin library is not built: {published(installed)}")
+
+
+def published(installed: str) -> str:
+    """Where the headers of TensorRT ``installed`` are, in one line (the pip wheels ship none)."""
+    major, minor = installed.split(".")[0], _minor(installed)
+    tag = f"v{major}.{minor}" if minor >= 0 else f"v{major}.x"
+    return (f"pip's TensorRT wheels ship no headers; TensorRT {major}.x's are in NVIDIA's TensorRT repository "
+            f"(github.com/NVIDIA/TensorRT, tag {tag}, folder include/, Apache-2.0) and in the TensorRT tar/deb "
+            f"packages: `deploykit plugins build --tensorrt-include <that>/include`")
 
 
 def _minor(version: str) -> int:

@@ -3,8 +3,8 @@ and every verdict of the run. Every view — the terminal table, ``--log-format 
 Markdown, the HTML page and the notebook — renders this record and nothing else, so they cannot
 disagree with each other or with the exit code (:attr:`RunRecord.exit_code`).
 
-A verdict is a :class:`Check`: one per quantize output, per parity output x reference, per task
-check, per gate target check (model x platform) and per baseline metric. The stage reports the
+A verdict is a :class:`Check`: one per quantize output, per TensorRT version the lint checked, per
+parity output x reference, per task check, per gate target check (model x platform) and per baseline metric. The stage reports the
 HTML sections draw from (``parity.json``, ``gate.json``, the quantize summary with its precision
 patch) travel inside the record as ``details``, so a record read back from the store renders the
 same page as the run that wrote it.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 SCHEMA = "deploykit.run/1"
 FOLDER = "records"  # WORKDIR/records/<identity>.json
 MAX_BYTES = 64 << 20  # a record holds the stages' reports; bounded like every small untrusted file
-GROUPS = ("quantize", "parity", "task", "gate", "baseline")  # check groups, in pipeline order
+GROUPS = ("quantize", "lint", "parity", "task", "gate", "baseline")  # check groups, in pipeline order
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ def render_fragment(record: RunRecord, with_plots: bool = False) -> str:
              _headline(record), _timeline(record), _lineage(record)]
     if d.get("quantize"):
         parts.append(_quantize(d["quantize"], with_plots))
+    if d.get("lint"):
+        parts.append(_lint(d["lint"]))
     if d.get("parity"):
         parts.append(_parity(d["parity"], with_plots))
     if d.get("gate"):
@@ -113,6 +115,16 @@ def _lineage(record: RunRecord) -> str:
         for r in record.details.get("lineage", []))
     where = f" <span class='note'>store: {e(record.workdir)}</span>" if record.workdir else ""
     return f"<h2>Artifact lineage</h2>{where}<ul class='lineage'>{items}</ul>"
+
+
+def _lint(report: dict[str, Any]) -> str:
+    from deploykit.report.markdown import lint_rows
+
+    verdicts = "".join(f"<li>{e(v['line'])}</li>" for v in report.get("verdicts", []))
+    rows = [[e(cell) for cell in row] for row in lint_rows(report, limit=200)]
+    table = _table(["severity", "rule", "node", "op", "TensorRT", "finding", "fix"], rows) if rows else ""
+    notes = "".join(f"<p class='note'>{e(n)}</p>" for n in report.get("notes", []))
+    return f"<h2>TensorRT lint</h2><ul>{verdicts}</ul>{table}{notes}"
 
 
 def _quantize(q: dict[str, Any], with_plots: bool) -> str:

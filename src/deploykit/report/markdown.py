@@ -35,7 +35,7 @@ def render(record: RunRecord) -> str:
         lines += ["| stage | status | time | artifact | note |", "| --- | --- | --- | --- | --- |"]
         lines += [f"| {s.stage} | {s.status} | {s.seconds:.2f} s | `{s.digest[:12]}` | {s.error or s.note} |" for s in record.stages]
     lines += [f"\n> warning: {w}" for w in record.warnings]
-    for section in (_quantize(record), _parity(record), _gate(record)):
+    for section in (_quantize(record), _lint(record), _parity(record), _gate(record)):
         if section:
             lines += ["", *section]
     return "\n".join(lines) + "\n"
@@ -61,6 +61,30 @@ def _quantize(record: RunRecord) -> list[str]:
     if speed:
         out += ["", f"On this CPU: FP32 {speed['fp32_ms']:.3f} ms, {str(q['precision']).upper()} {speed['quantized_ms']:.3f} ms "
                     f"at batch {speed['batch']} ({speed['speedup']:.2f}x)."]
+    return out
+
+
+LINT_ROWS = 20  # findings a summary lists; the lint's own report (`deploykit lint --json`) has them all
+
+
+def lint_rows(report: dict[str, Any], limit: int = LINT_ROWS) -> list[list[str]]:
+    """The lint's findings as table rows (severity, rule, node, op, versions, message, fix), errors first."""
+    return [[f["severity"], f["rule"], f["node"], f["op"], ", ".join(f["versions"]), f["message"], f["fix"]]
+            for f in report.get("findings", [])[:limit]]
+
+
+def _lint(record: RunRecord) -> list[str]:
+    checks = record.group("lint")
+    if not checks:
+        return []
+    report = record.details.get("lint") or {}
+    out = [_section_title("TensorRT lint", checks), "", *(f"- {c.message}" for c in checks)]
+    rows = lint_rows(report)
+    if rows:
+        out += ["", "| severity | rule | node | op | TensorRT | finding | fix |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        more = len(report.get("findings", [])) - len(rows)
+        out += [f"\n_and {more} more: `deploykit lint` lists them all_"] if more > 0 else []
     return out
 
 

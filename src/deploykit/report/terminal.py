@@ -79,6 +79,8 @@ def verdict_lines(record: RunRecord) -> list[str]:
         line = _group_line(record, title, groups)
         if line:
             lines.append(line)
+        if title == "quantize" and record.group("lint"):
+            lines.append(lint_line(record))
     gate = _gate_line(record)
     if gate:
         lines.append(gate)
@@ -97,6 +99,13 @@ def _group_line(record: RunRecord, title: str, groups: tuple[str, ...]) -> str:
     worst = f"{'worst' if not failed else 'failed'}: {decide.name} {decide.verdict_line()}" if decide else ""
     count = f"{len(failed)} of {len(checks)} checks failed" if failed else f"{len(checks)} checks"
     return f"{title}: {status} — {worst} ({count})"
+
+
+def lint_line(record: RunRecord) -> str:
+    """``lint: PASS — TensorRT 10.13: 0 errors, 2 warnings; TensorRT 11: 0 errors, 2 warnings``."""
+    checks = record.group("lint")
+    status = "FAIL" if any(not c.passed for c in checks) else "PASS"
+    return f"lint: {status} — " + "; ".join(c.message for c in checks)
 
 
 def _gate_line(record: RunRecord) -> str:
@@ -130,6 +139,30 @@ def result_line(record: RunRecord) -> str:
         more = f"; and {len(failed) - 4} more" if len(failed) > 4 else ""
         return f"result: FAIL (exit 1) — {len(failed)} failed: " + "; ".join(f"{c.group} {c.name}" for c in failed[:4]) + more
     return f"result: PASS (exit 0) — {len(record.checks)} checks passed"
+
+
+def print_lint(report: dict[str, Any], out: Any = None) -> None:
+    """A lint report (:class:`deploykit.lint.LintReport` as a dict): its findings, a verdict line per
+    TensorRT version, its notes and the result with ``deploykit lint``'s exit code."""
+    from rich.markup import escape
+
+    out = out or console()
+    if report.get("findings"):
+        t = table(f"TensorRT lint: {report.get('model', '')}", ["severity", "rule", "node", "op", "TensorRT", "message",
+                                                               "fix"], text=("message", "fix"))
+        for f in report["findings"]:
+            colour = "red" if f["severity"] == "error" else "yellow"
+            t.add_row(f"[{colour}]{f['severity']}[/]", f["rule"], escape(f["node"]), escape(f["op"]),
+                      ", ".join(f["versions"]), escape(f["message"]), escape(f["fix"]))
+        print_table(out, t)
+    for v in report.get("verdicts", []):
+        colour = "green" if v["errors"] == 0 else "red"
+        out.print(f"[bold {colour}]lint:[/] {escape(v['line'])}", highlight=False, soft_wrap=True)
+    for note in report.get("notes", []):
+        out.print(f"[bold yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    failed = [v["line"] for v in report.get("verdicts", []) if v["errors"]]
+    out.print(f"result: {'FAIL' if failed else 'PASS'} (exit {report.get('exit_code', 0)})"
+              + (f" — {'; '.join(failed)}" if failed else ""), highlight=False, soft_wrap=True)
 
 
 def parity_table(record: RunRecord) -> Any:

@@ -1,6 +1,7 @@
 """The stages, in pipeline order: the one list of them (names, reports and summaries come from here).
 
-Quantize slots in between surgery and build; ``applies`` decides per config which stages run
+Quantize slots in between surgery and build, the TensorRT lint between quantize and build; ``applies``
+decides per config which stages run
 (export for torch sources, ingest for ONNX files, quantize below fp32).
 """
 
@@ -14,11 +15,13 @@ def default_stages() -> list[Stage]:
     from deploykit.stages.export import ExportStage
     from deploykit.stages.gate import GateStage
     from deploykit.stages.ingest import IngestStage
+    from deploykit.stages.lint import LintStage
     from deploykit.stages.parity import ParityStage
     from deploykit.stages.quantize import QuantizeStage
     from deploykit.stages.surgery import SurgeryStage
 
-    return [ExportStage(), IngestStage(), SurgeryStage(), QuantizeStage(), BuildStage(), ParityStage(), GateStage()]
+    return [ExportStage(), IngestStage(), SurgeryStage(), QuantizeStage(), LintStage(), BuildStage(), ParityStage(),
+            GateStage()]
 
 
 def stage_names() -> list[str]:

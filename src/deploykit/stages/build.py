@@ -18,6 +18,7 @@ from deploykit.backends.base import SideArtifact, profiles_from_config
 from deploykit.errors import ConfigError
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
+from deploykit.stages.lint import applies_to as lint_applies
 from deploykit.store.artifacts import Artifact, Manifest, recipe_key
 from deploykit.store.environment import device_fingerprint, tool_versions
 
@@ -58,7 +59,9 @@ class BuildStage(Stage):
             if not path.is_file():
                 raise ConfigError(f"build.plugins: {path}: {'not a file' if path.exists() else 'no such file'}",
                                   hint="build the libraries with `deploykit plugins build` and name the .so it wrote")
-        backend = get_backend(options.backend)  # raises BackendUnavailable (exit 3) with the reason
+        # raises BackendUnavailable (exit 3) with the reason; when the TensorRT lint runs first, the build
+        # raises it only after the lint has said whether the graph would parse (key_env asks again)
+        backend = get_backend(options.backend, require_available=not lint_applies(ctx.config))
         if options.tensorrt.timing_cache_file and backend.timing_cache(options) is None:
             raise ConfigError(f"build.tensorrt.timing_cache_file: the {backend.name} backend keeps no timing cache",
                               hint="a timing cache file (--timing-cache) is for --backend tensorrt")

@@ -2,9 +2,11 @@
 
 Calibration and parity run on the CPU under ONNX Runtime; a graph with TensorRT plugin nodes cannot
 run there unless each plugin op has a body (registered in :mod:`deploykit.surgery.plugin_bodies`).
-Nodes keep their op type and attributes, so the graph still says what TensorRT should use; where
-two nodes of one op need different bodies (their attributes differ), each variant gets its own
-function name (``Op__<digest>``) and the node is renamed to it.
+Nodes keep their op type and attributes, so the graph still says what TensorRT should use (its parser
+finds a plugin by op type, and ignores the domain); where two nodes of one op need different bodies
+(their attributes differ), each variant is a function of the same name in a domain of its own
+(``<domain>.<digest>``), the node moves to that domain, and a node without ``plugin_namespace`` gets
+the one TensorRT read from its old domain, so the parser looks up the same plugin as before.
 
 The runner compares the lowered graph with the last one ONNX Runtime could run, which, after
 ``replace_with_plugin``, is the graph before the plugins went in: a wrong body fails here.
@@ -61,15 +63,26 @@ class LowerPlugins(Pass):
         lowered = {}
         for (domain, op), variants in sorted(bodies.items()):
             for f, positions in variants.values():
-                name = op if len(variants) == 1 else f"{op}__{hashlib.sha256(f.SerializeToString(deterministic=True)).hexdigest()[:8]}"
-                f.name, f.domain = name, domain
+                digest = hashlib.sha256(f.SerializeToString(deterministic=True)).hexdigest()[:8]
+                where = domain if len(variants) == 1 else f"{domain or 'custom'}.{digest}"
+                f.name, f.domain = op, where
                 out.functions.append(f)
                 for k in positions:
-                    out.graph.node[k].op_type = name
+                    _move(out.graph.node[k], where)
+                ensure_opset(out, where, 1)
                 for entry in f.opset_import:
                     ensure_opset(out, entry.domain, entry.version)
-                lowered[name] = len(positions)
+                lowered[op if where == domain else f"{where}::{op}"] = len(positions)
         return PassResult(out, True, details={"functions": lowered, "without_body": missing}, warnings=warnings)
+
+
+def _move(node: onnx.NodeProto, domain: str) -> None:
+    """Put a variant's node in its function's domain; its op type, and the plugin TensorRT finds for it, stay."""
+    from onnx import helper
+
+    if node.domain != domain and not any(a.name == "plugin_namespace" for a in node.attribute):
+        node.attribute.append(helper.make_attribute("plugin_namespace", node.domain))
+    node.domain = domain
 
 
 def _plugin_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:

@@ -69,7 +69,23 @@ def collect(plugin_paths: Sequence[str | Path] = (), cwd: Path | None = None,
     _guard(report, "CUDA versions", lambda: _cuda_versions_row(report, driver))
     _guard(report, "backend tensorrt", lambda: _backend_row(report))
     _guard(report, "plugins", lambda: _plugin_rows(report, plugin_paths, cwd or Path.cwd(), driver))
+    _guard(report, "TensorRT headers", lambda: _headers_row(report))
     return report
+
+
+def _headers_row(report: Report) -> None:
+    """Which TensorRT headers `deploykit plugins build` compiles the glue against, or where to get them."""
+    from deploykit.plugins import trt_headers
+    from deploykit.plugins.build import FETCHED_HEADERS
+    from deploykit.plugins.descriptions import plugins_source
+
+    installed = trt_headers.installed_tensorrt()
+    headers = trt_headers.choose("", installed, trt_headers.candidates(plugins_source().parent / FETCHED_HEADERS))
+    if headers.include_dir:
+        report.add("TensorRT headers", "ok", f"{headers.include_dir}: {headers.why}")
+    else:
+        report.add("TensorRT headers", "warn" if installed else "missing",
+                   headers.why if installed else f"{headers.why}; {trt_headers.published('11.x')}")
 
 
 def _backend_row(report: Report) -> None:
