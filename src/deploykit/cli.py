@@ -89,6 +89,21 @@ def _gate_flags(allow_missing_target: bool, baseline: Path | None, iterations: i
             "gate.iterations": iterations, "gate.warmup": warmup, "gate.duration_s": duration}
 
 
+def _timing_flags(use_cuda_graph: bool, no_data_transfers: bool, warmup_ms: float | None, avg_runs: int | None,
+                  soak: float | None) -> dict[str, Any]:
+    """trtexec's timing flags as the gate fields they set (None: not given)."""
+    return {"gate.cuda_graph": "on" if use_cuda_graph else None, "gate.data_transfers": False if no_data_transfers else None,
+            "gate.warmup_s": warmup_ms / 1000.0 if warmup_ms is not None else None, "gate.avg_runs": avg_runs,
+            "gate.soak_s": soak}
+
+
+def _tracing(path: Path | None) -> Any:
+    """``--trace out.json``: every stage and timed inference as a Chrome trace (and NVTX ranges)."""
+    from deploykit import tracing
+
+    return tracing.trace(path) if path is not None else contextlib.nullcontext()
+
+
 def _reruns(rerun: list[str] | None, remeasure: bool) -> list[str]:
     return [*(rerun or []), *(["gate"] if remeasure else [])]
 
@@ -103,14 +118,18 @@ def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .
             duration: opt.Duration = None, remeasure: opt.Remeasure = False, auto_repair: opt.AutoRepair = False,
             report_dir: opt.ReportDir = None,
             allow_missing_target: opt.AllowMissingTarget = False, baseline: opt.Baseline = None,
-            log_format: opt.LogFormatOpt = "human") -> None:
+            use_cuda_graph: opt.UseCudaGraph = False, no_data_transfers: opt.NoDataTransfers = False,
+            warmup_ms: opt.WarmupMs = None, avg_runs: opt.AvgRuns = None, soak: opt.Soak = None,
+            trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
     flags = {"quantize.precision": precision, "quantize.repair.enabled": True if auto_repair else None,
              "build.backend": backend, "build.provider": provider,
              "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache),
-             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
-    _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
-         shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration),
+             **_timing_flags(use_cuda_graph, no_data_transfers, warmup_ms, avg_runs, soak)}
+    with _tracing(trace):
+        _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+             shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
 
 
 def _timing_cache(path: Path | None) -> dict[str, Any]:
@@ -205,17 +224,24 @@ def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.o
 def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
          backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
          workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
-         dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
-         fps: Annotated[Optional[float], typer.Option(help="Target FPS (sets gate.targets.default.fps).")] = None,
+         dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
+         opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, report_dir: opt.ReportDir = None,
+         fps: Annotated[Optional[float], typer.Option(help="Target FPS, judged on wall-clock throughput (sets gate.targets.default.fps).")] = None,
+         deadline_ms: opt.DeadlineMs = None,
          iterations: opt.Iterations = None, warmup: opt.Warmup = None, duration: opt.Duration = None,
          remeasure: opt.Remeasure = False, allow_missing_target: opt.AllowMissingTarget = False,
-         baseline: opt.Baseline = None, log_format: opt.LogFormatOpt = "human") -> None:
-    """Benchmark the engine against the FPS/latency target for this platform (and a baseline report)."""
+         baseline: opt.Baseline = None, use_cuda_graph: opt.UseCudaGraph = False,
+         no_data_transfers: opt.NoDataTransfers = False, warmup_ms: opt.WarmupMs = None, avg_runs: opt.AvgRuns = None,
+         soak: opt.Soak = None, trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+    """Benchmark the engine against the throughput/latency/deadline target for this platform (and a baseline)."""
+    target = opt.overrides(fps=fps, deadline_ms=deadline_ms)  # a target from the flags replaces the config's
     flags = {"build.backend": backend, "quantize.precision": precision,
-             "gate.targets": {"default": {"fps": fps}} if fps is not None else None,
-             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
-    _run(model, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
-         shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir)
+             "gate.targets": {"default": target} if target else None,
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration),
+             **_timing_flags(use_cuda_graph, no_data_transfers, warmup_ms, avg_runs, soak)}
+    with _tracing(trace):
+        _run(model, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+             shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
 
 
 # Commands that live in their own modules register below (one line each).

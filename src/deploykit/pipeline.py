@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from deploykit import tracing
 from deploykit.artifacts import Artifact, Manifest, Store, recipe_key
 from deploykit.config import Config
 from deploykit.environment import device_fingerprint, tool_versions
@@ -84,7 +85,8 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     ctx.reporter.event("stage_start", stage=stage.name)
     note = ""
     try:
-        with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage):
+        with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage), \
+                tracing.span(f"stage {stage.name}"):
             parents = _parents(run, stage)
             key_config = canonical(stage.key_config(ctx))
             key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))

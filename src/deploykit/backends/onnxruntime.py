@@ -71,6 +71,15 @@ class OnnxRuntimeBackend:
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
+    def timing_refusals(self, options: BuildConfig) -> dict[str, str]:
+        """No CUDA graphs here; without a device there are no transfers to leave out (on the CPU)."""
+        out = {"cuda_graph": f"ONNX Runtime sessions ({options.provider} provider) are not captured into CUDA graphs "
+                             "here"}
+        if options.provider != "cpu":
+            out["no_data_transfers"] = (f"the {options.provider} provider copies inputs to the device on every "
+                                        "run (no I/O binding here)")
+        return out
+
     def load(self, engine_dir: Path, *, profile_prefix: str | None = None) -> OrtSession:
         """A session for an engine folder; with ``profile_prefix``, ONNX Runtime profiles every run."""
         engine = json.loads((engine_dir / ENGINE_JSON).read_text())

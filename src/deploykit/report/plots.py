@@ -96,6 +96,29 @@ def latency_histogram(gate: dict[str, Any]) -> str:
     return _png(fig)
 
 
+def latency_over_time(gate: dict[str, Any]) -> str:
+    """Every timed iteration in the order it ran (trials side by side), so stalls and drift show; the
+    deadline and the median-of-trials p99 drawn across, trial boundaries dotted."""
+    fig, ax = _figure(height=3.0)
+    start = 0
+    for i, trial in enumerate(gate.get("trials_ms") or []):
+        xs = range(start, start + len(trial))
+        ax.plot(xs, trial, lw=0.6, color=(_BLUE, "#8250df")[i % 2], label="per iteration" if i == 0 else None)
+        if i:
+            ax.axvline(start, color=_GREY, ls=":", lw=0.8)
+        start += len(trial)
+    ax.axhline(gate["latency"]["p99_ms"], color="#bf8700", lw=1, label=f"p99 {gate['latency']['p99_ms']:.3f} ms")
+    deadline = (gate.get("deadline") or {}).get("deadline_ms")
+    if deadline:
+        d = gate["deadline"]
+        ax.axhline(deadline, color=_FAIL, ls="--", lw=1.2,
+                   label=f"deadline {deadline:g} ms ({d['misses']} of {d['frames']} late)")
+    ax.set(xlabel="iteration (trials in order)", ylabel="latency (ms)", title=f"latency over time at batch {gate['batch']}")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 def percentile_bars(gate: dict[str, Any]) -> str:
     """p50/p90/p99 as the median over trials, whiskers spanning the fastest to slowest trial."""
     fig, ax = _figure(width=5.0)

@@ -32,11 +32,11 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                         "tempspace"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
-                              "torchsource", "inspect", "doctor", "profiling"})),
+                              "torchsource", "inspect", "doctor", "profiling", "tracing"})),
     ("stages", frozenset({"stages"})),
     ("pipeline", frozenset({"pipeline", "result", "exporter_fallback"})),
     ("matrix", frozenset({"matrix"})),
-    ("api", frozenset({"api"})),
+    ("api", frozenset({"api", "stack"})),
     ("cli", frozenset({"cli", "cliargs", "tools", PACKAGE})),
 )
 FORBIDDEN = {("quant", "backends"): "quantization never depends on a backend: it evaluates graphs through graph.run"}
