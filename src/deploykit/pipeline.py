@@ -59,7 +59,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         stage.preflight(run.ctx)
     for stage in planned:
         try:
-            _run_stage(run, stage, force=stage.name in rerun)
+            _run_stage(run, stage, force=stage.name in rerun or stage.fresh_every_run(run.ctx))
         except DeployKitError as e:
             e.result = _result(run, config, e)  # type: ignore[attr-defined]
             raise

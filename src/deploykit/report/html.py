@@ -281,6 +281,12 @@ def _gate(g: dict[str, Any], with_plots: bool, cached: bool = False) -> str:
     if d:
         rows.append([f"deadline {d['deadline_ms']:g} ms: late frames", f"{d['misses']} of {d['frames']}",
                      f"{d['miss_rate'] * 100:.2f}%, longest run {d['longest_miss_run']}"])
+    soak = g.get("soak")
+    if soak:
+        from deploykit.report.terminal import soak_phrase
+
+        rows.append([e(soak_phrase(soak)), f"max {soak['worst_case']['max_ms']:.3f}",
+                     f"p99.9 {soak['worst_case']['p999_ms']:.3f}"])
     out.append("<h3>Throughput and latency (ms)</h3>" + _table(["statistic", "median of trials", "trial range"],
                                                                rows, {1}))
     out.append(_sweep(g) + _baseline(g.get("baseline")))
@@ -288,6 +294,8 @@ def _gate(g: dict[str, Any], with_plots: bool, cached: bool = False) -> str:
         out += [_img(plots.latency_histogram, g), _img(plots.percentile_bars, g)]
         if g.get("trials_ms"):
             out.append(_img(plots.latency_over_time, g))
+        if soak and soak.get("per_second"):
+            out.append(_img(plots.soak_over_time, soak))
         if g.get("sweep"):
             out.append(_img(plots.batch_sweep, g))
     return "".join(out)

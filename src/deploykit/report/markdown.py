@@ -145,6 +145,11 @@ def _worst(report: dict[str, Any]) -> list[str]:
     if d:
         out.append(f"| deadline {d['deadline_ms']:g} ms: late frames | {d['misses']} of {d['frames']} "
                    f"({d['miss_rate'] * 100:.2f}%), longest run {d['longest_miss_run']} | |")
+    soak = report.get("soak")
+    if soak:
+        from deploykit.report.terminal import soak_phrase
+
+        out.append(f"| {soak_phrase(soak)} (measured on every run) | max {soak['worst_case']['max_ms']:.3f} ms | |")
     return out
 
 

@@ -128,7 +128,19 @@ def gate_numbers(gate: dict[str, Any]) -> str:
     if d:
         text += (f"; deadline {d['deadline_ms']:g} ms: {d['misses']} of {d['frames']} late "
                  f"({d['miss_rate'] * 100:.2f}%, longest run {d['longest_miss_run']})")
+    soak = gate.get("soak")
+    if soak:
+        text += f"; {soak_phrase(soak)}"
     return text
+
+
+def soak_phrase(soak: dict[str, Any]) -> str:
+    """A soak in a few words: drift, memory growth, NaN/Inf and errors."""
+    device = soak.get("device_memory")
+    return (f"soak {soak['seconds']:.1f} s ({soak['iterations']} runs): drift {soak['drift']['drift'] * 100:+.1f}%, "
+            f"RSS {soak['rss']['growth_mib']:+.1f} MiB" + (f", device {device['growth_mib']:+.1f} MiB" if device else "")
+            + f", NaN/Inf in {soak['nonfinite']['bad']} of {soak['nonfinite']['checks']} checks, "
+            f"{soak['errors']['count']} errors")
 
 
 def _gate_created(record: RunRecord) -> str:

@@ -32,6 +32,7 @@ from deploykit.environment import (
 from deploykit.errors import ConfigError, TargetMissed
 from deploykit.metrics import realtime
 from deploykit.metrics.latency import aggregate_trials, fps_trials, now_s, time_iterations, warm_up
+from deploykit.metrics.soak import run_soak, soak_checks
 from deploykit.onnxio import random_feeds
 from deploykit.report import baseline as baselines
 from deploykit.report import jsonio
@@ -127,6 +128,11 @@ class GateStage(Stage):
         or an unusable baseline fail before export."""
         self._resolve(ctx.config)
         check_timing_options(ctx.config)
+        _check_soak(ctx.config)
+
+    def fresh_every_run(self, ctx: StageContext) -> bool:
+        """A soak (gate.soak_s > 0) is measured on every run: what it looks for is this run's."""
+        return ctx.config.gate.soak_s > 0
 
     def _resolve(self, cfg: Config) -> tuple[str, Target | None, dict[str, Any] | None]:
         key, target = select_target(cfg)
@@ -160,8 +166,11 @@ class GateStage(Stage):
                             for b in sorted(set(g.batches) - {batch})],
                   "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
                   "target": asdict(target) if target else None, "note": "" if target else "no target for this platform"}
+        report["soak"] = _soak(session, cfg, batch, target) if g.soak_s > 0 else None
         report["load"] = load_between(before, load_snapshot())  # a timing on a busy machine says so
-        report["checks"] = target_checks(target, report)
+        report["checks"] = target_checks(target, report) + (
+            soak_checks(report["soak"], g.soak, target.max_miss_rate if target and target.deadline_ms else None)
+            if report["soak"] else [])
         base = _baseline(cfg, platform, target)
         report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
         checks = report["checks"] + (report["baseline"]["checks"] if base else [])
@@ -176,7 +185,7 @@ class GateStage(Stage):
         """A reused gate is a measurement from another time: say when, and whether the machine was busy."""
         m = artifact.manifest
         load = GateSummary.of(artifact).load
-        note = f"measurement from {m.created} reused"
+        note = f"measurement from {m.created} reused"  # never a soak: fresh_every_run
         if load.get("loaded"):
             note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
                      f"on {load.get('cpus')} CPUs): --rerun gate on a quiet machine for a clean one")
@@ -225,6 +234,24 @@ def spread_warnings(report: dict[str, Any], limit: float) -> list[str]:
     return [f"trial spread is high: the p50 latency of the {report.get('trials_count', len(report.get('trials', [])))} "
             f"trials ranges {s['min']:.3f}-{s['max']:.3f} ms, {s['rel'] * 100:.0f}% of the median (warning above "
             f"{limit * 100:g}%); differences smaller than that are noise — rerun on a quiet machine (--remeasure)"]
+
+
+def _check_soak(cfg: Config) -> None:
+    limit = cfg.limits.timeout("gate")
+    if cfg.gate.soak_s >= limit:
+        raise ConfigError(f"gate.soak_s: {cfg.gate.soak_s:g} s does not fit in the gate's time limit of {limit:g} s",
+                          hint="shorten the soak, or raise limits.stage_timeouts.gate (or limits.stage_timeout_s)")
+
+
+def _soak(session: Any, cfg: Config, batch: int, target: Target | None) -> dict[str, Any]:
+    """gate.soak_s of back-to-back timed runs after the trials (:func:`deploykit.metrics.soak.run_soak`)."""
+    feeds = random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch)
+    run, _ = timed_runner(session, feeds, cfg.gate)
+    device = getattr(session, "device_memory_used", None)
+    with tracing.span(f"gate soak {cfg.gate.soak_s:g} s batch {batch}"):
+        return run_soak(tracing.wrap(run, f"infer {cfg.name} batch {batch}"), lambda: session.infer(feeds),
+                        cfg.gate.soak_s, cfg.gate.soak, device_bytes=device,
+                        deadline_ms=target.deadline_ms if target else None)
 
 
 def timing_warnings(report: dict[str, Any], cuda_graph: str) -> list[str]:
