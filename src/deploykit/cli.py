@@ -391,6 +391,34 @@ def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x prec
             + (f" ({bad[0].error.splitlines()[0]})" if bad[0].error else ""), hint=f"see {folder / 'summary.md'}")
 
 
+@app.command()
+def stack(file: Annotated[Path, typer.Argument(help="stack.yaml: models with rates, deadlines and chains")],
+          workdir: opt.Workdir = Path(".deploykit"),
+          duration: Annotated[Optional[float], typer.Option("--duration", help="Seconds with every model together (sets duration_s; a soak when long).")] = None,
+          alone: Annotated[Optional[float], typer.Option("--alone", help="Seconds each model runs alone first (sets alone_s; 0 skips).")] = None,
+          report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Write stack.json, junit.xml, summary.md, report.html here.")] = None,
+          trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+    """Run several models together on one device at their rates; per model: rate, latency, deadline misses,
+    slow-down vs alone; per chain: end to end."""
+    from deploykit.errors import TargetMissed
+    from deploykit.stack import views
+    from deploykit.stack.run import run_stack
+
+    with _tracing(trace):
+        result = run_stack(file, workdir=workdir, duration_s=duration, alone_s=alone, report_dir=report_dir)
+    if log_format == "json":
+        typer.echo(views.to_json(result), nl=False)
+    else:
+        for line in views.verdict_lines(result):
+            typer.echo(line)
+    if report_dir is not None:
+        typer.echo(f"report: {report_dir}", err=True)
+    if result.failed_checks:
+        first = result.failed_checks[0]
+        raise TargetMissed(f"stack failed: {first.message}",
+                           hint=f"see {report_dir / 'summary.md'}" if report_dir else "--report-dir DIR writes the reports")
+
+
 def _matrix_errors() -> dict[int, type[DeployKitError]]:
     from deploykit import errors
 
