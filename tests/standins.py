@@ -5,14 +5,15 @@
 * :class:`StandInSession` is a session whose every timed run "takes" the next latency of a script
   on that clock (and whose outputs are zeros, or NaN where the script says so).
 
-Use the ``standin_clock`` fixture (import it into the test module) and ``load_engine`` patched to
-return a :class:`StandInSession`: the gate then measures exactly the scripted numbers.
+Use the ``standin_clock`` fixture (tests/conftest.py) and :func:`standin_engine`: the gate then
+measures exactly the scripted numbers. :func:`gate_model` writes the gate tests' one-MatMul model.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,9 +75,8 @@ class StandInSession:
         return self._outputs(self.runs)
 
 
-@pytest.fixture
-def standin_clock(monkeypatch: pytest.MonkeyPatch) -> StandInClock:
-    """The stand-in clock, installed as the one clock deploykit's timings read."""
+def install_clock(monkeypatch: pytest.MonkeyPatch) -> StandInClock:
+    """A stand-in clock installed as the one clock deploykit's timings read (the ``standin_clock`` fixture)."""
     clock = StandInClock()
     monkeypatch.setattr(latency, "CLOCK_NS", clock)
     return clock
@@ -87,3 +87,34 @@ def standin_engine(monkeypatch: pytest.MonkeyPatch, session: StandInSession) -> 
     from deploykit.stages import gate
 
     monkeypatch.setattr(gate, "load_engine", lambda artifact: session)
+
+
+GATE_CONFIG = """
+name: m
+source: {onnx: model.onnx}
+inputs: [{name: x, shape: [batch, 8]}]
+dims: {batch: {min: 1, opt: 1, max: 4}}
+parity: {samples: 1}
+gate: {warmup: 3, warmup_s: 0.01, iterations: 20, trials: 3, targets: {default: {fps: 1}}}
+"""
+
+
+def gate_model(folder: Path) -> Path:
+    """A one-MatMul ONNX model (input x [batch, 8]) and its deploykit.yaml in ``folder``; the config's path."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), folder / "model.onnx")
+    (folder / "deploykit.yaml").write_text(GATE_CONFIG)
+    return folder / "deploykit.yaml"
+
+
+def gate(cfg: Path, **kw: object) -> object:
+    """``deploykit.convert`` of ``cfg`` into the store beside it."""
+    import deploykit
+
+    return deploykit.convert(cfg, workdir=cfg.parent / "store", **kw)

@@ -2,7 +2,14 @@
 
 import pytest
 
-from deploykit.metrics.realtime import averaged, deadline_check, deadline_misses, drift, longest_run, worst_case
+from deploykit.metrics.realtime import (
+    averaged,
+    deadline_check,
+    deadline_misses,
+    drift,
+    longest_run,
+    worst_case,
+)
 
 
 def test_worst_case_over_every_value():

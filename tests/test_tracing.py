@@ -7,10 +7,16 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from deploykit import tracing
 from tests.conftest import run_cli
-from tests.stages.test_gate import gate, model  # noqa: F401 (a fixture)
-from tests.standins import StandInSession, standin_clock, standin_engine  # noqa: F401 (a fixture)
+from tests.standins import StandInSession, gate, gate_model, standin_engine
+
+
+@pytest.fixture
+def model(tmp_path):
+    return gate_model(tmp_path)
 
 
 def events(path):

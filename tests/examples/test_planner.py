@@ -6,8 +6,8 @@ import pytest
 
 from deploykit.onnxio import load_model
 from tests.examples.cases import (
-    accurate,
     EXAMPLES,
+    accurate,
     convert,
     rel_change,
     torch_outputs,

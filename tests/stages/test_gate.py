@@ -4,40 +4,18 @@ import json
 import shutil
 from xml.etree import ElementTree as ET
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-import deploykit
 from deploykit.errors import ConfigError, TargetMissed, UsageError
 from deploykit.stages.gate import time_iterations, warm_up
 from tests.conftest import run_cli
-from tests.standins import StandInSession, standin_clock, standin_engine  # noqa: F401 (a fixture)
-
-CONFIG = """
-name: m
-source: {onnx: model.onnx}
-inputs: [{name: x, shape: [batch, 8]}]
-dims: {batch: {min: 1, opt: 1, max: 4}}
-parity: {samples: 1}
-gate: {warmup: 3, warmup_s: 0.01, iterations: 20, trials: 3, targets: {default: {fps: 1}}}
-"""
+from tests.standins import StandInSession, gate, gate_model
 
 
 @pytest.fixture
 def model(tmp_path):
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "model.onnx")
-    (tmp_path / "deploykit.yaml").write_text(CONFIG)
-    return tmp_path / "deploykit.yaml"
+    return gate_model(tmp_path)
 
-
-def gate(cfg, **kw):
-    return deploykit.convert(cfg, workdir=cfg.parent / "store", **kw)
 
 
 def test_trials_give_median_and_spread_after_timed_warmup(model):

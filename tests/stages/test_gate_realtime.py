@@ -12,8 +12,12 @@ from deploykit.progress import SilentReporter
 from deploykit.report import markdown, terminal
 from deploykit.stages.gate import measure_batch, timing_warnings
 from tests.conftest import run_cli
-from tests.stages.test_gate import gate, model  # noqa: F401 (a fixture)
-from tests.standins import StandInSession, standin_clock, standin_engine  # noqa: F401 (a fixture)
+from tests.standins import StandInSession, gate, gate_model, standin_engine
+
+
+@pytest.fixture
+def model(tmp_path):
+    return gate_model(tmp_path)
 
 
 def scripted(monkeypatch, clock, latencies):

@@ -7,10 +7,14 @@ import pytest
 from deploykit.errors import TargetMissed
 from deploykit.metrics import soak
 from tests.conftest import run_cli
-from tests.stages.test_gate import gate, model  # noqa: F401 (a fixture)
-from tests.standins import StandInSession, standin_clock, standin_engine  # noqa: F401 (a fixture)
+from tests.standins import StandInSession, gate, gate_model, standin_engine
 
 SOAK = {"gate.soak_s": 30, "gate.soak.check_every_s": 1.0}
+
+
+@pytest.fixture
+def model(tmp_path):
+    return gate_model(tmp_path)
 
 
 class Ageing(StandInSession):
