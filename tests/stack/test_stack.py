@@ -185,6 +185,7 @@ def test_a_real_onnx_model_builds_once_and_runs_on_its_own_thread_budget(tmp_pat
     assert first.passed and again.passed and "(ran)" in first.models["a"]["source"]
     assert "(reused)" in again.models["a"]["source"] and again.models["b"]["source"].endswith("(reused)")
     assert first.models["a"]["completed"] + first.models["a"]["dropped"] == 10 and first.models["a"]["threads"] == 1
+    assert first.environment["rss"]["samples"] >= 1 and first.environment["rss"]["last_mib"] > 0  # sampled as it ran
 
 
 def test_bad_python_input_names_the_entry():

@@ -138,8 +138,8 @@ def run_soak(run: Callable[[], Any], infer: Callable[[], Mapping[str, Any]], sec
     memory.append((end, rss_bytes(), device_bytes() if device_bytes else None))
     out = {"seconds": round(end, 3), "iterations": series.n, "drift": series.drift(),
            "worst_case": {"p999_ms": series.p999(), "max_ms": series.top, "p999_resolution": "0.5%"},
-           "rss": _growth([(t, r) for t, r, _ in memory], window),
-           "device_memory": _growth([(t, d) for t, _, d in memory if d is not None], window) if device_bytes else None,
+           "rss": growth([(t, r) for t, r, _ in memory], window),
+           "device_memory": growth([(t, d) for t, _, d in memory if d is not None], window) if device_bytes else None,
            "nonfinite": nonfinite, "errors": errors, "per_second": series.seconds}
     if deadline_ms is not None:
         out["deadline"] = {"deadline_ms": deadline_ms, "frames": series.n, "misses": series.late,
@@ -170,7 +170,7 @@ def _error(errors: dict[str, Any], t: float, e: Exception) -> None:
         errors["first"] = f"at {t:.1f} s: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def _growth(samples: list[tuple[float, int]], window: float) -> dict[str, Any]:
+def growth(samples: list[tuple[float, int]], window: float) -> dict[str, Any]:
     """The median of the samples in the first window against those in the last, in MiB."""
     if not samples:
         return {"first_mib": 0.0, "last_mib": 0.0, "growth_mib": 0.0, "samples": 0}
@@ -215,4 +215,4 @@ def _check_dict(name: str, metric: str, measured: float, limit: float, what: str
             "message": f"{name}: {what}: {measured:.4g} {'<=' if ok else '>'} allowed {limit:g}"}
 
 
-__all__ = ["rss_bytes", "run_soak", "soak_checks"]
+__all__ = ["growth", "rss_bytes", "run_soak", "soak_checks"]

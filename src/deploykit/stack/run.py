@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from deploykit.metrics.soak import growth
 from deploykit.stack.record import StackResult
 from deploykit.stack.spec import StackSpec, stack_from_dict
 
@@ -43,9 +44,11 @@ def run_stack(source: str | Path | Mapping[str, Any], *, workdir: str | Path = "
             for name in spec.models:
                 with tracing.span(f"stack {name} alone"):
                     alone.update(run_phase(spec, {name: runs[name]}, spec.alone_s))
+        memory: list[tuple[float, int]] = []
         with tracing.span(f"stack {spec.name} together"):
-            together = run_phase(spec, runs, spec.duration_s)
-    result = build_result(spec, together, alone, best, {n: m.source for n, m in loaded.items()}, _environment())
+            together = run_phase(spec, runs, spec.duration_s, memory)
+    result = build_result(spec, together, alone, best, {n: m.source for n, m in loaded.items()},
+                          {**_environment(), "rss": growth(memory, min(60.0, spec.duration_s / 3))})
     if report_dir is not None:
         write_reports(result, Path(report_dir))
     return result

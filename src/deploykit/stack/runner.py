@@ -29,6 +29,7 @@ from typing import Any
 from deploykit import tracing
 from deploykit.errors import ConfigError, ModelError, TimeLimitExceeded
 from deploykit.metrics import latency
+from deploykit.metrics.soak import rss_bytes
 from deploykit.stack.pacing import Frames, next_frame, released
 from deploykit.stack.spec import StackSpec
 
@@ -78,10 +79,12 @@ def best_cases(spec: StackSpec, runs: dict[str, Callable[[], Any]]) -> dict[str,
     return best
 
 
-def run_phase(spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: float) -> dict[str, Frames]:
+def run_phase(spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: float,
+              memory: list[tuple[float, int]] | None = None) -> dict[str, Frames]:
     """Run the models of ``runs`` together for ``seconds``; each model's frames.
 
     A consumer whose producer is not in ``runs`` (a model timed alone) is fed at its chain head's rate.
+    ``memory``, when given, receives (seconds into the phase, resident bytes) about once a second.
     """
     frames = {name: Frames() for name in runs}
     slots = {name: _Slot() for name in runs if spec.models[name].consumes in runs}
@@ -108,8 +111,10 @@ def run_phase(spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: floa
     for t in threads:
         t.start()
     for name, t in zip(runs, threads, strict=True):
-        if name not in slots:
-            t.join()
+        while name not in slots and t.is_alive():
+            t.join(1.0)
+            if memory is not None:
+                memory.append((latency.now_s() - start, rss_bytes()))
     for slot in slots.values():  # producers are done: consumers finish what waits, then stop
         with slot.cond:
             slot.stopped = True

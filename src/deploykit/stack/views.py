@@ -27,12 +27,19 @@ def model_line(name: str, m: dict[str, Any]) -> str:
                  f"longest run {d['longest_miss_run']})")
     if m.get("slowdown"):
         text += f"; p50 {_ratio(m['slowdown']['p50'])} of alone ({m['alone']['latency']['p50_ms']:.2f} ms)"
+    drift = m.get("drift")
+    if drift and drift.get("window_s", 0) >= 10:  # a run long enough to be a soak
+        text += f"; drift {drift['drift'] * 100:+.1f}% (median of the last {drift['window_s']:g} s vs the first)"
     return text
 
 
 def verdict_lines(result: StackResult) -> list[str]:
     """Plain lines: the stack, one per model and chain, warnings, the result with its exit code."""
-    lines = [f"stack: {result.verdict} — {len(result.models)} models on {result.device} for {result.duration_s:g} s"]
+    rss = result.environment.get("rss") or {}
+    memory = (f"; resident memory {rss['first_mib']:.0f} -> {rss['last_mib']:.0f} MiB ({rss['growth_mib']:+.1f})"
+              if rss.get("samples", 0) > 1 else "")
+    lines = [f"stack: {result.verdict} — {len(result.models)} models on {result.device} for {result.duration_s:g} s"
+             + memory]
     lines += [model_line(n, m) for n, m in result.models.items()]
     for chain, c in result.chains.items():
         lat = c["latency"]
