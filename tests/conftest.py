@@ -97,3 +97,12 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     finally:
         sys.argv = old
     return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def standin_clock(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """A stand-in clock (tests/standins.py) as the one clock deploykit's timings read: timing logic
+    is tested on scripted numbers, never on this machine's speed."""
+    from tests.standins import install_clock
+
+    return install_clock(monkeypatch)

@@ -37,7 +37,7 @@ def test_unknown_key_lists_valid_keys_and_close_match(tmp_path):
     (TINY_CONFIG.replace("EXPORTER", "auto").replace("min: 1, opt: 1", "min: 2, opt: 1"), "min <= opt <= max"),
     (TINY_CONFIG.replace("EXPORTER", "auto").replace("max: 3", "max: 0"), "min <= opt <= max"),
     (TINY_CONFIG.replace("EXPORTER", "cuda"), "export.exporter: 'cuda' is not one of"),
-    (TINY_CONFIG.replace("EXPORTER", "auto").replace("{fps: 1}", "{batch: 2}"), "needs 'fps' or 'latency_ms_p99'"),
+    (TINY_CONFIG.replace("EXPORTER", "auto").replace("{fps: 1}", "{batch: 2}"), "needs 'fps', 'latency_ms_p99' or 'deadline_ms'"),
     (TINY_CONFIG.replace("EXPORTER", "auto").replace("[batch, 3", "[bacth, 3"), "dim 'bacth'"),
 ])
 def test_bad_config_names_the_field(tmp_path, text, expected):

@@ -10,7 +10,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Config", "DeployKitError", "MatrixResult", "RunResult", "build", "convert", "export", "gate",
-           "lint", "load_config", "matrix", "parity", "profile", "quantize", "surgery"]
+           "lint", "load_config", "matrix", "parity", "profile", "quantize", "stack", "surgery", "tracing"]
 
 _LAZY = {
     "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
@@ -19,6 +19,8 @@ _LAZY = {
     "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.pipeline.result",
     # Once deploykit.matrix (the package) is imported it replaces this attribute; the package is callable alike.
     "matrix": "deploykit.api", "MatrixResult": "deploykit.matrix.result",
+    # a callable package (deploykit.stack(...)) and a module, each its own attribute
+    "stack": "deploykit.stack", "StackResult": "deploykit.stack", "tracing": "deploykit.tracing",
 }
 
 
@@ -49,5 +51,6 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module = importlib.import_module(_LAZY[name])
+        return module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
     raise AttributeError(f"module 'deploykit' has no attribute {name!r}")

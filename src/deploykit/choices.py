@@ -33,6 +33,7 @@ LintRun = Literal["auto", "always", "never"]  # auto: when the graph is bound fo
 InputDtype = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
 InputKind = Literal["tensor", "image", "tokens", "mask", "padding_mask"]  # what generated/checked data respects
 LogFormat = Literal["human", "json"]
+CudaGraphMode = Literal["auto", "on", "off"]  # gate.cuda_graph: auto follows build.tensorrt.cuda_graphs
 # How cross-layer equalization treats a HardSwish between two convolutions (quant/equalize.py)
 EqualizeHardSwish = Literal["exact", "approximate", "skip"]
 

@@ -474,6 +474,16 @@ class FakeCudart:
     def cudaStreamCreateWithFlags(self, flags: int) -> tuple[int, int]:  # noqa: N802
         return 0, 7
 
+    def cudaDeviceGetStreamPriorityRange(self) -> tuple[int, int, int]:  # noqa: N802
+        return 0, 0, -5  # (err, least, greatest): lower numbers are more urgent
+
+    def cudaStreamCreateWithPriority(self, flags: int, priority: int) -> tuple[int, int]:  # noqa: N802
+        self.calls.append(f"stream priority {priority}")
+        return 0, 8
+
+    def cudaMemGetInfo(self) -> tuple[int, int, int]:  # noqa: N802
+        return 0, 6 << 30, 8 << 30  # (err, free, total)
+
     def cudaStreamDestroy(self, stream: Any) -> tuple[int]:  # noqa: N802
         return (0,)
 

@@ -18,11 +18,11 @@ def test_report_command_writes_one_self_contained_file(tiny, tmp_path):
     code, stdout, err = run_cli("report", "tiny", "-w", str(store), "-o", str(out))
     assert code == 0, err
     page = out.read_text()
-    for section in ("Stages", "Artifact lineage", "Parity", "Gate", "Latency (ms)", "Platform and tools"):
+    for section in ("Stages", "Artifact lineage", "Parity", "Gate", "Throughput and latency (ms)", "Platform and tools"):
         assert f">{section}" in page
     assert not re.search(r"""(src|href)=['"]?(https?:|//)""", page)  # nothing fetched from elsewhere
     images = re.findall(r"src='data:image/png;base64,[A-Za-z0-9+/=]+'", page)
-    assert len(images) == 4  # features, pooled, latency histogram, percentile bars
+    assert len(images) == 5  # features, pooled, latency histogram, percentile bars, latency over time
     assert "onnxruntime" in page and "torch" in page  # tool versions
 
 
@@ -47,7 +47,7 @@ def test_notebook_view_shows_the_same_summary(tiny, tmp_path):
     fragment = result._repr_html_()
     assert "<table>" in fragment and "Parity" in fragment and "Gate" in fragment and "base64" not in fragment
     full = result.report_html(tmp_path / "r.html")
-    assert full.count("data:image/png;base64,") == 4 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert full.count("data:image/png;base64,") == 5 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
 
 def test_failed_run_renders_with_its_failures(tiny, tmp_path):

@@ -65,5 +65,5 @@ def test_report_plots_leave_the_matplotlib_backend_alone(tiny, tmp_path):
     before = matplotlib.get_backend()
     cfg, store = tiny
     html = deploykit.convert(cfg, workdir=store).report_html(tmp_path / "r.html")
-    assert html.count("data:image/png;base64,") == 4
+    assert html.count("data:image/png;base64,") == 5
     assert matplotlib.get_backend() == before

@@ -4,39 +4,18 @@ import json
 import shutil
 from xml.etree import ElementTree as ET
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-import deploykit
 from deploykit.errors import ConfigError, TargetMissed, UsageError
 from deploykit.stages.gate import time_iterations, warm_up
 from tests.conftest import run_cli
-
-CONFIG = """
-name: m
-source: {onnx: model.onnx}
-inputs: [{name: x, shape: [batch, 8]}]
-dims: {batch: {min: 1, opt: 1, max: 4}}
-parity: {samples: 1}
-gate: {warmup: 3, warmup_s: 0.01, iterations: 20, trials: 3, targets: {default: {fps: 1}}}
-"""
+from tests.standins import StandInSession, gate, gate_model
 
 
 @pytest.fixture
 def model(tmp_path):
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "model.onnx")
-    (tmp_path / "deploykit.yaml").write_text(CONFIG)
-    return tmp_path / "deploykit.yaml"
+    return gate_model(tmp_path)
 
-
-def gate(cfg, **kw):
-    return deploykit.convert(cfg, workdir=cfg.parent / "store", **kw)
 
 
 def test_trials_give_median_and_spread_after_timed_warmup(model):
@@ -45,16 +24,21 @@ def test_trials_give_median_and_spread_after_timed_warmup(model):
     p50s = sorted(t["p50_ms"] for t in g["trials"])
     assert g["latency"]["p50_ms"] == p50s[1]  # the median trial
     assert g["spread"]["p50_ms"]["min"] == p50s[0] and g["spread"]["p50_ms"]["max"] == p50s[2]
-    assert g["fps"] == pytest.approx(1000.0 / g["latency"]["p50_ms"])
+    assert g["fps_best_case"] == pytest.approx(1000.0 / g["latency"]["p50_ms"])  # labelled, not judged
+    assert g["fps"] == sorted(g["fps_trials"])[1]  # wall-clock throughput, the median trial
+    for fps, trial in zip(g["fps_trials"], g["trials_ms"], strict=True):  # the wall holds every call and more
+        assert fps <= 1000.0 * len(trial) / sum(trial) * (1 + 1e-6)
     assert g["warmup"]["iterations"] >= 3 and g["warmup"]["seconds"] >= 0.01
-    assert g["schema"] == "deploykit.gate/2" and g["latency"]["n"] == 60
+    assert g["schema"] == "deploykit.gate/3" and g["latency"]["n"] == 60
+    assert g["shapes"] == {"x": [1, 8]} and g["batch"] == 1  # the opt shape, as timed
 
 
 def test_batch_sweep_and_concurrency(model):
     g = gate(model, gate__batches=[2, 4], gate__concurrency=2).gate
     assert [s["batch"] for s in g["sweep"]] == [2, 4]
     for s in g["sweep"]:
-        assert s["fps"] == pytest.approx(s["batch"] * 1000.0 / s["latency"]["p50_ms"])  # throughput = batch x FPS
+        assert s["fps_best_case"] == pytest.approx(s["batch"] * 1000.0 / s["latency"]["p50_ms"])
+        assert s["shapes"] == {"x": [s["batch"], 8]}
         assert "trials_ms" not in s
     assert g["concurrency"]["streams"] == 2 and g["concurrency"]["throughput"] > 0
 
@@ -94,7 +78,7 @@ def test_progress_is_reported_between_trials_only(model):
 # -- targets -------------------------------------------------------------------------------------------
 
 def test_latency_target_and_junit_has_one_testcase_per_model_and_target(model, tmp_path):
-    with pytest.raises(TargetMissed, match=r"p99 \d+\.\d+ ms > target 1e-06 ms"):
+    with pytest.raises(TargetMissed, match=r"p99 \d+\.\d+ ms \(median of 3 trials\) > target 1e-06 ms"):
         gate(model, gate__targets={"default": {"latency_ms_p99": 1e-6, "fps": 1}})
     code, _, _ = run_cli("gate", str(model), "-w", str(tmp_path / "store"), "--set",
                          "gate.targets.default.latency_ms_p99=1e-6", "--report-dir", str(tmp_path / "r"))
@@ -112,7 +96,7 @@ def test_latency_target_and_junit_has_one_testcase_per_model_and_target(model, t
 def test_target_with_neither_fps_nor_latency_exits_2(model):
     code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
                            "gate.targets={cpu: {batch: 2}}")
-    assert code == 2 and "gate.targets.cpu: a target needs 'fps' or 'latency_ms_p99'" in err
+    assert code == 2 and "gate.targets.cpu: a target needs 'fps', 'latency_ms_p99' or 'deadline_ms'" in err
 
 
 def test_missing_target_is_an_error_unless_allowed(model):
@@ -178,7 +162,8 @@ def test_regression_beyond_the_spread_fails_and_says_by_how_much(model, tmp_path
     (lambda r: r.update(platform="cpu:Other CPU"), "it measured platform 'cpu:Other CPU'"),
     (lambda r: r["device"].update(model="Other CPU"), "it was measured on cpu 'Other CPU'"),
     (lambda r: r.update(batch=4), "it measured batch 4, this run measures batch 1"),
-    (lambda r: r.pop("schema"), "not a deploykit.gate/2 report"),
+    (lambda r: r.pop("schema"), "not a deploykit.gate/3 report"),
+    (lambda r: r.update(schema="deploykit.gate/2"), "older reports measured fps as batch / median latency"),
 ])
 def test_baseline_from_another_model_or_platform_is_refused(model, tmp_path, edit, reason):
     path = baseline_from(model, tmp_path, edit)
@@ -205,25 +190,21 @@ def test_a_missing_target_fails_before_any_stage_runs(model):
     assert not list((model.parent / "store" / "objects").iterdir())  # nothing was ingested or built
 
 
-def test_sessions_with_an_engine_only_runner_report_both_timings(tiny):
+def test_sessions_with_an_engine_only_runner_report_both_timings(tiny, standin_clock):
     """A session that can time the engine alone (TensorRT) gets both numbers; targets use end to end."""
-    import time as _time
-
     from deploykit.config import load_config
     from deploykit.progress import SilentReporter
     from deploykit.stages.gate import measure_batch
 
-    class TwoClocks:
-        runner_info = {"mode": "cuda-graph"}
-
-        def timed_runner(self, feeds):
-            return lambda: _time.sleep(0.002)
-
-        def engine_timed_runner(self, feeds):
-            return lambda: _time.sleep(0.0005)
+    class TwoClocks(StandInSession):
+        def engine_timed_runner(self, feeds, **options):
+            return lambda: self.clock.advance_ms(0.5)
 
     cfg, _ = tiny
-    out = measure_batch(TwoClocks(), load_config(cfg, {"gate.trials": 2, "gate.iterations": 5}), 1, SilentReporter())
-    assert out["engine_only"]["latency"]["p50_ms"] < out["latency"]["p50_ms"]
+    session = TwoClocks(standin_clock, [2.0])
+    session.runner_info = {"mode": "cuda-graph"}
+    out = measure_batch(session, load_config(cfg, {"gate.trials": 2, "gate.iterations": 5}), 1, SilentReporter())
+    assert out["engine_only"]["latency"]["p50_ms"] == pytest.approx(0.5)
+    assert out["latency"]["p50_ms"] == pytest.approx(2.0) and out["fps"] == pytest.approx(500.0)
     assert out["engine_only"]["runner"] == {"mode": "cuda-graph"}
-    assert out["fps"] < out["engine_only"]["fps"]
+    assert out["engine_only"]["fps_best_case"] == pytest.approx(2000.0)

@@ -80,6 +80,11 @@ class Backend(Protocol):
 
     def load(self, engine_dir: Path) -> Session: ...
 
+    def timing_refusals(self, options: BuildConfig) -> dict[str, str]:
+        """Why this backend's sessions cannot be timed a way the gate can ask for (trtexec's flags):
+        ``{"cuda_graph": why, "no_data_transfers": why}``; a missing key means it can."""
+        ...
+
 
 __all__ = ["Availability", "Backend", "Profile", "Profiles", "Session", "SideArtifact", "TensorSpec",
            "profiles_from_config"]

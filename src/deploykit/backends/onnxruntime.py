@@ -71,8 +71,18 @@ class OnnxRuntimeBackend:
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
-    def load(self, engine_dir: Path, *, profile_prefix: str | None = None) -> OrtSession:
-        """A session for an engine folder; with ``profile_prefix``, ONNX Runtime profiles every run."""
+    def timing_refusals(self, options: BuildConfig) -> dict[str, str]:
+        """No CUDA graphs here; without a device there are no transfers to leave out (on the CPU)."""
+        out = {"cuda_graph": f"ONNX Runtime sessions ({options.provider} provider) are not captured into CUDA graphs "
+                             "here"}
+        if options.provider != "cpu":
+            out["no_data_transfers"] = (f"the {options.provider} provider copies inputs to the device on every "
+                                        "run (no I/O binding here)")
+        return out
+
+    def load(self, engine_dir: Path, *, profile_prefix: str | None = None, threads: int | None = None) -> OrtSession:
+        """A session for an engine folder; with ``profile_prefix``, ONNX Runtime profiles every run;
+        ``threads``: intra-op threads (a thread budget, ``deploykit stack``), else the build's."""
         engine = json.loads((engine_dir / ENGINE_JSON).read_text())
         provider = engine["provider"]
         if provider != "cpu":
@@ -84,4 +94,5 @@ class OnnxRuntimeBackend:
         # The CPU graph is already optimized: run it as saved. GPU providers rewrite it for themselves.
         return session_from_engine(engine_dir / ENGINE_MODEL, evaluator, provider=provider,
                                    level="disabled" if provider == "cpu" else "all",
-                                   threads=engine["intra_op_threads"], profile_prefix=profile_prefix)
+                                   threads=engine["intra_op_threads"] if threads is None else threads,
+                                   profile_prefix=profile_prefix)

@@ -166,12 +166,18 @@ class TensorRTBackend:
             Path(timing_cache_out).write_bytes(built.timing_cache)
         return {**record, "build_seconds": round(built.build_seconds, 3)}
 
-    def load(self, engine_dir: Path, *, refit_onnx: Path | None = None) -> Any:
+    def timing_refusals(self, options: BuildConfig) -> dict[str, str]:
+        """A TensorRT session replays CUDA graphs and can time the engine alone: nothing is refused."""
+        return {}
+
+    def load(self, engine_dir: Path, *, refit_onnx: Path | None = None, stream_priority: int | None = None) -> Any:
         """Load an engine folder into a session, after checking it can run on this machine.
 
         Args:
             engine_dir: a folder written by :meth:`build`.
             refit_onnx: for a weight-stripped plan, the ONNX it was built from (default: the recorded path).
+            stream_priority: the CUDA stream's priority (lower is more urgent; ``deploykit stack``);
+                None: the default priority.
 
         Raises:
             EngineIncompatible: built for another TensorRT version or GPU compute capability.
@@ -196,7 +202,7 @@ class TensorRTBackend:
         runtime, engine = trt_files.deserialize(trt, plan, meta, logger, engine_dir)
         if meta.get("stripped"):
             trt_files.refit_stripped(trt, engine, meta, logger, refit_onnx)
-        return TensorRTSession(trt, engine, meta, logger, runtime=runtime)
+        return TensorRTSession(trt, engine, meta, logger, runtime=runtime, stream_priority=stream_priority)
 
 
 def _check_hardware_level(level: str, env: dict[str, Any]) -> None:

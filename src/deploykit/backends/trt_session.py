@@ -151,7 +151,7 @@ class TensorRTSession(Session):
     """A deserialized engine with its execution context, stream and buffers (the backend Session)."""
 
     def __init__(self, trt: Any, engine: Any, meta: dict[str, Any], logger: Any, *, runtime: Any = None,
-                 cudart: Any = None) -> None:
+                 cudart: Any = None, stream_priority: int | None = None) -> None:
         # The runtime is held because an engine must not outlive the runtime that deserialized it.
         self._trt, self._engine, self._meta, self._logger, self._runtime = trt, engine, meta, logger, runtime
         self._cudart = cudart or require_cudart()
@@ -160,8 +160,7 @@ class TensorRTSession(Session):
             raise EnvironmentProblem("TensorRT could not create an execution context for the engine (not enough "
                                      "free GPU memory for its activations?)", hint="free GPU memory, or rebuild "
                                      "with smaller profile max shapes")
-        self._stream = call(self._cudart, self._cudart.cudaStreamCreateWithFlags(self._cudart.cudaStreamNonBlocking),
-                            "cudaStreamCreateWithFlags")
+        self._stream = _make_stream(self._cudart, stream_priority)
         self._io = engine_io(trt, engine)
         self._memory: dict[str, _Memory] = {}
         self._host_inputs: dict[str, np.ndarray] = {}  # keeps shape-tensor inputs alive while bound
@@ -197,13 +196,14 @@ class TensorRTSession(Session):
         self._execute()
         return self._fetch(outputs)
 
-    def engine_timed_runner(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
-        """A callable timing the engine alone: inputs stay on the device, no copies per call."""
+    def engine_timed_runner(self, feeds: dict[str, np.ndarray], cuda_graph: str = "auto") -> Callable[[], None]:
+        """A callable timing the engine alone: inputs stay on the device, no copies per call
+        (``cuda_graph``: gate.cuda_graph, see :meth:`_launcher`)."""
         copies = self._stage_inputs(feeds)
         self._bind_outputs()
         self._copy(copies, "host-to-device")
         self._sync()
-        launch, generation = self._launcher(), self._generation
+        launch, generation = self._launcher(cuda_graph), self._generation
 
         def run() -> None:
             self._check_generation(generation)
@@ -212,13 +212,13 @@ class TensorRTSession(Session):
 
         return run
 
-    def timed_runner(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
+    def timed_runner(self, feeds: dict[str, np.ndarray], cuda_graph: str = "auto") -> Callable[[], None]:
         """A callable timing end to end: host-to-device copies, the engine, device-to-host copies."""
         copies = self._stage_inputs(feeds)
         outputs = self._bind_outputs()
         self._copy(copies, "host-to-device")
         self._sync()
-        launch, generation = self._launcher(), self._generation
+        launch, generation = self._launcher(cuda_graph), self._generation
         copies_out = [(self._memory[i.name].host, self._memory[i.name].device, _nbytes(i, s))
                       for i, s in outputs if s is not None and not i.host]
         dynamic = [(i, s) for i, s in outputs if s is None]
@@ -417,10 +417,20 @@ class TensorRTSession(Session):
 
     # -- CUDA graphs -----------------------------------------------------------------------------
 
-    def _launcher(self) -> Callable[[], None]:
-        """Replay a captured CUDA graph when allowed and possible, else enqueue; records which in runner_info."""
-        if not self._meta.get("cuda_graphs", True):
-            self.runner_info = {"mode": "enqueue", "why": "cuda_graphs is off in the build options"}
+    def device_memory_used(self) -> int:
+        """Bytes in use on this session's GPU (all processes: what cudaMemGetInfo sees), for a soak."""
+        free, total = call(self._cudart, self._cudart.cudaMemGetInfo(), "cudaMemGetInfo")
+        return int(total) - int(free)
+
+    def _launcher(self, mode: str = "auto") -> Callable[[], None]:
+        """Replay a captured CUDA graph when allowed and possible, else enqueue; records which in runner_info.
+
+        ``mode`` is gate.cuda_graph: ``auto`` follows the build's ``cuda_graphs``, ``on`` captures even
+        where the build turned it off (trtexec's --useCudaGraph; a failed capture still falls back, and
+        says why), ``off`` enqueues."""
+        if mode == "off" or (mode == "auto" and not self._meta.get("cuda_graphs", True)):
+            where = "gate.cuda_graph is off" if mode == "off" else "cuda_graphs is off in the build options"
+            self.runner_info = {"mode": "enqueue", "why": where}
             return self._execute
         if any(not i.is_input and any(int(d) < 0 for d in self._context.get_tensor_shape(i.name)) for i in self._io):
             self.runner_info = {"mode": "enqueue", "why": "data-dependent output shapes cannot be captured"}
@@ -466,6 +476,16 @@ class TensorRTSession(Session):
         if self._graph_exec is not None:
             self._cudart.cudaGraphExecDestroy(self._graph_exec)
             self._graph_exec, self._graph_generation = None, -1
+
+
+def _make_stream(cudart: Any, priority: int | None) -> Any:
+    """A non-blocking stream, at ``priority`` when given (clamped to the device's range)."""
+    flags = cudart.cudaStreamNonBlocking
+    if priority is None:
+        return call(cudart, cudart.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags")
+    least, greatest = call(cudart, cudart.cudaDeviceGetStreamPriorityRange(), "cudaDeviceGetStreamPriorityRange")
+    clamped = min(max(priority, int(greatest)), int(least))  # CUDA: lower numbers are more urgent
+    return call(cudart, cudart.cudaStreamCreateWithPriority(flags, clamped), "cudaStreamCreateWithPriority")
 
 
 def _nbytes(info: IOInfo, shape: tuple[int, ...]) -> int:

@@ -91,6 +91,21 @@ def _gate_flags(allow_missing_target: bool, baseline: Path | None, iterations: i
             "gate.iterations": iterations, "gate.warmup": warmup, "gate.duration_s": duration}
 
 
+def _timing_flags(use_cuda_graph: bool, no_data_transfers: bool, warmup_ms: float | None, avg_runs: int | None,
+                  soak: float | None) -> dict[str, Any]:
+    """trtexec's timing flags as the gate fields they set (None: not given)."""
+    return {"gate.cuda_graph": "on" if use_cuda_graph else None, "gate.data_transfers": False if no_data_transfers else None,
+            "gate.warmup_s": warmup_ms / 1000.0 if warmup_ms is not None else None, "gate.avg_runs": avg_runs,
+            "gate.soak_s": soak}
+
+
+def _tracing(path: Path | None) -> Any:
+    """``--trace out.json``: every stage and timed inference as a Chrome trace (and NVTX ranges)."""
+    from deploykit import tracing
+
+    return tracing.trace(path) if path is not None else contextlib.nullcontext()
+
+
 def _reruns(rerun: list[str] | None, remeasure: bool) -> list[str]:
     return [*(rerun or []), *(["gate"] if remeasure else [])]
 
@@ -105,14 +120,18 @@ def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .
             duration: opt.Duration = None, remeasure: opt.Remeasure = False, auto_repair: opt.AutoRepair = False,
             report_dir: opt.ReportDir = None,
             allow_missing_target: opt.AllowMissingTarget = False, baseline: opt.Baseline = None,
-            log_format: opt.LogFormatOpt = "human") -> None:
+            use_cuda_graph: opt.UseCudaGraph = False, no_data_transfers: opt.NoDataTransfers = False,
+            warmup_ms: opt.WarmupMs = None, avg_runs: opt.AvgRuns = None, soak: opt.Soak = None,
+            trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
     flags = {"quantize.precision": precision, "quantize.repair.enabled": True if auto_repair else None,
              "build.backend": backend, "build.provider": provider,
              "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache),
-             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
-    _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
-         shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration),
+             **_timing_flags(use_cuda_graph, no_data_transfers, warmup_ms, avg_runs, soak)}
+    with _tracing(trace):
+        _run(config, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+             shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
 
 
 def _timing_cache(path: Path | None) -> dict[str, Any]:
@@ -207,17 +226,24 @@ def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.o
 def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
          backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
          workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
-         dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
-         fps: Annotated[Optional[float], typer.Option(help="Target FPS (sets gate.targets.default.fps).")] = None,
+         dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
+         opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, report_dir: opt.ReportDir = None,
+         fps: Annotated[Optional[float], typer.Option(help="Target FPS, judged on wall-clock throughput (sets gate.targets.default.fps).")] = None,
+         deadline_ms: opt.DeadlineMs = None,
          iterations: opt.Iterations = None, warmup: opt.Warmup = None, duration: opt.Duration = None,
          remeasure: opt.Remeasure = False, allow_missing_target: opt.AllowMissingTarget = False,
-         baseline: opt.Baseline = None, log_format: opt.LogFormatOpt = "human") -> None:
-    """Benchmark the engine against the FPS/latency target for this platform (and a baseline report)."""
+         baseline: opt.Baseline = None, use_cuda_graph: opt.UseCudaGraph = False,
+         no_data_transfers: opt.NoDataTransfers = False, warmup_ms: opt.WarmupMs = None, avg_runs: opt.AvgRuns = None,
+         soak: opt.Soak = None, trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+    """Benchmark the engine against the throughput/latency/deadline target for this platform (and a baseline)."""
+    target = opt.overrides(fps=fps, deadline_ms=deadline_ms)  # a target from the flags replaces the config's
     flags = {"build.backend": backend, "quantize.precision": precision,
-             "gate.targets": {"default": {"fps": fps}} if fps is not None else None,
-             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration)}
-    _run(model, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
-         shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir)
+             "gate.targets": {"default": target} if target else None,
+             **_gate_flags(allow_missing_target, baseline, iterations, warmup, duration),
+             **_timing_flags(use_cuda_graph, no_data_transfers, warmup_ms, avg_runs, soak)}
+    with _tracing(trace):
+        _run(model, None, workdir, set_, log_format, flags=flags, rerun=_reruns(rerun, remeasure), dims=dim,
+             shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes), report_dir=report_dir)
 
 
 LintSource = Annotated[Path, typer.Argument(help="deploykit.yaml (the graph its build would get) or model.onnx")]
@@ -394,6 +420,34 @@ def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x prec
         raise _MATRIX_ERRORS.get(result.exit_code, InternalError)(
             f"{len(bad)} of {len(result.cells)} cells did not pass; first: {bad[0].id}: {bad[0].status}"
             + (f" ({bad[0].error.splitlines()[0]})" if bad[0].error else ""), hint=f"see {folder / 'summary.md'}")
+
+
+@app.command()
+def stack(file: Annotated[Path, typer.Argument(help="stack.yaml: models with rates, deadlines and chains")],
+          workdir: opt.Workdir = Path(".deploykit"),
+          duration: Annotated[Optional[float], typer.Option("--duration", help="Seconds with every model together (sets duration_s; a soak when long).")] = None,
+          alone: Annotated[Optional[float], typer.Option("--alone", help="Seconds each model runs alone first (sets alone_s; 0 skips).")] = None,
+          report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Write stack.json, junit.xml, summary.md, report.html here.")] = None,
+          trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+    """Run several models together on one device at their rates; per model: rate, latency, deadline misses,
+    slow-down vs alone; per chain: end to end."""
+    from deploykit.errors import TargetMissed
+    from deploykit.stack import views
+    from deploykit.stack.run import run_stack
+
+    with _tracing(trace):
+        result = run_stack(file, workdir=workdir, duration_s=duration, alone_s=alone, report_dir=report_dir)
+    if log_format == "json":
+        typer.echo(views.to_json(result), nl=False)
+    else:
+        for line in views.verdict_lines(result):
+            typer.echo(line)
+    if report_dir is not None:
+        typer.echo(f"report: {report_dir}", err=True)
+    if result.failed_checks:
+        first = result.failed_checks[0]
+        raise TargetMissed(f"stack failed: {first.message}",
+                           hint=f"see {report_dir / 'summary.md'}" if report_dir else "--report-dir DIR writes the reports")
 
 
 def _matrix_errors() -> dict[int, type[DeployKitError]]:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from deploykit.choices import (
     BackendName,
+    CudaGraphMode,
     EqualizeHardSwish,
     Exporter,
     Flavour,
@@ -465,22 +466,51 @@ class ParityConfig:
 
 @dataclass(frozen=True)
 class Target:
+    """One platform's budget. ``fps`` is judged on wall-clock throughput of the timing loop (samples/s,
+    trtexec's "Throughput"), ``latency_ms_p99`` on the median over trials of each trial's p99,
+    ``deadline_ms`` on the share of every timed iteration over it (held to ``max_miss_rate``)."""
+
     fps: float | None = None
     latency_ms_p99: float | None = None
-    batch: int = 1
+    deadline_ms: float | None = None  # a per-frame budget: the share of iterations over it is judged
+    max_miss_rate: float = 0.0  # the share of frames allowed past deadline_ms
+    batch: int | None = None  # None: the batch of the opt shape (what --shapes / --opt-shapes set)
     precision: TargetPrecision = "any"  # the build this target is for
 
     def __post_init__(self) -> None:
-        if self.fps is None and self.latency_ms_p99 is None:
-            raise ValueError("a target needs 'fps' or 'latency_ms_p99'")
-        if self.batch < 1:
+        if self.fps is None and self.latency_ms_p99 is None and self.deadline_ms is None:
+            raise ValueError("a target needs 'fps', 'latency_ms_p99' or 'deadline_ms'")
+        if self.batch is not None and self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.deadline_ms is not None and not (self.deadline_ms > 0 and math.isfinite(self.deadline_ms)):
+            raise ValueError(f"deadline_ms must be a positive number of milliseconds, got {self.deadline_ms}")
+        if not 0.0 <= self.max_miss_rate <= 1.0:
+            raise ValueError(f"max_miss_rate must be a share from 0 to 1, got {self.max_miss_rate}")
+
+
+@dataclass(frozen=True)
+class SoakLimits:
+    """``gate.soak``: what a soak (``gate.soak_s`` > 0) may show before the gate fails."""
+
+    window_s: float = 60.0  # drift compares the first and the last window (a third of a shorter soak)
+    max_drift: float = 0.10  # last window's median latency over the first's, minus 1
+    max_rss_growth_mib: float = 64.0  # resident memory growth from the first to the last window
+    max_device_growth_mib: float = 64.0  # device memory growth (GPU sessions that can tell)
+    check_every_s: float = 1.0  # how often outputs are checked for NaN/Inf and memory is sampled
+
+    def __post_init__(self) -> None:
+        for name in ("window_s", "check_every_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("max_drift", "max_rss_growth_mib", "max_device_growth_mib"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
 class GateConfig:
     warmup: int = 20  # warm-up runs at least this many iterations ...
-    warmup_s: float = 0.25  # ... and for at least this long (clocks, caches, allocator)
+    warmup_s: float = 0.25  # ... and for at least this long (clocks, caches, allocator); --warmup-ms
     iterations: int = 200  # per trial (at least)
     duration_s: float = 0.0  # timed seconds at least, over all trials: more iterations per trial when needed
     trials: int = 5  # the report gives the median of trials and their spread
@@ -492,13 +522,20 @@ class GateConfig:
     regression_threshold: float = 0.10  # slowdown allowed vs the baseline, on top of the measured spread
     spread_warning: float = 0.10  # warn when the trials' p50 spread (max - min over median) exceeds this
     profile: bool = False  # also profile per layer (the backend's profiler, roofline columns): profile.json
+    # trtexec's timing flags: --useCudaGraph (on; auto follows build.tensorrt.cuda_graphs), --noDataTransfers
+    # (data_transfers false: the engine alone, inputs and outputs stay on the device), --avgRuns
+    cuda_graph: CudaGraphMode = "auto"
+    data_transfers: bool = True
+    avg_runs: int = 1  # latency percentiles over means of this many consecutive runs (deadlines: every run)
+    soak_s: float = 0.0  # > 0: after the trials, run this long and check drift, memory, NaN/Inf, errors
+    soak: SoakLimits = SoakLimits()
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "trials", "concurrency"):
+        for name in ("iterations", "trials", "concurrency", "avg_runs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0 or self.warmup_s < 0 or self.duration_s < 0:
-            raise ValueError("warmup, warmup_s and duration_s must be >= 0")
+        if self.warmup < 0 or self.warmup_s < 0 or self.duration_s < 0 or self.soak_s < 0:
+            raise ValueError("warmup, warmup_s, duration_s and soak_s must be >= 0")
         if any(b < 1 for b in self.batches):
             raise ValueError(f"batches must be >= 1, got {list(self.batches)}")
 

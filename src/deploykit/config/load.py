@@ -149,7 +149,7 @@ UPPER = {
     ("ExportConfig", "opset"): 30, ("DataConfig", "samples"): 10**7, ("RepairConfig", "max_iterations"): 1000,
     ("RepairConfig", "samples"): 10**6, ("QuantizeConfig", "num_bins"): 1 << 20,
     ("QuantizeConfig", "check_samples"): 10**6, ("TensorRTOptions", "workspace_mib"): 1 << 24,
-    ("BuildConfig", "intra_op_threads"): 1024,
+    ("BuildConfig", "intra_op_threads"): 1024, ("GateConfig", "soak_s"): 86400.0, ("GateConfig", "avg_runs"): 10**6,
 }
 # Lower bounds the dataclasses do not check themselves: a count of 0 would make a check vacuous.
 LOWER = {

@@ -11,33 +11,56 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 PERCENTILES = ("p50_ms", "p90_ms", "p99_ms")
 
+# The one clock every timing reads (nanoseconds, monotonic). Tests of the gate's and the stack's logic
+# replace it with a stand-in clock (``monkeypatch.setattr(latency, "CLOCK_NS", fake)``), so no test
+# depends on how fast the machine is.
+CLOCK_NS: Callable[[], int] = time.perf_counter_ns
+
+
+def now_s() -> float:
+    """:data:`CLOCK_NS` in seconds."""
+    return CLOCK_NS() / 1e9
+
 
 def warm_up(run: Any, count: int, seconds: float) -> tuple[int, float]:
     """Run until both ``count`` runs and ``seconds`` have passed; return (runs, seconds) spent."""
-    clock = time.perf_counter
-    start = clock()
+    start = now_s()
     end, n = start + seconds, 0
-    while n < count or clock() < end:
+    while n < count or now_s() < end:
         run()
         n += 1
-    return n, clock() - start
+    return n, now_s() - start
 
 
-def time_iterations(run: Any, n: int) -> list[float]:
+def time_iterations(run: Any, n: int, starts: list[int] | None = None) -> list[float]:
     """Per-iteration wall times in ms. The loop body is the call and two clock reads, nothing else:
-    no logging, no progress, no allocation (the list exists before the first iteration)."""
-    clock = time.perf_counter_ns
+    no logging, no progress, no allocation (the list exists before the first iteration).
+
+    ``starts``, when given, receives each iteration's start (ns on :data:`CLOCK_NS`): for a trace or a
+    series over time, at the cost of one more store per iteration.
+    """
+    clock = CLOCK_NS
     out = [0] * n
-    for i in range(n):
-        t0 = clock()
-        run()
-        out[i] = clock() - t0
+    if starts is None:
+        for i in range(n):
+            t0 = clock()
+            run()
+            out[i] = clock() - t0
+    else:
+        begun = [0] * n
+        for i in range(n):
+            t0 = clock()
+            run()
+            out[i] = clock() - t0
+            begun[i] = t0
+        starts.extend(begun)
     return [t / 1e6 for t in out]
 
 

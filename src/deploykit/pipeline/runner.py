@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from deploykit import tracing
 from deploykit.config import Config
 from deploykit.errors import (
     DeployKitError,
@@ -58,7 +59,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         stage.preflight(run.ctx)
     for stage in planned:
         try:
-            _run_stage(run, stage, force=stage.name in rerun)
+            _run_stage(run, stage, force=stage.name in rerun or stage.fresh_every_run(run.ctx))
         except DeployKitError as e:
             e.result = _result(run, config, e)  # type: ignore[attr-defined]
             raise
@@ -84,7 +85,8 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     ctx.reporter.event("stage_start", stage=stage.name)
     note = ""
     try:
-        with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage):
+        with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage), \
+                tracing.span(f"stage {stage.name}"):
             parents = _parents(run, stage)
             key_config = canonical(stage.key_config(ctx))
             key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))

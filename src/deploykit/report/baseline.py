@@ -12,7 +12,7 @@ from deploykit.errors import UsageError
 from deploykit.metrics.latency import regression
 from deploykit.store.hashing import digest_file
 
-SCHEMA = "deploykit.gate/2"
+SCHEMA = "deploykit.gate/3"  # 2 judged fps on batch / median latency: not comparable
 _HINT = "pass a gate.json written by `deploykit gate` for this model on this machine"
 
 
@@ -28,8 +28,8 @@ def load(path: Path, *, model: str, platform: str, device: dict[str, Any], batch
         raise UsageError(f"baseline {path}: not a readable JSON report ({str(e)[:200]})", hint=_HINT) from e
     if not isinstance(report, dict) or report.get("schema") != SCHEMA:
         found = report.get("schema", "no schema") if isinstance(report, dict) else type(report).__name__
-        raise UsageError(f"baseline {path}: not a {SCHEMA} report ({found}); older reports have no trials to "
-                         "compare spreads with", hint=_HINT)
+        raise UsageError(f"baseline {path}: not a {SCHEMA} report ({found}); older reports measured fps as "
+                         "batch / median latency (or had no trials to compare spreads with)", hint=_HINT)
     for why in _mismatches(report, model, platform, device, batch):
         raise UsageError(f"baseline {path} cannot be compared: {why}", hint=_HINT)
     return {"path": str(path), "digest": digest_file(path), "report": report}

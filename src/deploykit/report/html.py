@@ -8,7 +8,7 @@ from typing import Any
 
 from deploykit.record.model import RunRecord
 from deploykit.report import plots
-from deploykit.report.markdown import change, fmt
+from deploykit.report.markdown import change, fmt, timed_phrase
 
 CSS = """
 .dk-report { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; max-width: 1100px; }
@@ -279,26 +279,43 @@ def _gate(g: dict[str, Any], with_plots: bool, cached: bool = False) -> str:
     out = [f"<h2>Gate: {_status('pass' if g['passed'] else 'fail')}{label}</h2>",
            f"<p>Platform <code>{e(g['platform'])}</code>, batch {g['batch']}, precision {e(g.get('precision', '?'))}, "
            f"{g.get('trials_count', 1)} trials × {g.get('iterations', g['latency']['n'])} iterations after "
-           f"{_warmup(g)}; evaluator: {e(g['evaluator'])}.</p>"]
+           f"{_warmup(g)}; evaluator: {e(g['evaluator'])}; timed {e(timed_phrase(g))}.</p>"]
     if g["checks"]:
-        out.append(_table(["check", "target", "measured", "result"],
-                          [[e(c["name"]), f"{c['target']:g}", f"{c['measured']:.3f}", _status("pass" if c["passed"]
-                                                                                          else "fail")]
-                           for c in g["checks"]], {1, 2}))
+        out.append(_table(["check", "target", "measured", "judged on", "result"],
+                          [[e(c["name"]), f"{c['target']:g}", f"{c['measured']:.4g}", e(c.get("statistic", "")),
+                            _status("pass" if c["passed"] else "fail")] for c in g["checks"]], {1, 2}))
     else:
         out.append(f"<p class='note'>{e(g.get('note') or 'no target')}: measured only.</p>")
     spread = g.get("spread", {})
-    rows = [[k.removesuffix("_ms"), f"{g['latency'][k]:.3f}",
-             f"{spread[k]['min']:.3f} – {spread[k]['max']:.3f} ({spread[k]['rel'] * 100:.1f}%)" if k in spread else ""]
-            for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")]
-    rows.insert(0, ["FPS (batch / median latency)", f"{g['fps']:.1f}", _fps_range(g)])
-    if g.get("wall_fps"):
-        rows.insert(1, ["throughput, wall clock (samples/s)", f"{g['wall_fps']:.1f}",
-                        f"{min(g['wall_fps_trials']):.1f} – {max(g['wall_fps_trials']):.1f}"])
-    out.append("<h3>Latency (ms)</h3>" + _table(["statistic", "median of trials", "trial range"], rows, {1}))
+    rows = [[f"<b>FPS</b> ({e(g.get('fps_definition', ''))})", f"<b>{g['fps']:.1f}</b>", _fps_range(g)]]
+    if g.get("fps_best_case"):
+        rows.append([e(g.get("fps_best_case_definition", "best case")), f"{g['fps_best_case']:.1f}",
+                     _fps_range(g, "fps_best_case_trials")])
+    rows += [[k.removesuffix("_ms"), f"{g['latency'][k]:.3f}",
+              f"{spread[k]['min']:.3f} – {spread[k]['max']:.3f} ({spread[k]['rel'] * 100:.1f}%)" if k in spread else ""]
+             for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")]
+    w, d = g.get("worst_case"), g.get("deadline")
+    if w:
+        rows += [["p99.9 (every iteration)", f"{w['p999_ms']:.3f}", ""], ["max (every iteration)", f"{w['max_ms']:.3f}", ""],
+                 ["jitter p99 − p50 (every iteration)", f"{w['jitter_ms']:.3f}", ""]]
+    if d:
+        rows.append([f"deadline {d['deadline_ms']:g} ms: late frames", f"{d['misses']} of {d['frames']}",
+                     f"{d['miss_rate'] * 100:.2f}%, longest run {d['longest_miss_run']}"])
+    soak = g.get("soak")
+    if soak:
+        from deploykit.report.terminal import soak_phrase
+
+        rows.append([e(soak_phrase(soak)), f"max {soak['worst_case']['max_ms']:.3f}",
+                     f"p99.9 {soak['worst_case']['p999_ms']:.3f}"])
+    out.append("<h3>Throughput and latency (ms)</h3>" + _table(["statistic", "median of trials", "trial range"],
+                                                               rows, {1}))
     out.append(_sweep(g) + _baseline(g.get("baseline")))
     if with_plots:
         out += [_img(plots.latency_histogram, g), _img(plots.percentile_bars, g)]
+        if g.get("trials_ms"):
+            out.append(_img(plots.latency_over_time, g))
+        if soak and soak.get("per_second"):
+            out.append(_img(plots.soak_over_time, soak))
         if g.get("sweep"):
             out.append(_img(plots.batch_sweep, g))
     return "".join(out)
@@ -309,8 +326,8 @@ def _warmup(g: dict[str, Any]) -> str:
     return f"{w['iterations']} warm-up runs ({w['seconds']:.2f} s)" if isinstance(w, dict) else f"{w} warm-up runs"
 
 
-def _fps_range(g: dict[str, Any]) -> str:
-    f = g.get("fps_trials")
+def _fps_range(g: dict[str, Any], key: str = "fps_trials") -> str:
+    f = g.get(key)
     return f"{min(f):.1f} – {max(f):.1f}" if f else ""
 
 

@@ -127,22 +127,54 @@ def _gate(record: RunRecord) -> list[str]:
     out = [_section_title(f"gate: {report['platform']}, batch {report['batch']}{cached}", checks), "",
            f"{report.get('trials_count', 1)} trials × {report.get('iterations', lat['n'])} iterations after "
            f"{report['warmup']['iterations'] if isinstance(report['warmup'], dict) else report['warmup']} warm-up "
-           f"runs; evaluator: {report['evaluator']}.", "",
+           f"runs; evaluator: {report['evaluator']}; timed {timed_phrase(report)}.", "",
            "| metric | median of trials | trial range |", "| --- | --- | --- |",
-           f"| FPS ({report['fps_definition']}) | {report['fps']:.1f} | {_range(report.get('fps_trials'), '.1f')} |"]
-    if report.get("wall_fps"):
-        out.append(f"| throughput ({report.get('wall_fps_definition', 'wall clock')}) | {report['wall_fps']:.1f} samples/s | "
-                   f"{_range(report.get('wall_fps_trials'), '.1f')} |")
+           f"| **FPS** ({report['fps_definition']}) | **{report['fps']:.1f}** | {_range(report.get('fps_trials'), '.1f')} |"]
+    if report.get("fps_best_case"):
+        out.append(f"| {report.get('fps_best_case_definition', 'best case')} | {report['fps_best_case']:.1f} | "
+                   f"{_range(report.get('fps_best_case_trials'), '.1f')} |")
     for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms"):
         s = spread.get(k)
         rng = f"{s['min']:.3f}–{s['max']:.3f} ms ({s['rel'] * 100:.1f}%)" if s else ""
         out.append(f"| latency {k.removesuffix('_ms')} | {lat[k]:.3f} ms | {rng} |")
+    out += _worst(report)
     targets = record.group("gate")
-    out += ["", "| check | target | measured | result |", "| --- | --- | --- | --- |"]
-    out += [f"| {c.name} | {fmt(c.limit, 'g')} | {fmt(c.measured, '.2f')} | {_verdict(c)} |" if c.measured is not None
-            else f"| {c.name} | — | — | {_verdict(c)} ({c.message}) |" for c in targets]
+    judged = {c["name"]: c.get("statistic", "") for c in report.get("checks", [])}
+    out += ["", "| check | target | measured | judged on | result |", "| --- | --- | --- | --- | --- |"]
+    out += [f"| {c.name} | {fmt(c.limit, 'g')} | {fmt(c.measured, '.4g')} | {judged.get(c.name.split(': ')[-1], '')} | "
+            f"{_verdict(c)} |" if c.measured is not None
+            else f"| {c.name} | — | — | | {_verdict(c)} ({c.message}) |" for c in targets]
     out += _sweep(report) + _baseline(report, {c.name: c for c in record.group("baseline")})
     return out + (["", report["profile_markdown"].rstrip("\n")] if report.get("profile_markdown") else [])
+
+
+def timed_phrase(report: dict[str, Any]) -> str:
+    """What was timed: the shapes, end to end or the engine alone, the CUDA graph mode."""
+    shapes = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in (report.get("shapes") or {}).items())
+    timed = report.get("timed") or {}
+    mode = (timed.get("runner") or {}).get("mode")
+    return "; ".join(p for p in (shapes, timed.get("what", ""), f"runner {mode}" if mode else "",
+                                 f"latency over means of {timed['avg_runs']} runs" if timed.get("avg_runs", 1) > 1
+                                 else "") if p)
+
+
+def _worst(report: dict[str, Any]) -> list[str]:
+    """p99.9, max and jitter over every timed iteration, and the deadline's misses."""
+    w, d = report.get("worst_case"), report.get("deadline")
+    out = []
+    if w:
+        out += [f"| latency p99.9 (every iteration) | {w['p999_ms']:.3f} ms | |",
+                f"| latency max (every iteration) | {w['max_ms']:.3f} ms | |",
+                f"| jitter p99 − p50 (every iteration) | {w['jitter_ms']:.3f} ms | |"]
+    if d:
+        out.append(f"| deadline {d['deadline_ms']:g} ms: late frames | {d['misses']} of {d['frames']} "
+                   f"({d['miss_rate'] * 100:.2f}%), longest run {d['longest_miss_run']} | |")
+    soak = report.get("soak")
+    if soak:
+        from deploykit.report.terminal import soak_phrase
+
+        out.append(f"| {soak_phrase(soak)} (measured on every run) | max {soak['worst_case']['max_ms']:.3f} ms | |")
+    return out
 
 
 def _range(values: list[float] | None, spec: str) -> str:

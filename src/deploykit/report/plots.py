@@ -96,6 +96,62 @@ def latency_histogram(gate: dict[str, Any]) -> str:
     return _png(fig)
 
 
+def latency_over_time(gate: dict[str, Any]) -> str:
+    """Every timed iteration in the order it ran (trials side by side), so stalls and drift show; the
+    deadline and the median-of-trials p99 drawn across, trial boundaries dotted."""
+    fig, ax = _figure(height=3.0)
+    start = 0
+    for i, trial in enumerate(gate.get("trials_ms") or []):
+        xs = range(start, start + len(trial))
+        ax.plot(xs, trial, lw=0.6, color=(_BLUE, "#8250df")[i % 2], label="per iteration" if i == 0 else None)
+        if i:
+            ax.axvline(start, color=_GREY, ls=":", lw=0.8)
+        start += len(trial)
+    ax.axhline(gate["latency"]["p99_ms"], color="#bf8700", lw=1, label=f"p99 {gate['latency']['p99_ms']:.3f} ms")
+    deadline = (gate.get("deadline") or {}).get("deadline_ms")
+    if deadline:
+        d = gate["deadline"]
+        ax.axhline(deadline, color=_FAIL, ls="--", lw=1.2,
+                   label=f"deadline {deadline:g} ms ({d['misses']} of {d['frames']} late)")
+    ax.set(xlabel="iteration (trials in order)", ylabel="latency (ms)", title=f"latency over time at batch {gate['batch']}")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def soak_over_time(soak: dict[str, Any]) -> str:
+    """A soak second by second: the median and the slowest run of each second, the first and last windows shaded."""
+    fig, ax = _figure(height=2.8)
+    rows = [r for r in soak["per_second"] if r[1] > 0]
+    xs = [r[0] for r in rows]
+    ax.plot(xs, [r[2] for r in rows], lw=1, color=_BLUE, label="median of each second")
+    ax.plot(xs, [r[3] for r in rows], lw=0.7, color=_FAIL, alpha=0.7, label="slowest run of each second")
+    w = soak["drift"]["window_s"]
+    if xs and w:
+        ax.axvspan(0, w, color=_GREY, alpha=0.12)
+        ax.axvspan(soak["seconds"] - w, soak["seconds"], color=_GREY, alpha=0.12, label="first / last window")
+    ax.set(xlabel="seconds into the soak", ylabel="latency (ms)", title=f"soak: {soak['iterations']} runs")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def stack_latency(models: dict[str, dict[str, Any]]) -> str:
+    """``deploykit stack``: every frame's latency over the run, one line per model, its deadline dashed."""
+    fig, ax = _figure(height=3.0)
+    colours = (_BLUE, "#8250df", "#bf8700", _PASS, _GREY)
+    for i, (name, m) in enumerate(models.items()):
+        series, colour = m.get("series") or {}, colours[i % len(colours)]
+        ax.plot(series.get("start_s", []), series.get("latency_ms", []), lw=0.8, color=colour, label=name)
+        if m.get("deadline"):
+            ax.axhline(m["deadline"]["deadline_ms"], color=colour, ls="--", lw=1)
+    ax.set(xlabel="seconds into the run (all models together)", ylabel="latency (ms)",
+           title="per-frame latency (dashed: each model's deadline)")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 def percentile_bars(gate: dict[str, Any]) -> str:
     """p50/p90/p99 as the median over trials, whiskers spanning the fastest to slowest trial."""
     fig, ax = _figure(width=5.0)

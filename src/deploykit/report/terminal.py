@@ -115,15 +115,41 @@ def _gate_line(record: RunRecord) -> str:
     checks = record.group("gate", "baseline")
     failed = [c for c in checks if not c.passed]
     status = "FAIL" if failed else "PASS"
-    lat = gate["latency"]
-    wall = f", wall-clock {gate['wall_fps']:.1f} samples/s" if gate.get("wall_fps") else ""
     against = "; ".join(c.verdict_line() for c in (failed or [c for c in checks if c.status != "skipped"]))
-    line = (f"gate: {status} — {gate['fps']:.1f} FPS (batch {gate['batch']} / median latency{wall}), "
-            f"p50 {lat['p50_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms on {gate['platform']}")
+    line = f"gate: {status} — {gate_numbers(gate)} on {gate['platform']}"
     line += f"; {against}" if against else "; no target: measured only"
     if record.gate_cached:
         line += f" [cached: measured {_gate_created(record)} by an earlier run; --remeasure to measure again]"
     return line
+
+
+def gate_numbers(gate: dict[str, Any]) -> str:
+    """The gate's numbers in one phrase, the judged throughput first, the best case labelled as such."""
+    lat, worst = gate["latency"], gate.get("worst_case") or {}
+    trials = gate.get("trials_count", len(gate.get("trials", [])) or 1)
+    text = f"{gate['fps']:.1f} FPS wall-clock (batch {gate['batch']}, median of {trials} trials)"
+    if gate.get("fps_best_case"):
+        text += f", best case {gate['fps_best_case']:.1f} FPS (batch / median latency)"
+    text += f"; p50 {lat['p50_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms"
+    if worst:
+        text += f", p99.9 {worst['p999_ms']:.3f} ms, max {worst['max_ms']:.3f} ms, jitter {worst['jitter_ms']:.3f} ms"
+    d = gate.get("deadline")
+    if d:
+        text += (f"; deadline {d['deadline_ms']:g} ms: {d['misses']} of {d['frames']} late "
+                 f"({d['miss_rate'] * 100:.2f}%, longest run {d['longest_miss_run']})")
+    soak = gate.get("soak")
+    if soak:
+        text += f"; {soak_phrase(soak)}"
+    return text
+
+
+def soak_phrase(soak: dict[str, Any]) -> str:
+    """A soak in a few words: drift, memory growth, NaN/Inf and errors."""
+    device = soak.get("device_memory")
+    return (f"soak {soak['seconds']:.1f} s ({soak['iterations']} runs): drift {soak['drift']['drift'] * 100:+.1f}%, "
+            f"RSS {soak['rss']['growth_mib']:+.1f} MiB" + (f", device {device['growth_mib']:+.1f} MiB" if device else "")
+            + f", NaN/Inf in {soak['nonfinite']['bad']} of {soak['nonfinite']['checks']} checks, "
+            f"{soak['errors']['count']} errors")
 
 
 def _gate_created(record: RunRecord) -> str:

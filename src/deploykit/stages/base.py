@@ -115,6 +115,10 @@ class Stage:
     def preflight(self, ctx: StageContext) -> None:
         """Fail before any stage runs when this one cannot (backend missing, no gate target)."""
 
+    def fresh_every_run(self, ctx: StageContext) -> bool:
+        """Whether this config asks for a measurement that is never reused from the cache (a soak)."""
+        return False
+
     def key_config(self, ctx: StageContext) -> Any:
         """The config fields that change this stage's output (they enter the recipe key)."""
         raise NotImplementedError
