@@ -27,6 +27,7 @@ from deploykit.choices import (
 from deploykit.data import DataConfig
 from deploykit.errors import ConfigError
 from deploykit.limits import LimitsConfig
+from deploykit.memory import InMemoryModel
 from deploykit.typed import from_value
 
 CALIBRATED: tuple[Precision, ...] = ("int8", "fp8")  # the precisions whose activation ranges a method calibrates
@@ -40,12 +41,24 @@ class Source:
     onnx: str | None = None
     weights: str | None = None  # a state_dict file, read with torch.load(weights_only=True)
     depends: tuple[str, ...] = ()  # extra files the factory reads; they enter the cache key
+    # a module or ModelProto passed to deploykit.convert as an object (never from a file)
+    memory: InMemoryModel | None = field(default=None, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        if (self.factory is None) == (self.onnx is None):
+        if sum(x is not None for x in (self.factory, self.onnx, self.memory)) != 1:
             raise ValueError("give exactly one of 'factory' (module:function) or 'onnx' (a file)")
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f"factory {self.factory!r} must be 'module:function'")
+
+    @property
+    def is_torch(self) -> bool:
+        """A torch model (a factory or a module in memory): exported, and a torch reference for parity."""
+        return self.factory is not None or (self.memory is not None and self.memory.kind == "torch")
+
+    @property
+    def is_onnx(self) -> bool:
+        """An ONNX model (a file or a ModelProto in memory): ingested."""
+        return not self.is_torch
 
 
 @dataclass(frozen=True)
@@ -517,6 +530,15 @@ class Config:
                 if isinstance(d, int) and d < 1:
                     raise ValueError(f"input {spec.name!r} has a non-positive dim {d}")
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], base_dir: str | Path = ".") -> Config:
+        """A Config from a mapping written as ``deploykit.yaml`` is (``{"name": ..., "source": {...},
+        "inputs": [...]}``), validated like the file: unknown keys name the valid ones (with a did-you-mean),
+        bad values name their field; relative paths start at ``base_dir``."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config: expected a mapping, got {type(raw).__name__}")
+        return config_from_dict(raw, Path(base_dir).resolve())
+
     def path(self, relative: str) -> Path:
         """A path from the config, resolved against the config file's folder."""
         p = Path(relative)
@@ -528,21 +550,34 @@ class Config:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``deploykit.yaml``, apply dotted ``overrides`` (``{"gate.iterations": 50}``) and validate."""
+    path = Path(path)
+    return config_from_raw(read_raw(path), overrides or {}, path.parent.resolve(), str(path))
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    """A config file's mapping as parsed (bounded, safe YAML), not yet validated."""
     from deploykit.config_load import load_yaml, read_text
 
-    path = Path(path)
     raw = load_yaml(read_text(path), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
-    raw = apply_overrides(raw, overrides or {})
+    return raw
+
+
+def config_from_raw(raw: dict[str, Any], overrides: dict[str, Any], base_dir: Path, where: str = "",
+                    spelled: dict[str, str] | None = None) -> Config:
+    """``raw`` (a parsed file, ``where``; or a mapping from the Python API, ``where=""``) with dotted
+    ``overrides`` applied, validated; an error names the override it came from (as ``spelled`` writes
+    it, e.g. ``precision='int9'`` for the API's parameter), else ``where``."""
     try:
-        return config_from_dict(raw, path.parent.resolve())
+        return config_from_dict(apply_overrides(raw, overrides), base_dir)
     except ConfigError as e:
         hint = e.hint or "the README's 'Configuration' section lists every key"
-        key = next((k for k in overrides or {} if e.message.startswith((f"config.{k}:", f"config.{k}."))), None)
+        key = next((k for k in overrides if e.message.startswith((f"config.{k}:", f"config.{k}."))), None)
         if key is not None:  # the bad value came from the command line (or the API's overrides), not the file
-            raise ConfigError(f"override {key}={(overrides or {})[key]!r}: {e.message}", hint=hint) from e
-        raise ConfigError(f"{path}: {e.message}", hint=hint) from e
+            said = (spelled or {}).get(key) or f"override {key}={overrides[key]!r}"
+            raise ConfigError(f"{said}: {e.message}", hint=hint) from e
+        raise ConfigError(f"{where}: {e.message}" if where else e.message, hint=hint) from e
 
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:

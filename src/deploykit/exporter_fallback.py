@@ -50,7 +50,7 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
 def _failure(error: DeployKitError, config: Config) -> tuple[str | None, str]:
     """(the stage that failed, the exporter the failed run used), or (None, '') when not applicable."""
     result = getattr(error, "result", None)
-    if config.source.factory is None or config.export.exporter != "auto" or result is None:
+    if not config.source.is_torch or config.export.exporter != "auto" or result is None:
         return None, ""
     if not isinstance(error, InvalidInput):
         # a stage that could not process the graph (exit 4); a missed tolerance or target is about

@@ -26,6 +26,7 @@ from deploykit.hashing import canonical
 from deploykit.limits import time_limit
 from deploykit.progress import Reporter, SilentReporter
 from deploykit.result import RunResult, StageRecord
+from deploykit.surface import spelled
 from deploykit.stages.base import Stage, StageContext
 
 
@@ -47,7 +48,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     error stops the run. Either way the error carries the partial result as ``error.result``.
     """
     known = [s.name for s in stages]
-    for flag, names in (("--rerun", rerun), ("--until", [until] if until else []),
+    for flag, names in ((spelled("rerun=", "--rerun"), rerun), ("until=", [until] if until else []),
                         ("limits.stage_timeouts", list(config.limits.stage_timeouts))):
         for name in names:
             if name not in known:

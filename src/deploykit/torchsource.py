@@ -69,7 +69,10 @@ def source_fingerprint(config: Config) -> dict[str, str]:
 
     Computed without importing torch or the module, so an unchanged rerun is cheap. A factory that
     reads other files must list them under ``source.depends`` for changes to invalidate the cache.
+    A module in memory is its weights' digest (what its forward() does is in the ONNX it exports).
     """
+    if config.source.memory is not None:
+        return {"memory": "torch", "weights": config.source.memory.weights}
     files = {"module": _find_module_file(config)}
     if config.source.weights:
         files["weights"] = config.path(config.source.weights)
@@ -84,8 +87,12 @@ def source_fingerprint(config: Config) -> dict[str, str]:
 
 
 def build_model(config: Config) -> Any:
-    """Call the user's factory (named explicitly in the config), load weights safely, set eval mode."""
+    """Call the user's factory (named explicitly in the config), load weights safely, set eval mode; a
+    module passed in memory is used as it is (:func:`deploykit.convert` holds it in eval mode)."""
     import torch
+
+    if config.source.memory is not None:
+        return config.source.memory.object
 
     module_name, fn_name = config.source.factory.split(":")  # type: ignore[union-attr]
     try:
@@ -140,3 +147,8 @@ def run_torch(model: Any, feeds: dict[str, Any], input_names: list[str]) -> list
         raise ModelError(f"the torch model raised {type(e).__name__} on inputs {shapes}: {first_line(e)}",
                          hint="deploykit feeds random values (floats N(0,1), integers 0-15, booleans); an input that "
                               "needs other values (a mask, token ids) needs validation data") from e
+
+
+def torch_name(config: Config) -> str:
+    """The torch model as the user knows it, for messages: the factory, or the module passed in memory."""
+    return config.source.memory.label if config.source.memory is not None else f"source.factory {config.source.factory}"

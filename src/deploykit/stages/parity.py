@@ -54,7 +54,7 @@ class ParityStage(Stage):
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
-        torch_ref = c.parity.torch_reference and c.source.factory is not None
+        torch_ref = c.parity.torch_reference and c.source.is_torch
         from deploykit.torchsource import source_fingerprint
 
         return {"parity": c.parity, "inputs": c.inputs, "dims": c.dims, "preset": parity_preset(c.quantize),
@@ -173,7 +173,7 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
 
 
 def _torch_model(cfg: Config) -> Any:
-    if not (cfg.parity.torch_reference and cfg.source.factory is not None):
+    if not (cfg.parity.torch_reference and cfg.source.is_torch):
         return None
     from deploykit.torchsource import build_model
 

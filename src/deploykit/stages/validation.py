@@ -52,8 +52,9 @@ def parity_samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[s
     """The samples to compare on, and how the report describes them."""
     if cfg.validation is not None:
         v = cfg.validation
-        where = v.folder or v.files or v.function
-        kind = "folder" if v.folder else "files" if v.files else "function"
+        where = v.folder or v.files or v.function or (v.memory and f"{v.memory.count} samples, sha256 "
+                                                              f"{v.memory.digest[:12]}")
+        kind = "folder" if v.folder else "files" if v.files else "function" if v.function else "memory"
         data = {"kind": "validation", "source": f"{kind}: {where}", "planned": v.samples,
                 "note": f"validation data ({kind} {where})"}
         if v == cfg.calibration:
