@@ -21,7 +21,7 @@ from deploykit.config import Config
 from deploykit.config_load import merged_overrides
 from deploykit.errors import ConfigError, DeployKitError, ModelError, UsageError
 from deploykit.progress import Reporter
-from deploykit.result import RunResult
+from deploykit.result import Report, RunResult
 from deploykit.surface import spelled
 
 DEFAULT_WORKDIR = ".deploykit"
@@ -281,6 +281,46 @@ def write_report(ref: str, output: str | Path = "report.html", *, workdir: str |
 
     return write_html(workdir, ref, output, default_stages(), with_plots=with_plots, precision=precision,
                       backend=backend)[0]
+
+
+def report(run: RunResult | str, output: str | Path | None = None, *, workdir: str | Path = DEFAULT_WORKDIR,
+           with_plots: bool = True, precision: str | None = None, backend: str | None = None) -> Report:
+    """The HTML report of a run: shown inline in a notebook, written to ``output`` as one
+    self-contained page when given (what ``deploykit report RUN -o report.html`` writes).
+
+    Args:
+        run: a :class:`RunResult`, or what ``deploykit report`` takes from the store at ``workdir``: a
+            run name (the config's ``name``), a record identity (``name.precision.backend[.flavour]``)
+            or an artifact digest.
+        output: the HTML file to write (none: only rendered).
+        workdir: the artifact store (for a name or digest).
+        with_plots: embed plots (needs matplotlib; without it the page says so).
+        precision: pick the run of this precision when the name has several.
+        backend: pick the run of this backend when the name has several.
+    """
+    note = ""
+    if isinstance(run, RunResult):
+        record = run.record
+    elif isinstance(run, str):
+        from deploykit.report.collect import from_store
+        from deploykit.stages import default_stages
+
+        record, note = from_store(str(workdir), run, default_stages(), precision=precision, backend=backend)
+    else:
+        raise UsageError(f"report: expected a RunResult or a run name, got {type(run).__name__}",
+                         hint="pass what deploykit.convert returned, or the config's name")
+    path = None
+    if output is not None:
+        from deploykit.errors import os_error
+        from deploykit.report.html import render_page
+
+        path = Path(output)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render_page(record, with_plots), encoding="utf-8")
+        except OSError as e:
+            raise os_error(e, path, "write the report") from e
+    return Report(record, with_plots, path, note)
 
 
 def _stage_function(stage: str) -> Any:

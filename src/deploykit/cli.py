@@ -543,10 +543,13 @@ def main() -> None:
 
 
 def _main() -> None:
+    from deploykit.surface import command_line
+
     _quiet_hooks()
     _wide_help_when_piped()
     try:
-        code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
+        with command_line():  # messages name flags (--dim), not the API's parameters (dims=)
+            code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
         _fail(e)
     except (typer.Abort, KeyboardInterrupt):

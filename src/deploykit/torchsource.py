@@ -11,7 +11,7 @@ from typing import Any
 from deploykit.config import Config
 from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.hashing import digest_file
-from deploykit.usercode import importable_from
+from deploykit.usercode import failed_inside, importable_from
 
 
 def _local_module_file(config: Config) -> Path | None:
@@ -101,21 +101,36 @@ def build_model(config: Config) -> Any:
         if e.name == module_name:
             raise ConfigError(f"source.factory: module {module_name!r} not found in {config.base_dir} or on sys.path",
                               hint="give 'module:function' importable from the config's folder") from e
-        raise ModelError(f"source.factory: importing {module_name!r} failed: {e}") from e
+        inside, package = failed_inside(e)
+        raise ModelError(f"source.factory: importing {module_name!r} failed: {first_line(e)}{inside}",
+                         hint=_import_hint(package)) from e
     except Exception as e:
-        raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {e}") from e
+        inside, package = failed_inside(e)
+        raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {first_line(e)}"
+                         f"{inside}", hint=_import_hint(package)) from e
     factory = getattr(module, fn_name, None)
     if not callable(factory):
         raise ConfigError(f"source.factory: {module_name!r} has no function {fn_name!r}")
     try:
         model = factory()
     except Exception as e:
-        raise ModelError(f"source.factory: {config.source.factory}() raised {type(e).__name__}: {e}") from e
+        inside, _ = failed_inside(e)
+        raise ModelError(f"source.factory: {config.source.factory}() raised {type(e).__name__}: {first_line(e)}"
+                         f"{inside}") from e
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"source.factory: {config.source.factory}() returned {type(model).__name__}, not a torch.nn.Module")
     if config.source.weights:
         _load_weights(model, config.path(config.source.weights))
     return model.eval()
+
+
+def _import_hint(package: str) -> str:
+    """What to try when the factory's import failed inside an installed package."""
+    if not package:
+        return "fix the import error above in the factory's module (or what it imports)"
+    return (f"the failure is inside the installed package {package!r}: `python -c 'import {package}'` shows it "
+            "alone; a build for another torch (a CUDA torchvision beside the CPU torch) fails like this, so "
+            "reinstall it to match torch")
 
 
 def _load_weights(model: Any, path: Path) -> None:
