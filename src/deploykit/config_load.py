@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.errors import ConfigError
+from deploykit.surface import spelled
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -227,12 +228,12 @@ def _check_input_sizes(cfg: Any) -> None:
         big = next((d for d in shape if d > MAX_DIM), None)
         if big is not None:
             raise ConfigError(f"input {spec.name!r}: dim {big} is larger than {MAX_DIM}",
-                              hint="dims are 32-bit in TensorRT; fix the shape or --dim")
+                              hint=f"dims are 32-bit in TensorRT; fix the shape or {spelled('dims=', '--dim')}")
         nbytes = math.prod(shape) * np.dtype(spec.dtype).itemsize
         if nbytes > cfg.limits.max_input_mib * 2**20:
             raise ConfigError(f"input {spec.name!r}: {list(shape)} at the max shape is {nbytes / 2**20:.0f} MiB, "
                               f"above limits.max_input_mib ({cfg.limits.max_input_mib:g})",
-                              hint="lower the dims (or --dim), or raise limits.max_input_mib")
+                              hint=f"lower the dims (or {spelled('dims=', '--dim')}), or raise limits.max_input_mib")
 
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "load_yaml", "parse_override", "read_text", "validate"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from deploykit.config import Config
 from deploykit.errors import DeployKitError, InvalidInput
+from deploykit.surface import spelled
 
 OTHER = {"dynamo": "torchscript", "torchscript": "dynamo"}
 
@@ -43,7 +44,8 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
         return
     error.message = (f"{error.message} [the {failed} stage fails on the {used} exporter's graph; the {other} "
                      f"exporter's graph passes it]")
-    error.hint = _join(f"rerun with --set export.exporter={other} (export.exporter: {other} in the config; its "
+    switch = spelled(f"export__exporter={other!r}", f"--set export.exporter={other}")
+    error.hint = _join(f"rerun with {switch} (export.exporter: {other} in the config; its "
                        f"artifacts are in the store already)", error.hint)
 
 

@@ -54,7 +54,11 @@ def test_the_spent_repair_budget_does_not_advise_enabling_repair():
     hint = _hint(spent, Path("precision.json"))
     assert "enable quantize.repair" not in hint
     assert "iteration budget spent (8)" in hint and "max_iterations" in hint
-    assert "enable quantize.repair (--auto-repair)" in _hint(QuantizeSummary(), Path("precision.json"))
+    assert "enable quantize.repair (quantize__repair__enabled=True)" in _hint(QuantizeSummary(), Path("precision.json"))
+    from deploykit.surface import command_line
+
+    with command_line():
+        assert "enable quantize.repair (--auto-repair)" in _hint(QuantizeSummary(), Path("precision.json"))
 
 
 def test_report_plots_leave_the_matplotlib_backend_alone(tiny, tmp_path):

@@ -48,6 +48,7 @@ from deploykit.report.record import Check
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 from deploykit.stages.validation import validation_fingerprint, validation_samples
+from deploykit.surface import spelled
 
 RANGES = "ranges.json"
 BASE = "base.onnx"
@@ -243,7 +244,8 @@ def _calibration(ctx: StageContext) -> Any:
             return None
         raise ConfigError(f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
                           "no 'calibration' section",
-                          hint="add calibration: {folder: images/} (or files:/function:), or pass --calib-data")
+                          hint="add calibration: {folder: images/} (or files:/function:), or pass "
+                               + spelled("calibration= (samples, or a folder)", "--calib-data"))
     return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration",
                       max_input_mib=c.limits.max_input_mib)
 
@@ -277,7 +279,8 @@ def _reduce_range(ctx: StageContext) -> bool:
 def _hint(summary: QuantizeSummary, report: Path) -> str:
     """What to do next; never "enable the search" when it ran and spent its budget."""
     if summary.repair is None:
-        return (f"see {report}; enable quantize.repair (--auto-repair) to search for the layers to keep in higher "
+        return (f"see {report}; enable quantize.repair ({spelled('quantize__repair__enabled=True', '--auto-repair')}) "
+                "to search for the layers to keep in higher "
                 "precision, or exclude the nodes the diagnosis names")
     return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
             "quantize.repair.max_iterations / candidates (and max_nodes if you capped it), use "
