@@ -63,7 +63,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         except DeployKitError as e:
             e.result = _result(run, config, e)  # type: ignore[attr-defined]
             raise
-    result = _result(run, config)
+    result = _result(run, config, run.failures[0] if run.failures else None)  # the record says why it failed
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]
         raise run.failures[0]
@@ -197,6 +197,6 @@ def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> R
         if not run.whole:
             record.details["partial"] = True
         records.write(store, record)
-        if error is None:  # the run's refs name what a run that finished made (a stopped one changes none)
+        if error is None or isinstance(error, GateFailed):  # what a finished run made (a failed check finishes)
             store.name_run(record.identity, {role: a.digest for role, a in run.roles.items()})
     return RunResult(config.name, list(run.records), dict(run.roles), store.root, record)
