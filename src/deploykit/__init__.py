@@ -9,15 +9,15 @@ import types
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Config", "DeployKitError", "MatrixResult", "Report", "RunResult", "build", "convert", "export", "gate",
-           "load_config", "matrix", "parity", "profile", "quantize", "report", "surgery"]
+__all__ = ["Config", "DeployKitError", "MatrixResult", "Report", "RunResult", "build", "compare", "convert", "export",
+           "gate", "load_config", "matrix", "parity", "profile", "quantize", "report", "save_tensors", "surgery"]
 
 _LAZY = {
     "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
     "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "profile": "deploykit.api",
     "Config": "deploykit.config",
     "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.result",
-    "Report": "deploykit.result", "report": "deploykit.api",
+    "Report": "deploykit.result", "report": "deploykit.api", "compare": "deploykit.api", "save_tensors": "deploykit.api",
     # Once deploykit.matrix (the package) is imported it replaces this attribute; the package is callable alike.
     "matrix": "deploykit.api", "MatrixResult": "deploykit.matrix.result",
 }

@@ -323,6 +323,66 @@ def report(run: RunResult | str, output: str | Path | None = None, *, workdir: s
     return Report(record, with_plots, path, note)
 
 
+def save_tensors(result: RunResult, *, inputs: str | Path | None = None, outputs: str | Path | None = None) -> list[Path]:
+    """Write the samples a run's parity compared on (``inputs``) and what each side computed on them
+    (``outputs``: the candidate, the FP32 ONNX and torch), as .npz or .json (see :mod:`deploykit.feedfile`)."""
+    from deploykit import feedfile
+    from deploykit.progress import SilentReporter
+    from deploykit.stages.base import StageContext
+    from deploykit.stages.parity import runners
+    from deploykit.stages.validation import parity_samples
+
+    if result.config is None or "engine" not in result.artifacts:
+        raise UsageError("save_tensors: the run did not build an engine", hint="run up to parity first")
+    samples = list(parity_samples(result.config)[0])
+    written = []
+    if inputs is not None:
+        written.append(feedfile.save_inputs(Path(inputs), samples))
+    if outputs is not None:
+        with Store(result.workdir) as store:
+            run = runners(StageContext(result.config, store, SilentReporter()), result.artifacts)
+            outs = {name: [infer(s) for s in samples] for name, infer in run.items()}
+        written.append(feedfile.save_runs(Path(outputs), outs))
+    return written
+
+
+def compare(a: str | Path, b: str | Path, *, dims: Mapping[str, int] | None = None, samples: Any = None,
+            count: int = 4, seed: int = 1, precision: str = "fp32", overrides: Mapping[str, Any] | None = None,
+            **fields: Any) -> Any:
+    """Compare two models or engine folders on the same inputs (``deploykit parity A B``); A is the reference.
+
+    Args:
+        a: the reference: an .onnx file or an engine folder (``deploykit build -o DIR``).
+        b: the candidate, the same.
+        dims: sizes of A's named dims (default 1).
+        samples: the inputs: a list of ``{input: array}``, or a .npz/.json file ``--save-inputs`` wrote
+            (default: ``count`` random samples from ``seed``).
+        count: random samples, when no ``samples`` are given.
+        seed: of the random samples.
+        precision: the tolerance preset B is judged by (fp32: strict; int8: rel-L2 0.1, cosine 0.995 ...).
+        overrides: parity fields by dotted name: ``{"parity.default.atol": 1e-3, "parity.outputs.y.rtol": 1e-2}``.
+        **fields: the same, dots written as ``__``.
+
+    Returns:
+        A :class:`deploykit.pair.PairResult` (``.record`` renders like a run's; ``.passed``).
+    """
+    from deploykit import feedfile
+    from deploykit.config import ParityConfig, QuantizeConfig, apply_overrides, parity_preset
+    from deploykit.pair import compare_pair
+    from deploykit.typed import from_value
+
+    fields_ = merged_overrides(overrides, fields)
+    unknown = [k for k in fields_ if not k.startswith("parity.")]
+    if unknown:
+        raise UsageError(f"{unknown[0]}: only parity.* fields apply to a comparison of two models")
+    parity = from_value(ParityConfig, apply_overrides({"parity": {}}, fields_)["parity"], "parity")
+    preset = parity_preset(from_value(QuantizeConfig, {"precision": precision}, "precision"))
+    if isinstance(samples, (str, Path)):
+        samples = feedfile.load_inputs(Path(samples))
+    return compare_pair(Path(a), Path(b), parity=parity, preset=preset, precision=precision, dims=dims,
+                        samples=samples, count=count, seed=seed)
+
+
 def _stage_function(stage: str) -> Any:
     def run(source: Any, **kwargs: Any) -> RunResult:
         return convert(source, until=stage, **kwargs)

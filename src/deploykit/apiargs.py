@@ -190,6 +190,7 @@ def data_fields(config: Any, fields: dict[str, Any], args: PythonArgs) -> dict[s
     """
     from deploykit.config import apply_overrides
     from deploykit.data import DataConfig, inputs_from_config
+    from deploykit.feedfile import is_tensor_file, load_inputs
     from deploykit.memory import data_section
 
     out = {}
@@ -198,6 +199,8 @@ def data_fields(config: Any, fields: dict[str, Any], args: PythonArgs) -> dict[s
         if value is None:
             continue
         sub = {k: v for k, v in fields.items() if k.startswith(f"{what}.")}
+        if isinstance(value, (str, Path)) and is_tensor_file(Path(value)):  # what --save-inputs wrote
+            value = load_inputs(Path(value))
         if isinstance(value, (str, Path)):
             from deploykit.quant.calib_source import calibration_section
 

@@ -170,6 +170,9 @@ class Tolerance:
     snr_db: float | None = None  # a minimum; the same measure as rel_l2 (snr = -20 log10 rel_l2)
     max_rel: float | None = None  # on elements with |ref| >= rel_floor * max|ref|
     rel_floor: float | None = None  # a fraction of the output's max |ref|
+    # Polygraphy's elementwise rule (--atol/--rtol): every element within atol, or within rtol x |ref|
+    atol: float | None = None
+    rtol: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -178,7 +181,7 @@ class Tolerance:
                 raise ValueError(f"{f.name} is NaN: give a number (.inf turns a limit off)")
         if self.cosine is not None and not (0.0 <= self.cosine <= 1.0 or self.cosine == -math.inf):
             raise ValueError(f"cosine must be in [0, 1] (-.inf: off), got {self.cosine}")
-        for name in ("max_abs", "mean_abs", "rel_l2", "max_rel"):
+        for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "atol", "rtol"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be >= 0 (.inf: off), got {value}")
@@ -457,8 +460,12 @@ class ParityConfig:
 
     def tolerance(self, output: str, preset: Tolerance = FP32_TOLERANCE) -> Tolerance:
         """The resolved tolerance of one output; ``preset`` fills what the config leaves unset
-        (``parity_preset(config.quantize)``)."""
-        return self.outputs.get(output, Tolerance()).over(self.default.over(preset))
+        (``parity_preset(config.quantize)``). An output given ``atol``/``rtol`` (Polygraphy's rule) is
+        judged by them and the fields set here, not by the preset's other limits."""
+        own = self.outputs.get(output, Tolerance()).over(self.default)
+        if own.atol is not None or own.rtol is not None:
+            preset = Tolerance(rel_floor=preset.rel_floor)
+        return own.over(preset)
 
 
 @dataclass(frozen=True)

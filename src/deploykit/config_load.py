@@ -157,7 +157,7 @@ LOWER = {
     ("ParityConfig", "samples"): 1, ("ParityConfig", "diagnose_top"): 0, ("ExportConfig", "check_samples"): 1,
     ("ExportConfig", "opset"): 7, ("BuildConfig", "intra_op_threads"): 0, ("QuantizeConfig", "int4_block_size"): 1,
     ("ParityConfig", "vacuous_below"): 0, ("GateConfig", "regression_threshold"): 0,
-    **{("Tolerance", name): 0 for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "rel_floor")},
+    **{("Tolerance", name): 0 for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "rel_floor", "atol", "rtol")},
     **{("QuantTolerance", name): 0 for name in ("max_abs", "mean_abs")},
 }
 

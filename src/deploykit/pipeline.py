@@ -199,4 +199,4 @@ def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> R
         records.write(store, record)
         if error is None or isinstance(error, GateFailed):  # what a finished run made (a failed check finishes)
             store.name_run(record.identity, {role: a.digest for role, a in run.roles.items()})
-    return RunResult(config.name, list(run.records), dict(run.roles), store.root, record)
+    return RunResult(config.name, list(run.records), dict(run.roles), store.root, record, config)

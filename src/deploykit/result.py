@@ -31,6 +31,7 @@ class RunResult:
     artifacts: dict[str, Artifact]  # role -> artifact (model, reference, engine, parity, gate)
     workdir: Path
     record: RunRecord  # every status and verdict of the run: what each view renders
+    config: Any = None  # the resolved Config the run used
 
     @property
     def passed(self) -> bool:

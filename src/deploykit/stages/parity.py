@@ -154,6 +154,23 @@ def _fp32_reference(ctx: StageContext, inputs: dict[str, Artifact]) -> tuple[dic
     return {**inputs, "reference": fp32}, note
 
 
+def runners(ctx: StageContext, inputs: dict[str, Artifact]) -> dict[str, Any]:
+    """What parity runs on each sample, by name: ``candidate`` (the engine, or the graph as written),
+    ``onnx`` (the FP32 reference graph) and ``torch`` for a torch source; each maps feeds -> outputs
+    (``deploykit parity --save-outputs`` writes what they computed)."""
+    inputs, note = _fp32_reference(ctx, inputs)
+    out = {"candidate": _candidate(inputs).infer,
+           "onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled").infer}
+    torch_model = None if note else _torch_model(ctx.config)
+    if torch_model is not None:
+        from deploykit.torchsource import run_torch
+
+        names = [s.name for s in ctx.config.inputs]
+        outputs = _output_names(inputs["reference"])
+        out["torch"] = lambda feeds: dict(zip(outputs, run_torch(torch_model, feeds, names), strict=True))
+    return out
+
+
 def _output_names(artifact: Artifact) -> list[str]:
     from deploykit.onnxio import load_model
 
