@@ -14,6 +14,9 @@ from deploykit.hashing import digest_file
 from deploykit.usercode import failed_inside, importable_from
 
 
+TORCH_MODEL = "torch_model"  # StageContext.extra key: the model built by this run (export builds, parity reuses)
+
+
 def _local_module_file(config: Config) -> Path | None:
     """The factory module's file when it lives under the config's folder (the usual case)."""
     rel = config.source.factory.split(":")[0].replace(".", "/")  # type: ignore[union-attr]

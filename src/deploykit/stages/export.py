@@ -23,7 +23,7 @@ from deploykit.graph.run import session_from_onnx
 from deploykit.hashing import digest_file
 from deploykit.onnxio import distinct_shapes, random_feeds
 from deploykit.stages.base import Stage, StageContext, Summary
-from deploykit.torchsource import build_model, run_torch, source_fingerprint, torch_name
+from deploykit.torchsource import TORCH_MODEL, build_model, run_torch, source_fingerprint, torch_name
 
 MODEL = "model.onnx"
 
@@ -77,7 +77,7 @@ class ExportStage(Stage):
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ExportSummary:
         cfg = ctx.config
-        model = build_model(cfg)
+        model = ctx.extra[TORCH_MODEL] = build_model(cfg)  # parity's torch reference in this run: built once
         if cfg.source.memory is not None:
             exported, exporter, fallback_reason, _ = _exported_in_memory(cfg)
             onnx_model = type(exported)()

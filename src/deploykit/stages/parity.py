@@ -70,7 +70,7 @@ class ParityStage(Stage):
         candidate = _candidate(inputs)
         # The reference: the FP32 graph's nodes one by one, no graph optimizations.
         references = {"onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled")}
-        torch_model = None if reference_note else _torch_model(cfg)
+        torch_model = None if reference_note else _torch_model(ctx)
         comparison = Comparison(cfg.parity, parity_preset(cfg.quantize), cfg.quantize.precision)
         comparison.check_outputs([o.name for o in references["onnx"].outputs])
         samples, data = parity_samples(cfg)
@@ -161,7 +161,7 @@ def runners(ctx: StageContext, inputs: dict[str, Artifact]) -> dict[str, Any]:
     inputs, note = _fp32_reference(ctx, inputs)
     out = {"candidate": _candidate(inputs).infer,
            "onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled").infer}
-    torch_model = None if note else _torch_model(ctx.config)
+    torch_model = None if note else _torch_model(ctx)
     if torch_model is not None:
         from deploykit.torchsource import run_torch
 
@@ -189,12 +189,16 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
     return load_engine(engine)
 
 
-def _torch_model(cfg: Config) -> Any:
+def _torch_model(ctx: StageContext) -> Any:
+    """The torch reference: the model the export stage of this run built, else built here."""
+    cfg = ctx.config
     if not (cfg.parity.torch_reference and cfg.source.is_torch):
         return None
-    from deploykit.torchsource import build_model
+    from deploykit.torchsource import TORCH_MODEL, build_model
 
-    return build_model(cfg)
+    if TORCH_MODEL not in ctx.extra:
+        ctx.extra[TORCH_MODEL] = build_model(cfg)
+    return ctx.extra[TORCH_MODEL]
 
 
 def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: dict[str, np.ndarray]) -> dict[str, dict]:
