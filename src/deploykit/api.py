@@ -14,12 +14,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from deploykit.apiargs import PythonArgs
 from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
-from deploykit.apiargs import PythonArgs
 from deploykit.config import Config
 from deploykit.config_load import merged_overrides
-from deploykit.errors import ConfigError, DeployKitError, ModelError, UsageError
+from deploykit.errors import DeployKitError, ModelError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import Report, RunResult
 from deploykit.surface import spelled

@@ -26,8 +26,8 @@ from deploykit.hashing import canonical
 from deploykit.limits import time_limit
 from deploykit.progress import Reporter, SilentReporter
 from deploykit.result import RunResult, StageRecord
-from deploykit.surface import spelled
 from deploykit.stages.base import Stage, StageContext
+from deploykit.surface import spelled
 
 
 @dataclass

@@ -13,7 +13,6 @@ from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.hashing import digest_file
 from deploykit.usercode import failed_inside, importable_from
 
-
 TORCH_MODEL = "torch_model"  # StageContext.extra key: the model built by this run (export builds, parity reuses)
 
 
