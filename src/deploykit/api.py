@@ -14,12 +14,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from deploykit.apiargs import PythonArgs
+from deploykit.apiargs import PythonArgs, onnx_config_dict  # noqa: F401  (onnx_config_dict: used from here too)
 from deploykit.artifacts import Store
 from deploykit.choices import Precision, listed
 from deploykit.config import Config
 from deploykit.config_load import merged_overrides
-from deploykit.errors import DeployKitError, ModelError, UsageError
+from deploykit.errors import DeployKitError, UsageError
 from deploykit.progress import Reporter
 from deploykit.result import Report, RunResult
 from deploykit.surface import spelled
@@ -45,18 +45,18 @@ def resolve_config(source: Any, overrides: dict[str, Any] | None = None,
 
     args = args or PythonArgs()
     base = source_raw(source, dims, args)
-    named, spelled = args.fields(model_source=base.inputs_in_raw)
+    named, spellings = args.fields(model_source=base.inputs_in_raw)
     fields = merged_overrides(overrides, {k.replace(".", "__"): v for k, v in named.items()})
     if dims and not base.dims_in_raw:
         fields |= dim_fields(dims, base.raw.get("dims") or {})
-    config = config_from_raw(base.raw, fields, base.base_dir, base.where, spelled)
+    config = config_from_raw(base.raw, fields, base.base_dir, base.where, spellings)
     if shapes:
         found = shape_dims(config, shapes)
         fields |= {f"dims.{d}": dict(zip(("min", "opt", "max"), v, strict=True)) for d, v in found.items()}
-        config = config_from_raw(base.raw, fields, base.base_dir, base.where, spelled)
+        config = config_from_raw(base.raw, fields, base.base_dir, base.where, spellings)
     data = data_fields(config, fields, args)
     if data:
-        config = config_from_raw(base.raw, {**fields, **data}, base.base_dir, base.where, spelled)
+        config = config_from_raw(base.raw, {**fields, **data}, base.base_dir, base.where, spellings)
     return config
 
 
@@ -92,45 +92,6 @@ def shape_dims(config: Config, shapes: Shapes) -> dict[str, tuple[int, int, int]
                                           "--max-shapes together, or --shapes alone"))
         out[dim] = (lo, opt, hi)
     return out
-
-
-def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int]]) -> dict[str, Any]:
-    """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
-    from onnx import helper
-
-    from deploykit.config_load import MAX_DIM
-    from deploykit.onnxguard import check_io
-    from deploykit.onnxio import NP_DTYPES
-
-    check_io(model, path)
-    inputs, used = [], {}
-    initializers = {i.name for i in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in initializers:
-            continue
-        shape = []
-        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
-                if d.dim_value > MAX_DIM:
-                    raise ModelError(f"{path}: input {vi.name!r} axis {axis} is fixed to {d.dim_value}, above "
-                                     f"{MAX_DIM}", hint="re-export the model with sane dims")
-                shape.append(d.dim_value)
-                continue
-            name = d.dim_param or f"{vi.name}_dim{axis}"
-            lo, opt, hi = dims.get(name, (1, 1, 1))
-            used[name] = {"min": lo, "opt": opt, "max": hi}
-            shape.append(name)
-        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
-        if dtype not in NP_DTYPES:
-            raise ModelError(f"{path}: input {vi.name!r} is a {dtype} tensor; deploykit feeds "
-                             f"{', '.join(NP_DTYPES)}", hint="export the model with an input of one of those types")
-        inputs.append({"name": vi.name, "shape": shape, "dtype": dtype})
-    unknown = set(dims) - set(used)
-    if unknown:
-        raise UsageError(f"{path}: {spelled('dims=', '--dim')} names {', '.join(sorted(unknown))}, which the model "
-                         f"does not have; its dynamic dims are: {', '.join(used) or 'none'}")
-    return {"name": path.stem, "source": {"onnx": str(path.resolve())}, "inputs": inputs, "dims": used,
-            "gate": {"allow_missing_target": True}}
 
 
 def convert(source: Any, *, workdir: str | Path = DEFAULT_WORKDIR, until: str | None = None,

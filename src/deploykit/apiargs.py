@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import UsageError
+from deploykit.errors import ModelError, UsageError
+from deploykit.surface import spelled
 
 # parameter -> the config field it sets
 FIELDS = {"precision": "quantize.precision", "tasks": "parity.tasks", "targets": "gate.targets",
@@ -87,7 +88,6 @@ def source_raw(source: Any, dims: Mapping[str, Any] | None, args: PythonArgs) ->
                          f"or an onnx.ModelProto; got {type(source).__name__}")
     path = Path(source)
     if path.suffix == ".onnx":
-        from deploykit.api import onnx_config_dict
         from deploykit.graph.files import load_model
 
         _no_inputs_for_onnx(args)
@@ -97,7 +97,6 @@ def source_raw(source: Any, dims: Mapping[str, Any] | None, args: PythonArgs) ->
 
 
 def _onnx_raw(proto: Any, model: Any, dims: Mapping[str, Any] | None, args: PythonArgs) -> dict[str, Any]:
-    from deploykit.api import onnx_config_dict
     from deploykit.config import Source
 
     _no_inputs_for_onnx(args)
@@ -191,7 +190,6 @@ def data_fields(config: Any, fields: dict[str, Any], args: PythonArgs) -> dict[s
     from deploykit.config import apply_overrides
     from deploykit.data import DataConfig, inputs_from_config
     from deploykit.feedfile import is_tensor_file, load_inputs
-    from deploykit.memory import data_section
 
     out = {}
     for what in DATA:
@@ -254,3 +252,57 @@ def _identifier(name: str) -> str:
 def _guess(name: str, options: list[str]) -> str:
     close = difflib.get_close_matches(name, options, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def data_section(value: Any, inputs: list[Any], what: str, limit: int) -> Any:
+    """A ``calibration=`` / ``validation=`` argument as what the config's section takes: a mapping is
+    the YAML section as written (``{"folder": "images/"}``), a :class:`deploykit.data.DataConfig`
+    stays, anything else is read as samples (:func:`deploykit.memory.samples_from`)."""
+    from deploykit.data import DataConfig
+    from deploykit.memory import samples_from
+
+    if value is None or isinstance(value, DataConfig):
+        return value
+    if isinstance(value, Mapping) and not any(n in value for n in (i.name for i in inputs)):
+        return dict(value)
+    held = samples_from(value, inputs, what, limit)
+    return DataConfig(memory=held, samples=held.count)
+
+
+def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int]]) -> dict[str, Any]:
+    """A config for a bare ONNX file: inputs as the model declares them; unnamed dynamic dims get names."""
+    from onnx import helper
+
+    from deploykit.config_load import MAX_DIM
+    from deploykit.onnxguard import check_io
+    from deploykit.onnxio import NP_DTYPES
+
+    check_io(model, path)
+    inputs, used = [], {}
+    initializers = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        shape = []
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                if d.dim_value > MAX_DIM:
+                    raise ModelError(f"{path}: input {vi.name!r} axis {axis} is fixed to {d.dim_value}, above "
+                                     f"{MAX_DIM}", hint="re-export the model with sane dims")
+                shape.append(d.dim_value)
+                continue
+            name = d.dim_param or f"{vi.name}_dim{axis}"
+            lo, opt, hi = dims.get(name, (1, 1, 1))
+            used[name] = {"min": lo, "opt": opt, "max": hi}
+            shape.append(name)
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        if dtype not in NP_DTYPES:
+            raise ModelError(f"{path}: input {vi.name!r} is a {dtype} tensor; deploykit feeds "
+                             f"{', '.join(NP_DTYPES)}", hint="export the model with an input of one of those types")
+        inputs.append({"name": vi.name, "shape": shape, "dtype": dtype})
+    unknown = set(dims) - set(used)
+    if unknown:
+        raise UsageError(f"{path}: {spelled('dims=', '--dim')} names {', '.join(sorted(unknown))}, which the model "
+                         f"does not have; its dynamic dims are: {', '.join(used) or 'none'}")
+    return {"name": path.stem, "source": {"onnx": str(path.resolve())}, "inputs": inputs, "dims": used,
+            "gate": {"allow_missing_target": True}}

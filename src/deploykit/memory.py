@@ -221,18 +221,4 @@ def _array(value: Any, where: str) -> np.ndarray:
     return arr
 
 
-def data_section(value: Any, inputs: list[Any], what: str, limit: int) -> Any:
-    """A ``calibration=`` / ``validation=`` argument as what the config's section takes: a mapping is
-    the YAML section as written (``{"folder": "images/"}``), a :class:`deploykit.data.DataConfig`
-    stays, anything else is read as samples (:func:`samples_from`)."""
-    from deploykit.data import DataConfig
-
-    if value is None or isinstance(value, DataConfig):
-        return value
-    if isinstance(value, Mapping) and not any(n in value for n in (i.name for i in inputs)):
-        return dict(value)
-    held = samples_from(value, inputs, what, limit)
-    return DataConfig(memory=held, samples=held.count)
-
-
-__all__ = ["InMemoryModel", "InMemorySamples", "data_section", "is_model_object", "samples_from", "state_digest"]
+__all__ = ["InMemoryModel", "InMemorySamples", "is_model_object", "samples_from", "state_digest"]

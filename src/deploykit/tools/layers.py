@@ -29,14 +29,14 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("core", frozenset({"errors", "clock", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
                         "config", "artifacts", "export_hooks", "elf", "arrayfile", "config_load", "imagemodes",
                         "limits", "manifest", "nativeprobe", "onnxguard", "smallfile", "stacking", "storecheck", "supervise",
-                        "tempspace"})),
+                        "tempspace", "memory", "surface", "feedfile"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
                               "torchsource", "inspect", "doctor", "profiling"})),
     ("stages", frozenset({"stages"})),
     ("pipeline", frozenset({"pipeline", "result", "exporter_fallback"})),
     ("matrix", frozenset({"matrix"})),
-    ("api", frozenset({"api"})),
+    ("api", frozenset({"api", "apiargs", "pair"})),
     ("cli", frozenset({"cli", "cliargs", "tools", PACKAGE})),
 )
 FORBIDDEN = {("quant", "backends"): "quantization never depends on a backend: it evaluates graphs through graph.run"}
