@@ -16,18 +16,18 @@ FAST = {"gate__warmup": 1, "gate__warmup_s": 0.0, "gate__iterations": 3, "gate__
         "export__exporter": "torchscript", "progress": False}
 
 
-class Net(nn.Module):
-    """Conv -> BN -> ReLU with two heads; BN makes train and eval mode differ."""
+def _tiny_class() -> type:
+    """conftest's tiny model (conv -> BN -> ReLU, two heads; BN makes train and eval mode differ), as a class."""
+    import textwrap
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Conv2d(8, 4, 1)
+    from tests.conftest import TINY_MODEL
 
-    def forward(self, x):
-        y = torch.relu(self.bn(self.conv(x)))
-        return self.head(y), y.mean(dim=(2, 3))
+    namespace: dict = {}
+    exec(textwrap.dedent(TINY_MODEL), namespace)  # noqa: S102 - the test's own model source
+    return namespace["Tiny"]
+
+
+Net = type("Net", (_tiny_class(),), {})  # the run is named after the class
 
 
 def _net(seed: int = 0) -> Net:
