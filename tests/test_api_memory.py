@@ -228,3 +228,16 @@ def test_deploykit_report_renders_a_result_or_a_stored_run(tmp_path):
 
     importlib.import_module("deploykit.report.html")  # the subpackage and the function share the name: both work
     assert callable(deploykit.report) and deploykit.report.html.render_fragment
+
+
+def test_calibration_fields_beside_samples_in_memory():
+    from deploykit.api import resolve_config
+    from deploykit.apiargs import PythonArgs
+
+    samples = [np.full((1, 3, 16, 16), i, np.float32) for i in range(12)]
+    args = PythonArgs(inputs={"x": (1, 3, 16, 16)}, calibration=samples)
+    capped = resolve_config(_net(), {"calibration.samples": 5}, args=args)
+    assert capped.calibration.memory.count == capped.calibration.samples == 5
+    assert [s["x"][0, 0, 0, 0] for s in capped.calibration.memory.samples] == [0, 1, 2, 3, 4]  # the first five, in order
+    with pytest.raises(UsageError, match=r"calibration.seed: does not apply to samples passed as calibration="):
+        resolve_config(_net(), {"calibration.seed": 3}, args=args)

@@ -40,7 +40,7 @@ def resolve_config(source: Any, overrides: dict[str, Any] | None = None,
     ``dims`` set named dims (an ONNX model's dynamic dims, a module's, or a config's); ``shapes``
     (trtexec's ``--shapes``/``--min-shapes``...) set the named dims of each input's shape.
     """
-    from deploykit.apiargs import data_fields, dim_fields, source_raw
+    from deploykit.apiargs import DATA, data_fields, dim_fields, source_raw
     from deploykit.config import config_from_raw
 
     args = args or PythonArgs()
@@ -49,12 +49,16 @@ def resolve_config(source: Any, overrides: dict[str, Any] | None = None,
     fields = merged_overrides(overrides, {k.replace(".", "__"): v for k, v in named.items()})
     if dims and not base.dims_in_raw:
         fields |= dim_fields(dims, base.raw.get("dims") or {})
+    # calibration.* / validation.* beside calibration= / validation= apply to the section those make
+    given = [f"{what}." for what in DATA if getattr(args, what) is not None]
+    of_data = {k: v for k, v in fields.items() if k.startswith(tuple(given))} if given else {}
+    fields = {k: v for k, v in fields.items() if k not in of_data}
     config = config_from_raw(base.raw, fields, base.base_dir, base.where, spellings)
     if shapes:
         found = shape_dims(config, shapes)
         fields |= {f"dims.{d}": dict(zip(("min", "opt", "max"), v, strict=True)) for d, v in found.items()}
         config = config_from_raw(base.raw, fields, base.base_dir, base.where, spellings)
-    data = data_fields(config, fields, args)
+    data = data_fields(config, of_data, args)
     if data:
         config = config_from_raw(base.raw, {**fields, **data}, base.base_dir, base.where, spellings)
     return config

@@ -210,7 +210,7 @@ def data_fields(config: Any, fields: dict[str, Any], args: PythonArgs) -> dict[s
                 raise UsageError(f"{next(iter(sub))}: does not apply to samples passed as {what}=",
                                  hint=f"only {what}.samples (how many to read) does")
         if isinstance(section, Mapping):
-            section = apply_overrides({what: dict(section)}, {k.removeprefix(f"{what}."): v for k, v in sub.items()})[what]
+            section = apply_overrides({what: dict(section)}, sub)[what]
         for k in sub:
             fields.pop(k, None)
         out[what] = section
