@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+BASE   := $(VENV)/.installed-base
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test test-all fuzz bench lint plugins gpu-check clean constraints
@@ -9,16 +10,22 @@ STAMP  := $(VENV)/.installed
 # The venv's own pip (23.x) crashes in the resolver on these dependencies: upgrade it first.
 # torch==2.13.0 next: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
 # constraints.txt pins every package to the versions the suite passed with (a reproducible green run).
-$(STAMP): pyproject.toml constraints.txt
+# The base install is what the FP32 CPU demo needs (no extras); the full one adds the test tools,
+# ModelOpt (quant) and Ray on top of it.
+$(BASE): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e .
+	touch $(BASE)
+
+$(STAMP): $(BASE)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,quant,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(VENV)/bin/deploykit convert examples/detector/deploykit.yaml --report-dir reports/detector
 
 # The TensorRT plugin glue is compile-checked against NVIDIA's public headers (fetched from PyPI into build/).

@@ -44,7 +44,7 @@ def test_a_later_stage_failing_on_the_dynamo_graph_names_the_torchscript_switch(
     err = e.value
     assert "cannot handle node node_" in err.message
     assert "the surgery stage fails on the dynamo exporter's graph; the torchscript exporter's graph passes it" in err.message
-    assert err.hint.startswith("rerun with --set export.exporter=torchscript")
+    assert err.hint.startswith("rerun with export__exporter='torchscript'")  # the Python spelling; the CLI's below
     # the switch works, and reuses the trial run's artifacts
     result = deploykit.convert(picky(tmp_path, monkeypatch), workdir=store, export__exporter="torchscript")
     assert result.passed and [r.status for r in result.stages][:2] == ["reused", "reused"]

@@ -35,6 +35,13 @@ def gitlab() -> dict:
     return yaml.safe_load((CI / "gitlab-ci.yml").read_text())
 
 
+def expand(value: str, env: dict) -> str:
+    """A ``with:`` value with the workflow's ``${{ env.NAME }}`` expressions filled in."""
+    import re
+
+    return re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}", lambda m: str(env[m[1]]), value)
+
+
 def is_install(line: str) -> bool:
     return "pip install" in line
 
@@ -94,11 +101,37 @@ def test_github_workflow_run_steps(tiny: tuple[Path, Path], tmp_path: Path) -> N
     assert summary.read_text() == (reports / "summary.md").read_text() and "fps" in summary.read_text().lower()
     assert (reports / "report.html").read_text().startswith("<!DOCTYPE html>")
     uses = {s["uses"].split("@")[0]: s for s in steps if "uses" in s}
-    junit = ws / uses["mikepenz/action-junit-report"]["with"]["report_paths"]
+    junit = ws / expand(uses["mikepenz/action-junit-report"]["with"]["report_paths"], env)
     assert junit.is_file() and "<testsuite" in junit.read_text()
-    assert uses["actions/cache"]["with"]["path"] == env["DEPLOYKIT_STORE"]  # what is cached is the store used
-    assert (ws / uses["actions/upload-artifact"]["with"]["path"]).resolve() == reports.resolve()
+    assert expand(uses["actions/cache"]["with"]["path"], env) == env["DEPLOYKIT_STORE"]  # the store used is cached
+    assert (ws / expand(uses["actions/upload-artifact"]["with"]["path"], env)).resolve() == reports.resolve()
     assert all(s.get("if") == "always()" for s in steps if s.get("name") in ("Job summary", "Publish test results"))
+    # no path the env block names is written out again: changing DEPLOYKIT_REPORTS moves everything
+    for step in steps:
+        for value in (step.get("with") or {}).values():
+            assert str(value).split("/")[0] not in ("reports", ".deploykit"), (step.get("name"), value)
+
+
+def test_github_workflow_asks_only_for_what_it_uses() -> None:
+    workflow = github()
+    assert workflow["permissions"] == {"contents": "read", "checks": "write"}  # checks: the JUnit check run
+    setup = next(s for s in workflow["jobs"]["convert"]["steps"] if s.get("uses", "").startswith("actions/setup-python"))
+    if setup["with"].get("cache") == "pip":  # setup-python's pip cache fails without a file to key it by
+        assert (ROOT / setup["with"]["cache-dependency-path"]).is_file()
+
+
+@pytest.mark.parametrize(("file", "schema"), [("github-actions.yml", "vendor.github-workflows"),
+                                              ("gitlab-ci.yml", "vendor.gitlab-ci")])
+def test_ci_files_validate_against_their_published_schemas(file: str, schema: str) -> None:
+    """check-jsonschema ships the schemas it validates against (SchemaStore's github-workflows and
+    gitlab-ci): no network. A proxy that refuses every connection proves it."""
+    pytest.importorskip("check_jsonschema", reason="check-jsonschema is not installed (pip install -e '.[dev]')")
+    offline = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+               "NO_PROXY": ""}
+    done = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(CI / file)],
+                          capture_output=True, text=True, timeout=120, env=offline)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "validation done" in done.stdout
 
 
 def fake_curl(folder: Path) -> Path:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from deploykit.record.collect import _warnings
-from deploykit.record.model import Check, RunRecord, worst_of
+from deploykit.record.model import Check, RunRecord, StageStatus, worst_of
 from deploykit.report.markdown import change
 from deploykit.stages.gate import spread_warnings
 from deploykit.stages.quantize import QuantizeSummary, RepairSummary, _hint
@@ -16,7 +16,7 @@ def test_baseline_changes_read_as_slower_or_faster():
     assert change(0.12) == "12.0% slower" and change(-0.827) == "82.7% faster" and change(0.0) == "unchanged"
 
 
-def test_the_deciding_check_is_the_first_failure_else_the_closest_to_its_limit():
+def test_the_deciding_check_is_the_worst_failure_else_the_closest_to_its_limit():
     a = Check("parity", "a vs onnx", "pass", True, "rel_l2", 0.01, 0.1, "<=")
     b = Check("parity", "b vs onnx", "pass", True, "cosine", 0.999, 0.995, ">=")  # uses 20% of its margin
     record = RunRecord("m", "fp32", "onnxruntime", "", checks=(a, b))
@@ -27,6 +27,41 @@ def test_the_deciding_check_is_the_first_failure_else_the_closest_to_its_limit()
     stopped = RunRecord("m", "fp32", "onnxruntime", "", checks=(a,), error="boom", error_code=4)
     assert stopped.exit_code == 4 and stopped.verdict == "ERROR"
     assert RunRecord.from_dict(failed.to_dict()) == failed
+    worse = Check("parity", "d vs onnx", "fail", False, "cosine", 0.5, 0.995, ">=")  # far past its limit
+    both = RunRecord("m", "fp32", "onnxruntime", "", checks=(a, c, worse))
+    assert both.deciding("parity") is worse
+    from deploykit.report.terminal import verdict_lines
+
+    assert verdict_lines(both)[0].startswith("parity: FAIL — failed: d vs onnx cosine 0.5 < 0.995 (2 of 3")
+
+
+def test_a_failed_run_says_why_in_every_view_and_junit_says_each_metric_once():
+    from deploykit.report import junit, markdown
+    from deploykit.report.terminal import result_line
+
+    store = "/srv/ci/.deploykit"
+    c = Check("parity", "scores vs onnx", "fail", False, "rel_l2", 0.3, 0.1, "<=",
+              "rel_l2 0.3 > 0.1; cosine 0.9 < 0.995")
+    record = RunRecord("m", "fp32", "onnxruntime", "", checks=(c,), error="parity failed: scores vs onnx: rel_l2 0.3 > 0.1",
+                       hint=f"the full report is {store}/objects/{'ab' * 32}/parity.json", error_code=1, workdir=store,
+                       stages=(StageStatus("parity", "ran", 0.1, "ab" * 32, error="parity failed (hint: the full report "
+                                           f"is {store}/objects/{'ab' * 32}/parity.json)"),))
+    data = record.to_dict()
+    assert (data["error"], data["error_code"], data["exit_code"], data["verdict"]) == (
+        "parity failed: scores vs onnx: rel_l2 0.3 > 0.1", 1, 1, "FAIL")
+    assert result_line(record).startswith("result: FAIL (exit 1) — 1 failed: parity scores vs onnx")
+    xml = junit.render(record)
+    assert 'errors="0"' in xml and 'failures="1"' in xml
+    assert 'message="rel_l2 0.3 &gt; 0.1 (cosine 0.9 &lt; 0.995)"' in xml  # rel_l2 once, the other reason kept
+    md = markdown.render(record)
+    assert store not in md and f"parity.json (artifact {'ab' * 6})" in md
+
+
+def test_a_build_only_run_does_not_claim_checks_passed():
+    from deploykit.report.terminal import result_line
+
+    built = RunRecord("m", "fp32", "onnxruntime", "", stages=(StageStatus("ingest", "ran"), StageStatus("build", "ran")))
+    assert result_line(built) == "result: PASS (exit 0) — no checks: the run stopped after build, before parity and the gate"
 
 
 def test_worst_metric_ignores_unchecked_and_infinite_limits():
@@ -54,7 +89,11 @@ def test_the_spent_repair_budget_does_not_advise_enabling_repair():
     hint = _hint(spent, Path("precision.json"))
     assert "enable quantize.repair" not in hint
     assert "iteration budget spent (8)" in hint and "max_iterations" in hint
-    assert "enable quantize.repair (--auto-repair)" in _hint(QuantizeSummary(), Path("precision.json"))
+    assert "enable quantize.repair (quantize__repair__enabled=True)" in _hint(QuantizeSummary(), Path("precision.json"))
+    from deploykit.config.surface import command_line
+
+    with command_line():
+        assert "enable quantize.repair (--auto-repair)" in _hint(QuantizeSummary(), Path("precision.json"))
 
 
 def test_report_plots_leave_the_matplotlib_backend_alone(tiny, tmp_path):
@@ -67,3 +106,21 @@ def test_report_plots_leave_the_matplotlib_backend_alone(tiny, tmp_path):
     html = deploykit.convert(cfg, workdir=store).report_html(tmp_path / "r.html")
     assert html.count("data:image/png;base64,") == 5
     assert matplotlib.get_backend() == before
+
+
+def test_the_record_of_a_failed_run_holds_its_error_and_code(tiny, tmp_path):
+    import json
+
+    import deploykit
+    from deploykit.errors import TargetMissed
+
+    cfg, store = tiny
+    with pytest.raises(TargetMissed) as caught:
+        deploykit.convert(cfg, workdir=store, report_dir=tmp_path / "reports", progress=False,
+                          targets={"default": {"fps": 1e9}})
+    record = caught.value.result.record
+    assert record.error == caught.value.message and record.error_code == 1 and record.exit_code == 1
+    stored = json.loads((tmp_path / "reports" / "run.json").read_text())
+    assert (stored["error"], stored["error_code"], stored["exit_code"], stored["verdict"]) == (
+        caught.value.message, 1, 1, "FAIL")
+    assert str(store.resolve()) not in (tmp_path / "reports" / "summary.md").read_text()

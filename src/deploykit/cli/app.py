@@ -18,6 +18,7 @@ from deploykit.cli import plugins as plugins_cli
 from deploykit.cli.args import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
+opt.readable_help()
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Take a PyTorch model or an ONNX file to a verified, benchmarked engine.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
@@ -67,13 +68,14 @@ def _show(record: Any, log_format: str, parity_table: bool = False, details: lis
 
 def _run(source: Path, until: str | None, workdir: Path, sets: list[str] | None, log_format: str, *,
          flags: dict[str, Any] | None = None, rerun: list[str] | None = None, dims: list[str] | None = None,
-         shapes: dict[str, Any] | None = None, report_dir: Path | None = None, parity_table: bool = False) -> Any:
+         shapes: dict[str, Any] | None = None, report_dir: Path | None = None, parity_table: bool = False,
+         validation: Path | None = None) -> Any:
     from deploykit import api
 
     reporter = _reporter(log_format)
     try:
         result = api.convert(source, workdir=workdir, until=until, rerun=tuple(rerun or ()), report_dir=report_dir,
-                             reporter=reporter, dims=parse_dims(dims), shapes=shapes,
+                             reporter=reporter, dims=parse_dims(dims), shapes=shapes, validation=validation,
                              overrides=parse_sets(sets) | opt.overrides(**(flags or {})))
     except DeployKitError as e:
         if getattr(e, "result", None) is not None:
@@ -211,15 +213,65 @@ def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.on
 
 
 @app.command()
-def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx")],
+def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onnx (with OTHER: A, the reference)")],
+           other: Annotated[Optional[Path], typer.Argument(
+               metavar="OTHER", help="A second model or engine folder: compare the two on the same inputs.")] = None,
            backend: opt.BackendOpt = None, precision: opt.PrecisionOpt = None,
            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
            dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
+           atol: opt.Atol = None, rtol: opt.Rtol = None, save_inputs: opt.SaveInputs = None,
+           load_inputs: opt.LoadInputs = None, save_outputs: opt.SaveOutputs = None,
            log_format: opt.LogFormatOpt = "human") -> None:
-    """Build (or reuse) the engine and compare it with the FP32 reference: one row per output x reference."""
-    _run(model, "parity", workdir, set_, log_format, flags={"build.backend": backend, "quantize.precision": precision},
-         rerun=rerun, dims=dim, shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir,
-         parity_table=True)
+    """Build (or reuse) the engine and compare it with the FP32 reference: one row per output x reference.
+
+    With two arguments (models or engine folders, as `polygraphy run --onnxrt --trt` compares two runners),
+    run both on the same inputs and judge the second against the first.
+    """
+    tolerances = opt.tolerance_overrides(atol, rtol)
+    if other is not None:
+        _parity_pair(model, other, precision, parse_sets(set_) | tolerances, dim, load_inputs, save_inputs,
+                     save_outputs, log_format)
+        return
+    flags = {"build.backend": backend, "quantize.precision": precision, **tolerances}
+    try:
+        result = _run(model, "parity", workdir, set_, log_format, flags=flags, rerun=rerun, dims=dim,
+                      shapes=opt.shape_profiles(shapes, None, None, None), report_dir=report_dir,
+                      parity_table=True, validation=load_inputs)
+    except DeployKitError as e:
+        if getattr(e, "result", None) is not None and "engine" in e.result.artifacts:  # type: ignore[attr-defined]
+            _save_tensors(e.result, save_inputs, save_outputs)  # type: ignore[attr-defined]
+        raise
+    _save_tensors(result, save_inputs, save_outputs)
+
+
+def _save_tensors(result: Any, inputs: Path | None, outputs: Path | None) -> None:
+    if inputs is None and outputs is None:
+        return
+    from deploykit import api
+
+    for path in api.save_tensors(result, inputs=inputs, outputs=outputs):
+        typer.echo(f"wrote {path}", err=True)
+
+
+def _parity_pair(a: Path, b: Path, precision: str | None, fields: dict[str, Any], dims: list[str] | None,
+                 load_inputs: Path | None, save_inputs: Path | None, save_outputs: Path | None,
+                 log_format: str) -> None:
+    from deploykit import api
+    from deploykit.data import feedfile
+    from deploykit.errors import ParityFailed
+
+    sizes = {name: values[1] for name, values in parse_dims(dims).items()}  # --dim batch=4: the opt size
+    pair = api.compare(a, b, dims=sizes, samples=load_inputs, precision=precision or "fp32", overrides=fields)
+    if save_inputs is not None:
+        typer.echo(f"wrote {feedfile.save_inputs(save_inputs, pair.samples)}", err=True)
+    if save_outputs is not None:
+        typer.echo(f"wrote {feedfile.save_runs(save_outputs, pair.runs)}", err=True)
+    _show(pair.record, log_format, parity_table=True)
+    if not pair.passed:
+        failed = pair.record.deciding("parity", "task")
+        raise ParityFailed(f"{b} differs from {a}: {failed.name} {failed.verdict_line()}" if failed else
+                           f"{b} differs from {a}", hint="see the table above; loosen with --atol/--rtol or --set "
+                                                         "parity.default.* if the difference is expected")
 
 
 @app.command()
@@ -503,15 +555,16 @@ def report(run: Annotated[str, typer.Argument(help="A run name (the config's nam
 
 
 @config_app.command("show")
-def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: opt.Sets = None) -> None:
+def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml, or an .onnx file (the config deploykit "
+                                                         "makes for it)")],
+                set_: opt.Sets = None, dim: opt.Dims = None) -> None:
     """Print the fully resolved config (every default filled in)."""
     import yaml
 
-    from deploykit.config import load_config
-    from deploykit.store.hashing import canonical
+    from deploykit.api import resolve_config
+    from deploykit.api.args import config_raw
 
-    resolved = canonical(load_config(config, parse_sets(set_)))
-    resolved.pop("base_dir", None)
+    resolved = config_raw(resolve_config(config, parse_sets(set_), parse_dims(dim)))  # the file's keys, in order
     typer.echo(yaml.safe_dump(resolved, sort_keys=False))
 
 
@@ -628,10 +681,13 @@ def main() -> None:
 
 
 def _main() -> None:
+    from deploykit.config.surface import command_line
+
     _quiet_hooks()
     _wide_help_when_piped()
     try:
-        code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
+        with command_line():  # messages name flags (--dim), not the API's parameters (dims=)
+            code = app(standalone_mode=False)  # typer turns Ctrl-C into Exit(130) and returns its code here
     except DeployKitError as e:
         _fail(e)
     except (typer.Abort, KeyboardInterrupt):

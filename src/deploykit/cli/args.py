@@ -29,9 +29,9 @@ from deploykit.errors import UsageError
 
 QuantizedPrecision = only(Precision, without=("fp32",))
 
-Workdir = Annotated[Path, typer.Option("--workdir", "-w", help="Artifact store; reruns reuse what it holds.")]
-Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: --set gate.iterations=50")]
-Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", help="Run this stage even if its artifact exists (repeatable).")]
+Workdir = Annotated[Path, typer.Option("--workdir", "-w", metavar="DIR", help="Artifact store; reruns reuse what it holds.")]
+Sets = Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override a config field: --set gate.iterations=50")]
+Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", metavar="STAGE", help="Run this stage even if its artifact exists (repeatable).")]
 BackendOpt = Annotated[Optional[BackendName], typer.Option("--backend", help="Build backend (sets build.backend).")]
 ProviderOpt = Annotated[Optional[Provider], typer.Option("--provider", help="ONNX Runtime execution provider (sets build.provider).")]
 PrecisionOpt = Annotated[Optional[Precision], typer.Option("--precision", help="Sets quantize.precision.")]
@@ -39,32 +39,44 @@ QuantPrecisionOpt = Annotated[Optional[QuantizedPrecision], typer.Option("--prec
 TargetOpt = Annotated[Optional[QuantizeTarget], typer.Option("--target", help="Quantized graph flavour; auto follows the backend.")]
 MethodOpt = Annotated[Optional[Method], typer.Option("--method", help="Calibration method (sets quantize.method).")]
 LogFormatOpt = Annotated[LogFormat, typer.Option("--log-format", help="json: events on stderr, the result (or the error) as one JSON object on stdout.")]
-Dims = Annotated[Optional[list[str]], typer.Option("--dim", help="A named dynamic dim: --dim batch=1,4,8 (min,opt,max) or batch=4.")]
-Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", help="Input shapes as trtexec writes them: x:1x3x640x640[,y:...]; sets min=opt=max.")]
-MinShapes = Annotated[Optional[list[str]], typer.Option("--min-shapes", help="Profile minimum: x:1x3x640x640.")]
-OptShapes = Annotated[Optional[list[str]], typer.Option("--opt-shapes", help="Profile optimum: x:4x3x640x640.")]
-MaxShapes = Annotated[Optional[list[str]], typer.Option("--max-shapes", help="Profile maximum: x:8x3x640x640.")]
-ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", help="Write the reports here: run.json, junit.xml, summary.md and the stages' JSON.")]
-Out = Annotated[Optional[Path], typer.Option("--output", "-o", help="Copy the stage's output here.")]
+Dims = Annotated[Optional[list[str]], typer.Option("--dim", metavar="NAME=MIN,OPT,MAX", help="A named dynamic dim: --dim batch=1,4,8 (min,opt,max) or batch=4.")]
+Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", metavar="INPUT:DxD...", help="Input shapes as trtexec writes them: x:1x3x640x640[,y:...]; sets min=opt=max.")]
+MinShapes = Annotated[Optional[list[str]], typer.Option("--min-shapes", metavar="INPUT:DxD...", help="Profile minimum: x:1x3x640x640.")]
+OptShapes = Annotated[Optional[list[str]], typer.Option("--opt-shapes", metavar="INPUT:DxD...", help="Profile optimum: x:4x3x640x640.")]
+MaxShapes = Annotated[Optional[list[str]], typer.Option("--max-shapes", metavar="INPUT:DxD...", help="Profile maximum: x:8x3x640x640.")]
+ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", metavar="DIR", help="Write the reports here: run.json, junit.xml, summary.md and the stages' JSON.")]
+Out = Annotated[Optional[Path], typer.Option("--output", "-o", metavar="PATH", help="Copy the stage's output here.")]
 Baseline = Annotated[Optional[Path], typer.Option(
-    "--baseline", help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.")]
+    "--baseline", metavar="GATE_JSON", help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.")]
 AllowMissingTarget = Annotated[bool, typer.Option("--allow-missing-target", help="Measure without failing when no target matches.")]
-Iterations = Annotated[Optional[int], typer.Option("--iterations", min=1, help="Timed iterations per trial (sets gate.iterations).")]
-Warmup = Annotated[Optional[int], typer.Option("--warmup", min=0, help="Warm-up runs at least (sets gate.warmup).")]
-Duration = Annotated[Optional[float], typer.Option("--duration", min=0.0, help="Seconds of timed runs at least, over all trials (sets gate.duration_s).")]
+Iterations = Annotated[Optional[int], typer.Option("--iterations", min=1, metavar="N", help="Timed iterations per trial (sets gate.iterations).")]
+Warmup = Annotated[Optional[int], typer.Option("--warmup", min=0, metavar="N", help="Warm-up runs at least (sets gate.warmup).")]
+Duration = Annotated[Optional[float], typer.Option("--duration", min=0.0, metavar="SECONDS", help="Seconds of timed runs at least, over all trials (sets gate.duration_s).")]
 # trtexec's timing flags, in its spelling and ours; each sets one gate field (refused where the backend cannot).
 UseCudaGraph = Annotated[bool, typer.Option("--use-cuda-graph", "--useCudaGraph", help="Replay the engine as a CUDA graph while timing (sets gate.cuda_graph=on; TensorRT only).")]
 NoDataTransfers = Annotated[bool, typer.Option("--no-data-transfers", "--noDataTransfers", help="Time the engine alone, without host<->device copies (sets gate.data_transfers=false).")]
-WarmupMs = Annotated[Optional[float], typer.Option("--warmup-ms", "--warmUp", min=0.0, help="Warm up for at least this many ms, beside --warmup's count (sets gate.warmup_s).")]
-AvgRuns = Annotated[Optional[int], typer.Option("--avg-runs", "--avgRuns", min=1, help="Latency percentiles over means of N consecutive runs (sets gate.avg_runs; deadlines judge every run).")]
-DeadlineMs = Annotated[Optional[float], typer.Option("--deadline-ms", help="Per-frame deadline (sets gate.targets.default.deadline_ms; misses allowed: gate.targets.default.max_miss_rate).")]
-Soak = Annotated[Optional[float], typer.Option("--soak", min=0.0, help="After the trials, run this many seconds: drift, memory growth, NaN/Inf, errors (sets gate.soak_s; never reused).")]
-Trace = Annotated[Optional[Path], typer.Option("--trace", help="Write a Chrome trace (open in Perfetto) of every stage and timed inference; NVTX ranges too where nvtx is installed.")]
+WarmupMs = Annotated[Optional[float], typer.Option("--warmup-ms", "--warmUp", min=0.0, metavar="MS", help="Warm up for at least this many ms, beside --warmup's count (sets gate.warmup_s).")]
+AvgRuns = Annotated[Optional[int], typer.Option("--avg-runs", "--avgRuns", min=1, metavar="N", help="Latency percentiles over means of N consecutive runs (sets gate.avg_runs; deadlines judge every run).")]
+DeadlineMs = Annotated[Optional[float], typer.Option("--deadline-ms", metavar="MS", help="Per-frame deadline (sets gate.targets.default.deadline_ms; misses allowed: gate.targets.default.max_miss_rate).")]
+Soak = Annotated[Optional[float], typer.Option("--soak", min=0.0, metavar="SECONDS", help="After the trials, run this many seconds: drift, memory growth, NaN/Inf, errors (sets gate.soak_s; never reused).")]
+Trace = Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Write a Chrome trace (open in Perfetto) of every stage and timed inference; NVTX ranges too where nvtx is installed.")]
 Remeasure = Annotated[bool, typer.Option("--remeasure", help="Measure again instead of reusing a stored measurement (reruns only the gate).")]
-TimingCache = Annotated[Optional[Path], typer.Option("--timing-cache", help="TensorRT timing cache file: read before the build, written after (sets build.tensorrt.timing_cache_file).")]
-Plugins = Annotated[Optional[list[Path]], typer.Option("--plugins", help="Plugin library (repeatable; sets build.plugins).")]
+TimingCache = Annotated[Optional[Path], typer.Option("--timing-cache", metavar="FILE", help="TensorRT timing cache file: read before the build, written after (sets build.tensorrt.timing_cache_file).")]
+Plugins = Annotated[Optional[list[Path]], typer.Option("--plugins", metavar="LIB", help="Plugin library (repeatable; sets build.plugins).")]
 AutoRepair = Annotated[bool, typer.Option("--auto-repair", help="Quantized: search for the fastest mix of layer precisions that passes parity (sets quantize.repair.enabled).")]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+Atol = Annotated[Optional[list[str]], typer.Option(
+    "--atol", metavar="[OUTPUT:]ATOL", help="Absolute tolerance, as Polygraphy takes it: every element within ATOL "
+    "or within RTOL x |reference|; OUTPUT:ATOL for one output (repeatable; sets parity.default.atol / "
+    "parity.outputs.OUTPUT.atol).")]
+Rtol = Annotated[Optional[list[str]], typer.Option(
+    "--rtol", metavar="[OUTPUT:]RTOL", help="Relative tolerance (see --atol); OUTPUT:RTOL for one output.")]
+SaveInputs = Annotated[Optional[Path], typer.Option(
+    "--save-inputs", metavar="FILE", help="Write the samples parity compared on (.npz or .json).")]
+LoadInputs = Annotated[Optional[Path], typer.Option(
+    "--load-inputs", metavar="FILE", help="Compare on these samples (a --save-inputs file; sets validation).")]
+SaveOutputs = Annotated[Optional[Path], typer.Option(
+    "--save-outputs", metavar="FILE", help="Write what each side computed on the samples (.npz or .json).")]
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -133,6 +145,23 @@ def shape_profiles(shapes: list[str] | None, min_: list[str] | None, opt: list[s
     return out
 
 
+def tolerance_overrides(atol: list[str] | None, rtol: list[str] | None) -> dict[str, Any]:
+    """``--atol 1e-3 --atol boxes:1e-2`` (Polygraphy's form) as parity fields: a bare value for every
+    output (``parity.default.atol``), ``OUTPUT:VALUE`` for one (``parity.outputs.OUTPUT.atol``)."""
+    out: dict[str, Any] = {}
+    for flag, items in (("atol", atol), ("rtol", rtol)):
+        for item in items or []:
+            name, sep, text = item.rpartition(":")
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not value >= 0 or value == float("inf") or (sep and not name):
+                raise UsageError(f"--{flag} {item!r}: expected a number >= 0, or OUTPUT:NUMBER for one output")
+            out[f"parity.outputs.{name}.{flag}" if sep else f"parity.default.{flag}"] = value
+    return out
+
+
 def overrides(**flags: Any) -> dict[str, Any]:
     """Config fields from the flags that were given: ``overrides(**{"gate.iterations": 50, "build.backend": None})``."""
     return {k: v for k, v in flags.items() if v is not None}
@@ -147,6 +176,58 @@ def checked_plugins(paths: list[Path] | None) -> list[str] | None:
             raise UsageError(f"--plugins {p}: {'not a file' if p.exists() else 'no such file'}",
                              hint="build the libraries with `deploykit plugins build`, then pass the .so it names")
     return [str(p.resolve()) for p in paths]
+
+
+# -- help text a person reads --------------------------------------------------------------------------
+
+_WORDS = {"str": "TEXT", "int": "N", "float": "NUMBER", "path": "PATH", "file": "FILE", "directory": "DIR"}
+
+
+def readable_help() -> None:
+    """Name values in ``--help`` as man pages do. typer >= 0.25 writes an option's Python type
+    (``<list[str]>``, ``<bool>`` beside a flag, ``<path>``) and a required argument as ``{config}``
+    in the usage line, which read as internals: a flag shows no value, a type becomes a word (``PATH``,
+    ``N``, ``TEXT ...`` for a repeatable one), an argument is ``CONFIG`` (``[OTHER]`` when optional).
+    Choices stay as typer lists them. A typer without these hooks keeps its own wording."""
+    from typer import core
+
+    option, argument = getattr(core, "TyperOption", None), getattr(core, "TyperArgument", None)
+    if option is None or argument is None or not hasattr(option, "display_type_rich") \
+            or getattr(option, "_deploykit_readable", False):
+        return
+    shown_option, shown_argument = option.display_type_rich, argument.display_type_rich
+
+    def option_type(self: Any, ctx: Any) -> str | None:
+        if self.metavar is not None:
+            return str(self.metavar)
+        if getattr(self, "is_flag", False):
+            return None
+        return _readable(shown_option(self, ctx))
+
+    def argument_type(self: Any, ctx: Any) -> str | None:
+        return self.metavar or _readable(shown_argument(self, ctx))
+
+    def usage_name(self: Any) -> str:
+        name = str(self.metavar or self.name).upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    option.display_type_rich, argument.display_type_rich = option_type, argument_type
+    if hasattr(argument, "_usage_display_name"):
+        argument._usage_display_name = usage_name
+    option._deploykit_readable = True
+
+
+def _readable(shown: str | None) -> str | None:
+    """``<list[str]>`` -> ``TEXT ...``, ``<path>`` -> ``PATH``; choices (``<a|b>``) as they are."""
+    if not shown or not (shown.startswith("<") and ">" in shown):
+        return shown
+    inner, rest = shown[1:shown.index(">")], shown[shown.index(">") + 1:]
+    repeated = inner.startswith("list[") and inner.endswith("]")
+    inner = inner[5:-1] if repeated else inner
+    if "|" in inner:
+        return f"<{inner}>{' ...' if repeated else ''}{rest}"
+    return f"{_WORDS.get(inner, inner.upper())}{' ...' if repeated else ''}{rest}"
 
 
 # -- the parser's errors as one line --------------------------------------------------------------------

@@ -28,6 +28,7 @@ from deploykit.choices import (
     TensorRTVersion,
 )
 from deploykit.config.typed import from_value
+from deploykit.data.memory import InMemoryModel
 from deploykit.data.sources import DataConfig
 from deploykit.errors import ConfigError
 from deploykit.safety.limits import LimitsConfig
@@ -43,12 +44,24 @@ class Source:
     onnx: str | None = None
     weights: str | None = None  # a state_dict file, read with torch.load(weights_only=True)
     depends: tuple[str, ...] = ()  # extra files the factory reads; they enter the cache key
+    # a module or ModelProto passed to deploykit.convert as an object (never from a file)
+    memory: InMemoryModel | None = field(default=None, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        if (self.factory is None) == (self.onnx is None):
+        if sum(x is not None for x in (self.factory, self.onnx, self.memory)) != 1:
             raise ValueError("give exactly one of 'factory' (module:function) or 'onnx' (a file)")
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f"factory {self.factory!r} must be 'module:function'")
+
+    @property
+    def is_torch(self) -> bool:
+        """A torch model (a factory or a module in memory): exported, and a torch reference for parity."""
+        return self.factory is not None or (self.memory is not None and self.memory.kind == "torch")
+
+    @property
+    def is_onnx(self) -> bool:
+        """An ONNX model (a file or a ModelProto in memory): ingested."""
+        return not self.is_torch
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,9 @@ class Tolerance:
     snr_db: float | None = None  # a minimum; the same measure as rel_l2 (snr = -20 log10 rel_l2)
     max_rel: float | None = None  # on elements with |ref| >= rel_floor * max|ref|
     rel_floor: float | None = None  # a fraction of the output's max |ref|
+    # Polygraphy's elementwise rule (--atol/--rtol): every element within atol, or within rtol x |ref|
+    atol: float | None = None
+    rtol: float | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -181,7 +197,7 @@ class Tolerance:
                 raise ValueError(f"{f.name} is NaN: give a number (.inf turns a limit off)")
         if self.cosine is not None and not (0.0 <= self.cosine <= 1.0 or self.cosine == -math.inf):
             raise ValueError(f"cosine must be in [0, 1] (-.inf: off), got {self.cosine}")
-        for name in ("max_abs", "mean_abs", "rel_l2", "max_rel"):
+        for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "atol", "rtol"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be >= 0 (.inf: off), got {value}")
@@ -460,8 +476,12 @@ class ParityConfig:
 
     def tolerance(self, output: str, preset: Tolerance = FP32_TOLERANCE) -> Tolerance:
         """The resolved tolerance of one output; ``preset`` fills what the config leaves unset
-        (``parity_preset(config.quantize)``)."""
-        return self.outputs.get(output, Tolerance()).over(self.default.over(preset))
+        (``parity_preset(config.quantize)``). An output given ``atol``/``rtol`` (Polygraphy's rule) is
+        judged by them and the fields set here, not by the preset's other limits."""
+        own = self.outputs.get(output, Tolerance()).over(self.default)
+        if own.atol is not None or own.rtol is not None:
+            preset = Tolerance(rel_floor=preset.rel_floor)
+        return own.over(preset)
 
 
 @dataclass(frozen=True)
@@ -570,6 +590,15 @@ class Config:
                 if isinstance(d, int) and d < 1:
                     raise ValueError(f"input {spec.name!r} has a non-positive dim {d}")
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], base_dir: str | Path = ".") -> Config:
+        """A Config from a mapping written as ``deploykit.yaml`` is (``{"name": ..., "source": {...},
+        "inputs": [...]}``), validated like the file: unknown keys name the valid ones (with a did-you-mean),
+        bad values name their field; relative paths start at ``base_dir``."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config: expected a mapping, got {type(raw).__name__}")
+        return config_from_dict(raw, Path(base_dir).resolve())
+
     def path(self, relative: str) -> Path:
         """A path from the config, resolved against the config file's folder."""
         p = Path(relative)
@@ -581,21 +610,34 @@ class Config:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``deploykit.yaml``, apply dotted ``overrides`` (``{"gate.iterations": 50}``) and validate."""
+    path = Path(path)
+    return config_from_raw(read_raw(path), overrides or {}, path.parent.resolve(), str(path))
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    """A config file's mapping as parsed (bounded, safe YAML), not yet validated."""
     from deploykit.config.load import load_yaml, read_text
 
-    path = Path(path)
     raw = load_yaml(read_text(path), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
-    raw = apply_overrides(raw, overrides or {})
+    return raw
+
+
+def config_from_raw(raw: dict[str, Any], overrides: dict[str, Any], base_dir: Path, where: str = "",
+                    spelled: dict[str, str] | None = None) -> Config:
+    """``raw`` (a parsed file, ``where``; or a mapping from the Python API, ``where=""``) with dotted
+    ``overrides`` applied, validated; an error names the override it came from (as ``spelled`` writes
+    it, e.g. ``precision='int9'`` for the API's parameter), else ``where``."""
     try:
-        return config_from_dict(raw, path.parent.resolve())
+        return config_from_dict(apply_overrides(raw, overrides), base_dir)
     except ConfigError as e:
         hint = e.hint or "the README's 'Configuration' section lists every key"
-        key = next((k for k in overrides or {} if e.message.startswith((f"config.{k}:", f"config.{k}."))), None)
+        key = next((k for k in overrides if e.message.startswith((f"config.{k}:", f"config.{k}."))), None)
         if key is not None:  # the bad value came from the command line (or the API's overrides), not the file
-            raise ConfigError(f"override {key}={(overrides or {})[key]!r}: {e.message}", hint=hint) from e
-        raise ConfigError(f"{path}: {e.message}", hint=hint) from e
+            said = (spelled or {}).get(key) or f"override {key}={overrides[key]!r}"
+            raise ConfigError(f"{said}: {e.message}", hint=hint) from e
+        raise ConfigError(f"{where}: {e.message}" if where else e.message, hint=hint) from e
 
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:

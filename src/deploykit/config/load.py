@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from deploykit.config.surface import spelled
 from deploykit.errors import ConfigError
 
 MAX_BYTES = 1 << 20
@@ -156,7 +157,7 @@ LOWER = {
     ("ParityConfig", "samples"): 1, ("ParityConfig", "diagnose_top"): 0, ("ExportConfig", "check_samples"): 1,
     ("ExportConfig", "opset"): 7, ("BuildConfig", "intra_op_threads"): 0, ("QuantizeConfig", "int4_block_size"): 1,
     ("ParityConfig", "vacuous_below"): 0, ("GateConfig", "regression_threshold"): 0,
-    **{("Tolerance", name): 0 for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "rel_floor")},
+    **{("Tolerance", name): 0 for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "rel_floor", "atol", "rtol")},
     **{("QuantTolerance", name): 0 for name in ("max_abs", "mean_abs")},
 }
 
@@ -243,12 +244,12 @@ def _check_input_sizes(cfg: Any) -> None:
         big = next((d for d in shape if d > MAX_DIM), None)
         if big is not None:
             raise ConfigError(f"input {spec.name!r}: dim {big} is larger than {MAX_DIM}",
-                              hint="dims are 32-bit in TensorRT; fix the shape or --dim")
+                              hint=f"dims are 32-bit in TensorRT; fix the shape or {spelled('dims=', '--dim')}")
         nbytes = math.prod(shape) * np.dtype(spec.dtype).itemsize
         if nbytes > cfg.limits.max_input_mib * 2**20:
             raise ConfigError(f"input {spec.name!r}: {list(shape)} at the max shape is {nbytes / 2**20:.0f} MiB, "
                               f"above limits.max_input_mib ({cfg.limits.max_input_mib:g})",
-                              hint="lower the dims (or --dim), or raise limits.max_input_mib")
+                              hint=f"lower the dims (or {spelled('dims=', '--dim')}), or raise limits.max_input_mib")
 
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "load_yaml", "parse_override", "read_text", "validate"]

@@ -12,13 +12,14 @@ import importlib.util
 import itertools
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from deploykit.data.imagemodes import Conversion
+from deploykit.data.memory import InMemorySamples
 from deploykit.errors import ConfigError, DataError
 from deploykit.safety.limits import LimitsConfig
 from deploykit.safety.usercode import importable_from
@@ -60,9 +61,11 @@ class DataConfig:
     preprocess: Preprocess = Preprocess()
     samples: int = 64
     seed: int = 0  # order in which files are drawn
+    # samples passed to deploykit.convert as Python objects (never from a file)
+    memory: InMemorySamples | None = field(default=None, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        given = [k for k in ("folder", "files", "function") if getattr(self, k)]
+        given = [k for k in ("folder", "files", "function", "memory") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("give exactly one of 'folder', 'files' or 'function'")
         if self.samples < 1:
@@ -93,6 +96,8 @@ class DataSource:
     def fingerprint(self) -> dict[str, Any]:
         """Digests of every file the samples come from, plus the settings that shape them."""
         cfg = self.cfg
+        if cfg.memory is not None:
+            return {"memory": cfg.memory.digest, "samples": min(cfg.samples, cfg.memory.count), "input": cfg.input}
         if cfg.function:
             from deploykit.store.hashing import canonical
 
@@ -143,7 +148,9 @@ class DataSource:
 
     def _raw(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         cfg = self.cfg
-        if cfg.function:
+        if cfg.memory is not None:
+            yield from ((f"{self.what}[{i}]", s) for i, s in enumerate(cfg.memory.samples))
+        elif cfg.function:
             yield from self._from_function()
         elif cfg.folder:
             name, seen = self._image_input(), set()

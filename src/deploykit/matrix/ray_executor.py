@@ -153,19 +153,44 @@ class RayExecutor:
                 self.ray.shutdown()
 
 
+RAY_LOGS = "DEPLOYKIT_RAY_LOGS"  # set to 1 to see Ray's own INFO/WARNING lines on stderr
+
+
 def _connect(ray: Any, address: str, num_cpus: int | None) -> None:
-    """``local``: a fresh single-node cluster; ``auto``: the cluster on this machine; else its address."""
+    """``local``: a fresh single-node cluster; ``auto``: the cluster on this machine; else its address.
+
+    Ray's own INFO/WARNING lines stay off the user's stderr (its logs are in its session folder)
+    unless ``DEPLOYKIT_RAY_LOGS=1``. Any failure to start or reach a cluster is the environment's
+    (exit 3): Ray reports a start-up that took longer than its 30 s as a bare ``Exception``."""
+    import logging
+    import os
+
+    quiet = os.environ.get(RAY_LOGS, "") in ("", "0")
+    if quiet:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # its notice about usage statistics, and the upload
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR if quiet else logging.INFO}
     try:
         if address == "local":
             # A one-machine cluster: keep it on the loopback interface.
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1")
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     **options)
         else:
-            ray.init(address=address, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise EnvironmentProblem(f"--ray {address}: cannot connect to a Ray cluster: {_first_line(e)}",
-                                 hint="start one with `ray start --head`, pass its address (ray://HOST:10001), "
-                                      "or use --ray local") from e
+            ray.init(address=address, **options)
+    except Exception as e:  # Ray raises bare Exception and TimeoutError for a slow start, ConnectionError elsewhere
+        raise _start_failure(address, e) from e
+
+
+def _start_failure(address: str, e: BaseException) -> EnvironmentProblem:
+    """The one line for a Ray cluster that did not start or answer, with what to try."""
+    text = _first_line(e)
+    if isinstance(e, TimeoutError) or "timed out" in text.lower():
+        return EnvironmentProblem(f"--ray {address}: Ray did not start in time ({text})",
+                                  hint="the machine was too busy for Ray to start its processes within its 30 s: "
+                                       "retry when it is quieter, give the matrix fewer jobs (-j), or run without "
+                                       "--ray (the local process pool runs the same cells)")
+    return EnvironmentProblem(f"--ray {address}: cannot connect to a Ray cluster: {text}",
+                              hint="start one with `ray start --head`, pass its address (ray://HOST:10001), "
+                                   "or use --ray local")
 
 
 def _first_line(e: BaseException) -> str:

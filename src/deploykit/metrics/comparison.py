@@ -38,8 +38,8 @@ class Comparison:
                     continue  # compared by its detection check only
                 key = (ref_name, out_name)
                 if key not in self.elementwise:
-                    floor = self.parity.tolerance(out_name, self.preset).rel_floor or 0.0
-                    self.elementwise[key] = ErrorAccumulator(floor)
+                    tol = self.parity.tolerance(out_name, self.preset)
+                    self.elementwise[key] = ErrorAccumulator(tol.rel_floor or 0.0, tol.atol, tol.rtol)
                 try:
                     worst = max(worst, self.elementwise[key].add(ref, cand)["rel_l2"])
                 except ValueError as e:

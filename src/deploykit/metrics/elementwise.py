@@ -19,14 +19,18 @@ HIST_EDGES = tuple(10.0 ** (e / 4) for e in range(-48, 17))
 _MINIMUMS = ("cosine", "snr_db")  # checks where larger is better
 
 
-def compare(ref: np.ndarray, got: np.ndarray, rel_floor: float = 1e-2) -> dict[str, float]:
-    """max/mean abs, rel-L2, cosine, SNR (dB), max relative error above a magnitude floor, NaN/Inf.
+def compare(ref: np.ndarray, got: np.ndarray, rel_floor: float = 1e-2, atol: float | None = None,
+            rtol: float | None = None) -> dict[str, float]:
+    """max/mean abs, rel-L2, cosine, SNR (dB), max relative error above a magnitude floor, NaN/Inf;
+    with ``atol``/``rtol``, also how many elements are outside both (``outside_tol``).
 
     Args:
         ref: the reference output.
         got: the candidate output, same shape.
         rel_floor: ``max_rel`` looks only at elements with ``|ref| >= rel_floor * max|ref|``; near
             zero a relative error means nothing.
+        atol: an element passes within this absolute difference (Polygraphy's ``--atol``) ...
+        rtol: ... or within this many times ``|ref|`` (``--rtol``); unset: that side admits nothing.
     """
     if ref.shape != got.shape:
         raise ValueError(f"shape {got.shape} differs from the reference's {ref.shape}")
@@ -40,6 +44,11 @@ def compare(ref: np.ndarray, got: np.ndarray, rel_floor: float = 1e-2) -> dict[s
         return {**out, "max_abs": 0.0, "mean_abs": 0.0, "rel_l2": 0.0, "cosine": 1.0, "snr_db": SNR_CAP_DB,
                 "max_rel": 0.0, "ref_absmax": 0.0, "ref_range": 0.0}
     diff = np.abs(r - g)
+    if atol is not None or rtol is not None:
+        within = (diff <= atol) if atol is not None else np.zeros(diff.shape, bool)
+        if rtol is not None:
+            within |= diff <= rtol * np.abs(r)
+        out["outside_tol"] = int(diff.size - np.count_nonzero(within))
     ref_norm, got_norm, err_norm = (float(np.linalg.norm(v)) for v in (r, g, r - g))
     ref_absmax = float(np.max(np.abs(r)))
     out.update(max_abs=float(diff.max()), mean_abs=float(diff.mean()),
@@ -94,8 +103,8 @@ class ErrorAccumulator:
 
     _WORST_MAX = ("max_abs", "mean_abs", "rel_l2", "max_rel", "ref_absmax", "ref_range")
 
-    def __init__(self, rel_floor: float) -> None:
-        self.rel_floor = rel_floor
+    def __init__(self, rel_floor: float, atol: float | None = None, rtol: float | None = None) -> None:
+        self.rel_floor, self.atol, self.rtol = rel_floor, atol, rtol
         self.worst: dict[str, float] | None = None
         self.per_sample_rel_l2: list[float] = []
         self.zeros, self.hist = 0, [0] * (len(HIST_EDGES) - 1)
@@ -103,7 +112,7 @@ class ErrorAccumulator:
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
         """Fold one sample in; return its metrics."""
-        m = compare(ref, got, self.rel_floor)
+        m = compare(ref, got, self.rel_floor, self.atol, self.rtol)
         m.update(topk_agreement(ref, got))
         zeros, counts = abs_error_histogram(ref, got)
         self.zeros += zeros
@@ -124,8 +133,9 @@ class ErrorAccumulator:
 def _merge(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     out = {k: max(a[k], b[k]) for k in ErrorAccumulator._WORST_MAX}
     out.update(cosine=min(a["cosine"], b["cosine"]), snr_db=min(a["snr_db"], b["snr_db"]))
-    for k in ("nonfinite", "ref_nonfinite", "elements"):
-        out[k] = a[k] + b[k]
+    for k in ("nonfinite", "ref_nonfinite", "elements", "outside_tol"):
+        if k in a:
+            out[k] = a[k] + b.get(k, 0)
     for k in ("top1", "topk"):
         if k in a:
             out[k] = min(a[k], b[k])
@@ -168,6 +178,10 @@ def violations(metrics: dict[str, float], tol: Tolerance, skip: tuple[str, ...] 
                 out.append(f"{key} {value:.6g} < {limit:g}")
         elif not value <= limit:
             out.append(f"{key} {value:.3g} > {limit:.3g}")
+    outside = metrics.get("outside_tol", 0)
+    if (tol.atol is not None or tol.rtol is not None) and outside:
+        within = " or ".join(f"{k} {v:g}" for k, v in (("atol", tol.atol), ("rtol", tol.rtol)) if v is not None)
+        out.append(f"{int(outside)} of {int(metrics['elements'])} elements outside {within}")
     return out
 
 

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from deploykit.config import Config
+from deploykit.config.surface import spelled
 from deploykit.errors import DeployKitError, InvalidInput
 
 OTHER = {"dynamo": "torchscript", "torchscript": "dynamo"}
@@ -43,14 +44,15 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
         return
     error.message = (f"{error.message} [the {failed} stage fails on the {used} exporter's graph; the {other} "
                      f"exporter's graph passes it]")
-    error.hint = _join(f"rerun with --set export.exporter={other} (export.exporter: {other} in the config; its "
+    switch = spelled(f"export__exporter={other!r}", f"--set export.exporter={other}")
+    error.hint = _join(f"rerun with {switch} (export.exporter: {other} in the config; its "
                        f"artifacts are in the store already)", error.hint)
 
 
 def _failure(error: DeployKitError, config: Config) -> tuple[str | None, str]:
     """(the stage that failed, the exporter the failed run used), or (None, '') when not applicable."""
     result = getattr(error, "result", None)
-    if config.source.factory is None or config.export.exporter != "auto" or result is None:
+    if not config.source.is_torch or config.export.exporter != "auto" or result is None:
         return None, ""
     if not isinstance(error, InvalidInput):
         # a stage that could not process the graph (exit 4); a missed tolerance or target is about

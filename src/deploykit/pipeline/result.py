@@ -31,6 +31,7 @@ class RunResult:
     artifacts: dict[str, Artifact]  # role -> artifact (model, reference, engine, parity, gate)
     workdir: Path
     record: RunRecord  # every status and verdict of the run: what each view renders
+    config: Any = None  # the resolved Config the run used
 
     @property
     def passed(self) -> bool:
@@ -81,3 +82,28 @@ class RunResult:
         if path is not None:
             Path(path).write_text(render_page(self.record, with_plots), encoding="utf-8")
         return render_fragment(self.record, with_plots)
+
+
+@dataclass(frozen=True)
+class Report:
+    """The HTML report of one run record (:func:`deploykit.report`): shown inline in a notebook, the
+    standalone page written to ``path`` when one was given."""
+
+    record: RunRecord
+    with_plots: bool = True
+    path: Path | None = None  # the page written, if any
+    note: str = ""  # the other recorded runs a name matched, when it matched several
+
+    @property
+    def html(self) -> str:
+        """The report as an HTML fragment (what a notebook shows)."""
+        from deploykit.report.html import render_fragment
+
+        return render_fragment(self.record, self.with_plots)
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        where = f", written to {str(self.path)!r}" if self.path else ""
+        return f"Report({self.record.identity!r}, {self.record.verdict}{where})"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from deploykit import tracing
 from deploykit.config import Config
+from deploykit.config.surface import spelled
 from deploykit.errors import (
     DeployKitError,
     DiskFull,
@@ -48,7 +49,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     error stops the run. Either way the error carries the partial result as ``error.result``.
     """
     known = [s.name for s in stages]
-    for flag, names in (("--rerun", rerun), ("--until", [until] if until else []),
+    for flag, names in ((spelled("rerun=", "--rerun"), rerun), ("until=", [until] if until else []),
                         ("limits.stage_timeouts", list(config.limits.stage_timeouts))):
         for name in names:
             if name not in known:
@@ -63,7 +64,7 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
         except DeployKitError as e:
             e.result = _result(run, config, e)  # type: ignore[attr-defined]
             raise
-    result = _result(run, config)
+    result = _result(run, config, run.failures[0] if run.failures else None)  # the record says why it failed
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]
         raise run.failures[0]
@@ -198,6 +199,6 @@ def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> R
         if not run.whole:
             record.details["partial"] = True
         records.write(store, record)
-        if error is None:  # the run's refs name what a run that finished made (a stopped one changes none)
+        if error is None or isinstance(error, GateFailed):  # what a finished run made (a failed check finishes)
             store.name_run(record.identity, {role: a.digest for role, a in run.roles.items()})
-    return RunResult(config.name, list(run.records), dict(run.roles), store.root, record)
+    return RunResult(config.name, list(run.records), dict(run.roles), store.root, record, config)

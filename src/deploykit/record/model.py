@@ -90,9 +90,9 @@ class RunRecord:
     checks: tuple[Check, ...] = ()
     warnings: tuple[str, ...] = ()  # things a reader must know to trust the numbers
     gate_cached: bool = False  # the gate's measurement was reused from an earlier run, not measured now
-    error: str = ""  # the error that stopped the run (not a failed check), with its hint
+    error: str = ""  # why the run failed: the error that stopped it, or the first failed check's error
     hint: str = ""
-    error_code: int = 0  # that error's exit code
+    error_code: int = 0  # the exit code that error gives (1: a check failed; 2, 3, 4, 70: the run stopped)
     details: dict[str, Any] = field(default_factory=dict)  # stage name -> its report (for the HTML sections)
     workdir: str = ""
     created: str = ""
@@ -116,24 +116,31 @@ class RunRecord:
     @property
     def exit_code(self) -> int:
         """0 ok, 1 a check failed, or the stopping error's code (2, 3, 4, 70)."""
+        if self.error_code:
+            return self.error_code
         if self.error:
-            return self.error_code or 70
+            return 70
         return 1 if self.failed_checks else 0
+
+    @property
+    def stopped(self) -> bool:
+        """Whether an error stopped the run (rather than a check failing in a run that finished)."""
+        return bool(self.error) and self.error_code != 1
 
     @property
     def verdict(self) -> str:
         """PASS, FAIL (a check failed) or ERROR (the run stopped)."""
-        return "ERROR" if self.error else "FAIL" if self.failed_checks else "PASS"
+        return "ERROR" if self.stopped else "FAIL" if self.failed_checks or self.error else "PASS"
 
     def group(self, *names: str) -> list[Check]:
         return [c for c in self.checks if c.group in names]
 
     def deciding(self, *groups: str) -> Check | None:
-        """The check of these groups that decides their verdict: the first failure, else the one
-        closest to its limit."""
+        """The check of these groups that decides their verdict: the failure furthest past its limit
+        (the first of them where none has a number), else the passing one closest to its limit."""
         checks = self.group(*groups)
         failed = [c for c in checks if not c.passed]
-        return failed[0] if failed else max(checks, key=Check.used, default=None)
+        return max(failed or checks, key=Check.used, default=None)
 
     def stage(self, name: str) -> StageStatus | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -153,6 +160,20 @@ class RunRecord:
         values["checks"] = tuple(Check(**c) for c in data.get("checks", ()))
         values["warnings"] = tuple(data.get("warnings", ()))
         return cls(**values)
+
+
+_STORE_FILE = r"/objects/([0-9a-f]{64})/([^\s;,)]+)"
+
+
+def portable(text: str, workdir: str) -> str:
+    """``text`` for a page read elsewhere (a pull-request comment, an HTML file): a path into the store
+    becomes the file and its artifact (``parity.json (artifact f00dcc361d11)``, which ``deploykit
+    artifacts show`` finds), and no absolute store path is left."""
+    if not workdir or not text:
+        return text
+    root = re.escape(workdir.rstrip("/"))
+    text = re.sub(root + _STORE_FILE, lambda m: f"{m[2]} (artifact {m[1][:12]})", text)
+    return text.replace(workdir.rstrip("/"), "<store>")
 
 
 def number(value: float) -> str:

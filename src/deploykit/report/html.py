@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from deploykit.record.model import RunRecord
+from deploykit.record.model import RunRecord, portable
 from deploykit.report import plots
 from deploykit.report.markdown import change, fmt, timed_phrase
 
@@ -95,7 +95,7 @@ def _headline(record: RunRecord) -> str:
         head, _, rest = line.partition(":")
         word = rest.split()[0] if rest.split() else ""
         cls = "inconclusive" if head == "warning" else {"PASS": "pass", "FAIL": "fail", "ERROR": "fail"}.get(word, "")
-        items.append(f"<li><b class='{cls}'>{e(head)}</b>:{e(rest)}</li>")
+        items.append(f"<li><b class='{cls}'>{e(head)}</b>:{e(portable(rest, record.workdir))}</li>")
     return f"<ul>{''.join(items)}</ul>"
 
 
@@ -103,7 +103,8 @@ def _timeline(record: RunRecord) -> str:
     longest = max((s.seconds for s in record.stages), default=0.0) or 1.0
     rows = [[e(s.stage), _status(s.status), f"{s.seconds:.2f} s",
              f"<div class='bar' style='width:{max(1, int(240 * s.seconds / longest))}px'></div>",
-             f"<code>{e(s.digest[:12])}</code>", e(s.kind), e(s.error or s.note)] for s in record.stages]
+             f"<code>{e(s.digest[:12])}</code>", e(s.kind), e(portable(s.error or s.note, record.workdir))]
+            for s in record.stages]
     return "<h2>Stages</h2>" + _table(["stage", "status", "time", "", "artifact", "kind", "note"], rows, {2})
 
 

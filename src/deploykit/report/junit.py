@@ -14,7 +14,7 @@ def render(record: RunRecord) -> str:
     """The record as one JUnit testsuite."""
     suite = ET.Element("testsuite", name=f"deploykit.{record.identity}")
     cases = [_case(record, c) for c in record.checks]
-    if record.error:
+    if record.stopped:
         case = ET.Element("testcase", classname=f"deploykit.{record.name}", name="run", time="0")
         ET.SubElement(case, "error", message=record.error, type=f"exit {record.exit_code}").text = (
             record.error + (f"\nhint: {record.hint}" if record.hint else ""))
@@ -22,7 +22,7 @@ def render(record: RunRecord) -> str:
     suite.extend(cases)
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(len(record.failed_checks)))
-    suite.set("errors", "1" if record.error else "0")
+    suite.set("errors", "1" if record.stopped else "0")
     suite.set("skipped", str(sum(c.status == "skipped" for c in record.checks)))
     suite.set("time", f"{sum(s.seconds for s in record.stages if s.status == 'ran'):.6f}")
     ET.indent(suite)
@@ -32,7 +32,9 @@ def render(record: RunRecord) -> str:
 def _case(record: RunRecord, check: Check) -> ET.Element:
     group = "parity" if check.group == "task" else "gate" if check.group == "baseline" else check.group
     case = ET.Element("testcase", classname=f"deploykit.{record.name}.{group}", name=_name(record, check), time="0")
-    text = check.verdict_line() + (f" ({check.message})" if check.message and check.measured is not None else "")
+    # the message's other reasons: the deciding metric is in the verdict line already
+    others = [r for r in check.message.split("; ") if r and not (check.metric and r.startswith(f"{check.metric} "))]
+    text = check.verdict_line() + (f" ({'; '.join(others)})" if others and check.measured is not None else "")
     if record.gate_cached and check.group in ("gate", "baseline"):
         text += " [cached: measured by an earlier run; --remeasure to measure again]"
     if not check.passed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploykit.record.model import Check, RunRecord
+from deploykit.record.model import Check, RunRecord, portable
 
 
 def fmt(value: Any, spec: str = ".3g") -> str:
@@ -29,11 +29,14 @@ def _verdict(check: Check | None) -> str:
 def render(record: RunRecord) -> str:
     """The whole record as one Markdown document."""
     lines = [f"## deploykit {record.identity} — {record.verdict} (exit {record.exit_code})", ""]
-    if record.error:
-        lines += [f"**error:** {record.error}" + (f" — _{record.hint}_" if record.hint else ""), ""]
+    here = record.workdir
+    if record.stopped:
+        lines += [f"**error:** {portable(record.error, here)}" + (f" — _{portable(record.hint, here)}_" if record.hint
+                                                                 else ""), ""]
     if record.stages:
         lines += ["| stage | status | time | artifact | note |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {s.stage} | {s.status} | {s.seconds:.2f} s | `{s.digest[:12]}` | {s.error or s.note} |" for s in record.stages]
+        lines += [f"| {s.stage} | {s.status} | {s.seconds:.2f} s | `{s.digest[:12]}` | {portable(s.error or s.note, here)} |"
+                  for s in record.stages]
     lines += [f"\n> warning: {w}" for w in record.warnings]
     for section in (_quantize(record), _lint(record), _parity(record), _gate(record)):
         if section:

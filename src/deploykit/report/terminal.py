@@ -51,7 +51,7 @@ def stage_table(record: RunRecord) -> Any:
     t = table(f"deploykit: {record.identity}", ["stage", "status", "time", "artifact", "note"])
     for s in record.stages:
         # the error line (or the verdict lines) below say it: once
-        note = "" if s.status == "failed" and record.error else "check failed" if s.error else s.note
+        note = "" if s.status == "failed" and record.stopped else "check failed" if s.error else s.note
         t.add_row(s.stage, f"[{_COLOUR.get(s.status, 'white')}]{s.status}[/]", f"{s.seconds:.2f}s", s.digest[:12],
                   escape(note))
     return t
@@ -158,12 +158,17 @@ def _gate_created(record: RunRecord) -> str:
 
 
 def result_line(record: RunRecord) -> str:
-    if record.error:  # the message itself is the error line on stderr, printed once
+    if record.stopped:  # the message itself is the error line on stderr, printed once
         return f"result: ERROR (exit {record.exit_code})"
     failed = record.failed_checks
     if failed:
         more = f"; and {len(failed) - 4} more" if len(failed) > 4 else ""
         return f"result: FAIL (exit 1) — {len(failed)} failed: " + "; ".join(f"{c.group} {c.name}" for c in failed[:4]) + more
+    if record.error:  # a failure no check names
+        return f"result: FAIL (exit {record.exit_code}) — {record.error}"
+    if not record.checks:
+        last = record.stages[-1].stage if record.stages else "nothing"
+        return f"result: PASS (exit 0) — no checks: the run stopped after {last}, before parity and the gate"
     return f"result: PASS (exit 0) — {len(record.checks)} checks passed"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from deploykit.config import Config
 from deploykit.errors import ConfigError, ModelError, first_line
-from deploykit.safety.usercode import importable_from
+from deploykit.safety.usercode import failed_inside, importable_from
 from deploykit.store.hashing import digest_file
 
 
@@ -69,7 +69,10 @@ def source_fingerprint(config: Config) -> dict[str, str]:
 
     Computed without importing torch or the module, so an unchanged rerun is cheap. A factory that
     reads other files must list them under ``source.depends`` for changes to invalidate the cache.
+    A module in memory is its weights' digest (what its forward() does is in the ONNX it exports).
     """
+    if config.source.memory is not None:
+        return {"memory": "torch", "weights": config.source.memory.weights}
     files = {"module": _find_module_file(config)}
     if config.source.weights:
         files["weights"] = config.path(config.source.weights)
@@ -84,8 +87,12 @@ def source_fingerprint(config: Config) -> dict[str, str]:
 
 
 def build_model(config: Config) -> Any:
-    """Call the user's factory (named explicitly in the config), load weights safely, set eval mode."""
+    """Call the user's factory (named explicitly in the config), load weights safely, set eval mode; a
+    module passed in memory is used as it is (:func:`deploykit.convert` holds it in eval mode)."""
     import torch
+
+    if config.source.memory is not None:
+        return config.source.memory.object
 
     module_name, fn_name = config.source.factory.split(":")  # type: ignore[union-attr]
     try:
@@ -94,21 +101,36 @@ def build_model(config: Config) -> Any:
         if e.name == module_name:
             raise ConfigError(f"source.factory: module {module_name!r} not found in {config.base_dir} or on sys.path",
                               hint="give 'module:function' importable from the config's folder") from e
-        raise ModelError(f"source.factory: importing {module_name!r} failed: {e}") from e
+        inside, package = failed_inside(e)
+        raise ModelError(f"source.factory: importing {module_name!r} failed: {first_line(e)}{inside}",
+                         hint=_import_hint(package)) from e
     except Exception as e:
-        raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {e}") from e
+        inside, package = failed_inside(e)
+        raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {first_line(e)}"
+                         f"{inside}", hint=_import_hint(package)) from e
     factory = getattr(module, fn_name, None)
     if not callable(factory):
         raise ConfigError(f"source.factory: {module_name!r} has no function {fn_name!r}")
     try:
         model = factory()
     except Exception as e:
-        raise ModelError(f"source.factory: {config.source.factory}() raised {type(e).__name__}: {e}") from e
+        inside, _ = failed_inside(e)
+        raise ModelError(f"source.factory: {config.source.factory}() raised {type(e).__name__}: {first_line(e)}"
+                         f"{inside}") from e
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"source.factory: {config.source.factory}() returned {type(model).__name__}, not a torch.nn.Module")
     if config.source.weights:
         _load_weights(model, config.path(config.source.weights))
     return model.eval()
+
+
+def _import_hint(package: str) -> str:
+    """What to try when the factory's import failed inside an installed package."""
+    if not package:
+        return "fix the import error above in the factory's module (or what it imports)"
+    return (f"the failure is inside the installed package {package!r}: `python -c 'import {package}'` shows it "
+            "alone; a build for another torch (a CUDA torchvision beside the CPU torch) fails like this, so "
+            "reinstall it to match torch")
 
 
 def _load_weights(model: Any, path: Path) -> None:
@@ -140,3 +162,8 @@ def run_torch(model: Any, feeds: dict[str, Any], input_names: list[str]) -> list
         raise ModelError(f"the torch model raised {type(e).__name__} on inputs {shapes}: {first_line(e)}",
                          hint="deploykit feeds random values (floats N(0,1), integers 0-15, booleans); an input that "
                               "needs other values (a mask, token ids) needs validation data") from e
+
+
+def torch_name(config: Config) -> str:
+    """The torch model as the user knows it, for messages: the factory, or the module passed in memory."""
+    return config.source.memory.label if config.source.memory is not None else f"source.factory {config.source.factory}"

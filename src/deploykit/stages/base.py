@@ -68,6 +68,7 @@ class StageContext:
     config: Config
     store: Store
     reporter: Reporter
+    torch_model: Any = None  # the torch model this run built: export builds it, parity's torch reference reuses it
 
 
 class Stage:

@@ -64,7 +64,7 @@ class BuildStage(Stage):
         backend = get_backend(options.backend, require_available=not lint_applies(ctx.config))
         if options.tensorrt.timing_cache_file and backend.timing_cache(options) is None:
             raise ConfigError(f"build.tensorrt.timing_cache_file: the {backend.name} backend keeps no timing cache",
-                              hint="a timing cache file (--timing-cache) is for --backend tensorrt")
+                              hint="a timing cache file is for the tensorrt backend")
 
     def key_config(self, ctx: StageContext) -> Any:
         return {"build": ctx.config.build, "dims": ctx.config.dims, "inputs": ctx.config.inputs}

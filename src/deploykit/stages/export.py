@@ -19,7 +19,7 @@ from deploykit.graph.feeds import distinct_shapes, random_feeds
 from deploykit.graph.files import save_model
 from deploykit.graph.run import session_from_onnx
 from deploykit.source import export_hooks
-from deploykit.source.factory import build_model, run_torch, source_fingerprint
+from deploykit.source.factory import build_model, run_torch, source_fingerprint, torch_name
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.store.artifacts import Artifact
 from deploykit.store.environment import tool_versions
@@ -58,12 +58,14 @@ class ExportStage(Stage):
     summary_type = ExportSummary
 
     def applies(self, ctx: StageContext) -> bool:
-        return ctx.config.source.factory is not None
+        return ctx.config.source.is_torch
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
-        return {"source": source_fingerprint(c), "inputs": c.inputs, "dims": c.dims, "outputs": c.outputs,
-                "export": c.export}
+        source = source_fingerprint(c)
+        if c.source.memory is not None:  # keyed by what it exports: its code is in no file to hash
+            source = {**source, "onnx": _exported_in_memory(c)[3]}
+        return {"source": source, "inputs": c.inputs, "dims": c.dims, "outputs": c.outputs, "export": c.export}
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         # The plugin ops' export code shapes the ONNX of any model that uses them. Hash the files, not
@@ -75,13 +77,26 @@ class ExportStage(Stage):
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ExportSummary:
         cfg = ctx.config
-        model = build_model(cfg)
-        onnx_model, exporter, fallback_reason = export_model(model, cfg)
+        model = ctx.torch_model = build_model(cfg)  # parity's torch reference in this run: built once
+        if cfg.source.memory is not None:
+            exported, exporter, fallback_reason, _ = _exported_in_memory(cfg)
+            onnx_model = type(exported)()
+            onnx_model.CopyFrom(exported)  # the hooks below may edit it in place; the cached one stays
+        else:
+            onnx_model, exporter, fallback_reason = export_model(model, cfg)
         for hook in export_hooks.model_hooks():  # outside export_model: a hook's error is not an exporter's
             onnx_model = hook(onnx_model)
         save_model(onnx_model, out / MODEL)
         check = check_against_torch(model, cfg, out / MODEL)
         return ExportSummary(exporter, fallback_reason, cfg.export.opset, len(onnx_model.graph.node), check)
+
+
+def _exported_in_memory(cfg: Config) -> tuple[Any, str, str, str]:
+    """The in-memory module's export for this recipe (once per process), and its ONNX bytes' sha256."""
+    from deploykit.store.hashing import digest_value
+
+    recipe = digest_value({"inputs": cfg.inputs, "dims": cfg.dims, "outputs": cfg.outputs, "export": cfg.export})
+    return cfg.source.memory.exported(recipe, lambda: export_model(build_model(cfg), cfg))  # type: ignore[union-attr]
 
 
 def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
@@ -93,7 +108,7 @@ def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
             return _export_with(model, cfg, exporter), exporter, "; ".join(errors)
         except Exception as e:  # each exporter fails in its own way; keep the first line of each
             errors.append(f"{exporter} exporter failed: {_cause(e)}")
-    raise ModelError(f"source.factory {cfg.source.factory}: export failed. " + " | ".join(errors),
+    raise ModelError(f"{torch_name(cfg)}: export failed. " + " | ".join(errors),
                      hint="try export.exporter: torchscript or dynamo, or simplify data-dependent code")
 
 

@@ -188,7 +188,7 @@ class GateStage(Stage):
         note = f"measurement from {m.created} reused"  # never a soak: fresh_every_run
         if load.get("loaded"):
             note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
-                     f"on {load.get('cpus')} CPUs): --rerun gate on a quiet machine for a clean one")
+                     f"on {load.get('cpus')} CPUs): --remeasure on a quiet machine for a clean one")
         return note
 
     @classmethod

@@ -36,10 +36,13 @@ class IngestStage(Stage):
     measured = ("source",)
 
     def applies(self, ctx: StageContext) -> bool:
-        return ctx.config.source.onnx is not None
+        return ctx.config.source.is_onnx
 
     def key_config(self, ctx: StageContext) -> Any:
-
+        memory = ctx.config.source.memory
+        if memory is not None:  # a ModelProto passed as an object: its bytes are its identity
+            check_io(memory.object, Path(memory.label))
+            return {"onnx": memory.weights, "external_data": {}, "inputs": ctx.config.inputs, "dims": ctx.config.dims}
         path = self._path(ctx)
         model = load_model(path, load_external=False)  # parses the file: a truncated one fails here, not later
         check_io(model, path)
@@ -47,6 +50,13 @@ class IngestStage(Stage):
         return {"onnx": digest_file(path), "external_data": data, "inputs": ctx.config.inputs, "dims": ctx.config.dims}
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> IngestSummary:
+        memory = ctx.config.source.memory
+        if memory is not None:
+            (out / MODEL).write_bytes(memory.onnx_bytes)  # then read back through the same guards as a file
+            model = check_model(load_model(out / MODEL), Path(memory.label))
+            check_inputs(ctx.config, model, Path(memory.label))
+            return IngestSummary(memory.label, opset_version(model), len(model.graph.node),
+                                 f"{model.producer_name} {model.producer_version}".strip())
         path = self._path(ctx)
         model = check_model(load_model(path), path)
         check_inputs(ctx.config, model, path)

@@ -55,7 +55,7 @@ class ParityStage(Stage):
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
-        torch_ref = c.parity.torch_reference and c.source.factory is not None
+        torch_ref = c.parity.torch_reference and c.source.is_torch
         from deploykit.source.factory import source_fingerprint
 
         return {"parity": c.parity, "inputs": c.inputs, "dims": c.dims, "preset": parity_preset(c.quantize),
@@ -71,7 +71,7 @@ class ParityStage(Stage):
         candidate = _candidate(inputs)
         # The reference: the FP32 graph's nodes one by one, no graph optimizations.
         references = {"onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled")}
-        torch_model = None if reference_note else _torch_model(cfg)
+        torch_model = None if reference_note else _torch_model(ctx)
         comparison = Comparison(cfg.parity, parity_preset(cfg.quantize), cfg.quantize.precision)
         comparison.check_outputs([o.name for o in references["onnx"].outputs])
         samples, data = parity_samples(cfg)
@@ -155,6 +155,23 @@ def _fp32_reference(ctx: StageContext, inputs: dict[str, Artifact]) -> tuple[dic
     return {**inputs, "reference": fp32}, note
 
 
+def runners(ctx: StageContext, inputs: dict[str, Artifact]) -> dict[str, Any]:
+    """What parity runs on each sample, by name: ``candidate`` (the engine, or the graph as written),
+    ``onnx`` (the FP32 reference graph) and ``torch`` for a torch source; each maps feeds -> outputs
+    (``deploykit parity --save-outputs`` writes what they computed)."""
+    inputs, note = _fp32_reference(ctx, inputs)
+    out = {"candidate": _candidate(inputs).infer,
+           "onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled").infer}
+    torch_model = None if note else _torch_model(ctx)
+    if torch_model is not None:
+        from deploykit.source.factory import run_torch
+
+        names = [s.name for s in ctx.config.inputs]
+        outputs = _output_names(inputs["reference"])
+        out["torch"] = lambda feeds: dict(zip(outputs, run_torch(torch_model, feeds, names), strict=True))
+    return out
+
+
 def _output_names(artifact: Artifact) -> list[str]:
     from deploykit.graph.files import load_model
 
@@ -174,12 +191,16 @@ def _candidate(inputs: dict[str, Artifact]) -> Any:
     return load_engine(engine)
 
 
-def _torch_model(cfg: Config) -> Any:
-    if not (cfg.parity.torch_reference and cfg.source.factory is not None):
+def _torch_model(ctx: StageContext) -> Any:
+    """The torch reference: the model the export stage of this run built, else built here."""
+    cfg = ctx.config
+    if not (cfg.parity.torch_reference and cfg.source.is_torch):
         return None
     from deploykit.source.factory import build_model
 
-    return build_model(cfg)
+    if ctx.torch_model is None:
+        ctx.torch_model = build_model(cfg)
+    return ctx.torch_model
 
 
 def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: dict[str, np.ndarray]) -> dict[str, dict]:

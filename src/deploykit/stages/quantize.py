@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.config import CALIBRATED
+from deploykit.config.surface import spelled
 from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.quant.flavours import flavour_for
@@ -243,7 +244,8 @@ def _calibration(ctx: StageContext) -> Any:
             return None
         raise ConfigError(f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
                           "no 'calibration' section",
-                          hint="add calibration: {folder: images/} (or files:/function:), or pass --calib-data")
+                          hint="add calibration: {folder: images/} (or files:/function:), or pass "
+                               + spelled("calibration= (samples, or a folder)", "--calib-data"))
     return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration",
                       max_input_mib=c.limits.max_input_mib)
 
@@ -272,7 +274,8 @@ def _mix(result: Any) -> tuple[int, int] | None:
 def _hint(summary: QuantizeSummary, report: Path) -> str:
     """What to do next; never "enable the search" when it ran and spent its budget."""
     if summary.repair is None:
-        return (f"see {report}; enable quantize.repair (--auto-repair) to search for the layers to keep in higher "
+        return (f"see {report}; enable quantize.repair ({spelled('quantize__repair__enabled=True', '--auto-repair')}) "
+                "to search for the layers to keep in higher "
                 "precision, or exclude the nodes the diagnosis names")
     return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
             "quantize.repair.max_iterations / candidates (and max_nodes if you capped it), use "

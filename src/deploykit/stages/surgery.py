@@ -63,4 +63,6 @@ def users_name(cfg: Any) -> str:
     (never the store's ``objects/<digest>/model.onnx``)."""
     if cfg.source.onnx is not None:
         return str(cfg.path(cfg.source.onnx))
+    if cfg.source.memory is not None:
+        return cfg.source.memory.label + (" (exported)" if cfg.source.is_torch else "")
     return f"{cfg.source.factory} (exported)"

@@ -52,10 +52,12 @@ def parity_samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[s
     """The samples to compare on, and how the report describes them."""
     if cfg.validation is not None:
         v = cfg.validation
-        where = v.folder or v.files or v.function
-        kind = "folder" if v.folder else "files" if v.files else "function"
+        where = v.folder or v.files or v.function or ""
+        kind = "folder" if v.folder else "files" if v.files else "function" if v.function else "memory"
+        if v.memory is not None:
+            where = f"{v.memory.count} samples in memory, sha256 {v.memory.digest[:12]}"
         data = {"kind": "validation", "source": f"{kind}: {where}", "planned": v.samples,
-                "note": f"validation data ({kind} {where})"}
+                "note": f"validation data ({where})" if v.memory else f"validation data ({kind} {where})"}
         if v == cfg.calibration:
             data["warning"] = ("the validation data is the calibration data: parity on samples the quantizer "
                                "saw is optimistic")
