@@ -33,10 +33,14 @@ TRT_HEADERS := build/kernel-lens/kernel_lens/include/tensorrt/NvInfer.h
 $(TRT_HEADERS):
 	PYTHON=$(PY) plugins/tools/fetch_trt_headers.sh >/dev/null || echo "warning: TensorRT headers not fetched; the plugin glue compile test will skip"
 
-# The matrix's Ray tests (a real two-node cluster) and its slow tests: a second step, so the default
-# suite stays fast and CI still runs them.
+# The default suite on JOBS workers (pytest-xdist; each worker has its own tmp folders and session
+# fixtures); the tests that need the whole machine (marked serial: concurrent runs and SIGKILLs timed
+# against each other) after it, alone; then the matrix's Ray tests (a real two-node cluster) and its
+# slow tests, so the default suite stays fast and CI still runs them.
+JOBS ?= 2
 test: $(STAMP) $(TRT_HEADERS)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(JOBS) -m "not slow and not ray and not serial"
+	$(PY) -m pytest -m "serial and not slow and not ray"
 	$(PY) -m pytest -m "ray or slow" tests/matrix
 
 test-all: $(STAMP) $(TRT_HEADERS)

@@ -139,6 +139,7 @@ def _kill_trials(reference, tmp_path: Path, stages: tuple[str, ...], seeds: rang
     return hits
 
 
+@pytest.mark.serial
 def test_sigkill_during_build_then_rerun(reference, tmp_path):
     assert _kill_trials(reference, tmp_path, ("build",), range(1)) == ["build"]
 
@@ -171,6 +172,7 @@ def _concurrent(reference, tmp_path: Path, n: int) -> None:
     _no_temporaries(store, tmp)
 
 
+@pytest.mark.serial
 def test_two_concurrent_converts_on_one_workdir(reference, tmp_path):
     _concurrent(reference, tmp_path, 2)
 
