@@ -463,12 +463,13 @@ def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
     """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
     from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
-    from deploykit.report.record import verify_all
+    from deploykit.report.collect import verify_records
+    from deploykit.stages import default_stages
     from deploykit.storecheck import verify
 
     with Store(workdir) as store:
         report = verify(store)
-        n_records, bad_records = verify_all(store.root)
+        n_records, bad_records = verify_records(store, default_stages())
     report.problems += bad_records
     for line in report.problems:
         typer.echo(f"problem: {line}")

@@ -6,11 +6,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from deploykit.artifacts import Artifact, Manifest, Store, recipe_key
+from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store, recipe_key
 from deploykit.config import Config
 from deploykit.environment import device_fingerprint, tool_versions
 from deploykit.errors import (
+    ArtifactCorrupt,
     DeployKitError,
     DiskFull,
     EnvironmentProblem,
@@ -86,10 +88,11 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     try:
         with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage):
             parents = _parents(run, stage)
-            key_config = canonical(stage.key_config(ctx))
-            key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))
+            key_config, env = canonical(stage.key_config(ctx)), stage.key_env(ctx)
+            key = recipe_key(stage.name, stage.version, parents, key_config, env)
             artifact = None if force else ctx.store.lookup(key)
             if artifact is not None:
+                _check_reuse(ctx.store, artifact, key, env)
                 note = stage.reuse_note(artifact)
             status = "reused" if artifact else "ran"
             if artifact is None:
@@ -111,6 +114,32 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     run.records.append(StageRecord(stage.name, status, seconds, artifact, error, note))
     ctx.reporter.event("stage_end", stage=stage.name, status=status, seconds=seconds, digest=artifact.digest,
                        passed=not error, **({"note": note} if note else {}))
+
+
+def _check_reuse(store: Store, artifact: Artifact, key: str, env: dict[str, Any]) -> None:
+    """A reused artifact must be what its recipe says: its manifest's stage, version, parents and
+    config hash to the recipe key with this machine's toolchain, and a stage whose key holds the device
+    (a measurement, a device-specific build) was made on this device. Anything else was moved or
+    rewritten by hand: ArtifactCorrupt, never a silent reuse."""
+    m = artifact.manifest
+    where = store.root / "objects" / artifact.digest / MANIFEST
+    if recipe_key(m.stage, m.stage_version, m.parents, m.config, env) != key:
+        raise ArtifactCorrupt(f"{where}: its stage, parents or config are not those of recipe {key[:12]}, which "
+                              "names it", hint=f"delete {store.root / 'recipes' / key} and rerun; see "
+                              "`deploykit artifacts verify`")
+    device = env.get("device")
+    if device is not None and canonical(m.device) != canonical(device):
+        raise ArtifactCorrupt(f"{where}: made on another machine ({_machine(m.device)}), not this one "
+                              f"({_machine(device)}), though its recipe is keyed to this machine",
+                              hint=f"delete {store.root / 'recipes' / key} and rerun to measure here; a "
+                              "measurement from another device is never reused")
+
+
+def _machine(device: Any) -> str:
+    if not isinstance(device, dict):
+        return repr(device)[:80]
+    features = device.get("features")
+    return f"{device.get('model', '?')}" + (f", {' '.join(map(str, features))}" if isinstance(features, list) else "")
 
 
 @contextlib.contextmanager

@@ -138,7 +138,7 @@ class GateStage(Stage):
         """A reused gate is a measurement from another time: say when, and whether the machine was busy."""
         m = artifact.manifest
         load = GateSummary.of(artifact).load
-        note = f"measurement from {m.created} reused"
+        note = f"measurement from {m.created} on {m.device.get('model', 'an unnamed device')} reused"
         if load.get("loaded"):
             note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
                      f"on {load.get('cpus')} CPUs): --rerun gate on a quiet machine for a clean one")
