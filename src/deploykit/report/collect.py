@@ -79,7 +79,8 @@ def rows_by_stage(rows: Sequence[StageStatus]) -> dict[str, StageStatus]:
 
 def _warnings(details: dict[str, Any], flavour: str, backend: str) -> list[str]:
     """What a reader must know to trust the verdicts and numbers."""
-    out = [f"quantize: {w}" for w in (details.get("quantize") or {}).get("warnings", [])]
+    out = [f"ingest: {w}" for w in (details.get("ingest") or {}).get("warnings", [])]
+    out += [f"quantize: {w}" for w in (details.get("quantize") or {}).get("warnings", [])]
     data_warning = ((details.get("parity") or {}).get("data") or {}).get("warning")
     if data_warning:
         out.append(f"parity: {data_warning}")
