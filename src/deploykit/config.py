@@ -528,12 +528,23 @@ class Config:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``deploykit.yaml``, apply dotted ``overrides`` (``{"gate.iterations": 50}``) and validate."""
+    path = Path(path)
+    return config_from_file(path, read_config_file(path), overrides)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The parsed mapping of a config file (bounded YAML, :mod:`deploykit.config_load`), not yet validated."""
     from deploykit.config_load import load_yaml, read_text
 
-    path = Path(path)
     raw = load_yaml(read_text(path), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def config_from_file(path: Path, raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> Config:
+    """The config ``path`` holds (its parsed mapping ``raw``, left unchanged) with ``overrides``, validated;
+    errors name the file or the override. (A matrix reads a file once for all its cells.)"""
     raw = apply_overrides(raw, overrides or {})
     try:
         return config_from_dict(raw, path.parent.resolve())
