@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploykit import thirdparty
 from deploykit.artifacts import MANIFEST, Artifact, Manifest, Store, recipe_key
 from deploykit.config import Config
 from deploykit.environment import device_fingerprint, tool_versions
@@ -58,12 +59,13 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
         stage.preflight(run.ctx)
-    for stage in planned:
-        try:
-            _run_stage(run, stage, force=stage.name in rerun)
-        except DeployKitError as e:
-            e.result = _result(run, config, e)  # type: ignore[attr-defined]
-            raise
+    with thirdparty.logged_to(store.root):  # what libraries log goes to WORKDIR/third-party.log
+        for stage in planned:
+            try:
+                _run_stage(run, stage, force=stage.name in rerun)
+            except DeployKitError as e:
+                e.result = _result(run, config, e)  # type: ignore[attr-defined]
+                raise
     result = _result(run, config)
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]

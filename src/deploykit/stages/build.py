@@ -51,13 +51,17 @@ class BuildStage(Stage):
     summary_type = BuildSummary
 
     def preflight(self, ctx: StageContext) -> None:
-        """A missing plugin library or a timing cache file the backend cannot use fail before any stage runs."""
+        """A missing or non-library plugin file, or a timing cache file the backend cannot use, fail before any
+        stage runs."""
+        from deploykit.plugins.library_check import require_library
+
         options = ctx.config.build
         for lib in options.plugins:
             path = ctx.config.path(lib)
             if not path.is_file():
                 raise ConfigError(f"build.plugins: {path}: {'not a file' if path.exists() else 'no such file'}",
                                   hint="build the libraries with `deploykit plugins build` and name the .so it wrote")
+            require_library(path, "build.plugins:")  # whichever backend runs: it is what the user asked for
         backend = get_backend(options.backend)  # raises BackendUnavailable (exit 3) with the reason
         if options.tensorrt.timing_cache_file and backend.timing_cache(options) is None:
             raise ConfigError(f"build.tensorrt.timing_cache_file: the {backend.name} backend keeps no timing cache",
