@@ -22,7 +22,7 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="List, inspect, verify and garbage-collect stored artifacts.")
 app.add_typer(config_app, name="config")
 app.add_typer(artifacts_app, name="artifacts")
-_STATE = {"json": False, "result_printed": False}  # --log-format json: errors go out as JSON too
+_STATE = opt.STATE  # --log-format json: errors go out as JSON too
 
 
 def _version(value: bool) -> None:
@@ -154,7 +154,10 @@ def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml
     if list_:
         from deploykit.surgery.registry import format_passes, list_passes
 
-        typer.echo(json.dumps(list_passes(), indent=2, default=str) if as_json else format_passes())
+        if opt.json_output(log_format, as_json):
+            opt.emit_json(list_passes())
+        else:
+            typer.echo(format_passes())
         return
     if model is None:
         raise UsageError("surgery: give a deploykit.yaml or model.onnx (or --list)")
@@ -377,7 +380,7 @@ _MATRIX_ERRORS = _matrix_errors()
 
 @app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
-           as_json: opt.Json = False) -> None:
+           as_json: opt.Json = False, log_format: opt.LogFormatOpt = "human") -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
     from rich.markup import escape
 
@@ -385,8 +388,8 @@ def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", hel
     from deploykit.report import terminal
 
     report = doctor_module.collect(plugin_paths=plugins or ())
-    if as_json:
-        typer.echo(report.to_json())
+    if opt.json_output(log_format, as_json):
+        opt.emit_json(json.loads(report.to_json()))
         return
     table = terminal.table("deploykit doctor", ["component", "status", "detail"])
     colour = {"ok": "green", "warn": "yellow", "missing": "red"}
@@ -405,33 +408,44 @@ def report(run: Annotated[str, typer.Argument(help="A run name (the config's nam
            output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
            workdir: opt.Workdir = Path(".deploykit"),
            precision: opt.PrecisionOpt = None, backend: opt.BackendOpt = None,
-           plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True) -> None:
+           plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True,
+           log_format: opt.LogFormatOpt = "human") -> None:
     """Write one self-contained HTML report: verdicts, stages, lineage, parity, latency, platform and tools."""
     from deploykit.report import write_html
     from deploykit.stages import default_stages
 
+    as_json = opt.json_output(log_format)
     path, note = write_html(workdir, run, output, default_stages(), with_plots=plots, precision=precision,
                             backend=backend)
     if note:
         typer.echo(f"note: {note}", err=True)
-    typer.echo(f"wrote {path}")
+    if as_json:
+        opt.emit_json({"wrote": str(path), "note": note})
+    else:
+        typer.echo(f"wrote {path}")
 
 
 @config_app.command("show")
-def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: opt.Sets = None) -> None:
+def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], set_: opt.Sets = None,
+                log_format: opt.LogFormatOpt = "human") -> None:
     """Print the fully resolved config (every default filled in)."""
     import yaml
 
     from deploykit.config import load_config
     from deploykit.hashing import canonical
 
+    as_json = opt.json_output(log_format)
     resolved = canonical(load_config(config, parse_sets(set_)))
     resolved.pop("base_dir", None)
-    typer.echo(yaml.safe_dump(resolved, sort_keys=False))
+    if as_json:
+        opt.emit_json(resolved)
+    else:
+        typer.echo(yaml.safe_dump(resolved, sort_keys=False))
 
 
 @artifacts_app.command("ls")
-def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
+def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False,
+                 log_format: opt.LogFormatOpt = "human") -> None:
     """List artifacts, oldest first; one that does not verify is listed as corrupt (exit 4)."""
     from rich.markup import escape
 
@@ -443,8 +457,8 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
         good, problems = store.scan()
     rows = [{"digest": a.digest, "kind": a.manifest.kind, "stage": a.manifest.stage, "created": a.manifest.created,
              "parents": dict(a.manifest.parents)} for a in good]
-    if as_json:
-        typer.echo(json.dumps(rows + [{"corrupt": line} for line in problems], indent=2))
+    if opt.json_output(log_format, as_json):
+        opt.emit_json(rows + [{"corrupt": line} for line in problems])
     else:
         table = terminal.table("", ["digest", "kind", "stage", "created", "parents"])
         for r in rows:
@@ -459,7 +473,7 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
 
 
 @artifacts_app.command("verify")
-def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
+def artifacts_verify(workdir: opt.Workdir = Path(".deploykit"), log_format: opt.LogFormatOpt = "human") -> None:
     """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
     from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
@@ -471,10 +485,14 @@ def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
         report = verify(store)
         n_records, bad_records = verify_records(store, default_stages())
     report.problems += bad_records
-    for line in report.problems:
-        typer.echo(f"problem: {line}")
-    typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs, "
-               f"{n_records} run records: {len(report.problems)} problem(s)")
+    if opt.json_output(log_format):
+        opt.emit_json({"objects": report.objects, "recipes": report.recipes, "runs": report.runs,
+                       "records": n_records, "problems": report.problems, "ok": not report.problems})
+    else:
+        for line in report.problems:
+            typer.echo(f"problem: {line}")
+        typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs, "
+                   f"{n_records} run records: {len(report.problems)} problem(s)")
     if report.problems:
         raise ArtifactCorrupt(f"{workdir}: {len(report.problems)} problem(s); first: {report.problems[0]}",
                               hint="delete what is named and rerun; `deploykit artifacts gc` removes unreferenced objects")
@@ -482,13 +500,20 @@ def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
 
 @artifacts_app.command("gc")
 def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
-                 dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False) -> None:
+                 dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False,
+                 log_format: opt.LogFormatOpt = "human") -> None:
     """Remove objects no recipe or run names (parents of named ones are kept), and stale temporaries."""
     from deploykit.artifacts import Store
     from deploykit.storecheck import gc
 
+    as_json = opt.json_output(log_format)
     with Store(workdir) as store:
         report = gc(store, dry_run=dry_run)
+    if as_json:
+        from dataclasses import asdict
+
+        opt.emit_json({"dry_run": dry_run, **asdict(report)})
+        return
     verb = "would remove" if dry_run else "removed"
     for digest in report.removed_objects:
         typer.echo(f"{verb} object {digest}")
@@ -497,19 +522,21 @@ def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
 
 
 @artifacts_app.command("show")
-def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit")) -> None:
+def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit"), log_format: opt.LogFormatOpt = "human") -> None:
     """Print an artifact's manifest (verified against its files)."""
     from dataclasses import asdict
 
     from deploykit.artifacts import Store
 
+    opt.json_output(log_format)  # the manifest is printed as JSON either way
     with Store(workdir) as store:
         artifact = store.get(digest)
-    typer.echo(json.dumps({"path": str(artifact.path), **asdict(artifact.manifest)}, indent=2, sort_keys=True))
+    opt.emit_json({"path": str(artifact.path), **asdict(artifact.manifest)}, sort_keys=True)
 
 
 @artifacts_app.command("lineage")
-def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
+def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False,
+                      log_format: opt.LogFormatOpt = "human") -> None:
     """Print the chain of artifacts an artifact was made from."""
     from deploykit.artifacts import Store
 
@@ -523,9 +550,10 @@ def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as
         for r, parent in sorted(a.manifest.parents.items()):
             walk(parent, r, depth + 1)
 
+    as_json = opt.json_output(log_format, as_json)
     walk(digest, "", 0)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        opt.emit_json(rows)
         return
     for r in rows:
         typer.echo(f"{'  ' * r['depth']}{r['role'] + ': ' if r['role'] else ''}{r['digest'][:12]} {r['kind']} "

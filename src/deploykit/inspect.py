@@ -9,12 +9,12 @@ and the nodes ONNX Runtime cannot run: when a session for the whole model fails,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from deploykit import cliresult as opt
 from deploykit.errors import first_line
 
 if TYPE_CHECKING:
@@ -230,10 +230,12 @@ def _render_runtime(console: Any, ort_info: dict[str, Any] | None) -> None:
 
 def command(model: Annotated[Path, typer.Argument(help="An ONNX file.")],
             as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-            runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True) -> None:
+            runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True,
+            log_format: opt.LogFormatOpt = "human") -> None:
     """Show a model's inputs, outputs, ops, opsets, parameters and the nodes ONNX Runtime cannot run."""
+    as_json = opt.json_output(log_format, as_json)
     info = inspect_model(model, check_runtime=runtime)
     if as_json:
-        typer.echo(json.dumps(info, indent=2))
+        opt.emit_json(info)
     else:
         render(info)

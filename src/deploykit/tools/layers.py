@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("core", frozenset({"errors", "clock", "hashing", "typed", "choices", "usercode", "environment", "progress", "data",
                         "config", "artifacts", "export_hooks", "elf", "arrayfile", "config_load", "imagemodes",
                         "limits", "manifest", "nativeprobe", "onnxguard", "smallfile", "stacking", "storecheck", "supervise",
-                        "tempspace"})),
+                        "tempspace", "storekey", "thirdparty", "cliresult"})),
     ("graph", frozenset({"graph"})),
     ("components", frozenset({"surgery", "quant", "backends", "plugins", "report", "metrics", "diagnose", "onnxio",
                               "torchsource", "inspect", "doctor", "profiling"})),
