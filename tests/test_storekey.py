@@ -21,10 +21,12 @@ def keyed(monkeypatch):
 
 def test_the_mac_depends_on_key_domain_name_and_bytes():
     base = storekey.mac(b"k" * 16, "manifest", "manifest.json", b"data")
-    others = [storekey.mac(b"j" * 16, "manifest", "manifest.json", b"data"),
-              storekey.mac(b"k" * 16, "run record", "manifest.json", b"data"),
-              storekey.mac(b"k" * 16, "manifest", "x.json", b"data"),
-              storekey.mac(b"k" * 16, "manifest", "manifest.json", b"datb")]
+    others = [
+        storekey.mac(b"j" * 16, "manifest", "manifest.json", b"data"),
+        storekey.mac(b"k" * 16, "run record", "manifest.json", b"data"),
+        storekey.mac(b"k" * 16, "manifest", "x.json", b"data"),
+        storekey.mac(b"k" * 16, "manifest", "manifest.json", b"datb"),
+    ]
     assert len({base, *others}) == 5 and len(base) == 64
 
 

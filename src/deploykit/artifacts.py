@@ -183,7 +183,8 @@ class Store:
             raise ArtifactCorrupt(f"{path / MANIFEST}: manifest does not match the artifact's digest",
                                   hint=f"delete {path} and rerun; deploykit never trusts an edited artifact")
         if self.key is not None:
-            storekey.check(self.key, "manifest", path / MANIFEST, manifest.to_bytes(), path / storekey.MANIFEST_MAC)
+            storekey.check(self.key, "manifest", path / MANIFEST, manifest.to_bytes(),
+                           path / storekey.MANIFEST_MAC)
         present = _listing(path, strict=False)
         for name, expected in manifest.files.items():
             f = path / name

@@ -473,7 +473,8 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
 
 
 @artifacts_app.command("verify")
-def artifacts_verify(workdir: opt.Workdir = Path(".deploykit"), log_format: opt.LogFormatOpt = "human") -> None:
+def artifacts_verify(workdir: opt.Workdir = Path(".deploykit"),
+                     log_format: opt.LogFormatOpt = "human") -> None:
     """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
     from deploykit.artifacts import Store
     from deploykit.errors import ArtifactCorrupt
@@ -500,7 +501,8 @@ def artifacts_verify(workdir: opt.Workdir = Path(".deploykit"), log_format: opt.
 
 @artifacts_app.command("gc")
 def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
-                 dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False,
+                 dry_run: Annotated[bool, typer.Option("--dry-run",
+                                                       help="Say what would go; remove nothing.")] = False,
                  log_format: opt.LogFormatOpt = "human") -> None:
     """Remove objects no recipe or run names (parents of named ones are kept), and stale temporaries."""
     from deploykit.artifacts import Store
@@ -522,7 +524,8 @@ def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
 
 
 @artifacts_app.command("show")
-def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit"), log_format: opt.LogFormatOpt = "human") -> None:
+def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit"),
+                   log_format: opt.LogFormatOpt = "human") -> None:
     """Print an artifact's manifest (verified against its files)."""
     from dataclasses import asdict
 

@@ -24,7 +24,7 @@ from deploykit.choices import (
     only,
     suggest,
 )
-from deploykit.cliresult import STATE, LogFormatOpt, emit_json, json_output  # noqa: F401  (the commands' options)
+from deploykit.cliresult import STATE, LogFormatOpt, emit_json, json_output  # noqa: F401
 from deploykit.errors import UsageError
 
 QuantizedPrecision = only(Precision, without=("fp32",))

@@ -14,8 +14,12 @@ import typer
 
 from deploykit.choices import LogFormat
 
-LogFormatOpt = Annotated[LogFormat, typer.Option("--log-format", help="json: events on stderr, the result (or the "
-                                                 "error) as one JSON object on stdout.")]
+LogFormatOpt = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format", help="json: events on stderr, the result (or the error) as one JSON object on stdout."
+    ),
+]
 STATE = {"json": False, "result_printed": False}  # --log-format json: errors go out as JSON too
 
 

@@ -129,13 +129,14 @@ class DataSource:
             raise DataError(f"{root}: {self.what} folder not found", hint="check the path in the config")
         named = sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes and not p.is_dir())
         files = [p for p in named if p.is_file()]
-        skipped = [p for p in named if not p.is_file()]  # FIFOs, sockets, devices, dangling links: never opened
+        skipped = [p for p in named if not p.is_file()]  # FIFOs, sockets, devices, dangling links: not opened
         if skipped and (self.what, str(skipped[0])) not in _SAID:  # said once per process, not per listing
             _SAID.add((self.what, str(skipped[0])))
             first = skipped[0]
             kind = kind_of(first.stat().st_mode) if first.exists() else "a dangling link"
-            warnings.warn(f"{self.what}: skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} that "
-                          f"{'is' if len(skipped) == 1 else 'are'} not a regular file: {first} ({kind})"
+            one = len(skipped) == 1
+            warnings.warn(f"{self.what}: skipped {len(skipped)} entr{'y' if one else 'ies'} that "
+                          f"{'is' if one else 'are'} not a regular file: {first} ({kind})"
                           + (f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""), stacklevel=2)
         if not files:
             raise DataError(f"{root}: {self.what} folder holds no {'/'.join(suffixes)} files",

@@ -4,8 +4,9 @@
 exports fine can still break a later stage (a DETR-style dynamo graph broke INT8 on a ``Range``
 node, and FP16 on dim names that ONNX Runtime's buffer reuse rejected, where the TorchScript graph
 passed both). So when a stage cannot process the graph (a ModelError or DataError: exit 4; never an
-artifact that does not verify), the pipeline runs once more, up to that stage, with the other exporter: when that passes, the error
-says so and names the one switch to retry with. A missed tolerance or FPS target does not trigger it.
+artifact that does not verify), the pipeline runs once more, up to that stage, with the other
+exporter: when that passes, the error says so and names the one switch to retry with. A missed
+tolerance or FPS target does not trigger it.
 The trial run's artifacts stay in the store, so the retry reuses them.
 """
 

@@ -126,8 +126,8 @@ def _check_reuse(store: Store, artifact: Artifact, key: str, env: dict[str, Any]
     m = artifact.manifest
     where = store.root / "objects" / artifact.digest / MANIFEST
     if recipe_key(m.stage, m.stage_version, m.parents, m.config, env) != key:
-        raise ArtifactCorrupt(f"{where}: its stage, parents or config are not those of recipe {key[:12]}, which "
-                              "names it", hint=f"delete {store.root / 'recipes' / key} and rerun; see "
+        raise ArtifactCorrupt(f"{where}: its stage, parents or config are not those of recipe {key[:12]}, "
+                              "which names it", hint=f"delete {store.root / 'recipes' / key} and rerun; see "
                               "`deploykit artifacts verify`")
     device = env.get("device")
     if device is not None and canonical(m.device) != canonical(device):
@@ -141,7 +141,8 @@ def _machine(device: Any) -> str:
     if not isinstance(device, dict):
         return repr(device)[:80]
     features = device.get("features")
-    return f"{device.get('model', '?')}" + (f", {' '.join(map(str, features))}" if isinstance(features, list) else "")
+    listed = f", {' '.join(map(str, features))}" if isinstance(features, list) else ""
+    return f"{device.get('model', '?')}{listed}"
 
 
 @contextlib.contextmanager

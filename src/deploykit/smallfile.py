@@ -42,7 +42,8 @@ def open_regular(path: Path, error: type[DeployKitError], what: str) -> BinaryIO
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise error(f"{path}: {what} is {kind_of(mode)}, not a regular file", hint="remove it or point elsewhere")
+            raise error(f"{path}: {what} is {kind_of(mode)}, not a regular file",
+                        hint="remove it or point elsewhere")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -34,8 +34,10 @@ def store_key() -> bytes | None:
         return None
     key = text.encode()
     if len(key) < MIN_KEY_BYTES:
-        raise UsageError(f"{ENV} is {len(key)} bytes long; a store key needs at least {MIN_KEY_BYTES}",
-                         hint=f"set {ENV} to a secret of 32 random bytes or more, e.g. `openssl rand -hex 32`")
+        raise UsageError(
+            f"{ENV} is {len(key)} bytes long; a store key needs at least {MIN_KEY_BYTES}",
+            hint=f"set {ENV} to a secret of 32 random bytes or more, e.g. `openssl rand -hex 32`",
+        )
     return key
 
 
@@ -45,21 +47,30 @@ def mac(key: bytes, domain: str, name: str, data: bytes) -> str:
 
 
 def check(key: bytes, domain: str, subject: Path, data: bytes, mac_path: Path) -> None:
-    """Raise :class:`Untrusted` naming ``subject`` unless ``mac_path`` holds the MAC of ``data`` (its bytes)."""
+    """Raise :class:`Untrusted` naming ``subject`` unless ``mac_path`` holds the MAC of ``data``."""
     try:
         if mac_path.is_symlink() or not mac_path.is_file():
             raise FileNotFoundError(mac_path)
         with open(mac_path, "rb") as f:
             stored = f.read(_MAC_BYTES + 2).strip()
     except OSError:
-        raise Untrusted(f"{subject}: no MAC for this store's key ({ENV}): {mac_path.name} is missing, so it was "
-                        "written without the key", hint=_HINT) from None
+        raise Untrusted(
+            f"{subject}: no MAC for this store's key ({ENV}): {mac_path.name} is missing, so it was "
+            "written without the key",
+            hint=_HINT,
+        ) from None
     if not hmac.compare_digest(stored, mac(key, domain, subject.name, data).encode()):
-        raise Untrusted(f"{subject}: its MAC ({mac_path.name}) does not match for this store's key ({ENV}): "
-                        "forged, or written with another key", hint=_HINT)
+        raise Untrusted(
+            f"{subject}: its MAC ({mac_path.name}) does not match for this store's key ({ENV}): "
+            "forged, or written with another key",
+            hint=_HINT,
+        )
 
 
-_HINT = "deploykit never trusts it: a run re-makes such an artifact; delete what is named, or rerun with the key set"
+_HINT = (
+    "deploykit never trusts it: a run re-makes such an artifact; delete what is named, "
+    "or rerun with the key set"
+)
 
 
 __all__ = ["ENV", "MANIFEST_MAC", "MIN_KEY_BYTES", "RECORD_MAC", "check", "mac", "store_key"]

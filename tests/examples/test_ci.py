@@ -105,7 +105,8 @@ def test_github_workflow_run_steps(tiny: tuple[Path, Path], tmp_path: Path) -> N
 
 def test_ci_never_reuses_a_gate_measurement_from_the_cache() -> None:
     """A cache a pull request's job could have written never supplies the gate's numbers."""
-    lines = [s["run"] for s in github()["jobs"]["convert"]["steps"] if "deploykit convert" in s.get("run", "")]
+    steps = github()["jobs"]["convert"]["steps"]
+    lines = [s["run"] for s in steps if "deploykit convert" in s.get("run", "")]
     lines += [line for line in gitlab()["deploykit"]["script"] if "deploykit convert" in line]
     assert len(lines) == 2 and all("--remeasure" in line for line in lines), lines
 

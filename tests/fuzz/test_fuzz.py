@@ -1,5 +1,5 @@
-"""Fuzzing the edges deploykit reads from: configs, matrix files, YAML text, ``--set`` values, small random ONNX
-graphs and byte mutations of a valid model. Each run must end in success or a DeployKitError with
+"""Fuzzing the edges deploykit reads from: configs, matrix files, YAML text, ``--set`` values, small
+random ONNX graphs and byte mutations of a valid model. Each run must end in success or a DeployKitError with
 its exit code: never another exception, a signal or a hang.
 
 Configs and ``--set`` run in this process (the loaders are pure Python). Models go through the
@@ -237,7 +237,7 @@ def test_random_matrix_edits_load_or_fail_cleanly(edits, matrix_folder):
 
 
 def _matrix_loads_or_is_refused(path: Path, data: bytes) -> None:
-    """``data`` as a matrix file either loads (and holds what a loaded matrix must) or is a ConfigError naming it."""
+    """``data`` as a matrix file loads (and holds what a loaded one must) or is a ConfigError naming it."""
     from deploykit.matrix.spec import load_matrix
 
     path.write_bytes(data)
@@ -247,8 +247,8 @@ def _matrix_loads_or_is_refused(path: Path, data: bytes) -> None:
         assert e.exit_code == 2 and e.message.startswith(str(path)), e.message
 
 
-MATRIX_TOKENS = YAML_TOKENS | st.sampled_from(["models", "targets", "precisions", "overrides", "resources", "CPU",
-                                               "name", "config", "deploykit.yaml", "fp32"])
+MATRIX_TOKENS = YAML_TOKENS | st.sampled_from(["models", "targets", "precisions", "overrides", "resources",
+                                               "CPU", "name", "config", "deploykit.yaml", "fp32"])
 
 
 @_examples(40)

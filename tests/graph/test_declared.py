@@ -31,8 +31,11 @@ def test_a_contradicted_output_shape_is_replaced_by_the_inferred_one(shape):
 
 
 def test_declarations_that_agree_or_say_less_are_left_alone():
-    for model in (models.misdeclared(shape=[1, 4, 6]), models.misdeclared(shape=None),
-                  models.misdeclared(shape=["b", 4, "c"])):
+    for model in (
+        models.misdeclared(shape=[1, 4, 6]),
+        models.misdeclared(shape=None),
+        models.misdeclared(shape=["b", 4, "c"]),
+    ):
         fixed, found = declared.repair(model)
         assert found == [] and fixed is model
 
@@ -44,8 +47,9 @@ def test_a_declared_dim_name_survives_the_repair():
 
 
 def test_a_wrong_type_and_a_stale_value_info_are_repaired():
-    fixed, found = declared.repair(models.misdeclared(shape=[1, 4, 6], elem=TensorProto.INT64,
-                                                      stale_value_info=True))
+    fixed, found = declared.repair(
+        models.misdeclared(shape=[1, 4, 6], elem=TensorProto.INT64, stale_value_info=True)
+    )
     assert {(d.where, d.tensor) for d in found} == {("output", "y"), ("value_info", "m")}
     assert fixed.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
     assert [vi.name for vi in fixed.graph.value_info] == []

@@ -21,8 +21,14 @@ def by_stage(store: Path, stage: str) -> Path:
     raise AssertionError(f"no {stage} artifact in {store}")
 
 
-def reseal(store: Path, folder: Path, *, files: Callable[[Path], None] = lambda f: None,
-           manifest: Callable[[dict[str, Any]], None] = lambda m: None, recipe: str | None = None) -> Path:
+def reseal(
+    store: Path,
+    folder: Path,
+    *,
+    files: Callable[[Path], None] = lambda f: None,
+    manifest: Callable[[dict[str, Any]], None] = lambda m: None,
+    recipe: str | None = None,
+) -> Path:
     """Edit ``folder``'s files and manifest, recompute its digests, move it to its new digest, and point
     its recipe (or ``recipe``, a key of the writer's choosing) at it. Returns the new folder."""
     from deploykit.manifest import Manifest

@@ -193,7 +193,8 @@ def misdeclared(shape: list | None = (), elem: int = TensorProto.FLOAT, stale_va
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
              helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1)]
     y = helper.make_tensor_value_info("y", elem, None if shape is None else list(shape))
-    g = helper.make_graph(nodes, "rec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8])], [y], [w])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8])
+    g = helper.make_graph(nodes, "rec", [x], [y], [w])
     if stale_value_info:
         g.value_info.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [7]))
     return _model(g)

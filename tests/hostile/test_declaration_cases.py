@@ -19,7 +19,10 @@ CASES = {
     "wrong-fixed-dim": ({"shape": [1, 4, 5]}, "declared float[1,4,5]"),
     "wrong-element-type": ({"shape": [1, 4, 6], "elem": TensorProto.INT64}, "declared int64[1,4,6]"),
     "scalar-on-dynamic-batch": ({"shape": (), "batch": "batch"}, "declared float[]"),
-    "stale-value-info": ({"shape": [1, 4, 6], "stale_value_info": True}, "value_info 'm' is declared float[7]"),
+    "stale-value-info": (
+        {"shape": [1, 4, 6], "stale_value_info": True},
+        "value_info 'm' is declared float[7]",
+    ),
 }
 DEFAULT = {"scalar-softmax-output", "stale-value-info"}
 
@@ -29,17 +32,22 @@ def _project(folder, **kw):
     dims = "dims: {batch: {min: 1, opt: 1, max: 2}}\n" if kw.get("batch") == "batch" else ""
     shape = "[batch, 4, 8]" if dims else "[1, 4, 8]"
     cfg = folder / "deploykit.yaml"
-    cfg.write_text(textwrap.dedent(f"""
+    cfg.write_text(
+        textwrap.dedent(f"""
         name: rec
         source: {{onnx: rec.onnx}}
         inputs: [{{name: x, shape: {shape}}}]
         parity: {{samples: 2}}
         gate: {{warmup: 1, warmup_s: 0, iterations: 3, trials: 1, allow_missing_target: true}}
-        """) + dims)
+        """)
+        + dims
+    )
     return cfg
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES]
+)
 def test_a_contradicted_declaration_is_repaired_and_said_once(case, tmp_path):
     kw, said = CASES[case]
     cfg = _project(tmp_path, **kw)

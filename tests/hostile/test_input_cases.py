@@ -36,13 +36,19 @@ def _profile(source: Path, store: Path, *args: str) -> tuple:
     return ("profile", source, "-w", store, "--iterations", "2", "--warmup", "1", "--no-roofline", *args)
 
 
-for _batch, _names in (("0", ("--batch", "batch range [1, 1]")), ("100000000", ("--batch", "100000000", "'x'")),
-                       ("2", ("--batch", "'x'")), ("-1", ("--batch",))):
+for _batch, _names in (
+    ("0", ("--batch", "batch range [1, 1]")),
+    ("100000000", ("--batch", "100000000", "'x'")),
+    ("2", ("--batch", "'x'")),
+    ("-1", ("--batch",)),
+):
     suite.case(f"profile-static-batch-{_batch}", 2, *_names, slow=_batch not in ("0", "100000000"))(
-        lambda folder, cfg, store, files, _b=_batch: [_profile(_static(folder), store, "--batch", _b)])
+        lambda folder, cfg, store, files, _b=_batch: [_profile(_static(folder), store, "--batch", _b)]
+    )
 for _batch in ("0", "3", "100000000"):  # the config's dims: batch 1..2
     suite.case(f"profile-config-batch-{_batch}", 2, "--batch", "batch range [1, 2]", slow=True)(
-        lambda folder, cfg, store, files, _b=_batch: [_profile(cfg, store, "--batch", _b)])
+        lambda folder, cfg, store, files, _b=_batch: [_profile(cfg, store, "--batch", _b)]
+    )
 
 
 def _engine(folder: Path, store: Path, model: Path) -> Path:
@@ -72,9 +78,14 @@ def _engine_huge(folder, cfg, store, files):
 
 # -- --plugins on the ONNX Runtime backend ------------------------------------------------------------
 
-PLUGIN_FILES = {"empty": b"", "text": b"not a library\n", "script": b"#!/bin/sh\necho hi\n",
-                "elf-header-only": b"\x7fELF\x02\x01", "elf-32-bit": b"\x7fELF\x01\x01" + b"\0" * 80,
-                "elf-no-symbols": b"\x7fELF\x02\x01\x01" + b"\0" * 0x3D}
+PLUGIN_FILES = {
+    "empty": b"",
+    "text": b"not a library\n",
+    "script": b"#!/bin/sh\necho hi\n",
+    "elf-header-only": b"\x7fELF\x02\x01",
+    "elf-32-bit": b"\x7fELF\x01\x01" + b"\0" * 80,
+    "elf-no-symbols": b"\x7fELF\x02\x01\x01" + b"\0" * 0x3D,
+}
 
 
 def _plugin_case(kind: str, content: bytes) -> None:
@@ -82,8 +93,11 @@ def _plugin_case(kind: str, content: bytes) -> None:
     def make(folder, cfg, store, files):
         lib = folder / "libplugin.so"
         lib.write_bytes(content)
-        return [("convert", cfg, "-w", store, "--plugins", lib), ("build", cfg, "-w", store, "--plugins", lib),
-                ("plugins", "check", lib)]
+        return [
+            ("convert", cfg, "-w", store, "--plugins", lib),
+            ("build", cfg, "-w", store, "--plugins", lib),
+            ("plugins", "check", lib),
+        ]
 
 
 for _kind, _content in PLUGIN_FILES.items():
@@ -99,6 +113,7 @@ def _plugins_config(folder, cfg, store, files):
 
 # -- calibration data that is not a regular file ------------------------------------------------------
 
+
 @suite.case("calib-files-is-a-fifo", 4, "calib.npy", "named pipe", timeout=60)
 def _calib_fifo(folder, cfg, store, files):
     os.mkfifo(folder / "calib.npy")
@@ -112,8 +127,16 @@ def _calib_cfg_fifo(folder, cfg, store, files):
     return [("convert", cfg, "-w", store)]
 
 
-suite.in_default_suite({"profile-static-batch-0", "profile-static-batch-100000000", "profile-engine-fixed-batch",
-                        "plugins-ort-empty", "plugins-ort-text", "calib-files-is-a-fifo"})
+suite.in_default_suite(
+    {
+        "profile-static-batch-0",
+        "profile-static-batch-100000000",
+        "profile-engine-fixed-batch",
+        "plugins-ort-empty",
+        "plugins-ort-text",
+        "calib-files-is-a-fifo",
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,15 +155,19 @@ def _image(path: Path, seed: int) -> None:
     Image.fromarray((np.random.default_rng(seed).random((8, 8, 3)) * 255).astype(np.uint8)).save(path)
 
 
-SPECIAL = {"fifo": lambda p: os.mkfifo(p),
-           "socket": lambda p: socket.socket(socket.AF_UNIX).bind(str(p)),
-           "dangling-link": lambda p: p.symlink_to(p.parent / "gone.png"),
-           "link-to-fifo": lambda p: (os.mkfifo(p.parent / "pipe"), p.symlink_to(p.parent / "pipe")),
-           "link-to-dev-zero": lambda p: p.symlink_to("/dev/zero")}
+SPECIAL = {
+    "fifo": lambda p: os.mkfifo(p),
+    "socket": lambda p: socket.socket(socket.AF_UNIX).bind(str(p)),
+    "dangling-link": lambda p: p.symlink_to(p.parent / "gone.png"),
+    "link-to-fifo": lambda p: (os.mkfifo(p.parent / "pipe"), p.symlink_to(p.parent / "pipe")),
+    "link-to-dev-zero": lambda p: p.symlink_to("/dev/zero"),
+}
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=[] if k in ("fifo", "link-to-dev-zero") else [pytest.mark.slow])
-                                  for k in SPECIAL])
+@pytest.mark.parametrize(
+    "kind",
+    [pytest.param(k, marks=[] if k in ("fifo", "link-to-dev-zero") else [pytest.mark.slow]) for k in SPECIAL],
+)
 def test_a_calibration_folder_entry_that_is_not_a_file_is_skipped_and_named(project, tmp_path, kind):
     cfg, store = project
     calib = tmp_path / "calib"
@@ -157,7 +184,7 @@ def test_a_calibration_folder_entry_that_is_not_a_file_is_skipped_and_named(proj
 
 # -- third-party output ---------------------------------------------------------------------------------
 
-NOISY_PASS = '''
+NOISY_PASS = """
 import logging
 import traceback
 
@@ -168,7 +195,7 @@ def noisy(model):
     except OSError:
         logging.getLogger("onnxruntime.quantization.shape_inference").error(traceback.format_exc())
     return model
-'''
+"""
 
 
 def _noisy(cfg: Path) -> dict[str, str]:
@@ -205,8 +232,11 @@ def test_a_full_disk_in_quantize_prints_no_library_traceback(tmp_path, size):
     shape = [d.dim_value or 1 for d in onnx.load(str(model)).graph.input[0].type.tensor_type.shape.dim]
     (tmp_path / "calib").mkdir()
     for i in range(4):
-        np.save(tmp_path / "calib" / f"s{i}.npy", np.random.default_rng(i).random([1, *shape[1:]], np.float32))
+        np.save(
+            tmp_path / "calib" / f"s{i}.npy", np.random.default_rng(i).random([1, *shape[1:]], np.float32)
+        )
     with tmpfs(tmp_path / "small", size) as disk:
-        run = deploykit("quantize", model, "--precision", "int8", "--calib-data", tmp_path / "calib", "-w",
-                        disk / "store")
+        run = deploykit(
+            "quantize", model, "--precision", "int8", "--calib-data", tmp_path / "calib", "-w", disk / "store"
+        )
         assert_fails_cleanly(run, 3, "disk full")

@@ -46,7 +46,10 @@ CASES = {
     "artifacts-show-bogus": (lambda tmp, store: ("artifacts", "show", "../x", "-w", store), 2),
     "artifacts-ls": (lambda tmp, store: ("artifacts", "ls", "-w", store), 0),
     "artifacts-gc-dry-run": (lambda tmp, store: ("artifacts", "gc", "--dry-run", "-w", store), 0),
-    "inspect": (lambda tmp, store: ("inspect", models.save(models.conv(), tmp / "m.onnx"), "--no-runtime"), 0),
+    "inspect": (
+        lambda tmp, store: ("inspect", models.save(models.conv(), tmp / "m.onnx"), "--no-runtime"),
+        0,
+    ),
     "inspect-missing": (lambda tmp, store: ("inspect", tmp / "nope.onnx"), 4),
     "report": (lambda tmp, store: ("report", "conv", "-w", store, "-o", tmp / "r.html", "--no-plots"), 0),
     "report-unknown-run": (lambda tmp, store: ("report", "nosuch", "-w", store, "-o", tmp / "r.html"), 2),
@@ -55,7 +58,9 @@ CASES = {
 DEFAULT = {"plugins-check-empty", "artifacts-verify", "inspect", "report"}
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES]
+)
 def test_log_format_json_gives_one_object(case, project, tmp_path):
     _, store = project
     make, code = CASES[case]

@@ -52,6 +52,7 @@ def _failed_run(cfg: Path, store: Path) -> None:
 
 def _claim_fps(fps: float):
     """A forger's edit of a gate artifact: gate.json and the summary claim ``fps`` and a pass."""
+
     def files(folder: Path) -> None:
         report = json.loads((folder / "gate.json").read_text())
         report.update(fps=fps, passed=True)
@@ -87,6 +88,7 @@ def _flipped(folder, cfg, store, files):
             c.update(status="pass", passed=True)
         for s in r["stages"]:
             s["error"] = ""
+
     rewrite_record(store, IDENTITY, flip)
     return [_verify(store), _report(folder, store)]
 
@@ -126,12 +128,14 @@ def _other_artifact(folder, cfg, store, files):
     def point(r: dict) -> None:
         gate = next(s for s in r["stages"] if s["stage"] == "gate")
         gate.update(digest=parity.name, created=manifest["created"])
+
     rewrite_record(store, IDENTITY, point)
     return [_verify(store), _report(folder, store)]
 
 
-@suite.case("record-of-another-run", 4, "records/conv.int8.onnxruntime.onnxruntime.json",
-            "record of another run")
+@suite.case(
+    "record-of-another-run", 4, "records/conv.int8.onnxruntime.onnxruntime.json", "record of another run"
+)
 def _moved(folder, cfg, store, files):
     shutil.copy(store / RECORD, store / "records" / "conv.int8.onnxruntime.onnxruntime.json")
     return [_verify(store)]
@@ -145,11 +149,13 @@ def _error_removed(folder, cfg, store, files):
         r["checks"] = [c for c in r["checks"] if c["group"] != "gate"]
         r["details"].pop("gate")
         r["warnings"] = [w for w in r["warnings"] if not w.startswith("gate:")]
+
     rewrite_record(store, IDENTITY, stopped)
     return [_verify(store), _report(folder, store)]
 
 
 # -- 2. a measurement belongs to the machine that made it ---------------------------------------
+
 
 def _other_machine(m: dict) -> None:
     m["device"] = {**m["device"], "model": "Some Other CPU 9000", "features": ["avx512f", "amx_int8"]}
@@ -171,6 +177,7 @@ def _parity_elsewhere(folder, cfg, store, files):
 def _gate_config(folder, cfg, store, files):
     def other(m: dict) -> None:  # measured with 1 iteration, then presented as this config's measurement
         m["config"]["iterations"] = 1
+
     reseal(store, by_stage(store, "gate"), manifest=other)
     return [("convert", cfg, "-w", store)]
 
@@ -224,8 +231,12 @@ def _short_key(folder, cfg, store, files):
     return [("convert", cfg, "-w", store), _verify(store)]
 
 
-DEFAULT = {"record-checks-flipped-to-pass", "record-stopped-run-error-removed", "gate-from-another-machine",
-           "gate-with-another-config-repointed"}
+DEFAULT = {
+    "record-checks-flipped-to-pass",
+    "record-stopped-run-error-removed",
+    "gate-from-another-machine",
+    "gate-with-another-config-repointed",
+}
 suite.in_default_suite(DEFAULT)
 keyed.in_default_suite({"keyed-forged-record", "keyed-forged-gate-verify"})
 
@@ -271,6 +282,7 @@ def test_hostile_keyed_store(case, keyed_outcomes):
 
 # -- outcomes that are not errors ------------------------------------------------------------------
 
+
 def _gate_of(run) -> tuple[float, bool]:
     record = json.loads(run.out)
     fps = next(c["measured"] for c in record["checks"] if c["group"] == "gate")
@@ -294,11 +306,15 @@ def test_without_a_key_a_resealed_forgery_verifies_the_documented_boundary(proje
     assert _gate_of(run) == (2e7, True)
 
 
-@pytest.mark.parametrize("stage", ["gate", pytest.param("parity", marks=pytest.mark.slow),
-                                   pytest.param("build", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "stage",
+    ["gate", pytest.param("parity", marks=pytest.mark.slow), pytest.param("build", marks=pytest.mark.slow)],
+)
 def test_with_the_key_a_forged_artifact_is_remade_never_reused(keyed_built, tmp_path, stage):
     cfg, store = _copy(keyed_built, tmp_path)
-    files, manifest = _claim_fps(2e7) if stage == "gate" else (lambda f: None, lambda m: m["summary"].update(forged=1))
+    files, manifest = (
+        _claim_fps(2e7) if stage == "gate" else (lambda f: None, lambda m: m["summary"].update(forged=1))
+    )
     forged = reseal(store, by_stage(store, stage), files=files, manifest=manifest)
     run = deploykit("convert", cfg, "-w", store, "--log-format", "json", env=KEYED)
     assert run.code == 0, str(run)

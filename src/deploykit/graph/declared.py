@@ -88,8 +88,11 @@ def _inferred(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         done = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError):
         return {}  # the checker that runs next says what is wrong with the graph itself
-    return {vi.name: vi.type for vi in [*done.graph.value_info, *done.graph.output]
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+    return {
+        vi.name: vi.type
+        for vi in [*done.graph.value_info, *done.graph.output]
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+    }
 
 
 def _contradicts(declared: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
@@ -102,8 +105,10 @@ def _contradicts(declared: onnx.TypeProto, inferred: onnx.TypeProto) -> bool:
         return False
     if len(d.shape.dim) != len(i.shape.dim):
         return True
-    return any(a.HasField("dim_value") and b.HasField("dim_value") and a.dim_value != b.dim_value
-               for a, b in zip(d.shape.dim, i.shape.dim, strict=True))
+    return any(
+        a.HasField("dim_value") and b.HasField("dim_value") and a.dim_value != b.dim_value
+        for a, b in zip(d.shape.dim, i.shape.dim, strict=True)
+    )
 
 
 def _text(tp: onnx.TypeProto) -> str:

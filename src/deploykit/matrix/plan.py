@@ -94,7 +94,8 @@ def make_plan(spec: MatrixSpec, models: list[Model], store: Store, extra: dict[s
             out.append(c)
             continue
         shared = by_key.get(c.chain[-1][1]) if c.chain else None
-        c = Cell(c.id, c.model, c.precision, c.target, c.config_path, c.overrides, c.chain,  # not replace(): 3x faster
+        # not dataclasses.replace(): three times faster, and a matrix has up to 10,000 cells
+        c = Cell(c.id, c.model, c.precision, c.target, c.config_path, c.overrides, c.chain,
                  shared.id if shared else "", None, c.key)
         jobs[c.id] = Job(c.id, "cell", c.model, c.config_path, c.overrides, None, (),
                          (*shared.deps, shared.id) if shared else (), requests[c.target.name], c.key, (c.id,))
@@ -111,8 +112,8 @@ class _Planned:
     error: DeployKitError | None = None
 
 
-def _cell(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, store: Store, extra: dict[str, Any],
-          planned: dict[Any, Any], target_digest: str, target_overrides: str) -> Cell:
+def _cell(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, store: Store,
+          extra: dict[str, Any], planned: dict[Any, Any], target_digest: str, target_overrides: str) -> Cell:
     overrides = cell_overrides(spec, model, target, precision, extra)
     cell_id = f"{model.id}/{precision}/{target.name}"
     # what the overrides are made of, but the target's name: targets that differ only by name plan alike

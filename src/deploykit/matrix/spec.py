@@ -22,7 +22,7 @@ from deploykit.errors import ConfigError
 from deploykit.quant.config import Precision
 from deploykit.typed import from_value
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # cell ids, run names and file names are built from it
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # cell ids, run names and file names come from it
 _RESOURCE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")  # Ray resource and accelerator names
 MAX_CELLS = 10_000  # models x precisions x targets; planning reads every cell's config
 MAX_RESOURCE = 1e6  # no node has more of anything
@@ -59,7 +59,8 @@ class TargetSpec:
             raise ValueError(f"accelerator_type {self.accelerator_type!r} is not a Ray accelerator name")
         for key, amount in self.resources.items():
             if not _RESOURCE.fullmatch(key):
-                raise ValueError(f"resources: {key!r} is not a Ray resource name (letters, digits, '_', '.', ':', '-')")
+                raise ValueError(f"resources: {key!r} is not a Ray resource name "
+                                 "(letters, digits, '_', '.', ':', '-')")
             if not math.isfinite(amount):
                 raise ValueError(f"resources.{key} must be a finite number, got {amount}")
             if not 0 <= amount <= MAX_RESOURCE:
@@ -109,7 +110,7 @@ class Model:
 
 
 def load_matrix(path: str | Path) -> MatrixSpec:
-    """Read and validate ``matrix.yaml`` (read as a config is read); raise ConfigError naming the file and the entry."""
+    """Read and validate ``matrix.yaml`` (read as a config is); ConfigError names the file and the entry."""
     from deploykit.config_load import load_yaml, read_text
 
     path = Path(path)
@@ -128,17 +129,18 @@ def load_matrix(path: str | Path) -> MatrixSpec:
 def _bound_cells(spec: MatrixSpec, path: Path) -> None:
     cells = len(spec.models) * len(spec.precisions) * len(spec.targets)
     if cells > MAX_CELLS:
-        raise ConfigError(f"{path}: {cells:,} cells ({len(spec.models):,} models x {len(spec.precisions)} precisions x "
-                          f"{len(spec.targets):,} targets), more than a matrix may hold ({MAX_CELLS:,})",
-                          hint="split it into several matrix files (they share the store: what one built, the "
-                          "others reuse), or drop targets that are the same machine under another name")
+        raise ConfigError(f"{path}: {cells:,} cells ({len(spec.models):,} models x {len(spec.precisions)} "
+                          f"precisions x {len(spec.targets):,} targets), more than a matrix may hold "
+                          f"({MAX_CELLS:,})",
+                          hint="split it into several matrix files (they share the store: what one built, "
+                          "the others reuse), or drop targets that are one machine renamed")
 
 
 def _check_names(spec: MatrixSpec, path: Path) -> None:
     for i, entry in enumerate(spec.entries()):
         if entry.name is not None and not _NAME.fullmatch(entry.name):
-            raise ConfigError(f"{path}: models[{i}]: name {entry.name!r} must be letters, digits, '_', '.' or '-' "
-                              "(at most 128)")
+            raise ConfigError(f"{path}: models[{i}]: name {entry.name!r} must be letters, digits, '_', '.' "
+                              "or '-' (at most 128)")
         if any(ch in entry.config for ch in "\n\r\0"):
             raise ConfigError(f"{path}: models[{i}]: config path {entry.config!r} holds a control character")
     for where, overrides in [("overrides", spec.overrides), *((f"models[{i}].overrides", e.overrides)
@@ -146,7 +148,8 @@ def _check_names(spec: MatrixSpec, path: Path) -> None:
                              *((f"targets[{i}].overrides", t.overrides) for i, t in enumerate(spec.targets))]:
         for key in overrides:
             if any(not part.strip() for part in key.split(".")) or any(ord(ch) < 32 for ch in key):
-                raise ConfigError(f"{path}: {where}: {key!r} is not a dotted config field (like gate.iterations)")
+                raise ConfigError(f"{path}: {where}: {key!r} is not a dotted config field "
+                                  "(like gate.iterations)")
 
 
 def _check(spec: MatrixSpec, path: Path) -> None:

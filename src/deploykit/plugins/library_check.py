@@ -223,7 +223,8 @@ def require_library(path: Path, where: str) -> None:
     plugins check`` refuses first, applied to every library a build is given, whichever backend runs."""
     path = Path(path)
     if not path.is_file():
-        raise InvalidInput(f"{where} {path}: not a regular file", hint="give the .so `deploykit plugins build` wrote")
+        raise InvalidInput(f"{where} {path}: not a regular file",
+                           hint="give the .so `deploykit plugins build` wrote")
     try:
         if not exported_symbols(path):
             raise InvalidInput(f"{path}: exports no symbol; not a shared library",

@@ -108,7 +108,8 @@ def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path |
 MAX_FEED_BYTES = 1 << 30  # an engine folder has no config (limits.max_input_mib): the same default bound
 
 
-def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0, batch: int | None = None) -> dict[str, np.ndarray]:
+def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0,
+                 batch: int | None = None) -> dict[str, np.ndarray]:
     """Random inputs for an engine folder alone: fixed dims as built, named dims from ``dims`` (else the
     TensorRT profile's opt, else 1); ``batch`` sets every input's leading dim, and is refused (UsageError)
     where the engine cannot take it: a fixed leading dim of another size, past a TensorRT profile's
@@ -124,8 +125,8 @@ def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0, batch: i
         if batch is not None and shape:
             sizes[0] = _engine_batch(engine_dir, name, shape[0], batch, _profile_range(record, name))
             if int(np.prod(sizes)) * np_dtype.itemsize > MAX_FEED_BYTES:
-                raise UsageError(f"--batch {batch}: input {name!r} would be {sizes} ({np_dtype.name}), more than "
-                                 f"{MAX_FEED_BYTES >> 20} MiB", hint="profile at a smaller batch")
+                raise UsageError(f"--batch {batch}: input {name!r} would be {sizes} ({np_dtype.name}), "
+                                 f"more than {MAX_FEED_BYTES >> 20} MiB", hint="profile at a smaller batch")
         feeds[name] = (rng.standard_normal(sizes).astype(np_dtype) if np.issubdtype(np_dtype, np.floating)
                        else rng.integers(0, 16, sizes).astype(np_dtype))
     return feeds
@@ -139,7 +140,8 @@ def _engine_batch(engine_dir: Path, name: str, lead: Any, batch: int, span: tupl
         raise UsageError(f"--batch {batch}: input {name!r} of {engine_dir} has a fixed batch of {lead}",
                          hint=f"profile at --batch {lead}, or build the engine with a dynamic batch (--dim)")
     if span is not None and not span[0] <= batch <= span[1]:
-        raise UsageError(f"--batch {batch}: outside input {name!r}'s optimization profile [{span[0]}, {span[1]}]",
+        raise UsageError(f"--batch {batch}: outside input {name!r}'s optimization profile "
+                         f"[{span[0]}, {span[1]}]",
                          hint="profile within it, or rebuild with a wider profile")
     return batch
 

@@ -139,28 +139,31 @@ def verify_record(store: Store, record: RunRecord, stages: Sequence[StageInfo]) 
     artifacts = {}
     for row in record.stages:
         if not row.digest:
-            if row.status != "failed" or not record.error:  # only a stage that stopped the run has no artifact
-                raise ArtifactCorrupt(f"{path}: its {row.stage} stage is {row.status!r} without an artifact"
-                                      + ("" if record.error else " and the record names no error that stopped it"),
+            if row.status != "failed" or not record.error:  # only the stage that stopped a run has none
+                why = "" if record.error else " and the record names no error that stopped it"
+                raise ArtifactCorrupt(f"{path}: its {row.stage} stage is {row.status!r} without an "
+                                      f"artifact{why}",
                                       hint=f"delete {path} and rerun the config")
             continue
         artifact = _peek(store, row.digest)
         m = artifact.manifest
         if (m.stage, m.kind, m.created) != (row.stage, row.kind, row.created):
-            raise ArtifactCorrupt(f"{path}: its {row.stage} stage names artifact {row.digest[:12]}, a {m.stage} "
-                                  f"{m.kind} made {m.created}, not the {row.kind} made {row.created} it records",
+            raise ArtifactCorrupt(f"{path}: its {row.stage} stage names artifact {row.digest[:12]}, a "
+                                  f"{m.stage} {m.kind} made {m.created}, not the {row.kind} made "
+                                  f"{row.created} it records",
                                   hint=f"delete {path} and rerun the config")
         artifacts[row.stage] = store.get(row.digest)  # the reports are read: their files are re-hashed
     identity = (record.name, record.precision, record.backend, record.flavour)
-    derived = build_record(identity, record.stages, artifacts, stages, store, source=record.details.get("source", "run"))
+    derived = build_record(identity, record.stages, artifacts, stages, store,
+                           source=record.details.get("source", "run"))
     said, made = (json.loads(dumps(r.to_dict())) for r in (record, derived))
     said["details"].pop("partial", None)
     for key in ("checks", "warnings", "details", "gate_cached", "tools", "device"):
         if said[key] != made[key]:
             raise ArtifactCorrupt(f"{path}: its {key} disagree with the artifacts it names"
                                   f"{_first_difference(key, said[key], made[key])}",
-                                  hint=f"delete {path} and rerun the config; deploykit renders a record only as its "
-                                  "artifacts say")
+                                  hint=f"delete {path} and rerun the config; deploykit renders a record only "
+                                  "as its artifacts say")
 
 
 def _first_difference(key: str, said: Any, made: Any) -> str:
@@ -169,8 +172,8 @@ def _first_difference(key: str, said: Any, made: Any) -> str:
         return ""
     for a, b in zip(said, made, strict=False):
         if a != b:
-            return (f" (the record says {a.get('group')} {a.get('name')!r}: {a.get('status')}; its artifacts say "
-                    f"{b.get('group')} {b.get('name')!r}: {b.get('status')})")
+            return (f" (the record says {a.get('group')} {a.get('name')!r}: {a.get('status')}; its artifacts "
+                    f"say {b.get('group')} {b.get('name')!r}: {b.get('status')})")
     return f" (the record holds {len(said)} checks, its artifacts {len(made)})"
 
 

@@ -204,7 +204,8 @@ def read(path: Path) -> RunRecord:
                               hint=f"delete {path} and rerun")
     if dumps(record.to_dict()).encode() != raw:
         raise ArtifactCorrupt(f"{path}: run record was edited (it is not the file deploykit wrote)",
-                              hint=f"delete {path} and rerun the config; deploykit never trusts an edited record")
+                              hint=f"delete {path} and rerun the config; deploykit never trusts an edited "
+                              "record")
     return record
 
 

@@ -51,8 +51,8 @@ class BuildStage(Stage):
     summary_type = BuildSummary
 
     def preflight(self, ctx: StageContext) -> None:
-        """A missing or non-library plugin file, or a timing cache file the backend cannot use, fail before any
-        stage runs."""
+        """A missing or non-library plugin file, or a timing cache file the backend cannot use, fail
+        before any stage runs."""
         from deploykit.plugins.library_check import require_library
 
         options = ctx.config.build

@@ -28,7 +28,7 @@ class IngestSummary(Summary):
     opset: int = 0
     nodes: int = 0
     producer: str = ""  # the exporter the file names (producer_name producer_version)
-    repaired: list[str] = field(default_factory=list)  # declarations that inference contradicted, now inferred
+    repaired: list[str] = field(default_factory=list)  # declarations inference contradicted, now inferred
 
 
 class IngestStage(Stage):
@@ -72,9 +72,9 @@ class IngestStage(Stage):
         repaired = IngestSummary.of(artifact).repaired
         if not repaired:
             return None
-        return {"warnings": [f"{artifact.manifest.summary.get('source') or 'the model'}: {len(repaired)} declared "
-                             f"output shape(s) or type(s) disagree with shape inference; the inferred ones are used: "
-                             + "; ".join(repaired)]}
+        source = artifact.manifest.summary.get("source") or "the model"
+        return {"warnings": [f"{source}: {len(repaired)} declared output shape(s) or type(s) disagree with "
+                             "shape inference; the inferred ones are used: " + "; ".join(repaired)]}
 
     @staticmethod
     def _path(ctx: StageContext) -> Path:
