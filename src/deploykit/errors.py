@@ -17,6 +17,7 @@
     │   ├── ModelError                ONNX file or torch factory unusable
     │   ├── DataError                 input data does not match the model
     │   └── ArtifactCorrupt           stored artifact changed after it was written
+    │       └── Untrusted             no valid keyed MAC in a keyed store (DEPLOYKIT_STORE_KEY)
     └── InternalError (70)            a bug in deploykit
 """
 
@@ -99,6 +100,11 @@ class DataError(InvalidInput):
 
 class ArtifactCorrupt(InvalidInput):
     pass
+
+
+class Untrusted(ArtifactCorrupt):
+    """A manifest or run record without a valid MAC for the store's key: re-made where a run would
+    reuse it, refused everywhere else."""
 
 
 class InternalError(DeployKitError):

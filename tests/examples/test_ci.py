@@ -88,6 +88,8 @@ def test_github_workflow_run_steps(tiny: tuple[Path, Path], tmp_path: Path) -> N
     assert not any("${{" in s.get("run", "") for s in steps), "run: lines must use plain environment variables"
     ws, model = workspace(tiny, tmp_path, env["DEPLOYKIT_STORE"])
     summary = tmp_path / "step_summary.md"
+    assert "secrets.DEPLOYKIT_STORE_KEY" in env["DEPLOYKIT_STORE_KEY"]
+    env = {**env, "DEPLOYKIT_STORE_KEY": "a-ci-secret-for-the-test-0123456789"}  # what GitHub puts there
     run_env = base_env({**{k: str(v) for k, v in env.items()}, **model, "GITHUB_STEP_SUMMARY": str(summary)})
     ran = []
     for step in steps:
@@ -132,6 +134,14 @@ def test_ci_files_validate_against_their_published_schemas(file: str, schema: st
                           capture_output=True, text=True, timeout=120, env=offline)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "validation done" in done.stdout
+
+
+def test_ci_never_reuses_a_gate_measurement_from_the_cache() -> None:
+    """A cache a pull request's job could have written never supplies the gate's numbers."""
+    steps = github()["jobs"]["convert"]["steps"]
+    lines = [s["run"] for s in steps if "deploykit convert" in s.get("run", "")]
+    lines += [line for line in gitlab()["deploykit"]["script"] if "deploykit convert" in line]
+    assert len(lines) == 2 and all("--remeasure" in line for line in lines), lines
 
 
 def fake_curl(folder: Path) -> Path:

@@ -1,5 +1,5 @@
-"""Fuzzing the edges deploykit reads from: configs, YAML text, ``--set`` values, small random ONNX
-graphs and byte mutations of a valid model. Each run must end in success or a DeployKitError with
+"""Fuzzing the edges deploykit reads from: configs, matrix files, YAML text, ``--set`` values, small
+random ONNX graphs and byte mutations of a valid model. Each run must end in success or a DeployKitError with
 its exit code: never another exception, a signal or a hang.
 
 Configs and ``--set`` run in this process (the loaders are pure Python). Models go through the
@@ -131,9 +131,8 @@ def test_random_configs_through_a_file(edits, tmp_path_factory):
     raw = _valid()
     for path, value in edits:
         _set(raw, path, value)
-    try:
-        text = yaml.safe_dump(raw, allow_unicode=True)
-    except yaml.YAMLError:
+    text = _dumped(raw)
+    if text is None:
         return
     path = tmp_path_factory.mktemp("cfg") / "deploykit.yaml"
     path.write_text(text)
@@ -142,6 +141,14 @@ def test_random_configs_through_a_file(edits, tmp_path_factory):
         _check_config(load_config(path))
     except DeployKitError as e:
         assert e.exit_code == 2 and e.message
+
+
+def _dumped(raw: dict) -> str | None:
+    """``raw`` as YAML text, or None where PyYAML cannot write it (the case is then not a file)."""
+    try:
+        return yaml.safe_dump(raw, allow_unicode=True)
+    except yaml.YAMLError:
+        return None
 
 
 YAML_TOKENS = st.sampled_from(["&a ", "*a", "*b", "&b ", "[", "]", "{", "}", ": ", ", ", "- ", "\n", "\n  ", "\n    ",
@@ -172,6 +179,83 @@ def test_random_set_values(key, value, tmp_path_factory):
         _check_config(load_config(cfg, parse_sets([f"{key}={value}"])))
     except DeployKitError as e:
         assert e.exit_code == 2 and e.message
+
+
+# -- matrix files ---------------------------------------------------------------------------------
+
+MATRIX_KEYS = ["models", "precisions", "targets", "store", "overrides", "retries", "transfer",
+               "models[0]", "models[0].name", "models[0].overrides", "models[0].config", "targets[0]",
+               "targets[0].name", "targets[0].backend", "targets[0].resources", "targets[0].resources.CPU",
+               "targets[0].accelerator_type", "targets[0].overrides"]
+MATRIX = {"models": [{"config": "deploykit.yaml", "name": "conv"}], "precisions": ["fp32"],
+          "targets": [{"name": "cpu", "backend": "onnxruntime", "resources": {"CPU": 1}}]}
+
+
+def _matrix_set(raw: dict, dotted: str, value: object) -> None:
+    node: object = raw
+    *parents, leaf = dotted.replace("[0]", ".0").split(".")
+    for key in parents:
+        node = node[int(key)] if key == "0" and isinstance(node, list) and node else \
+            node.setdefault(key, {}) if isinstance(node, dict) else None
+        if not isinstance(node, (dict, list)):
+            return
+    if isinstance(node, dict):
+        node[leaf] = value
+    elif isinstance(node, list) and node and leaf == "0":
+        node[0] = value
+
+
+def _check_matrix(spec: object) -> None:
+    """What a matrix that loads must satisfy."""
+    from deploykit.matrix.spec import _NAME, MAX_CELLS
+
+    assert len(spec.models) * len(spec.precisions) * len(spec.targets) <= MAX_CELLS
+    for t in spec.targets:
+        assert _NAME.fullmatch(t.name) and all(math.isfinite(v) and v >= 0 for v in t.resources.values())
+    for e in spec.entries():
+        assert e.name is None or _NAME.fullmatch(e.name)
+
+
+@pytest.fixture(scope="module")
+def matrix_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("matrix")
+    (folder / "deploykit.yaml").write_text(textwrap.dedent(CONFIG))
+    return folder
+
+
+@_examples(60)
+@given(edits=st.lists(st.tuples(st.sampled_from(MATRIX_KEYS), VALUES), min_size=1, max_size=4))
+def test_random_matrix_edits_load_or_fail_cleanly(edits, matrix_folder):
+    import copy
+
+    raw = copy.deepcopy(MATRIX)
+    for key, value in edits:
+        _matrix_set(raw, key, value)
+    text = _dumped(raw)
+    if text is not None:
+        _matrix_loads_or_is_refused(matrix_folder / "matrix.yaml", text.encode())
+
+
+def _matrix_loads_or_is_refused(path: Path, data: bytes) -> None:
+    """``data`` as a matrix file loads (and holds what a loaded one must) or is a ConfigError naming it."""
+    from deploykit.matrix.spec import load_matrix
+
+    path.write_bytes(data)
+    try:
+        _check_matrix(load_matrix(path))
+    except DeployKitError as e:
+        assert e.exit_code == 2 and e.message.startswith(str(path)), e.message
+
+
+MATRIX_TOKENS = YAML_TOKENS | st.sampled_from(["models", "targets", "precisions", "overrides", "resources",
+                                               "CPU", "name", "config", "deploykit.yaml", "fp32"])
+
+
+@_examples(40)
+@given(data=st.one_of(st.text(max_size=200).map(str.encode), st.binary(max_size=200),
+                      st.lists(MATRIX_TOKENS, max_size=40).map(lambda t: "".join(t).encode())))
+def test_random_matrix_bytes(data, matrix_folder):
+    _matrix_loads_or_is_refused(matrix_folder / "bytes.yaml", data)
 
 
 # -- models ---------------------------------------------------------------------------------------

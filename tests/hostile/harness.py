@@ -103,6 +103,7 @@ class Case:
     store_kept: bool
     timeout: float
     slow: bool
+    env: dict[str, str] | None = None  # extra environment of its commands (e.g. DEPLOYKIT_STORE_KEY)
 
 
 @dataclass
@@ -122,11 +123,11 @@ class Suite:
         self.cases: dict[str, Case] = {}
 
     def case(self, id: str, code: int, *names: str, names_file: bool = False, store_kept: bool = True,
-             timeout: float = 240, slow: bool = False):
+             timeout: float = 240, slow: bool = False, env: dict[str, str] | None = None):
         """Register a case; ``slow`` ones (each run imports onnx: a second of CPU) run under -m slow."""
         def register(make):
             assert id not in self.cases, id
-            self.cases[id] = Case(id, make, code, names, names_file, store_kept, timeout, slow)
+            self.cases[id] = Case(id, make, code, names, names_file, store_kept, timeout, slow, env)
             return make
         return register
 
@@ -171,7 +172,8 @@ class Suite:
 
         def go(outcome: Outcome) -> None:
             for args in getattr(outcome, "commands", []):
-                outcome.runs.append(deploykit(*args, cwd=outcome.store.parent, timeout=outcome.case.timeout))
+                outcome.runs.append(deploykit(*args, cwd=outcome.store.parent, timeout=outcome.case.timeout,
+                                              env=outcome.case.env))
 
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(go, [o for o in outcomes.values() if o.setup_error is None]))

@@ -181,3 +181,20 @@ def conv_rank_mismatch() -> onnx.ModelProto:
     dims = model.graph.input[0].type.tensor_type.shape.dim
     del dims[3]
     return model
+
+
+def misdeclared(shape: list | None = (), elem: int = TensorProto.FLOAT, stale_value_info: bool = False,
+                batch: int | str = 1) -> onnx.ModelProto:
+    """A PP-OCR-style recognizer head: x [batch, 4, 8] -> MatMul -> Softmax -> y, whose output is
+    declared with ``shape`` and ``elem`` (the real one: float [batch, 4, 6]); optionally a
+    ``value_info`` entry for the MatMul output with a wrong rank."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1)]
+    y = helper.make_tensor_value_info("y", elem, None if shape is None else list(shape))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8])
+    g = helper.make_graph(nodes, "rec", [x], [y], [w])
+    if stale_value_info:
+        g.value_info.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [7]))
+    return _model(g)

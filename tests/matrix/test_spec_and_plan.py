@@ -24,7 +24,7 @@ def _plan(matrix, tmp_path, **extra):
     ({"precision": ["int8"]}, "matrix: unknown key 'precision' (did you mean 'precisions'?)"),
     ({"targets": [{"name": "cpu", "backend": "onnxrt"}]}, "targets[0] (cpu): unknown backend 'onnxrt'"),
     ({"targets": [{"name": "cpu"}, {"name": "cpu"}]}, "targets[0] and targets[1] are both named 'cpu'"),
-    ({"targets": [{"name": "cpu", "resources": {"GPU": -1}}]}, "resources.GPU must be >= 0"),
+    ({"targets": [{"name": "cpu", "resources": {"GPU": -1}}]}, "resources.GPU must be between 0 and"),
     ({"targets": [{"name": "cpu", "gpus": 1}]}, "matrix.targets[0]: unknown key 'gpus'"),
     ({"models": ["a/deploykit.yaml", "missing/deploykit.yaml"]}, "models[1]: model config missing/deploykit.yaml not found"),
     ({"models": ["a/deploykit.yaml", "a/deploykit.yaml"]}, "models[0] and models[1] are both named 'net_a'"),

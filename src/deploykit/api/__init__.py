@@ -412,10 +412,15 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     if path is not None and path.is_dir():
         if overrides:
             raise UsageError("config overrides do not apply to an engine folder")
-        opt = {name: values[1] for name, values in (dims or {}).items()} | ({"batch": batch} if batch else {})
-        return profile_engine(path, engine_feeds(path, opt), options, peaks_dir=peaks_dir, model=path.name,
+        opt = {name: values[1] for name, values in (dims or {}).items()}
+        feeds = engine_feeds(path, opt, batch=batch)  # a batch the engine cannot take is refused here
+        return profile_engine(path, feeds, options, peaks_dir=peaks_dir, model=path.name,
                               source=str(path), batch=batch or 1)
     config = resolve_config(source, overrides, dims)
+    if batch is not None:
+        from deploykit.stages.gate import check_batch  # the gate's own rule for a target's batch
+
+        check_batch(config, "--batch", batch)
     result = convert(config, workdir=workdir, until="build", reporter=reporter)
     engine = result.artifacts["engine"]
     feeds = random_feeds(config, "opt", np.random.default_rng(0), batch=batch)

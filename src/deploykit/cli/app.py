@@ -15,6 +15,7 @@ import typer
 from deploykit.cli import args as opt
 from deploykit.cli import inspect as inspect_cli
 from deploykit.cli import plugins as plugins_cli
+from deploykit.cli import result as ending
 from deploykit.cli.args import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
 
@@ -25,7 +26,7 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect configuration.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="List, inspect, verify and garbage-collect stored artifacts.")
 app.add_typer(config_app, name="config")
 app.add_typer(artifacts_app, name="artifacts")
-_STATE = {"json": False, "result_printed": False}  # --log-format json: errors go out as JSON too
+_STATE = ending.STATE  # --log-format json: errors go out as JSON too
 
 
 def _version(value: bool) -> None:
@@ -124,7 +125,7 @@ def convert(config: Annotated[Path, typer.Argument(help="deploykit.yaml (or an .
             allow_missing_target: opt.AllowMissingTarget = False, baseline: opt.Baseline = None,
             use_cuda_graph: opt.UseCudaGraph = False, no_data_transfers: opt.NoDataTransfers = False,
             warmup_ms: opt.WarmupMs = None, avg_runs: opt.AvgRuns = None, soak: opt.Soak = None,
-            trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+            trace: opt.Trace = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Run every stage: export -> surgery -> quantize -> build -> parity -> gate."""
     flags = {"quantize.precision": precision, "quantize.repair.enabled": True if auto_repair else None,
              "build.backend": backend, "build.provider": provider,
@@ -160,7 +161,7 @@ def _copy_out(result: Any, role: str, out: Path | None) -> None:
 @app.command()
 def export(config: Annotated[Path, typer.Argument(help="deploykit.yaml")], output: opt.Out = None,
            workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
-           log_format: opt.LogFormatOpt = "human") -> None:
+           log_format: ending.LogFormatOpt = "human") -> None:
     """Export the torch model to ONNX (checked against torch)."""
     _copy_out(_run(config, "export", workdir, set_, log_format, rerun=rerun), "model", output)
 
@@ -170,14 +171,17 @@ def surgery(model: Annotated[Optional[Path], typer.Argument(help="deploykit.yaml
             output: opt.Out = None,
             pass_: Annotated[Optional[list[str]], typer.Option("--pass", help="A pass: name or name={json params}")] = None,
             workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
-            dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human",
+            dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: ending.LogFormatOpt = "human",
             list_: Annotated[bool, typer.Option("--list", help="List every pass with its parameters and exit.")] = False,
             as_json: opt.Json = False) -> None:
     """Run graph surgery passes (default: the config's, else sanitize)."""
     if list_:
         from deploykit.surgery.registry import format_passes, list_passes
 
-        typer.echo(json.dumps(list_passes(), indent=2, default=str) if as_json else format_passes())
+        if ending.json_output(log_format, as_json):
+            ending.emit_json(list_passes())
+        else:
+            typer.echo(format_passes())
         return
     if model is None:
         raise UsageError("surgery: give a deploykit.yaml or model.onnx (or --list)")
@@ -203,7 +207,7 @@ def build(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.on
           workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
           dim: opt.Dims = None, shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None,
           opt_shapes: opt.OptShapes = None, max_shapes: opt.MaxShapes = None, plugins: opt.Plugins = None,
-          timing_cache: opt.TimingCache = None, log_format: opt.LogFormatOpt = "human") -> None:
+          timing_cache: opt.TimingCache = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Build an engine for a backend."""
     flags = {"build.backend": backend, "build.provider": provider, "quantize.precision": precision,
              "build.plugins": opt.checked_plugins(plugins), **_timing_cache(timing_cache)}
@@ -221,7 +225,7 @@ def parity(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.o
            dim: opt.Dims = None, shapes: opt.Shapes = None, report_dir: opt.ReportDir = None,
            atol: opt.Atol = None, rtol: opt.Rtol = None, save_inputs: opt.SaveInputs = None,
            load_inputs: opt.LoadInputs = None, save_outputs: opt.SaveOutputs = None,
-           log_format: opt.LogFormatOpt = "human") -> None:
+           log_format: ending.LogFormatOpt = "human") -> None:
     """Build (or reuse) the engine and compare it with the FP32 reference: one row per output x reference.
 
     With two arguments (models or engine folders, as `polygraphy run --onnxrt --trt` compares two runners),
@@ -286,7 +290,7 @@ def gate(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model.onn
          remeasure: opt.Remeasure = False, allow_missing_target: opt.AllowMissingTarget = False,
          baseline: opt.Baseline = None, use_cuda_graph: opt.UseCudaGraph = False,
          no_data_transfers: opt.NoDataTransfers = False, warmup_ms: opt.WarmupMs = None, avg_runs: opt.AvgRuns = None,
-         soak: opt.Soak = None, trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+         soak: opt.Soak = None, trace: opt.Trace = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Benchmark the engine against the throughput/latency/deadline target for this platform (and a baseline)."""
     target = opt.overrides(fps=fps, deadline_ms=deadline_ms)  # a target from the flags replaces the config's
     flags = {"build.backend": backend, "quantize.precision": precision,
@@ -307,9 +311,12 @@ LintFor = Annotated[Optional[list[str]], typer.Option(
 def lint(model: LintSource, for_: LintFor = None, plugins: opt.Plugins = None,
          workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, dim: opt.Dims = None,
          shapes: opt.Shapes = None, min_shapes: opt.MinShapes = None, opt_shapes: opt.OptShapes = None,
-         max_shapes: opt.MaxShapes = None, as_json: opt.Json = False) -> None:
+         max_shapes: opt.MaxShapes = None, as_json: opt.Json = False,
+         log_format: ending.LogFormatOpt = "human") -> None:
     """What TensorRT's parser and builder would refuse, without TensorRT: exit 4 on any error."""
     from deploykit import api
+
+    as_json = ending.json_output(log_format, as_json)
     from deploykit.lint.tables import parse_for
     from deploykit.report import terminal
 
@@ -318,9 +325,7 @@ def lint(model: LintSource, for_: LintFor = None, plugins: opt.Plugins = None,
                       shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes),
                       reporter=None if as_json else _reporter("human"), overrides=parse_sets(set_))
     if as_json:
-        from deploykit.store.jsonio import dumps
-
-        typer.echo(dumps(report.to_dict()), nl=False)
+        ending.emit_json(report.to_dict())
     else:
         terminal.print_lint(report.to_dict())
     if report.exit_code:
@@ -337,7 +342,7 @@ def quantize(model: Annotated[Path, typer.Argument(help="deploykit.yaml or model
              method: opt.MethodOpt = None,
              auto_repair: opt.AutoRepair = False,
              workdir: opt.Workdir = Path(".deploykit"), set_: opt.Sets = None, rerun: opt.Rerun = None,
-             dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: opt.LogFormatOpt = "human") -> None:
+             dim: opt.Dims = None, shapes: opt.Shapes = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Quantize (INT8/FP8/FP16): Q/DQ ONNX, ranges, TensorRT cache and precision report; -o copies them to a folder."""
     from deploykit import api
 
@@ -401,7 +406,7 @@ def profile(source: Annotated[Path, typer.Argument(help="deploykit.yaml, model.o
             roofline: Annotated[bool, typer.Option(help="Add the roofline columns (peaks measured once, cached).")] = True,
             output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write profile.json, .md and .html here.")] = None,
             as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
-            log_format: opt.LogFormatOpt = "human") -> None:
+            log_format: ending.LogFormatOpt = "human") -> None:
     """Per-layer time from the backend's own profiler, by node and op type, with FLOPs, bytes and the roofline."""
     from deploykit import api
     from deploykit.profiling import ProfileOptions
@@ -445,7 +450,7 @@ def matrix(file: Annotated[Path, typer.Argument(help="matrix.yaml: models x prec
            jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Local pool size (default: the cores).")] = None,
            workdir: Annotated[Optional[Path], typer.Option("--workdir", "-w", help="The driver's artifact store (default: the file's store, else .deploykit).")] = None,
            report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Where matrix.json, junit.xml, summary.md go (default: reports/<file name>).")] = None,
-           set_: opt.Sets = None, rerun: opt.Rerun = None, log_format: opt.LogFormatOpt = "human") -> None:
+           set_: opt.Sets = None, rerun: opt.Rerun = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Run models x precisions x targets; shared stages run once; exit non-zero if any cell fails."""
     from deploykit.matrix import run_matrix
     from deploykit.matrix.table import JsonView, LiveView
@@ -480,7 +485,7 @@ def stack(file: Annotated[Path, typer.Argument(help="stack.yaml: models with rat
           duration: Annotated[Optional[float], typer.Option("--duration", help="Seconds with every model together (sets duration_s; a soak when long).")] = None,
           alone: Annotated[Optional[float], typer.Option("--alone", help="Seconds each model runs alone first (sets alone_s; 0 skips).")] = None,
           report_dir: Annotated[Optional[Path], typer.Option("--report-dir", help="Write stack.json, junit.xml, summary.md, report.html here.")] = None,
-          trace: opt.Trace = None, log_format: opt.LogFormatOpt = "human") -> None:
+          trace: opt.Trace = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Run several models together on one device at their rates; per model: rate, latency, deadline misses,
     slow-down vs alone; per chain: end to end."""
     from deploykit.errors import TargetMissed
@@ -514,7 +519,7 @@ _MATRIX_ERRORS = _matrix_errors()
 
 @app.command()
 def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", help="Plugin library to check.")] = None,
-           as_json: opt.Json = False) -> None:
+           as_json: opt.Json = False, log_format: ending.LogFormatOpt = "human") -> None:
     """Report what this machine can do: ONNX Runtime providers, TensorRT, CUDA, GPUs, plugin libraries."""
     from rich.markup import escape
 
@@ -522,8 +527,8 @@ def doctor(plugins: Annotated[Optional[list[str]], typer.Option("--plugins", hel
     from deploykit.report import terminal
 
     report = doctor_module.collect(plugin_paths=plugins or ())
-    if as_json:
-        typer.echo(report.to_json())
+    if ending.json_output(log_format, as_json):
+        ending.emit_json(json.loads(report.to_json()))
         return
     table = terminal.table("deploykit doctor", ["component", "status", "detail"])
     colour = {"ok": "green", "warn": "yellow", "missing": "red"}
@@ -542,34 +547,44 @@ def report(run: Annotated[str, typer.Argument(help="A run name (the config's nam
            output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
            workdir: opt.Workdir = Path(".deploykit"),
            precision: opt.PrecisionOpt = None, backend: opt.BackendOpt = None,
-           plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True) -> None:
+           plots: Annotated[bool, typer.Option(help="Embed plots (needs matplotlib).")] = True,
+           log_format: ending.LogFormatOpt = "human") -> None:
     """Write one self-contained HTML report: verdicts, stages, lineage, parity, latency, platform and tools."""
     from deploykit.report import write_html
     from deploykit.stages import default_stages
 
+    as_json = ending.json_output(log_format)
     path, note = write_html(workdir, run, output, default_stages(), with_plots=plots, precision=precision,
                             backend=backend)
     if note:
         typer.echo(f"note: {note}", err=True)
-    typer.echo(f"wrote {path}")
+    if as_json:
+        ending.emit_json({"wrote": str(path), "note": note})
+    else:
+        typer.echo(f"wrote {path}")
 
 
 @config_app.command("show")
 def config_show(config: Annotated[Path, typer.Argument(help="deploykit.yaml, or an .onnx file (the config deploykit "
                                                          "makes for it)")],
-                set_: opt.Sets = None, dim: opt.Dims = None) -> None:
+                set_: opt.Sets = None, dim: opt.Dims = None, log_format: ending.LogFormatOpt = "human") -> None:
     """Print the fully resolved config (every default filled in)."""
     import yaml
 
     from deploykit.api import resolve_config
     from deploykit.api.args import config_raw
 
+    as_json = ending.json_output(log_format)
     resolved = config_raw(resolve_config(config, parse_sets(set_), parse_dims(dim)))  # the file's keys, in order
-    typer.echo(yaml.safe_dump(resolved, sort_keys=False))
+    if as_json:
+        ending.emit_json(resolved)
+    else:
+        typer.echo(yaml.safe_dump(resolved, sort_keys=False))
 
 
 @artifacts_app.command("ls")
-def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
+def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False,
+                 log_format: ending.LogFormatOpt = "human") -> None:
     """List artifacts, oldest first; one that does not verify is listed as corrupt (exit 4)."""
     from rich.markup import escape
 
@@ -581,8 +596,8 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
         good, problems = store.scan()
     rows = [{"digest": a.digest, "kind": a.manifest.kind, "stage": a.manifest.stage, "created": a.manifest.created,
              "parents": dict(a.manifest.parents)} for a in good]
-    if as_json:
-        typer.echo(json.dumps(rows + [{"corrupt": line} for line in problems], indent=2))
+    if ending.json_output(log_format, as_json):
+        ending.emit_json(rows + [{"corrupt": line} for line in problems])
     else:
         table = terminal.table("", ["digest", "kind", "stage", "created", "parents"])
         for r in rows:
@@ -597,21 +612,27 @@ def artifacts_ls(workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = 
 
 
 @artifacts_app.command("verify")
-def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
+def artifacts_verify(workdir: opt.Workdir = Path(".deploykit"),
+                     log_format: ending.LogFormatOpt = "human") -> None:
     """Re-hash every object and check every manifest, recipe and run record (exit 4 on any problem)."""
     from deploykit.errors import ArtifactCorrupt
-    from deploykit.record.model import verify_all
+    from deploykit.record.collect import verify_records
+    from deploykit.stages import default_stages
     from deploykit.store.artifacts import Store
     from deploykit.store.check import verify
 
     with Store(workdir) as store:
         report = verify(store)
-        n_records, bad_records = verify_all(store.root)
+        n_records, bad_records = verify_records(store, default_stages())
     report.problems += bad_records
-    for line in report.problems:
-        typer.echo(f"problem: {line}")
-    typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs, "
-               f"{n_records} run records: {len(report.problems)} problem(s)")
+    if ending.json_output(log_format):
+        ending.emit_json({"objects": report.objects, "recipes": report.recipes, "runs": report.runs,
+                       "records": n_records, "problems": report.problems, "ok": not report.problems})
+    else:
+        for line in report.problems:
+            typer.echo(f"problem: {line}")
+        typer.echo(f"checked {report.objects} objects, {report.recipes} recipes, {report.runs} runs, "
+                   f"{n_records} run records: {len(report.problems)} problem(s)")
     if report.problems:
         raise ArtifactCorrupt(f"{workdir}: {len(report.problems)} problem(s); first: {report.problems[0]}",
                               hint="delete what is named and rerun; `deploykit artifacts gc` removes unreferenced objects")
@@ -619,13 +640,21 @@ def artifacts_verify(workdir: opt.Workdir = Path(".deploykit")) -> None:
 
 @artifacts_app.command("gc")
 def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
-                 dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False) -> None:
+                 dry_run: Annotated[bool, typer.Option("--dry-run",
+                                                       help="Say what would go; remove nothing.")] = False,
+                 log_format: ending.LogFormatOpt = "human") -> None:
     """Remove objects no recipe or run names (parents of named ones are kept), and stale temporaries."""
     from deploykit.store.artifacts import Store
     from deploykit.store.check import gc
 
+    as_json = ending.json_output(log_format)
     with Store(workdir) as store:
         report = gc(store, dry_run=dry_run)
+    if as_json:
+        from dataclasses import asdict
+
+        ending.emit_json({"dry_run": dry_run, **asdict(report)})
+        return
     verb = "would remove" if dry_run else "removed"
     for digest in report.removed_objects:
         typer.echo(f"{verb} object {digest}")
@@ -634,19 +663,22 @@ def artifacts_gc(workdir: opt.Workdir = Path(".deploykit"),
 
 
 @artifacts_app.command("show")
-def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit")) -> None:
+def artifacts_show(digest: str, workdir: opt.Workdir = Path(".deploykit"),
+                   log_format: ending.LogFormatOpt = "human") -> None:
     """Print an artifact's manifest (verified against its files)."""
     from dataclasses import asdict
 
     from deploykit.store.artifacts import Store
 
+    ending.json_output(log_format)  # the manifest is printed as JSON either way
     with Store(workdir) as store:
         artifact = store.get(digest)
-    typer.echo(json.dumps({"path": str(artifact.path), **asdict(artifact.manifest)}, indent=2, sort_keys=True))
+    ending.emit_json({"path": str(artifact.path), **asdict(artifact.manifest)}, sort_keys=True)
 
 
 @artifacts_app.command("lineage")
-def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False) -> None:
+def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as_json: opt.Json = False,
+                      log_format: ending.LogFormatOpt = "human") -> None:
     """Print the chain of artifacts an artifact was made from."""
     from deploykit.store.artifacts import Store
 
@@ -660,9 +692,10 @@ def artifacts_lineage(digest: str, workdir: opt.Workdir = Path(".deploykit"), as
         for r, parent in sorted(a.manifest.parents.items()):
             walk(parent, r, depth + 1)
 
+    as_json = ending.json_output(log_format, as_json)
     walk(digest, "", 0)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        ending.emit_json(rows)
         return
     for r in rows:
         typer.echo(f"{'  ' * r['depth']}{r['role'] + ': ' if r['role'] else ''}{r['digest'][:12]} {r['kind']} "

@@ -16,7 +16,6 @@ import typer
 
 from deploykit.choices import (
     BackendName,
-    LogFormat,
     Method,
     Precision,
     Provider,
@@ -38,7 +37,6 @@ PrecisionOpt = Annotated[Optional[Precision], typer.Option("--precision", help="
 QuantPrecisionOpt = Annotated[Optional[QuantizedPrecision], typer.Option("--precision", help="Sets quantize.precision.")]
 TargetOpt = Annotated[Optional[QuantizeTarget], typer.Option("--target", help="Quantized graph flavour; auto follows the backend.")]
 MethodOpt = Annotated[Optional[Method], typer.Option("--method", help="Calibration method (sets quantize.method).")]
-LogFormatOpt = Annotated[LogFormat, typer.Option("--log-format", help="json: events on stderr, the result (or the error) as one JSON object on stdout.")]
 Dims = Annotated[Optional[list[str]], typer.Option("--dim", metavar="NAME=MIN,OPT,MAX", help="A named dynamic dim: --dim batch=1,4,8 (min,opt,max) or batch=4.")]
 Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", metavar="INPUT:DxD...", help="Input shapes as trtexec writes them: x:1x3x640x640[,y:...]; sets min=opt=max.")]
 MinShapes = Annotated[Optional[list[str]], typer.Option("--min-shapes", metavar="INPUT:DxD...", help="Profile minimum: x:1x3x640x640.")]

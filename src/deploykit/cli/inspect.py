@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from deploykit.cli import result as opt
 from deploykit.graph.inspect import inspect_model
 
 
@@ -38,6 +38,8 @@ def render(info: dict[str, Any]) -> None:
         console.print(f"custom node {c['name'] or '?'!r}: {c['domain']}::{c['op']} ({body})", highlight=False)
     for p in info["problems"]:
         console.print(f"[red]problem:[/] {p}", highlight=False)
+    for d in info["declarations"]:
+        console.print(f"[yellow]warning:[/] {escape(d)} (a run uses the inferred one)", highlight=False)
     if info["checker"] != "ok":
         console.print(f"[red]ONNX checker:[/] {info['checker']}", highlight=False)
     _render_runtime(console, info.get("onnxruntime"))
@@ -57,10 +59,12 @@ def _render_runtime(console: Any, ort_info: dict[str, Any] | None) -> None:
 
 def command(model: Annotated[Path, typer.Argument(help="An ONNX file.")],
             as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-            runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True) -> None:
+            runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True,
+            log_format: opt.LogFormatOpt = "human") -> None:
     """Show a model's inputs, outputs, ops, opsets, parameters and the nodes ONNX Runtime cannot run."""
+    as_json = opt.json_output(log_format, as_json)
     info = inspect_model(model, check_runtime=runtime)
     if as_json:
-        typer.echo(json.dumps(info, indent=2))
+        opt.emit_json(info)
     else:
         render(info)

@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from deploykit.cli import result as opt
+
 app = typer.Typer(no_args_is_help=True, help="Build, list and check the custom-op plugins (plugins/<op>/).")
 
 BuildDir = Annotated[Optional[Path], typer.Option("--build-dir", help="Build folder (default: build/plugins "
@@ -19,7 +21,8 @@ def build(build_dir: BuildDir = None,
           tensorrt_include: Annotated[Optional[Path], typer.Option(help="Folder holding NvInferRuntime.h (default: "
                                                                         "headers of the installed TensorRT's major).")] = None,
           cuda_archs: Annotated[str, typer.Option(help="CMAKE_CUDA_ARCHITECTURES, e.g. '87;90' (default: the project's).")] = "",
-          force: Annotated[bool, typer.Option(help="Rebuild even when the sources are unchanged.")] = False) -> None:
+          force: Annotated[bool, typer.Option(help="Rebuild even when the sources are unchanged.")] = False,
+          log_format: opt.LogFormatOpt = "human") -> None:
     """Configure and build the plugin libraries with CMake; a rerun with unchanged sources does nothing."""
     from rich.console import Console
 
@@ -27,7 +30,12 @@ def build(build_dir: BuildDir = None,
 
     options = BuildOptions(cuda=cuda, tensorrt_include_dir=str(tensorrt_include.resolve()) if tensorrt_include else "",
                            cuda_architectures=cuda_archs)
+    as_json = opt.json_output(log_format)
     result = build_plugins(build_dir, options, force=force)
+    if as_json:
+        opt.emit_json({"build_dir": str(result.build_dir), "reused": result.reused, "digest": result.digest,
+                       "outputs": dict(result.outputs), "headers": result.headers or {}})
+        return
     console = Console()
     state = "up to date" if result.reused else "built"
     console.print(f"plugins {state} in {result.build_dir} (source digest {result.digest[:12]})", highlight=False, soft_wrap=True)
@@ -46,10 +54,9 @@ def build(build_dir: BuildDir = None,
 
 @app.command("list")
 def list_(build_dir: BuildDir = None,
-          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+          log_format: opt.LogFormatOpt = "human") -> None:
     """The ops, their plugin names and versions, and which parts are built."""
-    import json
-
     from rich.markup import escape
 
     from deploykit.plugins.build import OUTPUTS, built_outputs, default_build_dir, is_current
@@ -69,9 +76,9 @@ def list_(build_dir: BuildDir = None,
                      "torch_op": f"torch.ops.{op.torch_name.replace('::', '.')}",
                      "attributes": {a.name: a.describe() for a in op.attributes}, **parts})
     current = is_current(folder, source)
-    if as_json:
-        typer.echo(json.dumps({"source": str(source), "build_dir": str(folder), "current": current, "ops": rows,
-                               "outputs": {part: built.get(part) for part in OUTPUTS}}, indent=2))
+    if opt.json_output(log_format, as_json):
+        opt.emit_json({"source": str(source), "build_dir": str(folder), "current": current, "ops": rows,
+                       "outputs": {part: built.get(part) for part in OUTPUTS}})
         return
     table = terminal.table(f"plugins in {source}", ["op (plugin)", "version", "namespace", "torch op", "attributes",
                                                     "cpu", "cuda", "tensorrt"], text=("attributes",))
@@ -90,9 +97,9 @@ def list_(build_dir: BuildDir = None,
 
 @app.command("check")
 def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin library, e.g. build/plugins/libdeploykit_plugins.so")],
-          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+          log_format: opt.LogFormatOpt = "human") -> None:
     """Check that a plugin library exports getCreators and registers the creators the op descriptions name."""
-    import json
     from dataclasses import asdict
 
     from rich.markup import escape
@@ -101,10 +108,11 @@ def check(library: Annotated[Path, typer.Argument(help="The TensorRT plugin libr
     from deploykit.plugins.library_check import check_library
     from deploykit.report import terminal
 
+    as_json = opt.json_output(log_format, as_json)
     report = check_library(library)
     if as_json:
-        typer.echo(json.dumps({"library": str(library), "method": report.method, "passed": report.passed,
-                               "findings": [asdict(f) for f in report.findings]}, indent=2))
+        opt.emit_json({"library": str(library), "method": report.method, "passed": report.passed,
+                       "findings": [asdict(f) for f in report.findings]})
     else:
         table = terminal.table(f"{library} (creators read by: {report.method})", ["check", "status", "detail"])
         colour = {"ok": "green", "failed": "red", "warn": "yellow", "not checked": "yellow"}

@@ -25,20 +25,20 @@ MAX_DEPTH = 64
 MAX_DIM = 2**31 - 1  # TensorRT dims are 32-bit; ONNX Runtime allocates from them
 
 
-def read_text(path: Path) -> str:
-    """A config file's text: a regular file, at most MAX_BYTES, UTF-8."""
+def read_text(path: Path, what: str = "config", example: str = "deploykit.yaml") -> str:
+    """A config (or matrix) file's text: a regular file, at most MAX_BYTES, UTF-8."""
     from deploykit.safety.smallfile import read_small
 
     try:
-        raw = read_small(path, MAX_BYTES, ConfigError, "config")
+        raw = read_small(path, MAX_BYTES, ConfigError, what)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found", hint="pass the path to a deploykit.yaml") from None
+        raise ConfigError(f"{path}: {what} file not found", hint=f"pass the path to a {example}") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
         raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {e.start})",
-                          hint="save the config as UTF-8") from e
+                          hint=f"save the {what} as UTF-8") from e
 
 
 def load_yaml(text: str, where: str) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -98,8 +99,7 @@ def _dataclass(cls: Any, value: Any, path: str) -> Any:
         return value
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
+    hints, fields = _layout(cls)
     unknown = [k for k in value if k not in fields]
     if unknown:
         raise ConfigError(unknown_key_message(path, str(unknown[0]), fields))
@@ -113,6 +113,14 @@ def _dataclass(cls: Any, value: Any, path: str) -> Any:
         return cls(**kwargs)
     except (ValueError, TypeError, ArithmeticError) as e:  # __post_init__ checks
         raise ConfigError(_post_init_message(path, cls, str(e))) from e
+
+
+@functools.cache
+def _layout(cls: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """A dataclass's resolved type hints and settable fields (resolving hints costs a compile per field:
+    a matrix builds thousands of configs)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")}
+    return typing.get_type_hints(cls), fields
 
 
 def _post_init_message(path: str, cls: type, message: str) -> str:

@@ -26,11 +26,15 @@ def read_arrays(path: Path, max_bytes: int = MAX_BYTES, mmap: bool = False) -> I
     """(member name, array) for an .npz, or ('', array) for an .npy. With ``mmap`` an .npy is
     memory-mapped read-only once its header passed the same checks (a stack of samples is then read
     a slice at a time); .npz members are always read whole."""
+    from deploykit.safety.smallfile import open_regular
+
     try:
-        if zipfile.is_zipfile(path):
+        with open_regular(path, DataError, "array file") as f:  # a FIFO named .npy never blocks the read
+            is_zip = zipfile.is_zipfile(f)
+        if is_zip:
             yield from _npz(path, max_bytes)
             return
-        with open(path, "rb") as f:
+        with open_regular(path, DataError, "array file") as f:
             _check_header(f, path, "", max_bytes)
             f.seek(0)
             yield "", _mapped(path) if mmap else _load(f, path, "")

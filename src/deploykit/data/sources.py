@@ -22,6 +22,7 @@ from deploykit.data.imagemodes import Conversion
 from deploykit.data.memory import InMemorySamples
 from deploykit.errors import ConfigError, DataError
 from deploykit.safety.limits import LimitsConfig
+from deploykit.safety.smallfile import kind_of, open_regular
 from deploykit.safety.usercode import importable_from
 from deploykit.store.hashing import digest_file
 
@@ -126,9 +127,22 @@ class DataSource:
         suffixes = IMAGE_SUFFIXES if cfg.folder else ARRAY_SUFFIXES
         if root.is_file() and cfg.files:
             return [root]
+        if (root.exists() or root.is_symlink()) and not root.is_dir():
+            raise DataError(f"{root}: {self.what} is {kind_of(root.lstat().st_mode)}: neither a regular file "
+                            "nor a folder", hint="check the path in the config")
         if not root.is_dir():
             raise DataError(f"{root}: {self.what} folder not found", hint="check the path in the config")
-        files = sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes and p.is_file())
+        named = sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes and not p.is_dir())
+        files = [p for p in named if p.is_file()]
+        skipped = [p for p in named if not p.is_file()]  # FIFOs, sockets, devices, dangling links: not opened
+        if skipped and (self.what, str(skipped[0])) not in _SAID:  # said once per process, not per listing
+            _SAID.add((self.what, str(skipped[0])))
+            first = skipped[0]
+            kind = kind_of(first.stat().st_mode) if first.exists() else "a dangling link"
+            one = len(skipped) == 1
+            warnings.warn(f"{self.what}: skipped {len(skipped)} entr{'y' if one else 'ies'} that "
+                          f"{'is' if one else 'are'} not a regular file: {first} ({kind})"
+                          + (f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""), stacklevel=2)
         if not files:
             raise DataError(f"{root}: {self.what} folder holds no {'/'.join(suffixes)} files",
                             hint="add samples or point to another folder")
@@ -233,6 +247,9 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
                             hint="a fully masked attention row is NaN in every runtime; keep one valid element per row")
 
 
+_SAID: set[tuple[str, str]] = set()  # (what, first skipped entry) already warned about
+
+
 def _from_array_file(path: Path, default_input: Callable[[], str], inputs: list[InputInfo], what: str
                      ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     """One file's samples: one, or several where the arrays are stacked on their first axis."""
@@ -255,7 +272,7 @@ def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None =
     from deploykit.data.imagemodes import decode_rgb
 
     try:
-        with Image.open(path) as im:
+        with open_regular(path, DataError, "image") as f, Image.open(f) as im:
             size = (p.resize[1], p.resize[0]) if p.resize else None
             arr, conversion = decode_rgb(im, str(path), size)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:

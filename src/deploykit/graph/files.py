@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import ModelError, first_line
 
@@ -65,8 +65,12 @@ def external_data_files(model: onnx.ModelProto, path: Path) -> list[Path]:
     return sorted(files)
 
 
-def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
-    """Run the ONNX checker and strict shape inference; return the model with inferred shapes."""
+def check_model(model: onnx.ModelProto, path: Path, repairs: list[Any] | None = None) -> onnx.ModelProto:
+    """Run the ONNX checker and strict shape inference; return the model with inferred shapes.
+
+    With a ``repairs`` list, output declarations that inference contradicts are first repaired to the
+    inferred ones (:mod:`deploykit.graph.declared`) and each repair is appended to the list.
+    """
     import onnx
 
     from deploykit.graph.proto import graph_problems
@@ -77,6 +81,11 @@ def check_model(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
         raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
                          "`deploykit inspect` shows the graph")
     probe(model, path)  # a crash in onnx's C++ is refused here, not suffered
+    if repairs is not None:
+        from deploykit.graph import declared
+
+        model, found = declared.repair(model)  # after the probe: inference is native code too
+        repairs += found
     try:
         if model.ByteSize() < PROTO_LIMIT:
             onnx.checker.check_model(model, full_check=False)

@@ -1,7 +1,8 @@
 """What an ONNX model holds and whether ONNX Runtime can run it (``deploykit inspect`` renders it).
 
 Inputs and outputs with shapes, op histogram, opsets, parameter count and size, custom-domain nodes,
-model-local functions, structural problems (dangling inputs, cycles), the ONNX checker's verdict,
+model-local functions, structural problems (dangling inputs, cycles), output declarations that shape
+inference contradicts (:mod:`deploykit.graph.declared`), the ONNX checker's verdict,
 and the nodes ONNX Runtime cannot run: when a session for the whole model fails, each distinct
 (op, input types) is tried alone so that every unsupported node is named, not just the first.
 """
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 def inspect_model(path: Path, *, check_runtime: bool = True) -> dict[str, Any]:
     """Describe the ONNX file at ``path`` as a JSON-ready dict (see the module docstring)."""
+    from deploykit.graph import declared
     from deploykit.graph.files import external_data_files, load_model
     from deploykit.graph.proto import STANDARD_DOMAINS, graph_problems, op_histogram
 
@@ -45,6 +47,7 @@ def inspect_model(path: Path, *, check_runtime: bool = True) -> dict[str, Any]:
         "functions": [f"{f.domain}::{f.name}" for f in model.functions],
         "problems": graph_problems(g),
         "checker": _checker(model, path),
+        "declarations": [d.sentence() for d in declared.disagreements(model)],
         "tensors": [o for n in g.node for o in n.output if o],
     }
     if check_runtime:

@@ -17,6 +17,7 @@ from deploykit.matrix.spec import MatrixSpec, load_matrix, resolve_models
 from deploykit.store.artifacts import Store
 
 DEFAULT_STORE = ".deploykit"
+MAX_JOBS = 1024  # processes of the local pool (or Ray's local CPUs)
 
 
 def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
@@ -43,6 +44,9 @@ def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None =
     """
     from deploykit.stages import default_stages
 
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs {jobs}: the pool size must be between 1 and {MAX_JOBS}",
+                         hint="leave it out for one job per core")
     known = [s.name for s in default_stages()]
     unknown = [s for s in rerun if s not in known]
     if unknown:

@@ -1,7 +1,10 @@
 """matrix.yaml: models x precisions x targets, read and validated before anything runs.
 
-File-level problems (an unknown key, a model config that does not exist, an unknown backend, two
-targets with one name) raise ConfigError naming the entry (exit 2). What depends on a model's own
+The file is read as a config is (:mod:`deploykit.config.load`: a regular UTF-8 file of at most 1 MiB,
+YAML's safe subset without aliases or duplicate keys, at most 64 levels deep); numbers must be finite
+and within bounds, names identifiers, and the cells (models x precisions x targets) at most
+``MAX_CELLS``. File-level problems (an unknown key, a model config that does not exist, an unknown
+backend, two targets with one name) raise ConfigError naming the entry (exit 2). What depends on a model's own
 config is checked per cell later (see :mod:`deploykit.matrix.plan`), so one bad cell never stops
 the others.
 """
@@ -9,6 +12,7 @@ the others.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +22,11 @@ from deploykit.choices import Precision
 from deploykit.config.typed import from_value
 from deploykit.errors import ConfigError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # cell ids, run names and file names are built from it
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # cell ids, run names and file names come from it
+_RESOURCE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")  # Ray resource and accelerator names
+MAX_CELLS = 10_000  # models x precisions x targets; planning reads every cell's config
+MAX_RESOURCE = 1e6  # no node has more of anything
+MAX_RETRIES = 100
 
 
 @dataclass(frozen=True)
@@ -45,11 +53,18 @@ class TargetSpec:
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted config fields for this target's cells
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"name {self.name!r} must be letters, digits, '_', '.' or '-'")
+        if not _NAME.fullmatch(self.name):
+            raise ValueError(f"name {self.name!r} must be letters, digits, '_', '.' or '-' (at most 128)")
+        if self.accelerator_type is not None and not _RESOURCE.fullmatch(self.accelerator_type):
+            raise ValueError(f"accelerator_type {self.accelerator_type!r} is not a Ray accelerator name")
         for key, amount in self.resources.items():
-            if amount < 0:
-                raise ValueError(f"resources.{key} must be >= 0, got {amount:g}")
+            if not _RESOURCE.fullmatch(key):
+                raise ValueError(f"resources: {key!r} is not a Ray resource name "
+                                 "(letters, digits, '_', '.', ':', '-')")
+            if not math.isfinite(amount):
+                raise ValueError(f"resources.{key} must be a finite number, got {amount}")
+            if not 0 <= amount <= MAX_RESOURCE:
+                raise ValueError(f"resources.{key} must be between 0 and {MAX_RESOURCE:g}, got {amount:g}")
 
     def requests(self) -> dict[str, float]:
         """Every resource one cell of this target holds while it runs (one CPU unless told)."""
@@ -77,8 +92,8 @@ class MatrixSpec:
             raise ValueError("'targets' lists no target")
         if not self.precisions:
             raise ValueError("'precisions' lists no precision")
-        if self.retries < 0:
-            raise ValueError(f"retries must be >= 0, got {self.retries}")
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}, got {self.retries}")
 
     def entries(self) -> list[ModelEntry]:
         return [m if isinstance(m, ModelEntry) else ModelEntry(config=m) for m in self.models]
@@ -95,20 +110,11 @@ class Model:
 
 
 def load_matrix(path: str | Path) -> MatrixSpec:
-    """Read and validate ``matrix.yaml``; raise ConfigError naming the file and the entry."""
-    import yaml
+    """Read and validate ``matrix.yaml`` (read as a config is); ConfigError names the file and the entry."""
+    from deploykit.config.load import load_yaml, read_text
 
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: matrix file not found", hint="pass the path to a matrix.yaml") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read matrix file: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"{path}:{f' line {mark.line + 1}:' if mark else ''} not valid YAML "
-                          f"({getattr(e, 'problem', e)})") from e
+    raw = load_yaml(read_text(path, "matrix", "matrix.yaml"), str(path))
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with models, precisions and targets at the top level")
     try:
@@ -120,9 +126,37 @@ def load_matrix(path: str | Path) -> MatrixSpec:
     return spec
 
 
+def _bound_cells(spec: MatrixSpec, path: Path) -> None:
+    cells = len(spec.models) * len(spec.precisions) * len(spec.targets)
+    if cells > MAX_CELLS:
+        raise ConfigError(f"{path}: {cells:,} cells ({len(spec.models):,} models x {len(spec.precisions)} "
+                          f"precisions x {len(spec.targets):,} targets), more than a matrix may hold "
+                          f"({MAX_CELLS:,})",
+                          hint="split it into several matrix files (they share the store: what one built, "
+                          "the others reuse), or drop targets that are one machine renamed")
+
+
+def _check_names(spec: MatrixSpec, path: Path) -> None:
+    for i, entry in enumerate(spec.entries()):
+        if entry.name is not None and not _NAME.fullmatch(entry.name):
+            raise ConfigError(f"{path}: models[{i}]: name {entry.name!r} must be letters, digits, '_', '.' "
+                              "or '-' (at most 128)")
+        if any(ch in entry.config for ch in "\n\r\0"):
+            raise ConfigError(f"{path}: models[{i}]: config path {entry.config!r} holds a control character")
+    for where, overrides in [("overrides", spec.overrides), *((f"models[{i}].overrides", e.overrides)
+                                                              for i, e in enumerate(spec.entries())),
+                             *((f"targets[{i}].overrides", t.overrides) for i, t in enumerate(spec.targets))]:
+        for key in overrides:
+            if any(not part.strip() for part in key.split(".")) or any(ord(ch) < 32 for ch in key):
+                raise ConfigError(f"{path}: {where}: {key!r} is not a dotted config field "
+                                  "(like gate.iterations)")
+
+
 def _check(spec: MatrixSpec, path: Path) -> None:
     from deploykit.backends import names
 
+    _bound_cells(spec, path)
+    _check_names(spec, path)
     seen: dict[str, int] = {}
     for i, t in enumerate(spec.targets):
         if t.backend not in names():
@@ -147,7 +181,7 @@ def resolve_models(spec: MatrixSpec, path: Path) -> list[Model]:
             raise ConfigError(f"{path}: {where}: model config {entry.config} not found (looked at {config})",
                               hint="paths are relative to the matrix file's folder")
         model_id = entry.name or _config_name(config) or config.parent.name
-        if not _NAME.match(model_id):
+        if not _NAME.fullmatch(model_id):
             raise ConfigError(f"{path}: {where}: model id {model_id!r} must be letters, digits, '_', '.' or '-'",
                               hint="give the entry a `name:`")
         clash = next((m for m in out if m.id == model_id), None)
@@ -160,11 +194,11 @@ def resolve_models(spec: MatrixSpec, path: Path) -> list[Model]:
 
 def _config_name(config: Path) -> str | None:
     """The config's own `name`, read leniently: a config that does not parse fails in its cells."""
-    import yaml
+    from deploykit.config.load import load_yaml, read_text
 
     try:
-        raw = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):
+        raw = load_yaml(read_text(config), str(config))
+    except ConfigError:
         return None
     name = raw.get("name") if isinstance(raw, dict) else None
     return name if isinstance(name, str) else None

@@ -3,9 +3,10 @@
 ``exporter: auto`` picks dynamo and falls back to TorchScript only when dynamo raises; a graph that
 exports fine can still break a later stage (a DETR-style dynamo graph broke INT8 on a ``Range``
 node, and FP16 on dim names that ONNX Runtime's buffer reuse rejected, where the TorchScript graph
-passed both). So when a stage cannot process the graph (a ModelError or DataError: exit 4), the
-pipeline runs once more, up to that stage, with the other exporter: when that passes, the error
-says so and names the one switch to retry with. A missed tolerance or FPS target does not trigger it.
+passed both). So when a stage cannot process the graph (a ModelError or DataError: exit 4; never an
+artifact that does not verify), the pipeline runs once more, up to that stage, with the other
+exporter: when that passes, the error says so and names the one switch to retry with. A missed
+tolerance or FPS target does not trigger it.
 The trial run's artifacts stay in the store, so the retry reuses them.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from deploykit.config import Config
 from deploykit.config.surface import spelled
-from deploykit.errors import DeployKitError, InvalidInput
+from deploykit.errors import ArtifactCorrupt, DataError, DeployKitError, ModelError
 
 OTHER = {"dynamo": "torchscript", "torchscript": "dynamo"}
 
@@ -54,15 +55,28 @@ def _failure(error: DeployKitError, config: Config) -> tuple[str | None, str]:
     result = getattr(error, "result", None)
     if not config.source.is_torch or config.export.exporter != "auto" or result is None:
         return None, ""
-    if not isinstance(error, InvalidInput):
+    if not isinstance(error, (ModelError, DataError)) or _from_the_store(error):
         # a stage that could not process the graph (exit 4); a missed tolerance or target is about
-        # numerics or speed, and config or environment problems are not the exporter's either
+        # numerics or speed, config or environment problems are not the exporter's either, and a
+        # store that does not verify (an edited, forged or corrupt artifact) is never the graph's
         return None, ""
     failed = _failed_stage(result)
     export = next((r for r in result.stages if r.stage == "export" and r.artifact is not None), None)
     if failed in (None, "export") or export is None:
         return None, ""
     return failed, str(export.artifact.manifest.summary.get("exporter", ""))
+
+
+def _from_the_store(error: BaseException) -> bool:
+    """Whether ``error`` was raised from (or while handling) an artifact that does not verify."""
+    seen: BaseException | None = error
+    for _ in range(50):
+        if seen is None:
+            return False
+        if isinstance(seen, ArtifactCorrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _failed_stage(result: Any) -> str | None:

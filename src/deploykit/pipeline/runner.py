@@ -6,11 +6,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from deploykit import tracing
 from deploykit.config import Config
 from deploykit.config.surface import spelled
 from deploykit.errors import (
+    ArtifactCorrupt,
     DeployKitError,
     DiskFull,
     EnvironmentProblem,
@@ -24,9 +26,10 @@ from deploykit.errors import (
 )
 from deploykit.pipeline.result import RunResult, StageRecord
 from deploykit.progress import Reporter, SilentReporter
+from deploykit.safety import thirdparty
 from deploykit.safety.limits import time_limit
 from deploykit.stages.base import Stage, StageContext
-from deploykit.store.artifacts import Artifact, Manifest, Store, recipe_key
+from deploykit.store.artifacts import MANIFEST, Artifact, Manifest, Store, recipe_key
 from deploykit.store.environment import device_fingerprint, tool_versions
 from deploykit.store.hashing import canonical
 
@@ -58,12 +61,13 @@ def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, repor
     planned = _planned(stages, run.ctx, until)
     for stage in planned:
         stage.preflight(run.ctx)
-    for stage in planned:
-        try:
-            _run_stage(run, stage, force=stage.name in rerun or stage.fresh_every_run(run.ctx))
-        except DeployKitError as e:
-            e.result = _result(run, config, e)  # type: ignore[attr-defined]
-            raise
+    with thirdparty.logged_to(store.root):  # what libraries log goes to WORKDIR/third-party.log
+        for stage in planned:
+            try:
+                _run_stage(run, stage, force=stage.name in rerun or stage.fresh_every_run(run.ctx))
+            except DeployKitError as e:
+                e.result = _result(run, config, e)  # type: ignore[attr-defined]
+                raise
     result = _result(run, config, run.failures[0] if run.failures else None)  # the record says why it failed
     if run.failures:
         run.failures[0].result = result  # type: ignore[attr-defined]
@@ -89,10 +93,11 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
         with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage), \
                 tracing.span(f"stage {stage.name}"):
             parents = _parents(run, stage)
-            key_config = canonical(stage.key_config(ctx))
-            key = recipe_key(stage.name, stage.version, parents, key_config, stage.key_env(ctx))
+            key_config, env = canonical(stage.key_config(ctx)), stage.key_env(ctx)
+            key = recipe_key(stage.name, stage.version, parents, key_config, env)
             artifact = None if force else ctx.store.lookup(key)
             if artifact is not None:
+                _check_reuse(ctx.store, artifact, key, env)
                 note = stage.reuse_note(artifact)
             status = "reused" if artifact else "ran"
             if artifact is None:
@@ -114,6 +119,33 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     run.records.append(StageRecord(stage.name, status, seconds, artifact, error, note))
     ctx.reporter.event("stage_end", stage=stage.name, status=status, seconds=seconds, digest=artifact.digest,
                        passed=not error, **({"note": note} if note else {}))
+
+
+def _check_reuse(store: Store, artifact: Artifact, key: str, env: dict[str, Any]) -> None:
+    """A reused artifact must be what its recipe says: its manifest's stage, version, parents and
+    config hash to the recipe key with this machine's toolchain, and a stage whose key holds the device
+    (a measurement, a device-specific build) was made on this device. Anything else was moved or
+    rewritten by hand: ArtifactCorrupt, never a silent reuse."""
+    m = artifact.manifest
+    where = store.root / "objects" / artifact.digest / MANIFEST
+    if recipe_key(m.stage, m.stage_version, m.parents, m.config, env) != key:
+        raise ArtifactCorrupt(f"{where}: its stage, parents or config are not those of recipe {key[:12]}, "
+                              "which names it", hint=f"delete {store.root / 'recipes' / key} and rerun; see "
+                              "`deploykit artifacts verify`")
+    device = env.get("device")
+    if device is not None and canonical(m.device) != canonical(device):
+        raise ArtifactCorrupt(f"{where}: made on another machine ({_machine(m.device)}), not this one "
+                              f"({_machine(device)}), though its recipe is keyed to this machine",
+                              hint=f"delete {store.root / 'recipes' / key} and rerun to measure here; a "
+                              "measurement from another device is never reused")
+
+
+def _machine(device: Any) -> str:
+    if not isinstance(device, dict):
+        return repr(device)[:80]
+    features = device.get("features")
+    listed = f", {' '.join(map(str, features))}" if isinstance(features, list) else ""
+    return f"{device.get('model', '?')}{listed}"
 
 
 @contextlib.contextmanager

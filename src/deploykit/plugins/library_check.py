@@ -217,6 +217,24 @@ def _check_cuda_runtime(report: LibraryReport, path: Path) -> None:
         report.add("CUDA runtime", "ok", f"links {linked[0]}, the CUDA major TensorRT is built for ({flavour})")
 
 
+def require_library(path: Path, where: str) -> None:
+    """Refuse (InvalidInput, naming ``where`` and the file) what cannot be a shared library at all: not a
+    regular file, larger than 2 GiB, not a 64-bit ELF file, or one that exports no symbol. What ``deploykit
+    plugins check`` refuses first, applied to every library a build is given, whichever backend runs."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInput(f"{where} {path}: not a regular file",
+                           hint="give the .so `deploykit plugins build` wrote")
+    try:
+        if not exported_symbols(path):
+            raise InvalidInput(f"{path}: exports no symbol; not a shared library",
+                               hint="give the .so that `deploykit plugins build` wrote")
+    except InvalidInput as e:
+        raise InvalidInput(f"{where} {e.message}", hint=e.hint) from e
+    except OSError as e:
+        raise InvalidInput(f"{where} {path}: cannot read it ({e.strerror or type(e).__name__})") from e
+
+
 def check_library(path: Path, ops: dict[str, OpDescription] | None = None) -> LibraryReport:
     """Check a TensorRT plugin library against the op descriptions; never raises for a bad library.
 

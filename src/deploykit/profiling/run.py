@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.errors import ConfigError, ModelError
+from deploykit.errors import ConfigError, ModelError, UsageError
 from deploykit.profiling.layers import Layer
 from deploykit.profiling.peaks import Peaks, cached_peaks, measure_cpu
 from deploykit.profiling.summary import summarize
@@ -105,9 +105,15 @@ def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path |
     return cached_peaks(Path(peaks_dir), key, device, needed, measure, measurable), ""
 
 
-def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+MAX_FEED_BYTES = 1 << 30  # an engine folder has no config (limits.max_input_mib): the same default bound
+
+
+def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0,
+                 batch: int | None = None) -> dict[str, np.ndarray]:
     """Random inputs for an engine folder alone: fixed dims as built, named dims from ``dims`` (else the
-    TensorRT profile's opt, else 1)."""
+    TensorRT profile's opt, else 1); ``batch`` sets every input's leading dim, and is refused (UsageError)
+    where the engine cannot take it: a fixed leading dim of another size, past a TensorRT profile's
+    range, or an input larger than 1 GiB."""
     from deploykit.graph.feeds import NP_DTYPES
 
     record, rng = engine_record(engine_dir), np.random.default_rng(seed)
@@ -116,9 +122,37 @@ def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0) -> dict[
     for name, dtype, shape, opt in specs:
         sizes = [d if isinstance(d, int) and d > 0 else dims.get(str(d), opt[i] if opt else 1) for i, d in enumerate(shape)]
         np_dtype = np.dtype(NP_DTYPES.get(dtype, dtype))
+        if batch is not None and shape:
+            sizes[0] = _engine_batch(engine_dir, name, shape[0], batch, _profile_range(record, name))
+            if int(np.prod(sizes)) * np_dtype.itemsize > MAX_FEED_BYTES:
+                raise UsageError(f"--batch {batch}: input {name!r} would be {sizes} ({np_dtype.name}), "
+                                 f"more than {MAX_FEED_BYTES >> 20} MiB", hint="profile at a smaller batch")
         feeds[name] = (rng.standard_normal(sizes).astype(np_dtype) if np.issubdtype(np_dtype, np.floating)
                        else rng.integers(0, 16, sizes).astype(np_dtype))
     return feeds
+
+
+def _engine_batch(engine_dir: Path, name: str, lead: Any, batch: int, span: tuple[int, int] | None) -> int:
+    """``batch`` for input ``name`` whose leading dim is ``lead``, or UsageError saying why not."""
+    if batch < 1:
+        raise UsageError(f"--batch {batch}: a batch is at least 1")
+    if isinstance(lead, int) and lead > 0 and lead != batch:
+        raise UsageError(f"--batch {batch}: input {name!r} of {engine_dir} has a fixed batch of {lead}",
+                         hint=f"profile at --batch {lead}, or build the engine with a dynamic batch (--dim)")
+    if span is not None and not span[0] <= batch <= span[1]:
+        raise UsageError(f"--batch {batch}: outside input {name!r}'s optimization profile "
+                         f"[{span[0]}, {span[1]}]",
+                         hint="profile within it, or rebuild with a wider profile")
+    return batch
+
+
+def _profile_range(record: dict[str, Any], name: str) -> tuple[int, int] | None:
+    """The leading dim's [min, max] in a TensorRT engine's optimization profile (None: no profile)."""
+    for io in record.get("io", []):
+        profile = io.get("profile") or {}
+        if io.get("name") == name and profile.get("min") and profile.get("max"):
+            return int(profile["min"][0]), int(profile["max"][0])
+    return None
 
 
 def _tensorrt_inputs(record: dict[str, Any]) -> list[tuple[str, str, list[Any], list[int]]]:

@@ -8,6 +8,7 @@ typed summaries, their reports and their checks); callers pass ``deploykit.stage
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -79,7 +80,8 @@ def rows_by_stage(rows: Sequence[StageStatus]) -> dict[str, StageStatus]:
 
 def _warnings(details: dict[str, Any], flavour: str, backend: str) -> list[str]:
     """What a reader must know to trust the verdicts and numbers."""
-    out = [f"quantize: {w}" for w in (details.get("quantize") or {}).get("warnings", [])]
+    out = [f"ingest: {w}" for w in (details.get("ingest") or {}).get("warnings", [])]
+    out += [f"quantize: {w}" for w in (details.get("quantize") or {}).get("warnings", [])]
     data_warning = ((details.get("parity") or {}).get("data") or {}).get("warning")
     if data_warning:
         out.append(f"parity: {data_warning}")
@@ -108,9 +110,7 @@ def from_store(workdir: str, ref: str, stages: Sequence[StageInfo], *, precision
     store = Store(workdir)
     found, note = records.pick(store.root, ref, precision=precision, backend=backend)
     if found is not None:
-        for row in found.stages:  # the record renders alone, but a verdict whose artifact is gone is no verdict
-            if row.digest:
-                _peek(store, row.digest)
+        verify_record(store, found, stages)  # a record renders only what its artifacts say
         return found, note
     if precision is not None or backend is not None:
         raise UsageError(f"no recorded run of {ref!r} with precision {precision or 'any'} and backend "
@@ -124,6 +124,71 @@ def from_store(workdir: str, ref: str, stages: Sequence[StageInfo], *, precision
         raise records.no_record(store.root, ref) from e
     roles = _ancestors(store, artifact, artifact.manifest.stage)
     return _stored(store, f"artifact {artifact.digest[:12]} ({artifact.kind})", roles, stages, "artifact"), ""
+
+
+def verify_record(store: Store, record: RunRecord, stages: Sequence[StageInfo]) -> None:
+    """Raise ArtifactCorrupt naming the record when it says anything its artifacts do not.
+
+    Every verdict, warning and report in a record is derived from the artifacts its stages name
+    (:func:`build_record`); they are derived again from those artifacts (each verified, files
+    re-hashed) and must come out the same. What a run alone knows (ran or reused, seconds, the
+    error that stopped it) cannot be checked this way: a keyed store's MAC covers it.
+    """
+    from deploykit.store.jsonio import dumps
+
+    path = records.path_of(store.root, record)
+    artifacts = {}
+    for row in record.stages:
+        if not row.digest:
+            if row.status != "failed" or not record.error:  # only the stage that stopped a run has none
+                why = "" if record.error else " and the record names no error that stopped it"
+                raise ArtifactCorrupt(f"{path}: its {row.stage} stage is {row.status!r} without an "
+                                      f"artifact{why}",
+                                      hint=f"delete {path} and rerun the config")
+            continue
+        artifact = _peek(store, row.digest)
+        m = artifact.manifest
+        if (m.stage, m.kind, m.created) != (row.stage, row.kind, row.created):
+            raise ArtifactCorrupt(f"{path}: its {row.stage} stage names artifact {row.digest[:12]}, a "
+                                  f"{m.stage} {m.kind} made {m.created}, not the {row.kind} made "
+                                  f"{row.created} it records",
+                                  hint=f"delete {path} and rerun the config")
+        artifacts[row.stage] = store.get(row.digest)  # the reports are read: their files are re-hashed
+    identity = (record.name, record.precision, record.backend, record.flavour)
+    derived = build_record(identity, record.stages, artifacts, stages, store,
+                           source=record.details.get("source", "run"))
+    said, made = (json.loads(dumps(r.to_dict())) for r in (record, derived))
+    said["details"].pop("partial", None)
+    for key in ("checks", "warnings", "details", "gate_cached", "tools", "device"):
+        if said[key] != made[key]:
+            raise ArtifactCorrupt(f"{path}: its {key} disagree with the artifacts it names"
+                                  f"{_first_difference(key, said[key], made[key])}",
+                                  hint=f"delete {path} and rerun the config; deploykit renders a record only "
+                                  "as its artifacts say")
+
+
+def _first_difference(key: str, said: Any, made: Any) -> str:
+    """`` (the record says gate ... pass, gate artifact 1a2b3c says fail)`` for checks, else ''."""
+    if key != "checks" or not isinstance(said, list):
+        return ""
+    for a, b in zip(said, made, strict=False):
+        if a != b:
+            return (f" (the record says {a.get('group')} {a.get('name')!r}: {a.get('status')}; its artifacts "
+                    f"say {b.get('group')} {b.get('name')!r}: {b.get('status')})")
+    return f" (the record holds {len(said)} checks, its artifacts {len(made)})"
+
+
+def verify_records(store: Store, stages: Sequence[StageInfo]) -> tuple[int, list[str]]:
+    """How many run records the store holds, and one line per record that does not read back or
+    disagrees with its artifacts (``deploykit artifacts verify``)."""
+    good, problems = records.scan(store.root)
+    count = len(good) + len(problems)
+    for _path, record in good:
+        try:
+            verify_record(store, record, stages)
+        except (ArtifactCorrupt, UsageError) as e:
+            problems.append(e.message)
+    return count, problems
 
 
 def _stored(store: Store, name: str, roles: dict[str, Artifact], stages: Sequence[StageInfo], source: str) -> RunRecord:

@@ -187,27 +187,59 @@ def write(store: Store, record: RunRecord) -> Path:
     """Write ``record`` atomically as ``records/<identity>.json`` in ``store``; return its path."""
     from deploykit.store.jsonio import dumps
 
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", record.identity)[:128]  # a file name, whatever the config's name holds
-    return store.write_record(stem, dumps(record.to_dict()).encode())
+    return store.write_record(file_stem(record.identity), dumps(record.to_dict()).encode())
+
+
+def file_stem(identity: str) -> str:
+    """The record's file name without ``.json``, whatever the config's name holds."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", identity)[:128]
+
+
+def path_of(root: Path, record: RunRecord) -> Path:
+    """Where ``record`` lives in the store at ``root`` (:func:`read` checks a record is in its own file)."""
+    return root / FOLDER / f"{file_stem(record.identity)}.json"
 
 
 def read(path: Path) -> RunRecord:
-    """A stored run record; ArtifactCorrupt (exit 4) when the file is not one."""
+    """A stored run record; ArtifactCorrupt (exit 4) when the file is not one, is not byte for byte the
+    record deploykit wrote (an edited verdict, an unknown field), holds another run's record, or (with
+    ``DEPLOYKIT_STORE_KEY`` set) has no valid MAC. Whether its verdicts are what its artifacts say is
+    :func:`deploykit.record.collect.verify_record`'s to check."""
     from deploykit.safety.smallfile import read_small
+    from deploykit.store import key as storekey
+    from deploykit.store.jsonio import dumps
 
     try:
-        return RunRecord.from_dict(json.loads(read_small(path, MAX_BYTES, ArtifactCorrupt, "run record")))
+        raw = read_small(path, MAX_BYTES, ArtifactCorrupt, "run record")
+        key = storekey.store_key()
+        if key is not None:
+            storekey.check(key, "run record", path, raw, path.with_suffix(storekey.RECORD_MAC))
+        record = RunRecord.from_dict(json.loads(raw))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such run record", hint="see `deploykit artifacts ls`") from None
     except (ValueError, TypeError, AttributeError, RecursionError, ConfigError) as e:
         raise ArtifactCorrupt(f"{path}: not a readable run record ({first_line(e)[:200]})",
                               hint=f"delete {path} and rerun") from e
+    if path.name != path_of(path.parent.parent, record).name:
+        raise ArtifactCorrupt(f"{path}: holds the record of another run ({record.identity})",
+                              hint=f"delete {path} and rerun")
+    if dumps(record.to_dict()).encode() != raw:
+        raise ArtifactCorrupt(f"{path}: run record was edited (it is not the file deploykit wrote)",
+                              hint=f"delete {path} and rerun the config; deploykit never trusts an edited "
+                              "record")
+    return record
 
 
 def stored(root: Path, identity: str) -> RunRecord | None:
-    """The record of ``identity`` in the store, or None (only that file is read)."""
+    """The record of ``identity`` in the store, or None (only that file is read; a record without a
+    valid MAC in a keyed store counts as none: the run replaces it)."""
+    from deploykit.errors import Untrusted
+
     path = root / FOLDER / f"{identity}.json"
-    return read(path) if RUN_NAME.fullmatch(identity) and (path.exists() or path.is_symlink()) else None
+    try:
+        return read(path) if RUN_NAME.fullmatch(identity) and (path.exists() or path.is_symlink()) else None
+    except Untrusted:
+        return None
 
 
 def find(root: Path, ref: str, *, precision: str | None = None, backend: str | None = None) -> list[RunRecord]:
@@ -237,19 +269,22 @@ def pick(root: Path, ref: str, *, precision: str | None = None, backend: str | N
                       "(name one, or pass --precision / --backend)")
 
 
-def verify_all(root: Path) -> tuple[int, list[str]]:
-    """How many run records ``root/records/`` holds, and one line per file that does not read back as one."""
-    folder, problems = root / FOLDER, []
-    paths = sorted(folder.iterdir()) if folder.is_dir() else []
-    for path in paths:
+def scan(root: Path) -> tuple[list[tuple[Path, RunRecord]], list[str]]:
+    """Every run record in ``root/records/`` that reads back as one, and one line per file that does not."""
+    from deploykit.store import key as storekey
+
+    folder, good, problems = root / FOLDER, [], []
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if path.name.endswith(storekey.RECORD_MAC) and path.with_suffix(".json").is_file():
+            continue  # a record's MAC (DEPLOYKIT_STORE_KEY), checked with the record
         if not path.name.endswith(".json") or path.is_symlink() or not path.is_file():
             problems.append(f"{path}: not a run record (records/<identity>.json)")
             continue
         try:
-            read(path)
+            good.append((path, read(path)))
         except (ArtifactCorrupt, UsageError) as e:
             problems.append(e.message)
-    return len(paths), problems
+    return good, problems
 
 
 def no_record(root: Path, ref: str) -> UsageError:

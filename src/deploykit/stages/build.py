@@ -52,13 +52,17 @@ class BuildStage(Stage):
     summary_type = BuildSummary
 
     def preflight(self, ctx: StageContext) -> None:
-        """A missing plugin library or a timing cache file the backend cannot use fail before any stage runs."""
+        """A missing or non-library plugin file, or a timing cache file the backend cannot use, fail
+        before any stage runs."""
+        from deploykit.plugins.library_check import require_library
+
         options = ctx.config.build
         for lib in options.plugins:
             path = ctx.config.path(lib)
             if not path.is_file():
                 raise ConfigError(f"build.plugins: {path}: {'not a file' if path.exists() else 'no such file'}",
                                   hint="build the libraries with `deploykit plugins build` and name the .so it wrote")
+            require_library(path, "build.plugins:")  # whichever backend runs: it is what the user asked for
         # raises BackendUnavailable (exit 3) with the reason; when the TensorRT lint runs first, the build
         # raises it only after the lint has said whether the graph would parse (key_env asks again)
         backend = get_backend(options.backend, require_available=not lint_applies(ctx.config))

@@ -68,7 +68,7 @@ def select_target(cfg: Config) -> tuple[str, Target | None]:
         if name in cfg.gate.targets:
             target = cfg.gate.targets[name]
             if target.batch is not None:
-                _check_batch(cfg, f"gate.targets.{name}.batch", target.batch)
+                check_batch(cfg, f"gate.targets.{name}.batch", target.batch)
             if target.precision not in ("any", cfg.quantize.precision):
                 raise ConfigError(f"gate.targets.{name} is for {target.precision} builds; this run builds "
                                   f"{cfg.quantize.precision}", hint="set the target's precision, or build that "
@@ -91,7 +91,7 @@ def gate_batch(cfg: Config, target: Target | None) -> int:
     return 1
 
 
-def _check_batch(cfg: Config, where: str, batch: int) -> None:
+def check_batch(cfg: Config, where: str, batch: int) -> None:
     for spec in cfg.inputs:
         lead = spec.shape[0] if spec.shape else None
         lo, hi = (cfg.dims[lead].min, cfg.dims[lead].max) if isinstance(lead, str) else (lead, lead)
@@ -137,7 +137,7 @@ class GateStage(Stage):
     def _resolve(self, cfg: Config) -> tuple[str, Target | None, dict[str, Any] | None]:
         key, target = select_target(cfg)
         for b in cfg.gate.batches:
-            _check_batch(cfg, "gate.batches", b)
+            check_batch(cfg, "gate.batches", b)
         return key, target, _baseline(cfg, key, target)
 
     def key_config(self, ctx: StageContext) -> Any:
@@ -185,7 +185,7 @@ class GateStage(Stage):
         """A reused gate is a measurement from another time: say when, and whether the machine was busy."""
         m = artifact.manifest
         load = GateSummary.of(artifact).load
-        note = f"measurement from {m.created} reused"  # never a soak: fresh_every_run
+        note = f"measurement from {m.created} on {m.device.get('model', 'an unnamed device')} reused"  # never a soak
         if load.get("loaded"):
             note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
                      f"on {load.get('cpus')} CPUs): --remeasure on a quiet machine for a clean one")

@@ -1,13 +1,19 @@
-"""ingest: an ONNX file named in the config enters the store, validated (checker + shape inference)."""
+"""ingest: an ONNX file named in the config enters the store, validated (checker + shape inference).
+
+Output declarations that inference contradicts (a ``[]`` shape on a Softmax output, a wrong element
+type) are repaired to the inferred ones and said once, as a warning of the run: the artifact's
+summary lists each repair (``repaired``), and ``model.onnx`` holds the repaired graph.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploykit.graph.declared import Disagreement
 from deploykit.graph.feeds import check_inputs
-from deploykit.graph.files import check_model, copy_model_files, external_data_files, load_model
+from deploykit.graph.files import check_model, copy_model_files, external_data_files, load_model, save_model
 from deploykit.graph.proto import opset_version
 from deploykit.safety.onnxguard import check_io
 from deploykit.stages.base import Stage, StageContext, Summary
@@ -22,11 +28,12 @@ class IngestSummary(Summary):
     opset: int = 0
     nodes: int = 0
     producer: str = ""  # the exporter the file names (producer_name producer_version)
+    repaired: list[str] = field(default_factory=list)  # declarations inference contradicted, now inferred
 
 
 class IngestStage(Stage):
     name = "ingest"
-    version = 1
+    version = 2  # 2: output declarations that inference contradicts are repaired (summary.repaired)
     inputs: dict[str, str] = {}
     output_kind = "onnx"
     output_roles = ("reference", "model")
@@ -58,11 +65,26 @@ class IngestStage(Stage):
             return IngestSummary(memory.label, opset_version(model), len(model.graph.node),
                                  f"{model.producer_name} {model.producer_version}".strip())
         path = self._path(ctx)
-        model = check_model(load_model(path), path)
+        repairs: list[Disagreement] = []
+        model = check_model(load_model(path), path, repairs)
         check_inputs(ctx.config, model, path)
-        copy_model_files(path, out / MODEL)
+        if repairs:
+            save_model(model, out / MODEL)
+        else:
+            copy_model_files(path, out / MODEL)
         return IngestSummary(str(path), opset_version(model), len(model.graph.node),
-                             f"{model.producer_name} {model.producer_version}".strip())
+                             f"{model.producer_name} {model.producer_version}".strip(),
+                             [r.sentence() for r in repairs])
+
+    @classmethod
+    def report(cls, artifact: Artifact) -> dict[str, Any] | None:
+        """The repaired declarations as warnings (the run record shows them), or None."""
+        repaired = IngestSummary.of(artifact).repaired
+        if not repaired:
+            return None
+        source = artifact.manifest.summary.get("source") or "the model"
+        return {"warnings": [f"{source}: {len(repaired)} declared output shape(s) or type(s) disagree with "
+                             "shape inference; the inferred ones are used: " + "; ".join(repaired)]}
 
     @staticmethod
     def _path(ctx: StageContext) -> Path:

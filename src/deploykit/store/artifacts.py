@@ -2,10 +2,11 @@
 
 Layout under the workdir::
 
-    objects/<digest>/           one artifact: its files + manifest.json, nothing else
+    objects/<digest>/           one artifact: its files + manifest.json (+ manifest.mac, keyed), nothing else
     recipes/<recipe key>        text file holding the digest the recipe produced
     runs/<name>.json            human names for the artifacts of a run (like git refs)
     records/<identity>.json     the run record of each (name, precision, backend, flavour): every verdict
+                                (+ records/<identity>.mac in a keyed store)
     tmp/<host>-<pid>-<rand>/    one process's temporaries (staging folders, atomic-write
                                 temporaries, $TMPDIR of the quantizers), held by an flock
     lock                        held while publishing, so concurrent runs never interleave
@@ -32,7 +33,9 @@ last; a live writer's temporaries are never removed and a dead one's are removed
 opened (see :mod:`deploykit.store.tempspace`: flock liveness plus age, never a PID); ``gc`` runs only
 while no other process has the store open. On NFS this needs working locks (NFSv4, or v3 with
 NLM; not ``nolock`` or ``local_lock``). An adversary who can write the store can recompute every
-digest: verification proves the store consistent, not who wrote it.
+digest: verification proves the store consistent, not who wrote it, unless the store is keyed
+(``DEPLOYKIT_STORE_KEY``, :mod:`deploykit.store.key`): then every manifest carries a MAC, and one
+without a valid MAC is re-made by :meth:`Store.lookup` and refused everywhere else.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import ArtifactCorrupt, InternalError, UsageError, WorkdirError, os_error
+from deploykit.errors import ArtifactCorrupt, InternalError, Untrusted, UsageError, WorkdirError, os_error
 from deploykit.safety.smallfile import read_small
 from deploykit.store import clock
+from deploykit.store import key as storekey
 from deploykit.store.hashing import digest_file, digest_value
 from deploykit.store.manifest import DIGEST, MANIFEST, RECIPE_KEY, SCHEMA_VERSION, Manifest
 from deploykit.store.tempspace import TempSpace, clean_stale
@@ -93,6 +97,7 @@ class Store:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).absolute()  # temporaries are handed to code that may chdir
+        self.key = storekey.store_key()  # DEPLOYKIT_STORE_KEY: manifests and records carry a MAC
         _prepare(self.root)
         self._temp = TempSpace(self.root / "tmp")
         self._users_key = str(self.root.resolve())
@@ -123,7 +128,10 @@ class Store:
         digest = self._recipe_target(recipe_key)
         if digest is None or not (self.root / "objects" / digest).exists():
             return None  # the object was removed by hand: the recipe simply reruns
-        artifact = self.get(digest)
+        try:
+            artifact = self.get(digest)
+        except Untrusted:
+            return None  # not written with this store's key: re-made, never trusted
         if artifact.manifest.recipe_key != recipe_key:
             raise ArtifactCorrupt(
                 f"{self.root / 'recipes' / recipe_key}: names artifact {digest[:12]}, which recipe "
@@ -175,6 +183,9 @@ class Store:
         if manifest.identity() != path.name or manifest.digest != path.name or manifest.seal != manifest.expected_seal():
             raise ArtifactCorrupt(f"{path / MANIFEST}: manifest does not match the artifact's digest",
                                   hint=f"delete {path} and rerun; deploykit never trusts an edited artifact")
+        if self.key is not None:
+            storekey.check(self.key, "manifest", path / MANIFEST, manifest.to_bytes(),
+                           path / storekey.MANIFEST_MAC)
         present = _listing(path, strict=False)
         for name, expected in manifest.files.items():
             f = path / name
@@ -186,7 +197,7 @@ class Store:
                     f"{f}: content changed after the artifact was written (sha256 {actual[:12]}, manifest says {expected[:12]})",
                     hint=f"delete {path} and rerun; deploykit never trusts an edited artifact",
                 )
-        extra = sorted(set(present) - set(manifest.files) - {MANIFEST})
+        extra = sorted(set(present) - set(manifest.files) - {MANIFEST, storekey.MANIFEST_MAC})
         if extra:
             raise ArtifactCorrupt(f"{path / extra[0]}: file not listed in the artifact's manifest"
                                   + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""),
@@ -262,23 +273,39 @@ class Store:
     def _publish(self, tmp: Path, manifest: Manifest) -> Artifact:
         if not RECIPE_KEY.fullmatch(manifest.recipe_key):
             raise UsageError(f"{manifest.recipe_key!r} is not a recipe key")
-        files = {name: digest_file(tmp / name) for name in _listing(tmp, strict=True) if name != MANIFEST}
+        files = {name: digest_file(tmp / name) for name in _listing(tmp, strict=True)
+                 if name not in (MANIFEST, storekey.MANIFEST_MAC)}
         manifest = dataclasses.replace(manifest, files=files, digest="", seal="", schema_version=SCHEMA_VERSION,
                                        created=clock.stamp())
         manifest = dataclasses.replace(manifest, digest=manifest.identity())
         manifest = dataclasses.replace(manifest, seal=manifest.expected_seal())
         digest = manifest.digest
         self._write_atomic(tmp / MANIFEST, manifest.to_bytes())
+        if self.key is not None:
+            mac = storekey.mac(self.key, "manifest", MANIFEST, manifest.to_bytes())
+            self._write_atomic(tmp / storekey.MANIFEST_MAC, mac.encode())
         _fsync_tree(tmp)
         final = self.root / "objects" / digest
         with self.lock():
-            if final.exists():
+            if final.exists() and not self._untrusted(final):
                 shutil.rmtree(tmp, ignore_errors=True)  # same content published before (verified below)
             else:
+                if final.exists():  # same content, but not written with this store's key: ours replaces it
+                    final.rename(self.temporaries() / f".untrusted-{uuid.uuid4().hex}")
                 os.rename(tmp, final)
                 _fsync_dir(final.parent)
             self._write_atomic(self.root / "recipes" / manifest.recipe_key, digest.encode())
         return self.get(digest)
+
+    def _untrusted(self, path: Path) -> bool:
+        """Whether a keyed store's object lacks a valid MAC (an unkeyed store trusts what verifies)."""
+        try:
+            self.check(path, deep=False)
+        except Untrusted:
+            return True
+        except ArtifactCorrupt:
+            return False  # the verification after publishing names what is wrong with it
+        return False
 
     def name_run(self, name: str, artifacts: dict[str, str]) -> Path:
         path = self._run_path(name)
@@ -307,6 +334,9 @@ class Store:
         """``records/<name>.json`` (a run record, :mod:`deploykit.record.model`), written atomically."""
         path = self.root / "records" / self._run_path(name).name  # named as runs are
         try:
+            if self.key is not None:
+                mac = storekey.mac(self.key, "run record", path.name, data)
+                self._write_atomic(path.with_suffix(storekey.RECORD_MAC), mac.encode())
             self._write_atomic(path, data)
         except OSError as e:
             raise os_error(e, path, "write the run record") from e

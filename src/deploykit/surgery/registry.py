@@ -41,7 +41,8 @@ def available() -> dict[str, str]:
 
 def pass_class(name: str) -> type[Pass]:
     """The pass class for a name: a built-in, an entry point, or ``module:Class`` / ``module:function``."""
-    known = available()
+    # a built-in never waits for the entry-point scan (tens of ms; a matrix plans thousands of cells)
+    known = BUILTIN if name in BUILTIN else available()
     target = known.get(name, name if ":" in name else None)
     if target is None:
         close = difflib.get_close_matches(name, list(known), n=3)
