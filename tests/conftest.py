@@ -78,6 +78,18 @@ def tiny(tiny_store: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "model" / "deploykit.yaml", tmp_path / "store"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets one core's worth of threads (torch, and every ONNX Runtime
+    session deploykit makes, subprocesses included): two workers with a thread per core each spent a
+    third of the suite's time fighting over the cores."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("DEPLOYKIT_ORT_THREADS", "1")
+        torch.set_num_threads(1)
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """Run ``deploykit`` in-process; return (exit code, stdout, stderr)."""
     import contextlib

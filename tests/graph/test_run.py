@@ -157,3 +157,22 @@ def test_a_refused_graph_is_a_session_error_with_what_onnx_runtime_said():
         session_from_onnx(model, "onnxruntime", failure="cannot run it", hint="fix it")
     assert info.value.message.startswith("cannot run it: ") and info.value.hint == "fix it"
     assert "NoSuchOp" in info.value.detail and info.value.detail in info.value.message
+
+
+@pytest.mark.parametrize("value, threads", [("", 0), ("0", 0), ("3", 3)])
+def test_sessions_made_without_a_thread_count_take_the_environments(monkeypatch, value, threads):
+    from deploykit.graph.run import THREADS_ENV, session_options
+
+    monkeypatch.setenv(THREADS_ENV, value)
+    assert session_options("basic").intra_op_num_threads == threads
+    assert session_options("basic", 2).intra_op_num_threads == 2  # a count given wins
+
+
+@pytest.mark.parametrize("value", ["many", "-1", "2000", "1.5"])
+def test_a_bad_thread_count_in_the_environment_is_a_usage_error(monkeypatch, value):
+    from deploykit.errors import UsageError
+    from deploykit.graph.run import THREADS_ENV, session_options
+
+    monkeypatch.setenv(THREADS_ENV, value)
+    with pytest.raises(UsageError, match=THREADS_ENV):
+        session_options("basic")

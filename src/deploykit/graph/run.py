@@ -329,13 +329,30 @@ def optimize_offline(onnx_path: Path, out_path: Path, *, level: OptimizationLeve
     return disabled
 
 
+# Intra-op threads of every session made without a count: several jobs sharing a machine's cores (CI
+# runners, parallel test workers) each take a share instead of one thread per core each.
+THREADS_ENV = "DEPLOYKIT_ORT_THREADS"
+
+
+def default_threads() -> int:
+    """``$DEPLOYKIT_ORT_THREADS`` (unset or 0: ONNX Runtime's choice, one per core)."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or int(raw) > 1024:
+        raise UsageError(f"{THREADS_ENV}={raw!r}: expected a thread count from 0 to 1024",
+                         hint="0 (or unset) lets ONNX Runtime use one thread per core")
+    return int(raw)
+
+
 def session_options(level: OptimizationLevel, threads: int = 0, *, quiet: bool = False) -> Any:
-    """ONNX Runtime session options at an optimization level; ORT's own warnings off (``quiet``: all of it)."""
+    """ONNX Runtime session options at an optimization level; ORT's own warnings off (``quiet``: all of it).
+    ``threads`` 0: :func:`default_threads`."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
-    opts.intra_op_num_threads = threads
+    opts.intra_op_num_threads = threads or default_threads()
     opts.log_severity_level = 4 if quiet else 3  # ORT's warnings go to stderr and drown our own output
     return opts
 
