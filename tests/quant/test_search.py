@@ -154,6 +154,7 @@ def test_a_failed_search_says_when_no_mix_can_beat_fp32(int8_faster, monkeypatch
                 and "so no mix can pass faster than FP32: the search ranked by accuracy alone" in said)
 
 
+@pytest.mark.slow  # a 76-group search twice (about a minute each): .ci/run runs it with the slow tests
 @pytest.mark.parametrize("cap", [None, 8])
 def test_unless_capped_the_search_may_raise_more_than_64_groups(cap, monkeypatch):
     """ViT-S passed IoU 0.97 with 202 of its 549 groups in FP32 where a fixed cap of 64 stopped it
