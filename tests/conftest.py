@@ -87,6 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         os.environ.setdefault("DEPLOYKIT_ORT_THREADS", "1")
+        import torch
+
         torch.set_num_threads(1)
 
 
