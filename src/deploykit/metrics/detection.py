@@ -147,6 +147,15 @@ class DetectionTally:
         self.cand_unmatched += int((c_counted & ~matched_c).sum())
         self.images_without_boxes += int(not r_counted.any())
 
+    def merged(self, other: DetectionTally) -> DetectionTally:
+        """The totals of both runs of images (a new tally)."""
+        import dataclasses
+
+        out = DetectionTally(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                                for f in dataclasses.fields(self)})
+        out.score_delta_max = max(self.score_delta_max, other.score_delta_max)
+        return out
+
     def result(self) -> dict[str, float]:
         counted = self.ref_boxes + self.cand_boxes
         matched = counted - self.ref_unmatched - self.cand_unmatched

@@ -47,6 +47,10 @@ class TaskMetric:
     def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         return dense.add_sums(sums, self.sample_sums(ref[self.check.output], got[self.check.output]))
 
+    def merge(self, a: Any, b: Any) -> Any:
+        """The sums of two runs of samples together (new; neither is changed)."""
+        return dense.add_sums(a, b)
+
     def result(self) -> dict[str, Any]:
         metrics = self.metrics(self.sums)
         limits = self.limits()
@@ -159,6 +163,9 @@ class Detection(TaskMetric):
         for r, g in zip(self._images(ref), self._images(got), strict=True):
             tally.add_image(r, g, fmt, c.score_threshold, c.score_margin, c.match_iou)
         return tally
+
+    def merge(self, a: DetectionTally, b: DetectionTally) -> DetectionTally:
+        return a.merged(b)
 
     def metrics(self, tally: DetectionTally) -> dict[str, Any]:
         return tally.result()
