@@ -165,3 +165,12 @@ def test_a_refused_graph_is_a_session_error_with_what_onnx_runtime_said():
         session_from_onnx(model, "onnxruntime", failure="cannot run it", hint="fix it")
     assert info.value.message.startswith("cannot run it: ") and info.value.hint == "fix it"
     assert "NoSuchOp" in info.value.detail and info.value.detail in info.value.message
+
+
+def test_sessions_that_alternate_with_python_work_do_not_spin():
+    from deploykit.graph.run import session_options
+
+    assert session_options("extended", spin=False).get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    default = session_options("extended")
+    with pytest.raises(Exception):  # not set: ONNX Runtime's default (spinning) applies
+        default.get_session_config_entry("session.intra_op.allow_spinning")

@@ -59,7 +59,7 @@ class Reference:
     def __init__(self, model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]) -> None:
         from deploykit.graph.run import session_from_onnx
 
-        session = session_from_onnx(model, "as_written")
+        session = session_from_onnx(model, "as_written", spin=False)
         self.samples = samples
         self.outputs = [session.infer(s) for s in samples]
         self.evaluator = session.evaluator

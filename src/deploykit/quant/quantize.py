@@ -598,7 +598,7 @@ def _opener(job: Job) -> Callable[..., Any]:
     """Sessions over candidates, computed as the target flavour's runtime will."""
     from deploykit.graph.run import evaluator_for, session_from_onnx
 
-    return partial(session_from_onnx, evaluator=evaluator_for(job.flavour), level=job.ort_level,
+    return partial(session_from_onnx, evaluator=evaluator_for(job.flavour), level=job.ort_level, spin=False,
                    failure="ONNX Runtime cannot run the quantized graph",
                    hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32")
 
