@@ -120,21 +120,21 @@ def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
 
 
 def int8_at(monkeypatch, share):
-    """A stand-in for the profiler's costs: INT8 alone at ``share`` of every group raised to FP32,
-    each raised group adding an equal part of the difference."""
+    """A stand-in for the CPU cost estimate: INT8 alone at ``share`` of every group raised to FP32,
+    each raised group adding an equal part of the difference, no boundary costs."""
     import dataclasses
 
     from deploykit.quant import latency_cost
 
-    real = latency_cost.profiled
+    real = latency_cost.cpu_estimate
 
-    def timed(*a, **k):
+    def estimated(*a, **k):
         costs = real(*a, **k)
         base = costs.top * share
         delta = {g: {p: (costs.top - base) / len(costs.delta) for p in d} for g, d in costs.delta.items()}
-        return dataclasses.replace(costs, base=base, delta=delta)
+        return dataclasses.replace(costs, base=base, delta=delta, borders=None)
 
-    monkeypatch.setattr(latency_cost, "profiled", timed)
+    monkeypatch.setattr(latency_cost, "cpu_estimate", estimated)
 
 
 @pytest.mark.parametrize("int8_faster", [True, False])

@@ -85,9 +85,8 @@ def _costs(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, build: Ca
     from deploykit.quant import latency_cost
 
     if flavour == "onnxruntime":
-        top = build({g: p.ladder[-1] for g in p.groups})
-        return latency_cost.profiled(base, top, p.groups, sample, ort_level, p.ladder[-1])
-    return latency_cost.roofline(reference, p.groups, p.ladder, cfg.precision, p.high_precision)
+        return latency_cost.cpu_estimate(reference, base, p.groups, p.ladder)
+    return latency_cost.roofline(reference, p.groups, p.ladder, cfg.precision, p.high_precision, base)
 
 
 def _timer(build: Callable[[Patch], onnx.ModelProto], base: onnx.ModelProto, reference: onnx.ModelProto,

@@ -68,7 +68,7 @@ class Step:
     """One evaluated state: what changed, its score, its latency, whether the search kept it."""
 
     step: int
-    action: str  # base | raise | bisect | refine | verify | trim
+    action: str  # base | raise | bisect | refine | fill | verify | trim
     changes: Patch
     patch: Patch
     score: Score
@@ -111,6 +111,45 @@ def rank(moves: list[Move], floor: float = 0.0) -> list[Move]:
     return sorted(best.values(), key=lambda m: priority(m.gain, m.cost, floor), reverse=True)
 
 
+def order_moves(moves: list[Move], cost: Callable[[Patch, Move], float], neighbours: Mapping[str, set[str]],
+                floor: float = 0.0) -> list[Move]:
+    """One move per group (as :func:`rank`), ordered greedily: each next move is the one with the best
+    priority given the moves before it, its cost what it adds on top of them (``cost(state, move)``).
+    Where raising a group removes the boundary to a raised neighbour its cost drops, so contiguous
+    regions come before scattered groups; ``neighbours``: the groups whose cost a move can change
+    (with no boundaries counted, this is :func:`rank`). Ties keep the given order."""
+    import heapq
+
+    best: dict[str, Move] = {}
+    for m in moves:
+        if m.group not in best or m.gain > best[m.group].gain:
+            best[m.group] = m
+    position = {g: i for i, g in enumerate(best)}
+    state: Patch = {}
+    version = dict.fromkeys(best, 0)
+
+    def entry(g: str) -> tuple[tuple[float, float], int, str, int]:
+        c = cost(state, best[g])
+        rank_, value = priority(best[g].gain, c, floor)
+        return (-rank_, -value), position[g], g, version[g]
+
+    heap = [entry(g) for g in best]
+    heapq.heapify(heap)
+    out: list[Move] = []
+    while heap:
+        _, _, g, seen = heapq.heappop(heap)
+        if g in state or seen != version[g]:
+            continue
+        m = best[g]
+        out.append(Move(g, m.precision, m.gain, cost(state, m)))
+        state[g] = m.precision
+        for h in neighbours.get(g, ()):
+            if h in best and h not in state:
+                version[h] += 1
+                heapq.heappush(heap, entry(h))
+    return out
+
+
 def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
            start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget,
            fallback: Mapping[str, str] | None = None) -> Outcome:
@@ -151,10 +190,11 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         instead = f"; --precision {tops[0]} does as well" if len(tops) == 1 else ""
         return run.outcome(f"cannot pass faster than every layer at the top precision: only all {len(order)} ranked "
                            f"groups raised ({', '.join(tops)}) pass{instead}")
+    targets = {m.group: m.precision for m in order}
     if passing is None and failing > 0 and not run.spent():
         found = _refine(run, start, order, raised)
         if found is not None and not budget.at_ceiling(latency(found[0])):
-            return run.trim(*found, ladder)
+            return run.trim(*run.fill(*found, targets), ladder)
     if passing is None:
         if run.spent():
             return run.outcome(f"evaluation budget spent ({budget.evaluations})")
@@ -162,7 +202,7 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
             return run.outcome(f"cannot pass faster than every layer at the top precision: the {len(order)} "
                                "best-ranked groups raised still fail, and raising more would be no faster")
         return run.outcome(f"every ranked group raised ({len(order)}) still fails")
-    return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder)
+    return run.trim(*run.fill(_prefix(start, order, passing), [m.group for m in order[:passing]], targets), ladder)
 
 
 def _prefix(start: Patch, order: list[Move], k: int) -> Patch:
@@ -252,6 +292,23 @@ class _Run:
             full[frozenset(patch.items())] = known or self._record(patch, {}, "verify", True)
         mine, theirs = full[frozenset(best.items())], full[frozenset(start.items())]
         return (dict(start), theirs) if theirs.objective <= mine.objective else (best, mine)
+
+    def fill(self, state: Patch, raised: list[str], targets: Mapping[str, str]) -> tuple[Patch, list[str]]:
+        """Raise the groups left at the base precision whose raising makes the passing ``state`` faster
+        (an INT8 island between raised neighbours costs more in conversions than its integer kernel
+        saves), as one more state, kept where it passes; the filled groups are trimmed first."""
+        current = dict(state)
+        changed = True
+        while changed:
+            changed = False
+            for group, precision in targets.items():
+                trial = {**current, group: precision}
+                if group not in current and self._latency(trial) < self._latency(current) * (1 - SAME_COST):
+                    current, changed = trial, True
+        added = {g: p for g, p in current.items() if g not in state}
+        if added and not self.spent() and self.judge(current, added, "fill"):
+            return current, raised + sorted(added, key=list(targets).index)
+        return state, raised
 
     def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]]) -> Outcome:
         """Lower each raised group one precision step, least valuable first, while every sample passes."""
