@@ -441,6 +441,20 @@ class ParityConfig:
     inconclusive: Literal["fail", "warn"] = "fail"  # what a comparison that proves nothing does
     diagnose: bool = True  # on failure, compare the two ONNX graphs tensor by tensor
     diagnose_top: int = 10
+    # all: elementwise limits and task checks judge; tasks: the task checks alone judge, by the limits
+    # each sets away from its defaults (all its defaults where it sets none); elementwise metrics and the
+    # other limits are reported, not judged (NaN/Inf still fails)
+    judge: Literal["all", "tasks"] = "all"
+
+    def __post_init__(self) -> None:
+        if self.judge == "tasks" and not any(getattr(self.tasks, f.name) for f in dataclasses.fields(self.tasks)):
+            raise ValueError("judge: tasks needs a task check (parity.tasks: detection, classification, ...) "
+                             "to judge by")
+
+    @property
+    def elementwise_judged(self) -> bool:
+        """Whether the elementwise limits decide (``judge: all``) or are only reported."""
+        return self.judge == "all"
 
     def tolerance(self, output: str, preset: Tolerance = FP32_TOLERANCE) -> Tolerance:
         """The resolved tolerance of one output; ``preset`` fills what the config leaves unset

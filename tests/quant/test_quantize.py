@@ -139,6 +139,8 @@ def test_with_validation_data_auto_keeps_the_ranges_parity_task_scores_best(flav
     auto = run("auto")
     note = next(n for n in auto.notes if n.startswith("calibration method auto"))
     assert "task-metric rank sums on 8 validation samples" in note
+    assert not any("held out for the check" in n for n in auto.notes)  # the validation samples judge
+    assert any(n.startswith("ranges from all 40 calibration samples") for n in auto.notes)
     assert iou[auto.settings.method] == max(iou.values())
     assert auto.check.tasks[0]["metrics"]["iou"] == iou[auto.settings.method]
 

@@ -155,6 +155,7 @@ def test_a_spent_search_budget_says_so_and_does_not_suggest_enabling_it(tmp_path
                            "--set", "quantize.repair.max_iterations=1")
     assert code == 1 and "misses its tolerance" in err
     assert "search stopped: evaluation budget spent (1)" in err and "enable quantize.repair" not in err
+    assert "high_precision" not in err  # the onnxruntime flavour's float rest is FP32 already
 
 
 def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch):

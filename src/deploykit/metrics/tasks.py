@@ -51,14 +51,33 @@ class TaskMetric:
         """The sums of two runs of samples together (new; neither is changed)."""
         return dense.add_sums(a, b)
 
-    def result(self) -> dict[str, Any]:
+    def result(self, judge: str = "all") -> dict[str, Any]:
+        """Metrics, limits (each marked judged or not, see :meth:`judged`), the violations of the judged
+        ones, the misses of the others (``reported``), and why the check proves nothing, if it does not."""
         metrics = self.metrics(self.sums)
-        limits = self.limits()
-        bad = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in limits
-               if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        judged = self.judged(judge)
+        missed = [(m, op, v) for m, op, v in self.limits() if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        text = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in missed]
         return {"kind": self.kind, "label": self.label, "outputs": list(self.outputs), "metrics": metrics,
-                "limits": [{"metric": m, "op": op, "value": v} for m, op, v in limits],
-                "violations": bad, "inconclusive": self.inconclusive(self.sums, metrics)}
+                "limits": [{"metric": m, "op": op, "value": v, "judged": (m, op, v) in judged}
+                           for m, op, v in self.limits()],
+                "violations": [t for t, lim in zip(text, missed, strict=True) if lim in judged],
+                "reported": [f"{t} (not judged)" for t, lim in zip(text, missed, strict=True) if lim not in judged],
+                "inconclusive": self.inconclusive(self.sums, metrics)}
+
+    def judged(self, judge: str = "all") -> list[Limit]:
+        """The limits that decide: all of them (``parity.judge: all``); with ``judge: tasks`` the ones
+        this check's config sets away from their defaults, or all where it sets none (a detector judged
+        by ``min_recall`` alone no longer needs its other four limits switched off)."""
+        limits = self.limits()
+        if judge != "tasks":
+            return limits
+        import dataclasses
+
+        defaults = {f.name: f.default for f in dataclasses.fields(self.check)}
+        fields = {m: f for f, m in LIMIT_FIELDS.items()}
+        chosen = [(m, op, v) for m, op, v in limits if fields.get(m) in defaults and v != defaults[fields[m]]]
+        return chosen or limits
 
     def _error(self, what: str) -> DataError:
         return DataError(f"parity.tasks.{self.label} {what}",
@@ -295,8 +314,31 @@ class ProbabilityMap(TaskMetric):
         return ""
 
 
+# config field -> the metric it limits (one name per field in every check kind); a measurement never
+# depends on these fields
+LIMIT_FIELDS = {"min_top1": "top1", "min_topk": "topk", "min_matched": "matched", "min_recall": "recall",
+                 "min_mean_iou": "mean_iou", "max_score_delta": "mean_score_delta", "max_class_flips": "class_flips",
+                 "min_pixel_agreement": "pixel_agreement", "min_miou": "miou", "max_abs_rel": "abs_rel",
+                 "min_delta1": "delta1", "max_ade": "ade", "max_fde": "fde", "min_iou": "iou"}
+
 KINDS: dict[str, type[TaskMetric]] = {c.kind: c for c in (Classification, Detection, Segmentation, Depth,
                                                              Trajectory, ProbabilityMap)}
+
+
+def deciding_limit(result: dict[str, Any]) -> dict[str, Any]:
+    """The judged limit of a task check's :meth:`TaskMetric.result` that decides its verdict: the one
+    furthest past its bound, else the one closest to it (a limit switched off, 0 for a minimum, never
+    decides while another is judged); {} when the check has none."""
+    def used(limit: dict[str, Any]) -> float:
+        value, bound = result["metrics"].get(limit["metric"]), limit["value"]
+        if not isinstance(value, (int, float)) or np.isnan(value):
+            return float("inf")
+        if limit["op"] == ">=":  # a fraction that must reach the bound: compare shortfalls from 1
+            return (1.0 - value) / (1.0 - bound) if bound < 1.0 else (0.0 if value >= bound else float("inf"))
+        return value / bound if bound > 0 else (0.0 if value <= bound else float("inf"))
+
+    judged = [lim for lim in result.get("limits", []) if lim.get("judged", True)]
+    return max(judged, key=used, default={})
 
 
 def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:

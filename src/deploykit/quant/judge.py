@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.metrics.tasks import LIMIT_FIELDS as TASK_LIMIT_FIELDS
 from deploykit.quant.check import Check, Reference, weak_signal
 
 if TYPE_CHECKING:
@@ -33,9 +34,7 @@ RATIO_CAP = 1e3  # a NaN output or a zero limit missed counts this much, so stat
 _LESS = ("max_abs", "mean_abs", "rel_l2", "max_rel")  # checks where smaller is better
 _MORE = ("cosine", "snr_db")
 # Fields of the task checks that are limits: a measurement does not depend on them (tested).
-LIMIT_FIELDS = frozenset({"min_top1", "min_topk", "min_matched", "min_mean_iou", "max_score_delta", "max_class_flips",
-                          "min_pixel_agreement", "min_miou", "max_abs_rel", "min_delta1", "max_ade", "max_fde",
-                          "min_iou", "min_recall"})
+LIMIT_FIELDS = frozenset(TASK_LIMIT_FIELDS)
 _KEPT = ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db", "nonfinite", "ref_nonfinite",
          "ref_absmax", "ref_range")
 
@@ -97,7 +96,7 @@ def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> 
         tol = parity.tolerance(name, preset)
         if m.get("nonfinite", 0) > 0:
             ratios[f"{name}.nonfinite"], values[f"{name}.nonfinite"] = RATIO_CAP, m["nonfinite"]
-        for key in (*_LESS, *_MORE):
+        for key in (*_LESS, *_MORE) if parity.elementwise_judged else ():
             limit = getattr(tol, key)
             if limit is None or key not in m or (key == "max_abs" and name in exempt):
                 continue
@@ -107,7 +106,7 @@ def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> 
         task = tasks.get(entry["label"])
         if task is None or entry.get("inconclusive"):
             continue
-        for metric, op, limit in task.limits():
+        for metric, op, limit in task.judged(parity.judge):
             key, value = f"{entry['label']}.{metric}", entry["metrics"][metric]
             ratios[key], values[key] = _ratio(value, limit, op == ">=", metric), value
     return Score(ratios, values)
@@ -124,7 +123,7 @@ def task_losses(measurement: Measurement, parity: ParityConfig) -> dict[str, flo
         task = tasks.get(entry["label"])
         if task is None or entry.get("inconclusive"):
             continue
-        for metric, op, _ in task.limits():
+        for metric, op, _ in task.judged(parity.judge):
             losses[f"{entry['label']}.{metric}"] = _loss(entry["metrics"][metric], op)
     return losses
 
@@ -302,7 +301,7 @@ class Judge:
                 continue
             rest = suffix[comparison.samples]
             metrics = task.metrics(task.sums if rest is None else task.merge(task.sums, rest))
-            for metric, op, _ in task.limits():
+            for metric, op, _ in task.judged(self.parity.judge):
                 losses[f"{task.label}.{metric}"] = _loss(metrics[metric], op)
         return losses
 
@@ -352,6 +351,12 @@ def dominates(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
     keys = set(a) | set(b)
     pairs = [(a.get(k, math.inf), b.get(k, math.inf)) for k in keys]
     return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def typical_rel_l2(report: dict[str, Any]) -> float:
+    """The largest over outputs of the mean rel-L2 over samples in a parity report (:meth:`Check.typical`)."""
+    means = [float(np.mean(refs["onnx"]["per_sample_rel_l2"])) for refs in report["outputs"].values() if "onnx" in refs]
+    return max(means, default=0.0)
 
 
 def graph_digest(model: onnx.ModelProto) -> str:

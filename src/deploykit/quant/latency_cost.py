@@ -163,6 +163,7 @@ def _past_casts(readers: dict[str, list[onnx.NodeProto]], tensor: str) -> list[o
 # on AVX2 without VNNI; README's zoo rows); only ratios matter.
 CPU_GFLOPS = {"fp32": 50.0, "int8": 90.0}
 CPU_DEPTHWISE_INT8 = 0.8  # of the FP32 rate: ORT's x86 integer depthwise kernel is no faster (DESIGN.md)
+CPU_DEPTHWISE_RATE = 0.25  # of the dense rate, both precisions: one input channel per output leaves the FMAs idle
 # GB/s by the bytes a node moves: L2-, L3- and DRAM-sized working sets (a 16 KB map stays in cache,
 # a 480x480x16 one does not)
 CPU_BANDWIDTH_GBS = ((256 << 10, 100.0), (4 << 20, 30.0), (float("inf"), 10.0))
@@ -190,7 +191,7 @@ def cpu_estimate(reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapp
     return Costs(delta, base_total + edges.cost({}), top_total, "us (estimate)",
                  "CPU roofline estimate from FLOPs and bytes (load-independent; whole graphs timed to confirm): "
                  f"max(FLOPs / rate, bytes / bandwidth) per node at {', '.join(f'{k} {v:g}' for k, v in CPU_GFLOPS.items())} "
-                 f"GFLOP/s (depthwise INT8 at {CPU_DEPTHWISE_INT8:g}x FP32), "
+                 f"GFLOP/s (depthwise at {CPU_DEPTHWISE_RATE:g}x that, INT8 at {CPU_DEPTHWISE_INT8:g}x FP32), "
                  f"{'/'.join(f'{b:g}' for _, b in CPU_BANDWIDTH_GBS)} GB/s by working set, "
                  f"Q/DQ at each precision boundary {CONVERSION_BYTES:g} bytes an element", edges)
 
@@ -201,8 +202,9 @@ def _cpu_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision:
     flops = _flops(node, shapes)
     if flops == 0.0:  # elementwise, pooling, resize: the bytes they move (fused into a QLinear kernel or not)
         return _cpu_move_us(io * CPU_BYTES[precision])
-    rate = CPU_GFLOPS[precision] * (CPU_DEPTHWISE_INT8 * CPU_GFLOPS["fp32"] / CPU_GFLOPS["int8"]
-                                    if precision == "int8" and _depthwise(node, shapes) else 1.0)
+    rate = CPU_GFLOPS[precision]
+    if _depthwise(node, shapes):
+        rate = CPU_DEPTHWISE_RATE * (CPU_DEPTHWISE_INT8 * CPU_GFLOPS["fp32"] if precision == "int8" else rate)
     return float(max(flops / (rate * 1e3), _cpu_move_us((io + weights) * CPU_BYTES[precision])))
 
 

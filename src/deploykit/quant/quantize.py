@@ -243,10 +243,14 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
     total = job.samples.limit or 0
     histograms = ("max",) if settings.method in NO_HISTOGRAM else ("max", "histogram")
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
+    validated = bool(job.judging.samples)  # parity's validation data judges: no calibration sample is held out
     with task as advance:
-        result = calibrate(model, job.samples, settings, histograms, hold_out=_check_count(job.cfg),
+        result = calibrate(model, job.samples, settings, histograms, hold_out=0 if validated else _check_count(job.cfg),
                            bounded=_max_calibrated(model), progress=advance, expected=job.samples.limit)
-    if result.held_out:
+    if validated:
+        notes.append(f"ranges from all {result.seen} calibration samples (the check judges on the validation "
+                     "samples: none is held out)")
+    elif result.held_out:
         notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
                      f"{len(result.held_out)} are held out for the check")
     else:
@@ -461,6 +465,7 @@ def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[
     FP16). The quantizer runs once; each set only rewrites the scales of that graph."""
     if len(range_sets) == 1:
         return next(iter(range_sets.items()))
+    from deploykit.quant.judge import front_ranks, typical_rel_l2
 
     def candidate(method: str) -> onnx.ModelProto:
         return _qdq(job, model, range_sets[method], sorted(excluded), sample)
@@ -468,8 +473,6 @@ def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[
     ranks: dict[str, float | None] = dict.fromkeys(range_sets, 0.0)
     by_task = ""
     if validation is not None:
-        from deploykit.quant.judge import front_ranks
-
         entries = validation.race({m: partial(lambda m: _in_high_precision(job, candidate(m), fp32), m)
                                    for m in range_sets})
         if any(e.losses for e in entries.values()):
@@ -479,11 +482,18 @@ def _choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[
                 f"{e.beaten_by})" if e.stopped else f"{m} dominated" for m, e in entries.items())
     top = min(r for r in ranks.values() if r is not None)
     tied = [m for m, r in ranks.items() if r == top]
-    # rel-L2 on held-out samples decides among the candidates the task ranks first, and only there
-    typical = {m: evaluate(candidate(m)).typical() for m in tied} if len(tied) > 1 else {}
+    # mean rel-L2 decides among the candidates the task ranks first, and only there: on the validation
+    # samples (the race has them), else on held-out calibration samples
+    if len(tied) < 2:
+        typical: dict[str, float] = {}
+    elif validation is not None:
+        typical = {m: typical_rel_l2(validation.report(_in_high_precision(job, candidate(m), fp32))) for m in tied}
+    else:
+        typical = {m: evaluate(candidate(m)).typical() for m in tied}
     best = min(tied, key=lambda m: typical.get(m, 0.0))  # ties: the first (max) wins
     listed = ", ".join(f"{m} {v:.4g}" for m, v in typical.items())
-    parts = [p for p in (by_task, listed and f"mean rel-L2 on {job.cfg.auto_samples} held-out samples {listed}") if p]
+    where = f"{len(validation.samples)} validation" if validation is not None else f"{job.cfg.auto_samples} held-out"
+    parts = [p for p in (by_task, listed and f"mean rel-L2 on {where} samples {listed}") if p]
     notes.append(f"calibration method auto: {'; '.join(parts)} -> {best}")
     return best, range_sets[best]
 

@@ -47,9 +47,10 @@ class SpeedCheck:
     def speedup(self) -> float:
         return self.fp32_ms / self.quantized_ms if self.quantized_ms > 0 else float("inf")
 
-    def warning(self, precision: str, mix: tuple[int, int] | None = None) -> str | None:
+    def warning(self, precision: str, mix: tuple[int, int] | None = None, reason: str = "") -> str | None:
         """The plain statement when the quantized graph is not faster; ``mix``: (groups the search kept
-        in FP32, groups in all) when the graph is the search's mixed-precision answer."""
+        in FP32, groups in all) when the graph is the search's mixed-precision answer; ``reason``: why,
+        from the model (:func:`why_not_faster`)."""
         if self.speedup >= NOT_FASTER:
             return None
         how = "slower than" if self.speedup < 1 / NOT_FASTER else "not faster than"
@@ -61,12 +62,48 @@ class SpeedCheck:
         if mix:
             return (f"{what} passes parity but is {how} FP32 on this CPU: {measured}. No mix the search tried both "
                     "passes and beats FP32 here; keep FP32 (--precision fp32), or loosen the tolerance")
-        return (f"{what} is {how} FP32 on this CPU: {measured}. Depthwise-heavy "
-                "networks gain nothing from INT8 on the CPU, and every excluded node adds Q/DQ work; "
-                "keep FP32 (--precision fp32) unless the gate's numbers say otherwise")
+        because = f" {reason[0].upper()}{reason[1:]}." if reason else ""
+        return (f"{what} is {how} FP32 on this CPU: {measured}.{because} Keep FP32 (--precision fp32) unless the "
+                "gate's numbers say otherwise")
+
+    def sentence(self, what: str) -> str:
+        """``what`` against FP32 as every view prints it: ratio of the medians, the per-round range, the times."""
+        return (f"{what} {self.speedup:.2f}x FP32 ({self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
+                f"interleaved rounds; {self.quantized_ms:.3g} vs {self.fp32_ms:.3g} ms)")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "speedup": self.speedup}
+
+
+DEPTHWISE_HEAVY = 0.3  # of the compute time: ORT's integer depthwise kernel is no faster than FP32
+NO_INTEGER_KERNEL = ("GRU", "LSTM", "RNN", "LayerNormalization", "Softmax", "Erf", "InstanceNormalization")
+
+
+def why_not_faster(model: onnx.ModelProto) -> str:
+    """The likeliest reason INT8 does not beat FP32 on the CPU for this FP32 graph, from what it computes:
+    depthwise convolutions (ORT's integer kernel gains nothing there), ops with no integer kernel
+    (recurrent layers, normalisations: float between Q/DQ pairs), little convolution or MatMul work,
+    else the Q/DQ work at every boundary between quantized and float nodes."""
+    from deploykit.graph.proto import infer_shapes, static_shapes
+    from deploykit.quant.latency_cost import _cpu_us, _depthwise
+
+    graph = infer_shapes(model)
+    shapes = static_shapes(graph)
+    ops = [n.op_type for n in graph.graph.node]
+    compute = [n for n in graph.graph.node if n.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm")]
+    fp32_us = {n.name: _cpu_us(n, shapes, "fp32") for n in compute}  # the CPU roofline's FP32 time
+    thin = sum(fp32_us[n.name] for n in compute if _depthwise(n, shapes))
+    total = sum(fp32_us.values())
+    if total and thin > DEPTHWISE_HEAVY * total:
+        return (f"depthwise convolutions take {thin / total:.0%} of the estimated convolution and MatMul time, and "
+                "ONNX Runtime's integer depthwise kernel is no faster than its FP32 one")
+    slow = sorted({op for op in ops if op in NO_INTEGER_KERNEL})
+    if slow:
+        return (f"its {', '.join(slow)} nodes have no integer kernel in ONNX Runtime: they run in float between "
+                "Q/DQ pairs, which adds conversions around them")
+    if total == 0:
+        return "it has no Conv, MatMul or Gemm work for integer kernels to speed up"
+    return "every boundary between quantized and float nodes adds a Q/DQ pair, and its convolutions are small"
 
 
 def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str, np.ndarray], level: str,

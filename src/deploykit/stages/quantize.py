@@ -190,7 +190,7 @@ class QuantizeStage(Stage):
             result = quantize_keeping_plugins(job, quantize_model)
         notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         speed = _cpu_speed(job, result, stream)
-        said = speed.warning(job.cfg.precision, _mix(result)) if speed is not None else None
+        said = speed.warning(job.cfg.precision, _mix(result), _why_not_faster(job)) if speed is not None else None
         if said:
             notes.append(said)
         for note in notes:  # recorded in the summary and still shown to the user
@@ -220,6 +220,15 @@ class QuantizeStage(Stage):
             claimed.update(bad)
             out.append(Check("quantize", name, "fail" if bad else "pass", not bad, "rel_l2", m.get("rel_l2"),
                              limits.get(name), "<=", "; ".join(v.removeprefix(f"{name}: ") for v in bad)))
+        from deploykit.metrics.tasks import deciding_limit
+
+        for t in check.tasks:  # parity's task checks, each by the limit that decides it
+            lim = deciding_limit(t)
+            bad = [v for v in check.violations if v.startswith(f"{t['label']}: ")]
+            claimed.update(bad)
+            out.append(Check("quantize", t["label"], "fail" if bad else t["status"], not bad,
+                             lim.get("metric", ""), t["metrics"].get(lim.get("metric")), lim.get("value"),
+                             lim.get("op", ""), "; ".join(v.removeprefix(f"{t['label']}: ") for v in bad)))
         rest = [v for v in check.violations if v not in claimed]
         if rest or (not check.passed and all(c.passed for c in out)):
             out.append(Check("quantize", "check", "fail", False, message="; ".join(rest) or "failed"))
@@ -260,6 +269,12 @@ def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
     return found
 
 
+def _why_not_faster(job: Any) -> str:
+    from deploykit.quant.speed import why_not_faster
+
+    return why_not_faster(job.model)
+
+
 def _mix(result: Any) -> tuple[int, int] | None:
     """(groups in FP32, groups) when the model is a search's passing mix, else None."""
     found = result.repair
@@ -279,9 +294,11 @@ def _hint(summary: QuantizeSummary, report: Path) -> str:
     if summary.repair is None:
         return (f"see {report}; enable quantize.repair (--auto-repair) to search for the layers to keep in higher "
                 "precision, or exclude the nodes the diagnosis names")
+    # high_precision sets what the tensorrt flavour's float rest runs in; the onnxruntime flavour's is FP32
+    wider = ", use quantize.high_precision: fp32" if summary.flavour == "tensorrt" else ""
     return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
-            "quantize.repair.max_iterations / candidates (and max_nodes if you capped it), use "
-            "quantize.high_precision: fp32, or loosen the tolerance if the best state shown is acceptable")
+            f"quantize.repair.max_iterations / candidates (and max_nodes if you capped it){wider}, or loosen the "
+            "tolerance if the best state shown is acceptable")
 
 
 def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
@@ -376,7 +393,7 @@ def _short(check: dict[str, Any] | None) -> QuantCheck | None:
     keys = ("rel_l2", "cosine", "max_abs", "nonfinite", "signal_rel_l2", "error_to_signal")
     metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
     # JSON has no infinity: non-finite values become None (the report says what they mean).
-    tasks = [{k: t[k] for k in ("label", "metrics", "status")} for t in check.get("tasks", [])]
+    tasks = [{k: t[k] for k in ("label", "metrics", "status", "limits") if k in t} for t in check.get("tasks", [])]
     return QuantCheck(check["passed"], clean(check["violations"]), clean(metrics), check["samples"],
                       check.get("data") or "held-out calibration samples", clean(tasks))
 
