@@ -96,7 +96,8 @@ def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
     # plain INT8 reaches rel-L2 0.049 here (one-pass calibration, auto method): both limits below it
     loose = QuantTolerances(int8=Tolerance(rel_l2=0.04, cosine=0.999))
-    tight = QuantTolerances(int8=Tolerance(rel_l2=0.03, cosine=0.9995))
+    # (0.03 needs every group but one in FP32 here, which the CPU estimate rates as slow as FP32)
+    tight = QuantTolerances(int8=Tolerance(rel_l2=0.038, cosine=0.9993))
     judging = Judging(probability_map(0.95), val, "8 validation samples")
     stored = {}
 
@@ -115,7 +116,7 @@ def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     # timing: the profiled latency costs order the groups.)
     assert first.repair.evaluations["fresh"] > groups
     assert second.repair.evaluations["fresh"] <= len(second.repair.outcome.steps)
-    assert second.check.passed and second.check.metrics["prob"]["rel_l2"] <= 0.03
+    assert second.check.passed and second.check.metrics["prob"]["rel_l2"] <= 0.038
     assert len(second.layer_precisions) >= len(first.layer_precisions)  # a tighter limit costs more layers
 
 
@@ -186,7 +187,7 @@ def test_a_passing_mix_not_faster_than_fp32_is_said_plainly(faster, monkeypatch)
     assert bool(said) is not faster
     if said:
         m = found.repair.measured_ms
-        assert f"measured {m['chosen']:.3g} ms against {m['fp32']:.3g} ms" in said[0]
+        assert f"{m['chosen']:.3g} vs {m['fp32']:.3g} ms" in said[0]  # the stage's CPU speed check's numbers
 
 
 def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch):
@@ -205,3 +206,16 @@ def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch
     assert "INT8 alone is not 1.1x faster than every group" not in found.repair.stopped  # the profiler's view
     assert ("timed after the search, INT8 alone is not 1.1x faster than FP32 here (3.58 vs 3.7 ms), so no mix "
             "could pass faster than FP32") in found.repair.stopped
+
+
+def test_two_runs_on_the_same_data_choose_the_same_mix():
+    """The order and the search's latencies come from FLOPs, bytes and boundaries, not from timing
+    this loaded CPU: two runs measure the same and choose the same groups."""
+    model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
+    judging = Judging(probability_map(0.95), val, "8 validation samples")
+    tight = QuantTolerances(int8=Tolerance(rel_l2=0.04, cosine=0.999))
+    first, second = (run(model, data, "onnxruntime", judging, tolerances=tight, repair=RepairConfig(enabled=True))
+                     for _ in range(2))
+    assert first.layer_precisions and first.layer_precisions == second.layer_precisions
+    assert [r["group"] for r in first.repair.sensitivity] == [r["group"] for r in second.repair.sensitivity]
+    assert first.repair.costs == second.repair.costs

@@ -90,10 +90,11 @@ def _costs(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, build: Ca
 
 
 def _timer(build: Callable[[Patch], onnx.ModelProto], base: onnx.ModelProto, reference: onnx.ModelProto,
-           sample: dict[str, np.ndarray], level: str) -> Callable[[dict[str, Patch]], dict[str, float]]:
-    from deploykit.quant.latency_cost import measure
+           sample: dict[str, np.ndarray], level: str) -> Callable[[dict[str, Patch]], dict[str, Any]]:
+    """label -> patch to each state's speed against FP32 (and the base's), from one interleaved timing."""
+    from deploykit.quant.speed import compare_all
 
-    def timer(states: dict[str, Patch]) -> dict[str, float]:
-        return measure({"fp32": reference, "base": base, **{k: build(v) for k, v in states.items()}}, sample, level)
+    def timer(states: dict[str, Patch]) -> dict[str, Any]:
+        return compare_all(reference, {"base": base, **{k: build(v) for k, v in states.items()}}, sample, level)
 
     return timer

@@ -535,6 +535,8 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
                  "reused from an earlier artifact's measurements")
     if search.check.passed and not search.faster_than_top():
         notes.append(_not_faster(search))
+    elif search.check.passed and "chosen" in search.speeds:
+        notes.append(search.speeds["chosen"].sentence("the passing mix runs at") + " on this CPU")
     return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
                                layer_precisions=dict(search.patch), search_cache=payload)
 
@@ -542,6 +544,9 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
 def _not_faster(search: SearchResult) -> str:
     """The plain statement for a passing mix that is not faster than every layer at the top precision."""
     m = search.measured_ms
+    if "chosen" in search.speeds:  # the measurement the stage's CPU speed check reports too
+        return (f"the mix that passes is not faster than FP32 on this CPU: {search.speeds['chosen'].sentence('it runs')}; "
+                "FP32 is as accurate and at least as fast here")
     if "chosen" in m and "fp32" in m:
         return (f"the mix that passes is not faster than FP32 on this CPU (measured {m['chosen']:.3g} ms against "
                 f"{m['fp32']:.3g} ms): FP32 is as accurate and at least as fast here")

@@ -104,6 +104,7 @@ class SearchResult:
     wall_s: float = 0.0  # the search's own time (measurements, search, final check, timing)
     cpu_s: float = 0.0  # CPU time it used, all threads (on a shared machine: what it would need alone)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    speeds: dict[str, Any] = field(default_factory=dict)  # base, chosen -> SpeedCheck against FP32 (onnxruntime)
 
     @property
     def stopped(self) -> str:
@@ -127,6 +128,7 @@ class SearchResult:
                 "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "timings": self.timings, "latency": self.costs.method,
                 "faster_than_top": self.faster_than_top(),
                 "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
+                "speed": {k: v.to_dict() for k, v in self.speeds.items()},
                 "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
                 "groups": [g.to_dict() for g in self.groups]}
 
@@ -208,7 +210,9 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
                     "screened_with": screened[m.group], "target": m.precision,
                     "gain": {c.precision: c.gain for c in causal if c.group == m.group},
                     "cost": costs.delta.get(m.group, {}), "cost_in_order": m.cost} for i, m in enumerate(order)]
-    table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], timer)
+    found = timer({"chosen": outcome.best}) if timer else {}
+    table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], (lambda _: found) if timer else None)
+    speeds = timed(found)[1]
     if not outcome.passed and ceiling != float("inf") and measured.get("base", 0.0) >= CEILING_MARGIN * \
             measured.get("fp32", float("inf")):  # the profiler's kernel times said faster; whole runs say not
         outcome.stopped += (f"; timed after the search, {ladder[0].upper()} alone is not {1 / CEILING_MARGIN:.2g}x "
@@ -216,7 +220,8 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
                             "could pass faster than FP32")
     clock.lap("timing")
     return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
-                        {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source, timings=clock.laps)
+                        {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source, timings=clock.laps,
+                        speeds=speeds)
 
 
 class _Clock:
@@ -324,6 +329,16 @@ def _target(group: str, causal: list[Move], high: str) -> str:
     return high
 
 
+def timed(found: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+    """A timer's answer as ms per label (fp32 included) and the speed checks behind it (label ->
+    :class:`deploykit.quant.speed.SpeedCheck`; a stand-in timer may give plain ms)."""
+    speeds = {k: v for k, v in found.items() if hasattr(v, "quantized_ms")}
+    ms = {k: float(v.quantized_ms if k in speeds else v) for k, v in found.items()}
+    if speeds and "fp32" not in ms:
+        ms["fp32"] = float(speeds.get("chosen", next(iter(speeds.values()))).fp32_ms)
+    return ms, speeds
+
+
 def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
                  timer: Callable[[dict[str, Patch]], dict[str, float]] | None
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
@@ -331,7 +346,7 @@ def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
     values), latency (the cost model's, relative to every group at the top precision), whether the
     search kept it and whether no other state beats it on both; with a timer, the FP32 graph, the
     base and the chosen state are timed on this CPU (``measured``)."""
-    measured = timer({"chosen": outcome.best}) if timer else {}
+    measured, _ = timed(timer({"chosen": outcome.best})) if timer else ({}, {})
     rows = []
     for s in outcome.steps:
         counts: dict[str, int] = {}

@@ -113,10 +113,18 @@ def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str,
     The rounds and iterations are sized from one timed run of each so the check takes about
     ``budget_s``: at least :data:`ROUNDS` rounds of at least one iteration.
     """
+    return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s)["quantized"]
+
+
+def compare_all(fp32: onnx.ModelProto, graphs: dict[str, onnx.ModelProto], sample: dict[str, np.ndarray], level: str,
+                budget_s: float = 3.0) -> dict[str, SpeedCheck]:
+    """Each of ``graphs`` against ``fp32``, all timed in the same interleaved rounds (the order rotates
+    round by round), so every ratio comes from one measurement; see :func:`compare`."""
     from deploykit.graph.run import session_from_onnx
     from deploykit.metrics.latency import aggregate_trials, time_iterations, warm_up
 
-    sessions = [session_from_onnx(m, "onnxruntime", level=level) for m in (fp32, quantized)]
+    models = [fp32, *graphs.values()]
+    sessions = [session_from_onnx(m, "onnxruntime", level=level) for m in models]
     runners = [s.timed_runner(sample) for s in sessions]
     for run in runners:
         warm_up(run, *WARMUP)  # allocations, kernel selection, caches
@@ -124,14 +132,18 @@ def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str,
     per_round = max(sum(single), 1e-9)
     rounds = max(ROUNDS, min(MAX_ROUNDS, int(budget_s / per_round)))
     iterations = max(1, int(budget_s / (rounds * per_round)))
-    trials: list[list[list[float]]] = [[], []]
+    trials: list[list[list[float]]] = [[] for _ in models]
     for r in range(rounds):
-        for i in (0, 1) if r % 2 == 0 else (1, 0):
+        order = list(range(len(models)))
+        for i in order[r % len(order):] + order[: r % len(order)]:
             trials[i].append(time_iterations(runners[i], iterations))
     stats = [aggregate_trials(t) for t in trials]
     medians = [[t["p50_ms"] for t in s["trials"]] for s in stats]
-    ratios = [a / b for a, b in zip(*medians, strict=True) if b > 0]
-    batch = next(iter(sample.values())).shape[0] if sample else 1
-    return SpeedCheck(stats[0]["latency"]["p50_ms"], stats[1]["latency"]["p50_ms"], rounds, iterations, int(batch),
-                      sessions[1].evaluator, min(ratios, default=0.0), max(ratios, default=0.0),
-                      stats[0]["spread"]["p50_ms"]["rel"], stats[1]["spread"]["p50_ms"]["rel"])
+    batch = int(next(iter(sample.values())).shape[0]) if sample else 1
+    out = {}
+    for k, (name, s) in enumerate(zip(graphs, stats[1:], strict=True), start=1):
+        ratios = [a / b for a, b in zip(medians[0], medians[k], strict=True) if b > 0]
+        out[name] = SpeedCheck(stats[0]["latency"]["p50_ms"], s["latency"]["p50_ms"], rounds, iterations, batch,
+                               sessions[k].evaluator, min(ratios, default=0.0), max(ratios, default=0.0),
+                               stats[0]["spread"]["p50_ms"]["rel"], s["spread"]["p50_ms"]["rel"])
+    return out

@@ -60,7 +60,8 @@ def _quantize(record: RunRecord) -> list[str]:
     speed = q.get("cpu_speed")
     if speed:
         out += ["", f"On this CPU: FP32 {speed['fp32_ms']:.3f} ms, {str(q['precision']).upper()} {speed['quantized_ms']:.3f} ms "
-                    f"at batch {speed['batch']} ({speed['speedup']:.2f}x)."]
+                    f"at batch {speed['batch']} ({speed['speedup']:.2f}x; {speed.get('speedup_low', 0):.2f}-"
+                    f"{speed.get('speedup_high', 0):.2f}x over {speed.get('rounds', 0)} interleaved rounds)."]
     return out
 
 
