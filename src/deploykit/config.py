@@ -212,6 +212,9 @@ class RepairConfig:
     (``deploykit.quant.sensitivity``, ``deploykit.quant.search``)."""
 
     enabled: bool = False
+    # also run it, without enabled, when the plain graph misses a task check of parity's on its validation
+    # data (a user who configured both asked to be judged by the task; false: fail with the hint instead)
+    auto: bool = True
     max_iterations: int = 32  # states the search evaluates after measuring (the base and confirmations included)
     # layer groups the search may raise above the stage's precision; None: any number, the latency ceiling
     # bounds it (ViT-S passed IoU 0.97 with 202 of its 549 groups in FP32, 1.33x faster than FP32; a cap of 64: 0.954)

@@ -219,3 +219,20 @@ def test_two_runs_on_the_same_data_choose_the_same_mix():
     assert first.layer_precisions and first.layer_precisions == second.layer_precisions
     assert [r["group"] for r in first.repair.sensitivity] == [r["group"] for r in second.repair.sensitivity]
     assert first.repair.costs == second.repair.costs
+
+
+def test_the_search_runs_unasked_when_plain_int8_misses_a_task_check_on_validation_data():
+    import dataclasses
+
+    model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
+    parity = dataclasses.replace(probability_map(0.975), judge="tasks")
+    judging = Judging(parity, val, "8 validation samples")
+    plain = run(model, data, "onnxruntime", judging, repair=RepairConfig(auto=False))
+    assert not plain.check.passed and plain.repair is None  # switched off: the plain verdict stands
+    found = run(model, data, "onnxruntime", judging)  # repair.enabled is false; auto is on by default
+    assert found.repair is not None and found.check.passed
+    assert any(n.startswith("plain INT8 missed parity's task check on the validation data: the mixed-precision "
+                            "search ran (quantize.repair.auto: false turns this off)") for n in found.notes)
+    no_task = run(model, data, "onnxruntime", Judging(ParityConfig(), val, "8 validation samples"),
+                  tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-4)))
+    assert not no_task.check.passed and no_task.repair is None  # an elementwise miss alone does not start it

@@ -523,8 +523,11 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
     verdict = judge.check(candidate)
     result = Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, verdict, {}, base=base,
                     layer_precisions=dict(plan.start))
-    if verdict.passed or verdict.nonfinite or not cfg.repair.enabled:
+    if verdict.passed or verdict.nonfinite or not (cfg.repair.enabled or _search_by_task(job, verdict)):
         return result
+    if not cfg.repair.enabled:
+        notes.append(f"plain {cfg.precision.upper()} missed parity's task check on the validation data: the "
+                     "mixed-precision search ran (quantize.repair.auto: false turns this off)")
     # the bar's total is the most the search may run: a measurement per group plus its step budget
     total = len(plan.groups) + cfg.repair.max_iterations
     with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
@@ -539,6 +542,12 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
         notes.append(search.speeds["chosen"].sentence("the passing mix runs at") + " on this CPU")
     return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
                                layer_precisions=dict(search.patch), search_cache=payload)
+
+
+def _search_by_task(job: Job, verdict: Check) -> bool:
+    """Whether the search runs unasked: ``repair.auto``, parity's validation data judges, and a task
+    check of it failed (an elementwise miss alone does not start it)."""
+    return job.cfg.repair.auto and bool(job.judging.samples) and any(t.get("violations") for t in verdict.tasks)
 
 
 def _not_faster(search: SearchResult) -> str:
