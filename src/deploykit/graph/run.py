@@ -266,11 +266,14 @@ def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], q
                 refusal: tuple[str, str], spin: bool = True) -> OrtSession:
     import onnxruntime as ort
 
-    from deploykit.graph.emulate import declared_dtypes, emulate_fp16, has_low_precision_float
+    from deploykit.graph.emulate import declared_dtypes, emulate_fp16, has_float8, has_low_precision_float, \
+        move_float8_as_float
     from deploykit.graph.proto import expose_tensors
 
     emulate = has_low_precision_float(model)
     graph = emulate_fp16(model) if emulate else model
+    if has_float8(graph):
+        graph = move_float8_as_float(graph)
     if expose:
         graph = expose_tensors(graph, expose)
     how = "FP16 tensors emulated (FP32 compute, each FP16 tensor rounded to FP16)" if emulate else "FP32 graph"
