@@ -334,15 +334,57 @@ class ClassificationCheck:
 
 
 @dataclass(frozen=True)
+class HeadDecode:
+    """The decode a raw detector head needs before its boxes are pixels (``packed.decode``).
+
+    The head's boxes are laid out level by level (one per stride), each level row-major over its
+    (input / stride) grid, anchors first within a level for ``yolov5``:
+
+    * ``yolox`` (anchor-free, YOLOX): centre = (t_xy + cell) * stride, size = exp(t_wh) * stride;
+    * ``yolov5`` (anchor-based, YOLOv5/v7): centre = (2 sigmoid(t_xy) - 0.5 + cell) * stride,
+      size = (2 sigmoid(t_wh))^2 * anchor;
+    * ``dfl`` (YOLOv8, PicoDet: distances as a distribution over ``reg_max`` bins per side): each of
+      left/top/right/bottom is the expectation of the softmax over its bins, from the cell centre
+      (cell + 0.5), times the stride.
+
+    Scores (objectness, classes) go through a sigmoid when ``sigmoid`` (the head writes logits).
+    """
+
+    style: Literal["yolox", "yolov5", "dfl"]
+    strides: tuple[int, ...]
+    input_size: tuple[int, int]  # (height, width) of the network input: each level's grid is input / stride
+    anchors: tuple[tuple[float, ...], ...] = ()  # yolov5: per stride, w0, h0, w1, h1, ... in input pixels
+    reg_max: int = 16  # dfl: bins per box side
+    sigmoid: bool = True  # objectness and class scores are logits
+
+    def __post_init__(self) -> None:
+        if not self.strides or any(s < 1 for s in self.strides):
+            raise ValueError(f"strides must be positive, got {list(self.strides)}")
+        if self.style == "yolov5" and (len(self.anchors) != len(self.strides) or
+                                       any(not a or len(a) % 2 for a in self.anchors)):
+            raise ValueError("yolov5 decoding needs anchors: one list of w, h pairs per stride "
+                             f"({len(self.strides)} strides, {len(self.anchors)} anchor lists)")
+        if self.reg_max < 1:
+            raise ValueError(f"reg_max must be >= 1, got {self.reg_max}")
+
+    def box_attributes(self) -> int:
+        """Attributes per box the head writes before its scores."""
+        return 4 * self.reg_max if self.style == "dfl" else 4
+
+
+@dataclass(frozen=True)
 class PackedDetections:
     """One YOLO-style output holding every candidate box: ``[B, N, 4(+1)+C]`` or ``[B, 4(+1)+C, N]``
     (YOLOv5/YOLOX write the first, YOLOv8 the second), decoded before matching: boxes are the first
-    four attributes, the class scores the rest (times the objectness at attribute 4, if any)."""
+    four attributes, the class scores the rest (times the objectness at attribute 4, if any). A raw
+    head (grid offsets, anchors, distance bins, logits) declares its ``decode``; its boxes then come
+    out in pixels, centre and size."""
 
     output: str
     box_format: Literal["cxcywh", "xyxy"] = "cxcywh"  # YOLO exports write centre and size
     objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
     layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
+    decode: HeadDecode | None = None  # None: the boxes are already decoded
 
 
 @dataclass(frozen=True)

@@ -157,28 +157,32 @@ class Detection(TaskMetric):
 
     def _check_packed(self, a: np.ndarray) -> None:
         p = self.check.packed
-        want = min_attributes(p.objectness)
+        box = p.decode.box_attributes() if p.decode is not None else 4
+        want = min_attributes(p.objectness) - 4 + box
         if a.ndim not in (2, 3):
             raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); output {p.output!r} has "
                               f"shape {list(a.shape)}")
         n, m = a.shape[-2:]
         attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(p.layout, min(n, m))
         if attributes < want:
-            raise self._error(f"packed expects at least {want} attributes per box (4 box, "
+            raise self._error(f"packed expects at least {want} attributes per box ({box} box, "
                               f"{'objectness, ' if p.objectness else ''}class scores); output {p.output!r} has shape "
                               f"{list(a.shape)} (layout {p.layout})")
 
     def _images(self, d: dict[str, np.ndarray]) -> list[tuple]:
         c = self.check
         if c.packed is not None:
-            boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness)
+            try:
+                boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness, c.packed.decode)
+            except ValueError as e:
+                raise self._error(f"packed.decode: {e}") from e
             return split_images(boxes, scores, None)
         return split_images(d[c.boxes], d[c.scores], d.get(c.classes) if c.classes else None)
 
     def fold(self, tally: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         c = self.check
         tally = tally or DetectionTally()
-        fmt = c.packed.box_format if c.packed is not None else c.box_format
+        fmt = ("cxcywh" if c.packed.decode is not None else c.packed.box_format) if c.packed is not None else c.box_format
         for r, g in zip(self._images(ref), self._images(got), strict=True):
             tally.add_image(r, g, fmt, c.score_threshold, c.score_margin, c.match_iou)
         return tally
