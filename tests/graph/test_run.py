@@ -172,7 +172,7 @@ def test_sessions_that_alternate_with_python_work_do_not_spin():
 
     assert session_options("extended", spin=False).get_session_config_entry("session.intra_op.allow_spinning") == "0"
     default = session_options("extended")
-    with pytest.raises(Exception):  # not set: ONNX Runtime's default (spinning) applies
+    with pytest.raises(RuntimeError, match="allow_spinning"):  # not set: ONNX Runtime's default (spinning) applies
         default.get_session_config_entry("session.intra_op.allow_spinning")
 
 

@@ -266,8 +266,13 @@ def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], q
                 refusal: tuple[str, str], spin: bool = True) -> OrtSession:
     import onnxruntime as ort
 
-    from deploykit.graph.emulate import declared_dtypes, emulate_fp16, has_float8, has_low_precision_float, \
-        move_float8_as_float
+    from deploykit.graph.emulate import (
+        declared_dtypes,
+        emulate_fp16,
+        has_float8,
+        has_low_precision_float,
+        move_float8_as_float,
+    )
     from deploykit.graph.proto import expose_tensors
 
     emulate = has_low_precision_float(model)

@@ -16,7 +16,9 @@ a mix is not worth shipping, and the search says it cannot pass rather than retu
 move raised still fails and some moves are FP8, one more state raises those to ``fallback`` (FP16).
 Then it bisects for the shortest passing prefix: a few evaluations whether one layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
 network). A pass on the search samples counts only once confirmed on every judging sample; a state
-that fails on the few samples is not run on the rest. Trimming then lowers the raised groups,
+that fails on the few samples is not run on the rest. A passing state's INT8 islands whose raising
+makes it faster (their conversions cost more than their integer kernel saves) are then raised too,
+as one more state (``fill``). Trimming then lowers the raised groups,
 least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
 still passes. When the doubling fails because raising more made the score worse (FP32 islands among
 INT8 do not always add up), the best prefix it met grows by chunks of the groups after it, kept only

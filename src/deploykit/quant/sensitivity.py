@@ -2,11 +2,14 @@
 
 What the quantize stage runs when ``quantize.repair.enabled`` and the base graph misses parity:
 
-1. **First-order ranking** (``repair.screen_samples`` samples): every group alone quantized, all
-   others at the float rest's precision; the error energy it adds on its own (squared rel-L2 over
-   the outputs: independent errors add up this way) ranks the groups, per latency it costs. One
-   evaluation per group, on the base graph's own ranges (no recalibration: a candidate is the base
-   graph with a patch applied, :mod:`deploykit.quant.patch`).
+1. **First-order ranking** (``repair.screen_samples`` samples): groups quantized alone, all others
+   at the float rest's precision; the error energy they add (squared rel-L2 over the outputs:
+   independent errors add up this way) ranks the groups, per latency they cost. Up to 24 groups
+   each is measured alone; above, contiguous runs of about sqrt(N) groups are, and the worst run is
+   halved until 4 sqrt(N) evaluations are spent (:func:`first_order`): a group that carries the
+   damage is found and measured alone, the groups of a run never halved share its damage. On the
+   base graph's own ranges (no recalibration: a candidate is the base graph with a patch applied,
+   :mod:`deploykit.quant.patch`).
 2. **Leave-one-out measurement** (``repair.samples`` samples) of the ``repair.candidates`` worst
    groups where the flavour offers a choice of higher precision (tensorrt INT8: FP8 or FP16): the
    base graph with only that group raised, at each of them, scored by parity's metrics; FP8 is the
@@ -14,7 +17,10 @@ What the quantize stage runs when ``quantize.repair.enabled`` and the base graph
    error spread over many layers, raising one of them moves a thresholded task metric by less than
    its noise on a few samples, where the first-order energy stays steady.
 3. **Search** (:mod:`deploykit.quant.search`) for the fastest assignment that passes, with latency
-   costs from :mod:`deploykit.quant.latency_cost`.
+   costs from :mod:`deploykit.quant.latency_cost` (FLOPs, bytes and precision boundaries: the same
+   on any load, so two runs choose the same mix; whole graphs are timed only to confirm the answer),
+   the groups ordered greedily by gain per cost given the groups before them (a neighbour of a
+   raised group costs less: no boundary between them).
 
 Every evaluation is judged by :class:`deploykit.quant.judge.Judge` (parity's data, metrics and
 tolerances) and memoised by (patch, sample count). The measurements go into the artifact
