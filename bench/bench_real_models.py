@@ -275,13 +275,17 @@ def search_runs(family: Family, path: Path, calib: list[dict], valid: list[dict]
 
 def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False,
          judging: Any = None) -> list[Run]:
+    from deploykit.config import RepairConfig
+
     def ours(precision: str, flavour: str, **cfg: Any) -> Callable[[], Any]:
         return deploykit_run(path, calib, precision, flavour, judging, **cfg)
 
+    # the default rows time plain quantization: the search they would start unasked (repair.auto) has rows of its own
+    plain = {"repair": RepairConfig(auto=False)}
     out = [] if only_ablations else [Run("deploykit int8 onnxruntime (default)", "int8", "onnxruntime",
-               ours("int8", "onnxruntime"), deploykit=True),
-           Run("deploykit int8 tensorrt (default)", "int8", "as_written", ours("int8", "tensorrt"), deploykit=True),
-           Run("deploykit fp8 tensorrt (default)", "fp8", "as_written", ours("fp8", "tensorrt"), deploykit=True),
+               ours("int8", "onnxruntime", **plain), deploykit=True),
+           Run("deploykit int8 tensorrt (default)", "int8", "as_written", ours("int8", "tensorrt", **plain), deploykit=True),
+           Run("deploykit fp8 tensorrt (default)", "fp8", "as_written", ours("fp8", "tensorrt", **plain), deploykit=True),
            Run(ORT_DEFAULT, "int8", "onnxruntime", ort_run(path, calib, tmp / "ort.onnx", False)),
            Run("ORT quantize_static u8/s8 per-channel reduce_range", "int8", "onnxruntime",
                ort_run(path, calib, tmp / "ort_tuned.onnx", True)),
