@@ -56,11 +56,11 @@ def test_a_depthwise_hardswish_network_reaches_a_task_tolerance_plain_int8_misse
     model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
     tight = QuantTolerances(int8=Tolerance(rel_l2=0.04, cosine=0.999), fp8=Tolerance(rel_l2=0.04, cosine=0.999))
     judging = Judging(probability_map(0.975), val, "8 validation samples")
-    plain = run(model, data, flavour, judging, tolerances=tight)
+    plain = run(model, data, flavour, judging, tolerances=tight, repair=RepairConfig(auto=False))
     assert not plain.check.passed and plain.check.data == "8 validation samples"
     if flavour == "tensorrt":
-        fp8 = quantize_model(Job(model, QuantizeConfig(precision="fp8", tolerances=tight), flavour,
-                                 SampleStream(data), judging=judging))
+        fp8 = quantize_model(Job(model, QuantizeConfig(precision="fp8", tolerances=tight, repair=RepairConfig(auto=False)),
+                                 flavour, SampleStream(data), judging=judging))
         assert not fp8.check.passed
     fixed = run(model, data, flavour, judging, tolerances=tight, repair=RepairConfig(enabled=True))
     assert fixed.check.passed and fixed.repair.stopped == "passed"
