@@ -47,14 +47,37 @@ class TaskMetric:
     def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         return dense.add_sums(sums, self.sample_sums(ref[self.check.output], got[self.check.output]))
 
-    def result(self) -> dict[str, Any]:
+    def merge(self, a: Any, b: Any) -> Any:
+        """The sums of two runs of samples together (new; neither is changed)."""
+        return dense.add_sums(a, b)
+
+    def result(self, judge: str = "all") -> dict[str, Any]:
+        """Metrics, limits (each marked judged or not, see :meth:`judged`), the violations of the judged
+        ones, the misses of the others (``reported``), and why the check proves nothing, if it does not."""
         metrics = self.metrics(self.sums)
-        limits = self.limits()
-        bad = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in limits
-               if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        judged = self.judged(judge)
+        missed = [(m, op, v) for m, op, v in self.limits() if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        text = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in missed]
         return {"kind": self.kind, "label": self.label, "outputs": list(self.outputs), "metrics": metrics,
-                "limits": [{"metric": m, "op": op, "value": v} for m, op, v in limits],
-                "violations": bad, "inconclusive": self.inconclusive(self.sums, metrics)}
+                "limits": [{"metric": m, "op": op, "value": v, "judged": (m, op, v) in judged}
+                           for m, op, v in self.limits()],
+                "violations": [t for t, lim in zip(text, missed, strict=True) if lim in judged],
+                "reported": [f"{t} (not judged)" for t, lim in zip(text, missed, strict=True) if lim not in judged],
+                "inconclusive": self.inconclusive(self.sums, metrics)}
+
+    def judged(self, judge: str = "all") -> list[Limit]:
+        """The limits that decide: all of them (``parity.judge: all``); with ``judge: tasks`` the ones
+        this check's config sets away from their defaults, or all where it sets none (a detector judged
+        by ``min_recall`` alone no longer needs its other four limits switched off)."""
+        limits = self.limits()
+        if judge != "tasks":
+            return limits
+        import dataclasses
+
+        defaults = {f.name: f.default for f in dataclasses.fields(self.check)}
+        fields = {m: f for f, m in LIMIT_FIELDS.items()}
+        chosen = [(m, op, v) for m, op, v in limits if fields.get(m) in defaults and v != defaults[fields[m]]]
+        return chosen or limits
 
     def _error(self, what: str) -> DataError:
         return DataError(f"parity.tasks.{self.label} {what}",
@@ -134,31 +157,38 @@ class Detection(TaskMetric):
 
     def _check_packed(self, a: np.ndarray) -> None:
         p = self.check.packed
-        want = min_attributes(p.objectness)
+        box = p.decode.box_attributes() if p.decode is not None else 4
+        want = min_attributes(p.objectness) - 4 + box
         if a.ndim not in (2, 3):
             raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); output {p.output!r} has "
                               f"shape {list(a.shape)}")
         n, m = a.shape[-2:]
         attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(p.layout, min(n, m))
         if attributes < want:
-            raise self._error(f"packed expects at least {want} attributes per box (4 box, "
+            raise self._error(f"packed expects at least {want} attributes per box ({box} box, "
                               f"{'objectness, ' if p.objectness else ''}class scores); output {p.output!r} has shape "
                               f"{list(a.shape)} (layout {p.layout})")
 
     def _images(self, d: dict[str, np.ndarray]) -> list[tuple]:
         c = self.check
         if c.packed is not None:
-            boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness)
+            try:
+                boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness, c.packed.decode)
+            except ValueError as e:
+                raise self._error(f"packed.decode: {e}") from e
             return split_images(boxes, scores, None)
         return split_images(d[c.boxes], d[c.scores], d.get(c.classes) if c.classes else None)
 
     def fold(self, tally: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         c = self.check
         tally = tally or DetectionTally()
-        fmt = c.packed.box_format if c.packed is not None else c.box_format
+        fmt = ("cxcywh" if c.packed.decode is not None else c.packed.box_format) if c.packed is not None else c.box_format
         for r, g in zip(self._images(ref), self._images(got), strict=True):
             tally.add_image(r, g, fmt, c.score_threshold, c.score_margin, c.match_iou)
         return tally
+
+    def merge(self, a: DetectionTally, b: DetectionTally) -> DetectionTally:
+        return a.merged(b)
 
     def metrics(self, tally: DetectionTally) -> dict[str, Any]:
         return tally.result()
@@ -288,8 +318,31 @@ class ProbabilityMap(TaskMetric):
         return ""
 
 
+# config field -> the metric it limits (one name per field in every check kind); a measurement never
+# depends on these fields
+LIMIT_FIELDS = {"min_top1": "top1", "min_topk": "topk", "min_matched": "matched", "min_recall": "recall",
+                 "min_mean_iou": "mean_iou", "max_score_delta": "mean_score_delta", "max_class_flips": "class_flips",
+                 "min_pixel_agreement": "pixel_agreement", "min_miou": "miou", "max_abs_rel": "abs_rel",
+                 "min_delta1": "delta1", "max_ade": "ade", "max_fde": "fde", "min_iou": "iou"}
+
 KINDS: dict[str, type[TaskMetric]] = {c.kind: c for c in (Classification, Detection, Segmentation, Depth,
                                                              Trajectory, ProbabilityMap)}
+
+
+def deciding_limit(result: dict[str, Any]) -> dict[str, Any]:
+    """The judged limit of a task check's :meth:`TaskMetric.result` that decides its verdict: the one
+    furthest past its bound, else the one closest to it (a limit switched off, 0 for a minimum, never
+    decides while another is judged); {} when the check has none."""
+    def used(limit: dict[str, Any]) -> float:
+        value, bound = result["metrics"].get(limit["metric"]), limit["value"]
+        if not isinstance(value, (int, float)) or np.isnan(value):
+            return float("inf")
+        if limit["op"] == ">=":  # a fraction that must reach the bound: compare shortfalls from 1
+            return (1.0 - value) / (1.0 - bound) if bound < 1.0 else (0.0 if value >= bound else float("inf"))
+        return value / bound if bound > 0 else (0.0 if value <= bound else float("inf"))
+
+    judged = [lim for lim in result.get("limits", []) if lim.get("judged", True)]
+    return max(judged, key=used, default={})
 
 
 def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:
