@@ -417,6 +417,20 @@ class PackedDetections:
     objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
     layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
     decode: HeadDecode | None = None  # None: the boxes are already decoded
+    # a head written as one tensor per stride: the further levels, joined after ``output`` along the boxes
+    levels: tuple[str, ...] = ()
+    # class scores written apart from the boxes (PicoDet): one tensor per level, in the same order,
+    # appended to each box's attributes
+    scores: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scores and len(self.scores) != 1 + len(self.levels):
+            raise ValueError(f"scores names one tensor per level: {len(self.scores)} given for "
+                             f"{1 + len(self.levels)} levels (output and levels)")
+
+    def tensors(self) -> tuple[str, ...]:
+        """Every output the head is read from: the levels, then their scores."""
+        return (self.output, *self.levels, *self.scores)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,31 @@ def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = F
     return boxes, rest
 
 
+def join_head(levels: list[np.ndarray], scores: list[np.ndarray], layout: str = "auto") -> np.ndarray:
+    """One packed ``(B, N, A)`` head from a head written in parts: each level's tensor (``(B, N_l, A)``
+    or ``(B, A, N_l)``, by ``layout``) with its score tensor, if any, appended to its attributes, the
+    levels then joined along the boxes in the order given."""
+    def boxes_first(a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a)
+        a = a[None] if a.ndim == 2 else a
+        if a.ndim != 3:
+            raise ValueError(f"expected (B, N, A) or (B, A, N), got shape {list(a.shape)}")
+        flip = layout == "attributes_by_boxes" or (layout == "auto" and a.shape[1] < a.shape[2])
+        return a.transpose(0, 2, 1) if flip else a
+
+    parts = [boxes_first(a) for a in levels]
+    for i, score in enumerate(scores):
+        score = boxes_first(score)
+        if score.shape[:2] != parts[i].shape[:2]:
+            raise ValueError(f"level {i}'s boxes {list(parts[i].shape)} and its scores {list(score.shape)} differ in "
+                             "batch or box count (as (B, N, A))")
+        parts[i] = np.concatenate([parts[i], score.astype(parts[i].dtype)], axis=2)
+    if len({p.shape[0] for p in parts}) > 1 or len({p.shape[2] for p in parts}) > 1:
+        raise ValueError("the levels differ in batch or attributes: "
+                         + ", ".join(str(list(p.shape)) for p in parts) + " (as (B, N, A))")
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+
 def cells(decode: Any) -> np.ndarray:
     """(N, 4): each box slot's (cell x, cell y, stride, anchor index) in the head's order (see HeadDecode)."""
     height, width = decode.input_size

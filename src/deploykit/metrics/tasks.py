@@ -14,7 +14,7 @@ import numpy as np
 from deploykit.config import TaskChecks
 from deploykit.errors import DataError
 from deploykit.metrics import dense
-from deploykit.metrics.detection import DetectionTally, decode_packed, min_attributes, split_images
+from deploykit.metrics.detection import DetectionTally, decode_packed, join_head, min_attributes, split_images
 
 Limit = tuple[str, str, float]  # (metric, ">=" or "<=", value)
 
@@ -134,13 +134,13 @@ class Detection(TaskMetric):
     def outputs(self) -> tuple[str, ...]:
         c = self.check
         if c.packed is not None:
-            return (c.packed.output,)
+            return c.packed.tensors()
         return (c.boxes, c.scores) + ((c.classes,) if c.classes else ())
 
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         c = self.check
         if c.packed is not None:
-            self._check_packed(ref[c.packed.output])
+            self._check_packed(self._head(ref))
             return
         boxes, scores = ref[c.boxes], ref[c.scores]
         if boxes.ndim < 2 or boxes.shape[-1] != 4:
@@ -155,25 +155,41 @@ class Detection(TaskMetric):
             raise self._error(f"expects classes (..., N) for boxes {list(boxes.shape)}; output {c.classes!r} has "
                               f"shape {list(ref[c.classes].shape)}")
 
+    def _head(self, d: dict[str, np.ndarray]) -> np.ndarray:
+        """The packed output, or the head joined from its levels and score tensors (as (B, N, A))."""
+        p = self.check.packed
+        if not (p.levels or p.scores):
+            return d[p.output]
+        try:
+            return join_head([d[t] for t in (p.output, *p.levels)], [d[t] for t in p.scores], p.layout)
+        except ValueError as e:
+            raise self._error(f"packed outputs {', '.join(p.tensors())}: {e}") from e
+
+    def _layout(self) -> str:
+        p = self.check.packed
+        return "boxes_by_attributes" if p.levels or p.scores else p.layout  # a joined head is (B, N, A)
+
     def _check_packed(self, a: np.ndarray) -> None:
         p = self.check.packed
         box = p.decode.box_attributes() if p.decode is not None else 4
         want = min_attributes(p.objectness) - 4 + box
+        what = f"output {p.output!r}" if not (p.levels or p.scores) else f"the head joined from {', '.join(p.tensors())}"
         if a.ndim not in (2, 3):
-            raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); output {p.output!r} has "
+            raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); {what} has "
                               f"shape {list(a.shape)}")
         n, m = a.shape[-2:]
-        attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(p.layout, min(n, m))
+        layout = self._layout()
+        attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(layout, min(n, m))
         if attributes < want:
             raise self._error(f"packed expects at least {want} attributes per box ({box} box, "
-                              f"{'objectness, ' if p.objectness else ''}class scores); output {p.output!r} has shape "
-                              f"{list(a.shape)} (layout {p.layout})")
+                              f"{'objectness, ' if p.objectness else ''}class scores); {what} has shape "
+                              f"{list(a.shape)} (layout {layout})")
 
     def _images(self, d: dict[str, np.ndarray]) -> list[tuple]:
         c = self.check
         if c.packed is not None:
             try:
-                boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness, c.packed.decode)
+                boxes, scores = decode_packed(self._head(d), self._layout(), c.packed.objectness, c.packed.decode)
             except ValueError as e:
                 raise self._error(f"packed.decode: {e}") from e
             return split_images(boxes, scores, None)
@@ -354,7 +370,7 @@ def unordered_outputs(tasks: TaskChecks) -> set[str]:
     """Outputs only a task check compares: detections after NMS (``elementwise: false``), whose box
     count and order are data-dependent."""
     return {name for c in tasks.detection if not c.elementwise
-            for name in (c.boxes, c.scores, c.classes, c.packed.output if c.packed else None) if name}
+            for name in (c.boxes, c.scores, c.classes, *(c.packed.tensors() if c.packed else ())) if name}
 
 
 def max_abs_exempt(tasks: TaskChecks) -> set[str]:
