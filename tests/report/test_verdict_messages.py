@@ -122,3 +122,24 @@ def test_the_cpu_speed_reason_comes_from_the_model():
                             [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)], [w, r])
     said = why_not_faster(helper.make_model(gru, opset_imports=[helper.make_opsetid("", 17)]))
     assert "GRU" in said and "depthwise" not in said.lower()
+
+
+def test_the_spent_budget_hint_offers_high_precision_only_where_the_flavour_reads_it():
+    from pathlib import Path
+
+    from deploykit.stages.quantize import QuantizeSummary, RepairSummary, _hint
+
+    spent = RepairSummary(False, 8, ["a"], "evaluation budget spent (8)")
+    ort = _hint(QuantizeSummary(flavour="onnxruntime", repair=spent), Path("precision.json"))
+    trt = _hint(QuantizeSummary(flavour="tensorrt", repair=spent), Path("precision.json"))
+    assert "high_precision" not in ort and "max_iterations" in ort  # its float rest is FP32 whatever it says
+    assert "use quantize.high_precision: fp32" in trt
+
+
+def test_the_quantize_line_names_the_metric_of_an_output_with_no_limit():
+    from deploykit.report.terminal import verdict_lines
+
+    record = RunRecord("m", "int8", "onnxruntime", "onnxruntime",
+                       checks=(Check("quantize", "sigmoid_0.tmp_0", "pass", True, "rel_l2", 0.0312, None, "<="),))
+    line = next(x for x in verdict_lines(record) if x.startswith("quantize:"))
+    assert line == "quantize: PASS — worst: sigmoid_0.tmp_0 rel_l2 0.0312 (reported, no limit) (1 checks)"
