@@ -30,8 +30,13 @@ would judge it: on the 16 validation samples (the rows' own data: "search passed
 metric met the target), by the family's task metric at its target limits (IoU >= 0.97, confident-box
 recall >= 0.99, top-1 >= 0.99), elementwise limits off; the onnxruntime row is timed against FP32.
 
+Every family also gets a table of time against ORT's ``quantize_static`` (defaults), the mean of its
+two timings in the same run (before and after the other rows), per deploykit row: its whole
+quantize call as a ratio, and for the search rows whether the mix passed, how many groups it kept
+in FP32, and its speed against FP32 on this CPU with the range of the interleaved rounds.
+
     python bench/bench_real_models.py [--families ppocrv6_det_tiny,vit_s_saliency] [--ablations]
-        [--search onnxruntime,tensorrt] [--only-search] [--only-ablations]
+        [--search onnxruntime,tensorrt] [--only-search] [--only-ablations] [--rows TEXT,TEXT]
 
 Prints a table and writes bench/results/real_models.json (merged per family, so families can run
 one at a time).
@@ -64,6 +69,7 @@ RESULTS = ROOT / "bench" / "results" / "real_models.json"
 CALIB, VALID = 64, 16
 HOLDOUT = 48  # a further set (another seed) every row is also scored on: no row was chosen or judged on it
 SPEED_BUDGET_S = 20.0
+ORT_DEFAULT = "ORT quantize_static defaults"
 
 
 @dataclass(frozen=True)
@@ -270,14 +276,18 @@ def search_runs(family: Family, path: Path, calib: list[dict], valid: list[dict]
 
 def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False,
          judging: Any = None) -> list[Run]:
+    from deploykit.config import RepairConfig
+
     def ours(precision: str, flavour: str, **cfg: Any) -> Callable[[], Any]:
         return deploykit_run(path, calib, precision, flavour, judging, **cfg)
 
+    # the default rows time plain quantization: the search they would start unasked (repair.auto) has rows of its own
+    plain = {"repair": RepairConfig(auto=False)}
     out = [] if only_ablations else [Run("deploykit int8 onnxruntime (default)", "int8", "onnxruntime",
-               ours("int8", "onnxruntime"), deploykit=True),
-           Run("deploykit int8 tensorrt (default)", "int8", "as_written", ours("int8", "tensorrt"), deploykit=True),
-           Run("deploykit fp8 tensorrt (default)", "fp8", "as_written", ours("fp8", "tensorrt"), deploykit=True),
-           Run("ORT quantize_static defaults", "int8", "onnxruntime", ort_run(path, calib, tmp / "ort.onnx", False)),
+               ours("int8", "onnxruntime", **plain), deploykit=True),
+           Run("deploykit int8 tensorrt (default)", "int8", "as_written", ours("int8", "tensorrt", **plain), deploykit=True),
+           Run("deploykit fp8 tensorrt (default)", "fp8", "as_written", ours("fp8", "tensorrt", **plain), deploykit=True),
+           Run(ORT_DEFAULT, "int8", "onnxruntime", ort_run(path, calib, tmp / "ort.onnx", False)),
            Run("ORT quantize_static u8/s8 per-channel reduce_range", "int8", "onnxruntime",
                ort_run(path, calib, tmp / "ort_tuned.onnx", True)),
            Run("ModelOpt int8 defaults", "int8", "as_written", modelopt_run(path, calib, tmp / "mo8.onnx", "int8"),
@@ -357,7 +367,9 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
         refs, holdout_refs = [reference.infer(s) for s in valid], [reference.infer(s) for s in holdout]
         rows, speeds = [], {}
         todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations, judging(family, valid))
-        for run in [r for r in todo + search_runs(family, path, calib, valid, search or []) if rows_with in r.label]:
+        wanted = [w for w in rows_with.split(",") if w] or [""]
+        for run in [r for r in todo + search_runs(family, path, calib, valid, search or [])
+                    if any(w in r.label for w in wanted)]:
             print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -373,16 +385,22 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
                              "error": f"cannot evaluate: {type(e).__name__}: {e}"[:300]})
                 continue
             row = {"tool": run.label, "precision": run.precision, "evaluate": run.evaluate, "seconds": round(seconds, 1),
+                   "deploykit": run.deploykit,
                    **scores, "task_holdout": evaluate(family, holdout_refs, candidate, run.evaluate, holdout)["task"],
                    **getattr(run.make, "info", {})}
             if run.also:
                 row["also"] = {"evaluate": run.also, **evaluate(family, refs, candidate, run.also, valid),
                                "task_holdout": evaluate(family, holdout_refs, candidate, run.also, holdout)["task"]}
             rows.append(row)
-            if run.label in ("deploykit int8 onnxruntime (default)", "ORT quantize_static defaults") or (
+            if run.label in ("deploykit int8 onnxruntime (default)", ORT_DEFAULT) or (
                     "onnxruntime + search" in run.label) or (
                     only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label):
                 speeds[run.label] = cpu_speed(path, candidate, valid[0])
+        ort = next((r for r in rows if r["tool"] == ORT_DEFAULT and "seconds" in r), None)
+        if ort is not None:  # ORT timed again after every other row: the ratios rest on both timings
+            start = time.perf_counter()
+            ort_run(path, calib, tmp / "ort_again.onnx", False)()
+            ort["seconds_again"] = round(time.perf_counter() - start, 1)
         return {"family": family.name, "model": family.file, "input": [1, 3, *family.hw], "data": family.data,
                 "calibration_samples": CALIB, "validation_samples": VALID, "holdout_samples": HOLDOUT,
                 "task_metric": "/".join(family.metric),
@@ -420,11 +438,36 @@ def table(results: dict[str, Any]) -> str:
                 lines.append(f"\nsearch, {r['tool']}: {'PASSED' if x['passed'] else 'FAILED'} ({x['stopped']}); "
                              f"{len(x['raised'])} of {x['groups']} groups raised ({fp32} to FP32); "
                              f"{x['evaluations']['fresh']} evaluations in {x['wall_s']:.0f} s")
+        lines += ratios(fam)
         for label, s in fam["cpu_speed"].items():
             lines.append(f"\nCPU speed, {label}: FP32 {s['fp32_ms']:.2f} ms, INT8 {s['quantized_ms']:.2f} ms -> "
                          f"{s['speedup']:.2f}x (rounds {s['speedup_low']:.2f}-{s['speedup_high']:.2f}x, {s['rounds']} "
                          f"interleaved rounds x {s['iterations']} iterations)")
     return "\n".join(lines)
+
+
+def ratios(fam: dict[str, Any]) -> list[str]:
+    """Quantize and search time as ratios to ORT quantize_static (the mean of its two timings in the same
+    run), and each timed graph's speed against FP32 with the spread of its interleaved rounds."""
+    rows = {r["tool"]: r for r in fam["rows"] if "seconds" in r}
+    ort = rows.get(ORT_DEFAULT)
+    if ort is None:
+        return []
+    base = (ort["seconds"] + ort.get("seconds_again", ort["seconds"])) / 2
+    out = ["", f"time against ORT quantize_static ({base:.1f} s, mean of {ort['seconds']:.1f} and "
+               f"{ort.get('seconds_again', ort['seconds']):.1f} s timed before and after the other rows):", "",
+           "| row | seconds | x ORT | passed | FP32 groups | vs FP32 on this CPU (rounds) |", "|---|---|---|---|---|---|"]
+    for label, r in rows.items():
+        if label == ORT_DEFAULT or not r.get("deploykit") and "search" not in r:
+            continue
+        search = r.get("search") or {}
+        fp32 = sum(1 for v in search.get("raised", {}).values() if v == "fp32")
+        speed = fam["cpu_speed"].get(label)
+        fast = f"{speed['speedup']:.2f}x ({speed['speedup_low']:.2f}-{speed['speedup_high']:.2f}x)" if speed else ""
+        passed = "" if not search else "yes" if search.get("passed") else "no"
+        groups = f"{fp32} of {search['groups']}" if search else ""
+        out.append(f"| {label} | {r['seconds']:.1f} | {r['seconds'] / base:.2f} | {passed} | {groups} | {fast} |")
+    return out
 
 
 def main() -> None:
@@ -435,7 +478,8 @@ def main() -> None:
     parser.add_argument("--search", default="", help="flavours (onnxruntime,tensorrt) to run the mixed-precision "
                         "search in, judged on the validation samples at each family's target limits")
     parser.add_argument("--only-search", action="store_true", help="the search rows alone (kept beside earlier rows)")
-    parser.add_argument("--rows", default="", help="only the rows whose label holds this text (kept beside earlier rows)")
+    parser.add_argument("--rows", default="", help="only the rows whose label holds one of these comma-separated "
+                        "texts (kept beside earlier rows)")
     args = parser.parse_args()
     wanted = [f for f in FAMILIES if f.name in args.families.split(",")]
     missing = [f for f in wanted if not (MODELS / f.file).is_file()]

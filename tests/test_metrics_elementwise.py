@@ -108,3 +108,29 @@ def test_classification_like_outputs_get_topk_agreement_reported():
     m = acc.add(ref, got)
     assert (m["top1"], m["k"]) == (0.5, 5) and m["topk"] == pytest.approx((1 + 4 / 5) / 2)
     assert "top1" not in ErrorAccumulator(1e-2).add(np.ones((2, 3, 4)), np.ones((2, 3, 4)))  # not (rows, classes)
+
+
+def test_blockwise_metrics_match_whole_array_float64_with_nonfinite_values_in_several_blocks():
+    from deploykit.metrics.elementwise import CHUNK, HIST_EDGES, abs_error_histogram
+
+    rng = np.random.default_rng(7)
+    ref = (rng.standard_normal(3 * CHUNK + 123) * 5).astype(np.float32)
+    got = ref + rng.standard_normal(ref.size).astype(np.float32) * 10.0 ** rng.uniform(-9, 1, ref.size)
+    got[:50] = ref[:50]  # exact zeros
+    got[[5, CHUNK + 9, 3 * CHUNK + 1]] = [np.nan, np.inf, -np.inf]
+    ref[2 * CHUNK + 4] = np.nan
+    m = compare(ref, got, rel_floor=0.05)
+    r, g = ref.astype(np.float64), got.astype(np.float64)
+    both = np.isfinite(r) & np.isfinite(g)
+    r, g = r[both], g[both]
+    d = np.abs(r - g)
+    mask = np.abs(r) >= 0.05 * np.abs(r).max()
+    assert (m["nonfinite"], m["ref_nonfinite"], m["elements"]) == (3, 1, ref.size)
+    assert m["rel_l2"] == pytest.approx(np.linalg.norm(r - g) / np.linalg.norm(r), rel=1e-12)
+    assert m["cosine"] == pytest.approx(np.dot(r, g) / np.linalg.norm(r) / np.linalg.norm(g), rel=1e-12)
+    assert m["mean_abs"] == pytest.approx(d.mean(), rel=1e-12) and m["max_abs"] == d.max()
+    assert m["max_rel"] == (d[mask] / np.abs(r[mask])).max()
+    assert m["ref_range"] == r.max() - r.min() and m["ref_absmax"] == np.abs(r).max()
+    zeros, counts = abs_error_histogram(ref, got)
+    expected, _ = np.histogram(np.clip(d[d > 0], HIST_EDGES[0], HIST_EDGES[-1] * 0.999), bins=np.asarray(HIST_EDGES))
+    assert zeros == int((d == 0).sum()) >= 49 and counts == expected.tolist()

@@ -176,3 +176,43 @@ def test_a_bad_thread_count_in_the_environment_is_a_usage_error(monkeypatch, val
     monkeypatch.setenv(THREADS_ENV, value)
     with pytest.raises(UsageError, match=THREADS_ENV):
         session_options("basic")
+
+
+def test_sessions_that_alternate_with_python_work_do_not_spin():
+    from deploykit.graph.run import session_options
+
+    assert session_options("extended", spin=False).get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    default = session_options("extended")
+    with pytest.raises(RuntimeError, match="allow_spinning"):  # not set: ONNX Runtime's default (spinning) applies
+        default.get_session_config_entry("session.intra_op.allow_spinning")
+
+
+def _float8_moved(op: str, opset: int):
+    """x -> QuantizeLinear (FLOAT8E4M3FN) -> ``op`` -> DequantizeLinear: FP8 moved between Q and DQ, as
+    ModelOpt writes it for TensorRT (a DPT-style readout slices its tokens, a Swin-style block squeezes)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], [0.0])]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("st", [1]), ("en", [5]), ("ax", [1]), ("sq", [0]))]
+    mid = helper.make_node("Slice", ["q", "st", "en", "ax"], ["m"]) if op == "Slice" else helper.make_node("Squeeze", ["q", "sq"], ["m"])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"), mid,
+             helper.make_node("DequantizeLinear", ["m", "s", "z"], ["y"], name="dq")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(("op", "opset"), [("Slice", 19), ("Squeeze", 21)])
+def test_fp8_moved_between_q_and_dq_is_evaluated_as_written(op, opset):
+    """ONNX Runtime has no float8 Slice and no Squeeze(21) for it; the evaluator moves those values as
+    FP32 (exact) and the graph itself is unchanged."""
+    import ml_dtypes
+
+    model = _float8_moved(op, opset)
+    before = model.SerializeToString()
+    x = np.random.default_rng(0).standard_normal((1, 8, 4)).astype(np.float32)
+    got = session_from_onnx(model, "as_written").infer({"x": x})["y"]
+    values = (x / np.float32(0.05)).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) * np.float32(0.05)
+    want = values[:, 1:5] if op == "Slice" else values[0]
+    np.testing.assert_array_equal(got, want)
+    assert model.SerializeToString() == before

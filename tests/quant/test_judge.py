@@ -111,4 +111,4 @@ def test_the_judge_agrees_with_a_parity_comparison_on_the_same_samples():
     assert verdict.metrics["y"]["rel_l2"] == report["outputs"]["y"]["onnx"]["metrics"]["rel_l2"]
     assert verdict.tasks[0]["metrics"] == measurement_of(report).tasks[0]["metrics"]
     assert score(judge.measure(candidate), parity, PRESET).passed == report["passed"]
-    assert judge.evaluations == 2 and judge.inferences == 10
+    assert judge.evaluations == 1 and judge.inferences == 5  # the same graph judged twice ran once

@@ -88,3 +88,18 @@ def test_on_this_cpu_the_onnxruntime_flavour_computes_what_its_graph_says(channe
     for sample in models.images(4, size=24, seed=7):
         a, b = fused.infer(sample), written.infer(sample)
         assert all(compare(b[k], a[k])["rel_l2"] < 0.02 for k in a)
+
+
+def test_nodes_that_run_the_same_kernel_on_the_same_shapes_are_checked_once(monkeypatch):
+    samples = models.images(8)
+    placed = _placed(models.cnn((24, 24, 24), batch=1), samples, monkeypatch)
+    def faithful(m, evaluator="as_written", **kw):  # "fused" = the Q/DQ graph itself, then the fault on top
+        return session_from_onnx(m, "as_written", **{k: v for k, v in kw.items() if k != "level"})
+
+    fault = _TailChannelFault(faithful)
+    opened = []
+    monkeypatch.setattr(run, "session_from_onnx", lambda m, *a, **k: opened.append(1) or fault(m, *a, **k))
+    found = miscomputed(placed, "extended")
+    assert set(found) == {"conv0", "conv1", "conv2"}  # conv1 and conv2 (24 -> 24) share one run, both named
+    assert found["conv1"] == found["conv2"]
+    assert len(opened) == 2 * 3  # as written and fused, for conv0, conv1 (= conv2) and the head

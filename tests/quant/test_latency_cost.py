@@ -1,10 +1,10 @@
-"""Latency costs of higher-precision layers: a roofline for TensorRT, the profiler on the CPU."""
+"""Latency costs of higher-precision layers: rooflines for TensorRT and the CPU, with precision boundaries."""
 
 import pytest
 
 from deploykit.graph.proto import infer_shapes, static_shapes
 from deploykit.quant.groups import Group
-from deploykit.quant.latency_cost import PEAKS, _flops, measure, roofline
+from deploykit.quant.latency_cost import PEAKS, _flops, cpu_estimate, measure, roofline
 from tests.quant import models
 
 
@@ -25,3 +25,30 @@ def test_timing_whole_graphs_interleaved():
     small, big = models.cnn((8,), size=32), models.cnn((64, 64, 64), size=32)
     ms = measure({"small": small, "big": big}, models.images(1, size=32)[0], "extended", budget_s=0.5)
     assert set(ms) == {"small", "big"} and ms["big"] > ms["small"] > 0
+
+
+def test_the_cpu_estimate_is_load_independent_and_knows_depthwise_int8_gains_nothing():
+    from deploykit.config import QuantizeConfig
+    from deploykit.quant.groups import find_groups
+    from deploykit.quant.quantize import Job, quantize_model
+    from deploykit.quant.reader import SampleStream
+
+    model = models.depthwise()
+    result = quantize_model(Job(model, QuantizeConfig(precision="int8"), "onnxruntime", SampleStream(models.images(8, size=32))))
+    groups = {g.name: g for g in find_groups(result.model)}
+    one, two = (cpu_estimate(result.reference, result.model, groups, ("int8", "fp32")) for _ in range(2))
+    assert one == two  # nothing measured: the same graph gets the same costs under any load
+    convs = {n.name: n for n in result.reference.graph.node if n.op_type == "Conv"}
+    depthwise = [g for g in groups if g in convs and any(a.name == "group" and a.i > 1 for a in convs[g].attribute)]
+    dense = [g for g in groups if g in convs and g not in depthwise]
+    assert depthwise and dense
+    from deploykit.quant.latency_cost import _cpu_us
+
+    shapes = static_shapes(infer_shapes(result.reference))
+    for g in depthwise:  # INT8 depthwise is no faster on the CPU
+        assert _cpu_us(convs[g], shapes, "int8") >= _cpu_us(convs[g], shapes, "fp32")
+    assert all(one.delta[g]["fp32"] > 0 for g in dense)
+    island = dense[len(dense) // 2]
+    assert one.of({island: "fp32"}) > one.base + one.delta[island]["fp32"]  # a float island pays its conversions
+    everything = dict.fromkeys(groups, "fp32")
+    assert one.of(everything) == pytest.approx(one.top)

@@ -191,10 +191,11 @@ def test_rescaling_the_qdq_graph_gives_what_the_quantizer_writes_for_those_range
     assert any(k.endswith("_scale") for k in changed) and any(k.endswith("bias_quantized") for k in changed)
 
 
-def test_a_quantizer_holding_another_tensors_parameters_is_requantized_not_rescaled():
+def test_a_quantizer_holding_another_tensors_parameters_takes_that_tensors_new_range():
     """ORT shares one scale along a MatMul -> Slice -> Reshape chain; rescaling each quantizer from
     its own tensor's range would write a graph the quantizer never writes (the planner example's
-    scores went to rel-L2 0.41 that way). Method auto then runs the quantizer for that set."""
+    scores went to rel-L2 0.41 that way). Each such quantizer takes the new range of the tensor whose
+    parameters it held: the graph is the one the quantizer writes for that range set."""
     from deploykit.quant import prepare as g
     from deploykit.quant.ranges import RangeSettings, calibrate
     from deploykit.quant.scales import activation_quantizers
@@ -208,13 +209,19 @@ def test_a_quantizer_holding_another_tensors_parameters_is_requantized_not_resca
     inits = {i.name: numpy_helper.to_array(i) for i in placed.graph.initializer}
     scale = {src: inits[q.input[1]] for q, src in activation_quantizers(placed)}
     assert scale["s"] == scale["r"] == scale["h"]  # the chain shares h's parameters
-    assert ort_flavour.rescale(placed, model, sets["percentile"], placed_with=sets["max"]) is None
-    result = quantize(models.sliced_tokens(), samples, method="auto")
-    direct = ort_flavour.quantize(result.reference, samples[0], result.ranges, exclude=sorted(result.excluded),
-                                  per_channel=True, reduce_range=ort_flavour.resolve_reduce_range("auto"))
+    from deploykit.quant.ranges import TensorRange
+
+    narrower = {k: TensorRange(r.min, r.max, r.absmax * 0.6, "percentile") for k, r in sets["max"].items()}
+    rescaled = ort_flavour.rescale(placed, model, narrower, placed_with=sets["max"])
+    direct = ort_flavour.quantize(model, samples[0], narrower, exclude=[], per_channel=True, reduce_range=True)
     want = {i.name: numpy_helper.to_array(i) for i in direct.graph.initializer}
-    got = {i.name: numpy_helper.to_array(i) for i in result.model.graph.initializer}
+    got = {i.name: numpy_helper.to_array(i) for i in rescaled.graph.initializer}
     assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    shared = next(q for q, src in activation_quantizers(direct) if src == "s").input[1]
+    assert not np.array_equal(want[shared], scale["s"])  # the shared scale did change with the range set
+    mixed = dict(narrower, s=sets["max"]["s"])  # s's own range is not what its quantizer reads: no change
+    again = ort_flavour.rescale(placed, model, mixed, placed_with=sets["max"])
+    assert all(np.array_equal(numpy_helper.to_array(i), want[i.name]) for i in again.graph.initializer)
 
 
 def test_orts_own_calibration_does_not_run(monkeypatch):

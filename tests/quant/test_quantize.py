@@ -125,7 +125,7 @@ def test_auto_method_keeps_the_ranges_whose_model_checks_best(flavour, monkeypat
 def test_with_validation_data_auto_keeps_the_ranges_parity_task_scores_best(flavour):
     """Parity's task on its validation data decides, not rel-L2 on held-out calibration samples: on
     this depthwise network (tensorrt flavour) rel-L2 ranks percentile first and the IoU ranks MSE first."""
-    from deploykit.config import ParityConfig, ProbabilityMapCheck, TaskChecks
+    from deploykit.config import ParityConfig, ProbabilityMapCheck, RepairConfig, TaskChecks
     from deploykit.quant.judge import Judging
     from deploykit.quant.ranges import AUTO_METHODS
 
@@ -134,13 +134,16 @@ def test_with_validation_data_auto_keeps_the_ranges_parity_task_scores_best(flav
     judging = Judging(parity, val, "8 validation samples")
 
     def run(method):
-        return quantize_model(Job(model, QuantizeConfig(precision="int8", high_precision="fp32", method=method),
+        return quantize_model(Job(model, QuantizeConfig(precision="int8", high_precision="fp32", method=method,
+                                                        repair=RepairConfig(auto=False)),  # the plain graphs
                                   flavour, SampleStream(data), judging=judging))
 
     iou = {m: run(m).check.tasks[0]["metrics"]["iou"] for m in AUTO_METHODS}  # each method's graph on its own
     auto = run("auto")
     note = next(n for n in auto.notes if n.startswith("calibration method auto"))
     assert "task-metric rank sums on 8 validation samples" in note
+    assert not any("held out for the check" in n for n in auto.notes)  # the validation samples judge
+    assert any(n.startswith("ranges from all 40 calibration samples") for n in auto.notes)
     assert iou[auto.settings.method] == max(iou.values())
     assert auto.check.tasks[0]["metrics"]["iou"] == iou[auto.settings.method]
 

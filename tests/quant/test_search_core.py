@@ -37,8 +37,10 @@ def test_one_culprit_is_found_with_a_single_raise():
     weights = {"a": 3.0, "b": 0.05, "c": 0.05, "d": 0.05}
     log = []
     out = search(additive(weights, log=log), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
-    assert out.passed and out.best == {"a": "fp32"} and out.stopped.code == "passed"
+    # d runs faster in FP32 (latency -0.5): once a passes, raising d too is one more, faster state
+    assert out.passed and out.best == {"a": "fp32", "d": "fp32"} and out.stopped.code == "passed"
     assert log[:3] == [((), False), (("a",), False), (("a",), True)]  # base, raise a, confirm on all samples
+    assert [s.action for s in out.steps][3:5] == ["fill", "verify"] and out.steps[3].changes == {"d": "fp32"}
 
 
 def test_spread_out_error_is_bisected_to_the_shortest_passing_prefix():
@@ -197,3 +199,47 @@ def test_when_nothing_passes_the_answer_is_not_worse_than_the_start_on_every_sam
     every[("a",)] = 1.8  # now the closest state is better on every sample too: it stays the answer
     again = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
     assert again.best == {"a": "fp32"} and again.best_score.worst == 1.8
+
+
+def test_contiguous_groups_come_first_when_boundaries_cost():
+    """Three groups in a chain a -> b -> c with equal damage: raising b alone adds two conversions, so
+    with boundaries counted the order raises a region (a or c first, then its neighbour) before b alone."""
+    from deploykit.quant.latency_cost import Borders, Costs
+    from deploykit.quant.search import order_moves
+    from deploykit.quant.sensitivity import _marginal, _neighbours
+
+    borders = Borders(((5.0, "", ("a",)), (5.0, "a", ("b",)), (5.0, "b", ("c",))), "int8", "fp32")
+    costs = Costs({g: {"fp32": 1.0} for g in "abc"}, 10.0, 13.0, "us", "test", borders)
+    order = order_moves([Move(g, "fp32", 1.0 if g != "b" else 1.05, 1.0) for g in "abc"], _marginal(costs),
+                        _neighbours(costs))
+    assert order[0].group == "a"  # its input conversion goes away: cheaper than b's two new ones
+    assert [m.group for m in order] == ["a", "b", "c"] and order[1].cost == 1.0  # b next to raised a: one boundary moves
+    assert [m.group for m in rank([Move(g, "fp32", 1.0 if g != "b" else 1.05, 1.0) for g in "abc"])][0] == "b"
+    assert costs.of({"b": "fp32"}) == 10.0 + 1.0 + 10.0  # an island: a dequantize in, a quantize out
+    assert costs.of({"a": "fp32", "b": "fp32", "c": "fp32"}) == 13.0 - 5.0  # the input's quantize is gone too
+
+
+def test_the_screened_first_order_ranking_finds_concentrated_damage_with_few_evaluations():
+    """100 groups, three carry the damage: runs of about sqrt(100) groups are measured, the worst run
+    halved down to the culprits; each culprit is measured alone, the rest share their run's damage."""
+    import math
+
+    from deploykit.quant.judge import Measurement
+    from deploykit.quant.sensitivity import SCREEN_PER_ROOT, Evaluations, first_order
+
+    names = [f"g{i:03d}" for i in range(100)]
+    weight = {**dict.fromkeys(names, 1e-4), "g010": 5.0, "g057": 3.0, "g090": 1.0}
+
+    class Judge:
+        runs = 0
+
+        def measure(self, patch, n, key=None):
+            Judge.runs += 1
+            energy = sum(w for g, w in weight.items() if g not in patch)  # the groups left quantized
+            return Measurement({"y": {"rel_l2": math.sqrt(energy)}}, [], n)
+
+    damage, screened = first_order(Evaluations(Judge(), lambda patch: patch), names, "fp32", 1)
+    assert Judge.runs <= 1 + SCREEN_PER_ROOT * 10
+    assert sorted(damage, key=lambda g: -damage[g])[:3] == ["g010", "g057", "g090"]
+    assert all(screened[g] == 1 and math.isclose(damage[g], weight[g]) for g in ("g010", "g057", "g090"))
+    assert max(screened.values()) > 1 and all(damage[g] < 0.01 for g in names if g not in ("g010", "g057", "g090"))

@@ -244,6 +244,9 @@ class RepairConfig:
     (``deploykit.quant.sensitivity``, ``deploykit.quant.search``)."""
 
     enabled: bool = False
+    # also run it, without enabled, when the plain graph misses a task check of parity's on its validation
+    # data (a user who configured both asked to be judged by the task; false: fail with the hint instead)
+    auto: bool = True
     max_iterations: int = 32  # states the search evaluates after measuring (the base and confirmations included)
     # layer groups the search may raise above the stage's precision; None: any number, the latency ceiling
     # bounds it (ViT-S passed IoU 0.97 with 202 of its 549 groups in FP32, 1.33x faster than FP32; a cap of 64: 0.954)
@@ -363,15 +366,71 @@ class ClassificationCheck:
 
 
 @dataclass(frozen=True)
+class HeadDecode:
+    """The decode a raw detector head needs before its boxes are pixels (``packed.decode``).
+
+    The head's boxes are laid out level by level (one per stride), each level row-major over its
+    (input / stride) grid, anchors first within a level for ``yolov5``:
+
+    * ``yolox`` (anchor-free, YOLOX): centre = (t_xy + cell) * stride, size = exp(t_wh) * stride;
+    * ``yolov5`` (anchor-based, YOLOv5/v7): centre = (2 sigmoid(t_xy) - 0.5 + cell) * stride,
+      size = (2 sigmoid(t_wh))^2 * anchor;
+    * ``dfl`` (YOLOv8, PicoDet: distances as a distribution over ``reg_max`` bins per side): each of
+      left/top/right/bottom is the expectation of the softmax over its bins, from the cell centre
+      (cell + 0.5), times the stride.
+
+    Scores (objectness, classes) go through a sigmoid when ``sigmoid`` (the head writes logits).
+    """
+
+    style: Literal["yolox", "yolov5", "dfl"]
+    strides: tuple[int, ...]
+    input_size: tuple[int, int]  # (height, width) of the network input: each level's grid is input / stride
+    anchors: tuple[tuple[float, ...], ...] = ()  # yolov5: per stride, w0, h0, w1, h1, ... in input pixels
+    reg_max: int = 16  # dfl: bins per box side
+    sigmoid: bool = True  # objectness and class scores are logits
+
+    def __post_init__(self) -> None:
+        if not self.strides or any(s < 1 for s in self.strides):
+            raise ValueError(f"strides must be positive, got {list(self.strides)}")
+        if self.style == "yolov5" and (len(self.anchors) != len(self.strides) or
+                                       any(not a or len(a) % 2 for a in self.anchors)):
+            raise ValueError("yolov5 decoding needs anchors: one list of w, h pairs per stride "
+                             f"({len(self.strides)} strides, {len(self.anchors)} anchor lists)")
+        if self.reg_max < 1:
+            raise ValueError(f"reg_max must be >= 1, got {self.reg_max}")
+
+    def box_attributes(self) -> int:
+        """Attributes per box the head writes before its scores."""
+        return 4 * self.reg_max if self.style == "dfl" else 4
+
+
+@dataclass(frozen=True)
 class PackedDetections:
     """One YOLO-style output holding every candidate box: ``[B, N, 4(+1)+C]`` or ``[B, 4(+1)+C, N]``
     (YOLOv5/YOLOX write the first, YOLOv8 the second), decoded before matching: boxes are the first
-    four attributes, the class scores the rest (times the objectness at attribute 4, if any)."""
+    four attributes, the class scores the rest (times the objectness at attribute 4, if any). A raw
+    head (grid offsets, anchors, distance bins, logits) declares its ``decode``; its boxes then come
+    out in pixels, centre and size."""
 
     output: str
     box_format: Literal["cxcywh", "xyxy"] = "cxcywh"  # YOLO exports write centre and size
     objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
     layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
+    decode: HeadDecode | None = None  # None: the boxes are already decoded
+    # a head written as one tensor per stride: the further levels, joined after ``output`` along the boxes
+    levels: tuple[str, ...] = ()
+    # class scores written apart from the boxes (PicoDet): one tensor per level, in the same order,
+    # appended to each box's attributes
+    scores: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scores and len(self.scores) != 1 + len(self.levels):
+            raise ValueError(f"scores names one tensor per level: {len(self.scores)} given for "
+                             f"{1 + len(self.levels)} levels (output and levels)")
+
+    def tensors(self) -> tuple[str, ...]:
+        """Every output the head is read from: the levels, then their scores."""
+        return (self.output, *self.levels, *self.scores)
 
 
 @dataclass(frozen=True)
@@ -473,6 +532,20 @@ class ParityConfig:
     inconclusive: Literal["fail", "warn"] = "fail"  # what a comparison that proves nothing does
     diagnose: bool = True  # on failure, compare the two ONNX graphs tensor by tensor
     diagnose_top: int = 10
+    # all: elementwise limits and task checks judge; tasks: the task checks alone judge, by the limits
+    # each sets away from its defaults (all its defaults where it sets none); elementwise metrics and the
+    # other limits are reported, not judged (NaN/Inf still fails)
+    judge: Literal["all", "tasks"] = "all"
+
+    def __post_init__(self) -> None:
+        if self.judge == "tasks" and not any(getattr(self.tasks, f.name) for f in dataclasses.fields(self.tasks)):
+            raise ValueError("judge: tasks needs a task check (parity.tasks: detection, classification, ...) "
+                             "to judge by")
+
+    @property
+    def elementwise_judged(self) -> bool:
+        """Whether the elementwise limits decide (``judge: all``) or are only reported."""
+        return self.judge == "all"
 
     def tolerance(self, output: str, preset: Tolerance = FP32_TOLERANCE) -> Tolerance:
         """The resolved tolerance of one output; ``preset`` fills what the config leaves unset

@@ -7,6 +7,11 @@ that rounds it to FP16 (overflow to inf included): FP32 accumulation with FP16 s
 TensorRT's FP16 kernels do. ``onnx.reference`` gives the same numbers but took ~250 s for one
 128x128 sample of the example detector; the emulation takes milliseconds.
 
+FP8 tensors moved between a QuantizeLinear and its DequantizeLinear (Q -> Slice -> DQ, which ModelOpt
+writes and TensorRT runs) have no ORT kernel for most data-movement ops (``Slice`` rejects
+float8e4m3fn; there is no ``Squeeze(21)`` for it): :func:`move_float8_as_float` runs such ops on the
+values as FP32 between exact Casts, so the graph is evaluated as written without being changed.
+
 Also here: which ORT optimizer rules are wrong for a graph (:func:`ort_disabled_optimizers`: FP8).
 """
 
@@ -56,6 +61,48 @@ def ort_disabled_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:
     offline optimization included.
     """
     return FP8_UNSAFE_OPTIMIZERS if has_float8(model) else ()
+
+
+# Ops that only move or select values: on float8 values they are exact in FP32 (every float8 value is one)
+MOVEMENT_OPS = frozenset({"Slice", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Flatten", "Concat", "Split",
+                          "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Identity", "DepthToSpace",
+                          "SpaceToDepth", "Pad"})
+
+
+def move_float8_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` where each data-movement op that reads a float8 tensor reads it cast to FP32
+    and writes FP32 cast back to the float8 type under its output's name (the same values: every float8
+    value is an FP32 value), so ONNX Runtime can run graphs that move FP8 between Q and DQ; ``model``
+    itself when none does."""
+    import onnx
+    from onnx import helper
+
+    from deploykit.graph.proto import infer_shapes, tensor_types
+
+    types = tensor_types(infer_shapes(model))
+    nodes = list(model.graph.node)
+    if not any(n.op_type in MOVEMENT_OPS and types.get(n.input[0]) in _FLOAT8 for n in nodes if n.input):
+        return model
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    rewritten: list[onnx.NodeProto] = []
+    for node in out.graph.node:
+        if node.op_type not in MOVEMENT_OPS or not any(types.get(i) in _FLOAT8 for i in node.input):
+            rewritten.append(node)
+            continue
+        for i, name in enumerate(node.input):
+            if types.get(name) in _FLOAT8:
+                wide = f"{name}__as_fp32_{node.name or i}"
+                rewritten.append(helper.make_node("Cast", [name], [wide], to=1, name=wide))
+                node.input[i] = wide
+        back = []
+        for j, name in enumerate(node.output):
+            if types.get(name) in _FLOAT8:
+                node.output[j] = f"{name}__fp32"
+                back.append(helper.make_node("Cast", [node.output[j]], [name], to=types[name], name=f"{name}__back"))
+        rewritten += [node, *back]
+    del out.graph.node[:]
+    out.graph.node.extend(rewritten)
+    return out
 
 
 def declared_dtypes(model: onnx.ModelProto) -> dict[str, str]:

@@ -217,7 +217,7 @@ def _describe(feeds: Mapping[str, Any]) -> str:
 def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator = "as_written", *,
                       level: OptimizationLevel = "extended", threads: int = 0, expose: Iterable[str] = (),
                       quiet: bool = False, failure: str = "", hint: str = "",
-                      profile_prefix: str | None = None) -> OrtSession:
+                      profile_prefix: str | None = None, spin: bool = True) -> OrtSession:
     """A CPU session computing ``model`` the way ``evaluator`` says (see the module docstring).
 
     Args:
@@ -233,6 +233,10 @@ def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator 
         profile_prefix: ONNX Runtime records a per-node profile of every run to
             ``<prefix>_<time>.json`` (:meth:`OrtSession.end_profiling` returns the path); the
             ``onnxruntime`` evaluator only (the per-kernel times of what ships).
+        spin: the intra-op threads spin-wait for the next run (ONNX Runtime's default: the lowest
+            latency back to back, what timing measures). Off for sessions whose runs alternate with
+            Python work (calibration taps, quantization judges): the spinning threads take the core
+            numpy needs (a 2-core VM under load: metrics between inferences 1.7x slower, inferences too).
 
     Raises:
         SessionError: ONNX Runtime refused the graph.
@@ -248,35 +252,44 @@ def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator 
     if evaluator == "as_written":
         if profile_prefix is not None:
             raise UsageError("profile_prefix: profiling times ONNX Runtime's kernels, use the onnxruntime evaluator")
-        return _as_written(_proto(model), threads, expose, quiet, refusal)
-    return _as_ort_computes(model, level, threads, expose, quiet, refusal, profile_prefix)
+        return _as_written(_proto(model), threads, expose, quiet, refusal, spin)
+    return _as_ort_computes(model, level, threads, expose, quiet, refusal, profile_prefix, spin)
 
 
 def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], quiet: bool,
-                refusal: tuple[str, str]) -> OrtSession:
+                refusal: tuple[str, str], spin: bool = True) -> OrtSession:
     import onnxruntime as ort
 
-    from deploykit.graph.emulate import declared_dtypes, emulate_fp16, has_low_precision_float
+    from deploykit.graph.emulate import (
+        declared_dtypes,
+        emulate_fp16,
+        has_float8,
+        has_low_precision_float,
+        move_float8_as_float,
+    )
     from deploykit.graph.proto import expose_tensors
 
     emulate = has_low_precision_float(model)
     graph = emulate_fp16(model) if emulate else model
+    if has_float8(graph):
+        graph = move_float8_as_float(graph)
     if expose:
         graph = expose_tensors(graph, expose)
     how = "FP16 tensors emulated (FP32 compute, each FP16 tensor rounded to FP16)" if emulate else "FP32 graph"
-    session = _from_proto(graph, session_options("disabled", threads, quiet=quiet), (), refusal)
+    session = _from_proto(graph, session_options("disabled", threads, quiet=quiet, spin=spin), (), refusal)
     return OrtSession(session, f"as written: {how}; onnxruntime {ort.__version__} CPU, graph optimizations off",
                       declared=declared_dtypes(model), extra_feeds_ok=True)
 
 
 def _as_ort_computes(model: onnx.ModelProto | str | Path, level: str, threads: int, expose: tuple[str, ...],
-                     quiet: bool, refusal: tuple[str, str], profile_prefix: str | None = None) -> OrtSession:
+                     quiet: bool, refusal: tuple[str, str], profile_prefix: str | None = None,
+                     spin: bool = True) -> OrtSession:
     import onnxruntime as ort
 
     from deploykit.graph.emulate import ort_disabled_optimizers
     from deploykit.graph.proto import expose_tensors
 
-    options = session_options(level, threads, quiet=quiet)
+    options = session_options(level, threads, quiet=quiet, spin=spin)
     if profile_prefix is not None:
         options.enable_profiling, options.profile_file_prefix = True, profile_prefix
     if isinstance(model, (str, Path)) and not expose and level == "disabled":
@@ -345,15 +358,17 @@ def default_threads() -> int:
     return int(raw)
 
 
-def session_options(level: OptimizationLevel, threads: int = 0, *, quiet: bool = False) -> Any:
+def session_options(level: OptimizationLevel, threads: int = 0, *, quiet: bool = False, spin: bool = True) -> Any:
     """ONNX Runtime session options at an optimization level; ORT's own warnings off (``quiet``: all of it).
-    ``threads`` 0: :func:`default_threads`."""
+    ``threads`` 0: :func:`default_threads`; ``spin``: see :func:`session_from_onnx`."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
     opts.intra_op_num_threads = threads or default_threads()
     opts.log_severity_level = 4 if quiet else 3  # ORT's warnings go to stderr and drown our own output
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
 
 

@@ -68,7 +68,8 @@ class Comparison:
         outputs: dict[str, dict[str, Any]] = {}
         for (ref_name, out_name), acc in sorted(self.elementwise.items()):
             outputs.setdefault(out_name, {})[ref_name] = self._elementwise_entry(out_name, acc, out_name in exempt)
-        tasks = [{**t.result(), "reference": ref_name} for ref_name, ts in sorted(self.tasks.items()) for t in ts]
+        tasks = [{**t.result(self.parity.judge), "reference": ref_name} for ref_name, ts in sorted(self.tasks.items())
+                 for t in ts]
         for t in tasks:
             t["status"] = _status(t["violations"], t["inconclusive"])
             t["passed"] = t["status"] == "pass"
@@ -94,11 +95,18 @@ class Comparison:
         tol = self.parity.tolerance(out_name, self.preset)
         result = acc.result()
         skip = ("max_abs",) if exempt else ()
-        bad = violations(result["metrics"], tol, skip)
+        missed = violations(result["metrics"], tol, skip)
+        if self.parity.elementwise_judged:
+            bad, reported = missed, []
+        else:  # parity.judge: tasks: the limits are reported; NaN/Inf the reference lacks still fails
+            bad = missed[:1] if result["metrics"]["nonfinite"] > 0 else []
+            reported = [f"{m} (not judged: parity.judge is tasks)" for m in missed if m not in bad]
         why = vacuity(result["metrics"], self.parity.vacuous_below)
+        if why and not self.parity.elementwise_judged:
+            reported, why = [*reported, f"inconclusive: {why} (not judged)"], ""
         status = _status(bad, why)
-        return {**result, "tolerance": asdict(tol), "violations": bad, "inconclusive": why, "status": status,
-                "passed": status == "pass",
+        return {**result, "tolerance": asdict(tol), "violations": bad, "reported": reported, "inconclusive": why,
+                "status": status, "passed": status == "pass", "judged": self.parity.elementwise_judged,
                 "not_checked": ["max_abs (probability map: see its thresholded IoU)"] if exempt else []}
 
 

@@ -8,6 +8,7 @@ overlaps most (greedy on IoU, highest first), and the pairs are then compared.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,8 @@ def match_boxes(a: np.ndarray, b: np.ndarray, min_iou: float) -> list[tuple[int,
     return pairs
 
 
-def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = False,
+                  decode: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """A YOLO-style output -> (boxes (B, N, 4), class scores (B, N, C)), before NMS.
 
     Args:
@@ -67,6 +69,7 @@ def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = F
         layout: ``boxes_by_attributes`` (B, N, A), ``attributes_by_boxes`` (B, A, N), or ``auto``:
             the shorter of the two axes holds the attributes (8400 boxes, 85 attributes).
         objectness: whether attribute 4 is an objectness that multiplies every class score.
+        decode: a :class:`deploykit.config.HeadDecode` for a raw head (:func:`decode_head`), or None.
     """
     a = np.asarray(packed)
     if a.ndim == 2:
@@ -75,10 +78,83 @@ def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = F
         raise ValueError(f"expected (B, N, A) or (B, A, N), got shape {list(packed.shape)}")
     if layout == "attributes_by_boxes" or (layout == "auto" and a.shape[1] < a.shape[2]):
         a = a.transpose(0, 2, 1)
+    if decode is not None:
+        return decode_head(a, decode, objectness)
     boxes, rest = a[..., :4], a[..., 4:]
     if objectness:
         rest = rest[..., :1] * rest[..., 1:]
     return boxes, rest
+
+
+def join_head(levels: list[np.ndarray], scores: list[np.ndarray], layout: str = "auto") -> np.ndarray:
+    """One packed ``(B, N, A)`` head from a head written in parts: each level's tensor (``(B, N_l, A)``
+    or ``(B, A, N_l)``, by ``layout``) with its score tensor, if any, appended to its attributes, the
+    levels then joined along the boxes in the order given."""
+    def boxes_first(a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a)
+        a = a[None] if a.ndim == 2 else a
+        if a.ndim != 3:
+            raise ValueError(f"expected (B, N, A) or (B, A, N), got shape {list(a.shape)}")
+        flip = layout == "attributes_by_boxes" or (layout == "auto" and a.shape[1] < a.shape[2])
+        return a.transpose(0, 2, 1) if flip else a
+
+    parts = [boxes_first(a) for a in levels]
+    for i, score in enumerate(scores):
+        score = boxes_first(score)
+        if score.shape[:2] != parts[i].shape[:2]:
+            raise ValueError(f"level {i}'s boxes {list(parts[i].shape)} and its scores {list(score.shape)} differ in "
+                             "batch or box count (as (B, N, A))")
+        parts[i] = np.concatenate([parts[i], score.astype(parts[i].dtype)], axis=2)
+    if len({p.shape[0] for p in parts}) > 1 or len({p.shape[2] for p in parts}) > 1:
+        raise ValueError("the levels differ in batch or attributes: "
+                         + ", ".join(str(list(p.shape)) for p in parts) + " (as (B, N, A))")
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+
+def cells(decode: Any) -> np.ndarray:
+    """(N, 4): each box slot's (cell x, cell y, stride, anchor index) in the head's order (see HeadDecode)."""
+    height, width = decode.input_size
+    out = []
+    for level, stride in enumerate(decode.strides):
+        ny, nx = -(-height // stride), -(-width // stride)
+        anchors = len(decode.anchors[level]) // 2 if decode.style == "yolov5" else 1
+        a, y, x = np.meshgrid(np.arange(anchors), np.arange(ny), np.arange(nx), indexing="ij")
+        out.append(np.stack([x.ravel(), y.ravel(), np.full(x.size, stride), a.ravel()], axis=1))
+    return np.concatenate(out).astype(np.float64)
+
+
+def decode_head(a: np.ndarray, decode: Any, objectness: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A raw head ``(B, N, attributes)`` -> (boxes (B, N, 4) cxcywh in input pixels, class scores (B, N, C))."""
+    grid = cells(decode)
+    if a.shape[1] != len(grid):
+        raise ValueError(f"the head has {a.shape[1]} boxes; strides {list(decode.strides)} over input "
+                         f"{list(decode.input_size)} give {len(grid)}")
+    a = a.astype(np.float64)
+    k = decode.box_attributes()
+    t, rest = a[..., :k], a[..., k:]
+    cell, stride = grid[:, :2], grid[:, 2:3]
+    if decode.style == "yolox":
+        centre, size = (t[..., :2] + cell) * stride, np.exp(t[..., 2:4]) * stride
+    elif decode.style == "yolov5":
+        anchors = np.array([decode.anchors[list(decode.strides).index(int(s))][2 * int(i): 2 * int(i) + 2]
+                            for s, i in grid[:, 2:4]], np.float64)
+        s = _sigmoid(t)
+        centre, size = (2 * s[..., :2] - 0.5 + cell) * stride, (2 * s[..., 2:4]) ** 2 * anchors
+    else:  # dfl: expectation of each side's softmax over reg_max bins
+        bins = t.reshape(*t.shape[:-1], 4, decode.reg_max)
+        p = np.exp(bins - bins.max(axis=-1, keepdims=True))
+        dist = (p / p.sum(axis=-1, keepdims=True)) @ np.arange(decode.reg_max, dtype=np.float64)
+        left_top, right_bottom = dist[..., :2], dist[..., 2:]
+        centre = (cell + 0.5 + (right_bottom - left_top) / 2) * stride
+        size = (left_top + right_bottom) * stride
+    scores = _sigmoid(rest) if decode.sigmoid else rest
+    if objectness:
+        scores = scores[..., :1] * scores[..., 1:]
+    return np.concatenate([centre, size], axis=-1), scores
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
 
 
 def min_attributes(objectness: bool) -> int:
@@ -146,6 +222,15 @@ class DetectionTally:
         self.ref_unmatched += int((r_counted & ~matched_r).sum())
         self.cand_unmatched += int((c_counted & ~matched_c).sum())
         self.images_without_boxes += int(not r_counted.any())
+
+    def merged(self, other: DetectionTally) -> DetectionTally:
+        """The totals of both runs of images (a new tally)."""
+        import dataclasses
+
+        out = DetectionTally(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                                for f in dataclasses.fields(self)})
+        out.score_delta_max = max(self.score_delta_max, other.score_delta_max)
+        return out
 
     def result(self) -> dict[str, float]:
         counted = self.ref_boxes + self.cand_boxes

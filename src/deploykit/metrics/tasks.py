@@ -14,7 +14,7 @@ import numpy as np
 from deploykit.config import TaskChecks
 from deploykit.errors import DataError
 from deploykit.metrics import dense
-from deploykit.metrics.detection import DetectionTally, decode_packed, min_attributes, split_images
+from deploykit.metrics.detection import DetectionTally, decode_packed, join_head, min_attributes, split_images
 
 Limit = tuple[str, str, float]  # (metric, ">=" or "<=", value)
 
@@ -47,14 +47,37 @@ class TaskMetric:
     def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         return dense.add_sums(sums, self.sample_sums(ref[self.check.output], got[self.check.output]))
 
-    def result(self) -> dict[str, Any]:
+    def merge(self, a: Any, b: Any) -> Any:
+        """The sums of two runs of samples together (new; neither is changed)."""
+        return dense.add_sums(a, b)
+
+    def result(self, judge: str = "all") -> dict[str, Any]:
+        """Metrics, limits (each marked judged or not, see :meth:`judged`), the violations of the judged
+        ones, the misses of the others (``reported``), and why the check proves nothing, if it does not."""
         metrics = self.metrics(self.sums)
-        limits = self.limits()
-        bad = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in limits
-               if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        judged = self.judged(judge)
+        missed = [(m, op, v) for m, op, v in self.limits() if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
+        text = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in missed]
         return {"kind": self.kind, "label": self.label, "outputs": list(self.outputs), "metrics": metrics,
-                "limits": [{"metric": m, "op": op, "value": v} for m, op, v in limits],
-                "violations": bad, "inconclusive": self.inconclusive(self.sums, metrics)}
+                "limits": [{"metric": m, "op": op, "value": v, "judged": (m, op, v) in judged}
+                           for m, op, v in self.limits()],
+                "violations": [t for t, lim in zip(text, missed, strict=True) if lim in judged],
+                "reported": [f"{t} (not judged)" for t, lim in zip(text, missed, strict=True) if lim not in judged],
+                "inconclusive": self.inconclusive(self.sums, metrics)}
+
+    def judged(self, judge: str = "all") -> list[Limit]:
+        """The limits that decide: all of them (``parity.judge: all``); with ``judge: tasks`` the ones
+        this check's config sets away from their defaults, or all where it sets none (a detector judged
+        by ``min_recall`` alone no longer needs its other four limits switched off)."""
+        limits = self.limits()
+        if judge != "tasks":
+            return limits
+        import dataclasses
+
+        defaults = {f.name: f.default for f in dataclasses.fields(self.check)}
+        fields = {m: f for f, m in LIMIT_FIELDS.items()}
+        chosen = [(m, op, v) for m, op, v in limits if fields.get(m) in defaults and v != defaults[fields[m]]]
+        return chosen or limits
 
     def _error(self, what: str) -> DataError:
         return DataError(f"parity.tasks.{self.label} {what}",
@@ -111,13 +134,13 @@ class Detection(TaskMetric):
     def outputs(self) -> tuple[str, ...]:
         c = self.check
         if c.packed is not None:
-            return (c.packed.output,)
+            return c.packed.tensors()
         return (c.boxes, c.scores) + ((c.classes,) if c.classes else ())
 
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         c = self.check
         if c.packed is not None:
-            self._check_packed(ref[c.packed.output])
+            self._check_packed(self._head(ref))
             return
         boxes, scores = ref[c.boxes], ref[c.scores]
         if boxes.ndim < 2 or boxes.shape[-1] != 4:
@@ -132,33 +155,56 @@ class Detection(TaskMetric):
             raise self._error(f"expects classes (..., N) for boxes {list(boxes.shape)}; output {c.classes!r} has "
                               f"shape {list(ref[c.classes].shape)}")
 
+    def _head(self, d: dict[str, np.ndarray]) -> np.ndarray:
+        """The packed output, or the head joined from its levels and score tensors (as (B, N, A))."""
+        p = self.check.packed
+        if not (p.levels or p.scores):
+            return d[p.output]
+        try:
+            return join_head([d[t] for t in (p.output, *p.levels)], [d[t] for t in p.scores], p.layout)
+        except ValueError as e:
+            raise self._error(f"packed outputs {', '.join(p.tensors())}: {e}") from e
+
+    def _layout(self) -> str:
+        p = self.check.packed
+        return "boxes_by_attributes" if p.levels or p.scores else p.layout  # a joined head is (B, N, A)
+
     def _check_packed(self, a: np.ndarray) -> None:
         p = self.check.packed
-        want = min_attributes(p.objectness)
+        box = p.decode.box_attributes() if p.decode is not None else 4
+        want = min_attributes(p.objectness) - 4 + box
+        what = f"output {p.output!r}" if not (p.levels or p.scores) else f"the head joined from {', '.join(p.tensors())}"
         if a.ndim not in (2, 3):
-            raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); output {p.output!r} has "
+            raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); {what} has "
                               f"shape {list(a.shape)}")
         n, m = a.shape[-2:]
-        attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(p.layout, min(n, m))
+        layout = self._layout()
+        attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(layout, min(n, m))
         if attributes < want:
-            raise self._error(f"packed expects at least {want} attributes per box (4 box, "
-                              f"{'objectness, ' if p.objectness else ''}class scores); output {p.output!r} has shape "
-                              f"{list(a.shape)} (layout {p.layout})")
+            raise self._error(f"packed expects at least {want} attributes per box ({box} box, "
+                              f"{'objectness, ' if p.objectness else ''}class scores); {what} has shape "
+                              f"{list(a.shape)} (layout {layout})")
 
     def _images(self, d: dict[str, np.ndarray]) -> list[tuple]:
         c = self.check
         if c.packed is not None:
-            boxes, scores = decode_packed(d[c.packed.output], c.packed.layout, c.packed.objectness)
+            try:
+                boxes, scores = decode_packed(self._head(d), self._layout(), c.packed.objectness, c.packed.decode)
+            except ValueError as e:
+                raise self._error(f"packed.decode: {e}") from e
             return split_images(boxes, scores, None)
         return split_images(d[c.boxes], d[c.scores], d.get(c.classes) if c.classes else None)
 
     def fold(self, tally: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         c = self.check
         tally = tally or DetectionTally()
-        fmt = c.packed.box_format if c.packed is not None else c.box_format
+        fmt = ("cxcywh" if c.packed.decode is not None else c.packed.box_format) if c.packed is not None else c.box_format
         for r, g in zip(self._images(ref), self._images(got), strict=True):
             tally.add_image(r, g, fmt, c.score_threshold, c.score_margin, c.match_iou)
         return tally
+
+    def merge(self, a: DetectionTally, b: DetectionTally) -> DetectionTally:
+        return a.merged(b)
 
     def metrics(self, tally: DetectionTally) -> dict[str, Any]:
         return tally.result()
@@ -288,8 +334,31 @@ class ProbabilityMap(TaskMetric):
         return ""
 
 
+# config field -> the metric it limits (one name per field in every check kind); a measurement never
+# depends on these fields
+LIMIT_FIELDS = {"min_top1": "top1", "min_topk": "topk", "min_matched": "matched", "min_recall": "recall",
+                 "min_mean_iou": "mean_iou", "max_score_delta": "mean_score_delta", "max_class_flips": "class_flips",
+                 "min_pixel_agreement": "pixel_agreement", "min_miou": "miou", "max_abs_rel": "abs_rel",
+                 "min_delta1": "delta1", "max_ade": "ade", "max_fde": "fde", "min_iou": "iou"}
+
 KINDS: dict[str, type[TaskMetric]] = {c.kind: c for c in (Classification, Detection, Segmentation, Depth,
                                                              Trajectory, ProbabilityMap)}
+
+
+def deciding_limit(result: dict[str, Any]) -> dict[str, Any]:
+    """The judged limit of a task check's :meth:`TaskMetric.result` that decides its verdict: the one
+    furthest past its bound, else the one closest to it (a limit switched off, 0 for a minimum, never
+    decides while another is judged); {} when the check has none."""
+    def used(limit: dict[str, Any]) -> float:
+        value, bound = result["metrics"].get(limit["metric"]), limit["value"]
+        if not isinstance(value, (int, float)) or np.isnan(value):
+            return float("inf")
+        if limit["op"] == ">=":  # a fraction that must reach the bound: compare shortfalls from 1
+            return (1.0 - value) / (1.0 - bound) if bound < 1.0 else (0.0 if value >= bound else float("inf"))
+        return value / bound if bound > 0 else (0.0 if value <= bound else float("inf"))
+
+    judged = [lim for lim in result.get("limits", []) if lim.get("judged", True)]
+    return max(judged, key=used, default={})
 
 
 def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:
@@ -301,7 +370,7 @@ def unordered_outputs(tasks: TaskChecks) -> set[str]:
     """Outputs only a task check compares: detections after NMS (``elementwise: false``), whose box
     count and order are data-dependent."""
     return {name for c in tasks.detection if not c.elementwise
-            for name in (c.boxes, c.scores, c.classes, c.packed.output if c.packed else None) if name}
+            for name in (c.boxes, c.scores, c.classes, *(c.packed.tensors() if c.packed else ())) if name}
 
 
 def max_abs_exempt(tasks: TaskChecks) -> set[str]:

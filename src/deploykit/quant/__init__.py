@@ -19,7 +19,7 @@ Modules (each imports its heavy libraries lazily):
     judge         judge a candidate as parity does (its data, tolerances, task checks); scores per limit
     groups        the layer groups of a quantized graph (a conv with its activation, an attention block)
     patch         precision patches (group -> INT8/FP8/FP16/FP32) applied as graph edits
-    latency_cost  what a layer in higher precision costs: profiled on the CPU, a roofline for TensorRT
+    latency_cost  what a layer in higher precision costs: a CPU roofline for ORT, a GPU one for TensorRT
     search        the search core: ranked prefix, bisection, confirmation on all samples, trimming
     sensitivity   first-order ranking, causal per-layer measurement, the search, the measurement cache
     mixed         mixed precision for one quantize job: the configured patch, or the search

@@ -3,7 +3,7 @@
 A flavour (:data:`deploykit.choices.Flavour`) is the runtime a quantized graph is written for, and
 it decides the graph: who places the Q/DQ nodes and in which form, what the float rest runs in,
 which precisions exist, how the check (and parity) compute the graph, what enters the recipe key,
-and whether the search's latencies are measured on this CPU or estimated. Each flavour module
+how the search estimates latency and whether it times its answer on this CPU. Each flavour module
 implements :class:`QuantFlavour`:
 
 * ``tensorrt`` (:mod:`deploykit.quant.modelopt_flavour`): NVIDIA ModelOpt's symmetric Q/DQ, which
@@ -26,10 +26,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from deploykit.choices import Evaluator, Flavour, values
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import numpy as np
     import onnx
 
     from deploykit.config import QuantizeConfig
+    from deploykit.quant.groups import Group
+    from deploykit.quant.latency_cost import Costs
     from deploykit.quant.prepare import Preparation
     from deploykit.quant.ranges import TensorRange
     from deploykit.quant.reasons import Reason
@@ -53,8 +57,9 @@ class QuantFlavour(Protocol):
     tool: str  # who places the Q/DQ nodes, as the reasons name it ("ModelOpt")
     evaluator: Evaluator  # how the check and parity compute its graphs on the CPU
     precisions: tuple[str, ...]  # the quantize precisions it writes
-    measures_latency: bool  # the search's latencies: profiled on this CPU (True), else estimated (roofline)
+    measures_latency: bool  # the search's answer is timed on this CPU against FP32 (True), else only estimated
     calibration_cache: bool  # it writes TensorRT's legacy INT8 calibration cache beside an INT8 graph
+    configurable_rest: bool  # quantize.high_precision sets its float rest (False: FP32 whatever it says)
 
     def check(self, precision: str) -> None:
         """Refuse (ConfigError) a precision this flavour does not write, saying what to use."""
@@ -127,6 +132,20 @@ class QuantFlavour(Protocol):
 
     def ladder(self, precision: str, high_precision: str, opset: int) -> tuple[str, ...]:
         """The precisions a layer group may take in a precision patch, the base precision first."""
+        ...
+
+    def latency_costs(
+        self,
+        reference: onnx.ModelProto,
+        base: onnx.ModelProto,
+        groups: Mapping[str, Group],
+        ladder: tuple[str, ...],
+        precision: str,
+        high_precision: str,
+    ) -> Costs:
+        """The search's latency cost per layer group and precision, with the precision boundaries a
+        patch adds or removes: estimated from FLOPs and bytes for its runtime (load-independent, so
+        two runs choose the same mix; :mod:`deploykit.quant.latency_cost`)."""
         ...
 
     def foreign(self, backend: str) -> bool:

@@ -70,10 +70,50 @@ def to_fp16(model: onnx.ModelProto, keep_fp32: list[str], opset: int | None = No
         path = Path(tmp) / "model.onnx"
         onnx.save_model(model, str(path))
         try:
-            return convert_to_mixed_precision(
+            converted = convert_to_mixed_precision(
                 str(path), low_precision_type="fp16", nodes_to_exclude=[f"^{re.escape(n)}$" for n in keep_fp32],
                 data_max=np.inf, init_max=np.inf, keep_io_types=True, opset=opset)
         except Exception as e:  # AutoCast raises bare Exceptions
             first = first_line(e)
             raise ModelError(f"FP16 conversion failed: {first}",
                              hint="set quantize.high_precision: fp32, or keep the node it names in FP32") from e
+    forget_invented_dims(converted, model)
+    return converted
+
+
+def forget_invented_dims(converted: onnx.ModelProto, source: onnx.ModelProto) -> int:
+    """Turn every dim name in ``converted``'s declarations that ``source`` never used into an unknown
+    dim (in place); returns how many.
+
+    AutoCast re-derives types by first writing the placeholder ``unk`` over every concrete dim of the
+    intermediate and output declarations, and leaves it wherever inference cannot re-derive the dim.
+    ONNX Runtime reads one dim name as one size: its memory planner then lets tensors of different
+    sizes share a buffer. A DETR-style detector exported by dynamo (which declares every intermediate)
+    kept 239 such dims and failed at ORT level extended with ``Shape mismatch attempting to re-use
+    buffer {1,1,8} != {1,8,8}`` in a Mul node; the TorchScript graph declares few intermediates and
+    passed. An unknown dim is what inference had anyway."""
+    from deploykit.graph.proto import subgraphs
+
+    def names(graph: onnx.GraphProto) -> set[str]:
+        found = {d.dim_param for v in (*graph.input, *graph.value_info, *graph.output)
+                 for d in v.type.tensor_type.shape.dim if d.dim_param}
+        for node in graph.node:
+            for sub in subgraphs(node):
+                found |= names(sub)
+        return found
+
+    known, cleared = names(source.graph), 0
+
+    def clear(graph: onnx.GraphProto, top: bool) -> None:
+        nonlocal cleared
+        for v in (*(() if top else graph.input), *graph.value_info, *graph.output):
+            for d in v.type.tensor_type.shape.dim:
+                if d.dim_param and d.dim_param not in known:
+                    d.Clear()
+                    cleared += 1
+        for node in graph.node:
+            for sub in subgraphs(node):
+                clear(sub, False)
+
+    clear(converted.graph, True)
+    return cleared

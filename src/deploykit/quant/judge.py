@@ -14,13 +14,15 @@ do not depend on the limits, so a search cached at one tolerance is re-scored at
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.metrics.tasks import LIMIT_FIELDS as TASK_LIMIT_FIELDS
 from deploykit.quant.check import Check, Reference, weak_signal
 
 if TYPE_CHECKING:
@@ -32,9 +34,7 @@ RATIO_CAP = 1e3  # a NaN output or a zero limit missed counts this much, so stat
 _LESS = ("max_abs", "mean_abs", "rel_l2", "max_rel")  # checks where smaller is better
 _MORE = ("cosine", "snr_db")
 # Fields of the task checks that are limits: a measurement does not depend on them (tested).
-LIMIT_FIELDS = frozenset({"min_top1", "min_topk", "min_matched", "min_mean_iou", "max_score_delta", "max_class_flips",
-                          "min_pixel_agreement", "min_miou", "max_abs_rel", "min_delta1", "max_ade", "max_fde",
-                          "min_iou", "min_recall"})
+LIMIT_FIELDS = frozenset(TASK_LIMIT_FIELDS)
 _KEPT = ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db", "nonfinite", "ref_nonfinite",
          "ref_absmax", "ref_range")
 
@@ -96,7 +96,7 @@ def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> 
         tol = parity.tolerance(name, preset)
         if m.get("nonfinite", 0) > 0:
             ratios[f"{name}.nonfinite"], values[f"{name}.nonfinite"] = RATIO_CAP, m["nonfinite"]
-        for key in (*_LESS, *_MORE):
+        for key in (*_LESS, *_MORE) if parity.elementwise_judged else ():
             limit = getattr(tol, key)
             if limit is None or key not in m or (key == "max_abs" and name in exempt):
                 continue
@@ -106,7 +106,7 @@ def score(measurement: Measurement, parity: ParityConfig, preset: Tolerance) -> 
         task = tasks.get(entry["label"])
         if task is None or entry.get("inconclusive"):
             continue
-        for metric, op, limit in task.limits():
+        for metric, op, limit in task.judged(parity.judge):
             key, value = f"{entry['label']}.{metric}", entry["metrics"][metric]
             ratios[key], values[key] = _ratio(value, limit, op == ">=", metric), value
     return Score(ratios, values)
@@ -123,10 +123,13 @@ def task_losses(measurement: Measurement, parity: ParityConfig) -> dict[str, flo
         task = tasks.get(entry["label"])
         if task is None or entry.get("inconclusive"):
             continue
-        for metric, op, _ in task.limits():
-            value = entry["metrics"][metric]
-            losses[f"{entry['label']}.{metric}"] = math.inf if _missing(value) else (-value if op == ">=" else value)
+        for metric, op, _ in task.judged(parity.judge):
+            losses[f"{entry['label']}.{metric}"] = _loss(entry["metrics"][metric], op)
     return losses
+
+
+def _loss(value: Any, op: str) -> float:
+    return math.inf if _missing(value) else (-value if op == ">=" else value)
 
 
 def rank_sums(losses: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -177,9 +180,18 @@ class Judging:
     reference: onnx.ModelProto | None = None
 
 
+OPEN_RUNS = 2  # candidates whose session stays open, so a judgement on more samples extends the one on fewer
+
+
 @dataclass
 class Judge:
     """The reference outputs on the judging samples, and the evaluator candidates run through.
+
+    A candidate is identified by ``key`` where the caller has one (the search: its patch), else by
+    its bytes' digest. What a candidate scored on its first ``n`` samples is kept, so the same graph
+    judged again on those samples is not run again (method ``auto``'s chosen graph is the base the
+    check then judges), and a judgement on more samples runs only the samples it adds (a search state
+    confirmed on every sample after passing on a few).
 
     Args:
         reference: the FP32 graph (parity's reference when the stage has it).
@@ -198,10 +210,13 @@ class Judge:
     preset: Tolerance
     precision: str
     source: str
-    evaluations: int = 0  # candidates run, for budgets and benchmarks
+    evaluations: int = 0  # candidate sessions opened, for budgets and benchmarks
     inferences: int = 0
     evaluator: str = ""  # the sentence the last candidate's session gave
     _ref: Reference | None = field(default=None, repr=False)
+    _reports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict, repr=False)
+    _open: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False)  # key -> (session, Comparison)
+    _perfect: list[list[Any]] | None = field(default=None, repr=False)
 
     @property
     def ref(self) -> Reference:
@@ -209,27 +224,145 @@ class Judge:
             self._ref = Reference(self.reference, self.samples)
         return self._ref
 
-    def compare(self, candidate: onnx.ModelProto, n: int | None = None) -> Any:
-        """The Comparison of ``candidate`` on the first ``n`` samples (all by default)."""
+    def report(self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None) -> dict[str, Any]:
+        """Parity's report on ``candidate`` over the first ``n`` samples (all by default)."""
+        count = len(self.samples) if n is None else min(n, len(self.samples))
+        key = key or graph_digest(candidate)
+        if (key, count) not in self._reports:
+            session, comparison = self._session(candidate, key, count)
+            self._extend(session, comparison, count)
+            self._reports[(key, count)] = comparison.report()
+        return self._reports[(key, count)]
+
+    def _session(self, candidate: onnx.ModelProto, key: str, count: int) -> tuple[Any, Any]:
         from deploykit.metrics.comparison import Comparison
 
-        session = self.opener(candidate)
-        comparison = Comparison(self.parity, self.preset, self.precision)
-        count = len(self.samples) if n is None else min(n, len(self.samples))
-        for sample, expected in zip(self.samples[:count], self.ref.outputs[:count], strict=True):
+        session, comparison = self._open.pop(key, (None, None))
+        if comparison is None or comparison.samples > count:
+            session, comparison = self.opener(candidate), Comparison(self.parity, self.preset, self.precision)
+            self.evaluations += 1
+            self.evaluator = session.evaluator
+        self._open[key] = (session, comparison)
+        while len(self._open) > OPEN_RUNS:
+            del self._open[next(iter(self._open))]
+        return session, comparison
+
+    def _extend(self, session: Any, comparison: Any, count: int) -> None:
+        for sample, expected in zip(self.samples[comparison.samples:count], self.ref.outputs[comparison.samples:count],
+                                    strict=True):
             comparison.add({"onnx": expected}, session.infer(sample))
-        self.evaluations += 1
-        self.inferences += count
-        self.evaluator = session.evaluator
-        return comparison
+            self.inferences += 1
 
-    def measure(self, candidate: onnx.ModelProto, n: int | None = None) -> Measurement:
-        return measurement_of(self.compare(candidate, n).report())
+    def measure(self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None) -> Measurement:
+        return measurement_of(self.report(candidate, n, key))
 
-    def check(self, candidate: onnx.ModelProto) -> Check:
+    def check(self, candidate: onnx.ModelProto, key: str | None = None) -> Check:
         """Parity's verdict on every judging sample, as the stage's Check."""
-        report = self.compare(candidate).report()
+        report = self.report(candidate, key=key)
         return check_of(report, self.evaluator, self.ref, self.parity, self.preset, self.source)
+
+    def race(self, candidates: Mapping[str, Callable[[], onnx.ModelProto]]) -> dict[str, Entry]:
+        """Task losses of each candidate on every judging sample, in the given order; a candidate stops
+        being scored once it cannot win: when the losses it would have if it matched the reference
+        exactly on every sample still to come (its best possible finish, see :meth:`_best_finish`)
+        are already dominated by a finished candidate's (no better on any metric, worse on one).
+        Those it finishes are kept, so judging the winner again runs nothing."""
+        done: dict[str, Entry] = {}
+        n = len(self.samples)
+        for name, build in candidates.items():
+            candidate = build()
+            key = graph_digest(candidate)
+            if (key, n) not in self._reports:
+                session, comparison = self._session(candidate, key, n)
+                while comparison.samples < n:
+                    self._extend(session, comparison, comparison.samples + 1)
+                    rivals = {r: e.losses for r, e in done.items() if not e.stopped}
+                    best = self._best_finish(comparison) if rivals and comparison.samples < n else {}
+                    rival = next((r for r, losses in rivals.items() if best and dominates(losses, best)), None)
+                    if rival is not None:
+                        done[name] = Entry(best, comparison.samples, rival)
+                        break
+                else:
+                    self._reports[(key, n)] = comparison.report()
+            if name not in done:
+                done[name] = Entry(task_losses(measurement_of(self._reports[(key, n)]), self.parity), n)
+        return done
+
+    def _best_finish(self, comparison: Any) -> dict[str, float]:
+        """The task losses ``comparison`` would end with if the candidate matched the reference exactly on
+        every remaining sample. No worse finish exists for parity's task metrics: each is a ratio of sums
+        over samples (agreeing pixels, matched boxes, error totals) that an exact sample moves towards its
+        best value; the checks the full reference makes inconclusive are left out, as they are at the end."""
+        if self._perfect is None:
+            self._perfect = self._perfect_sums()
+        losses: dict[str, float] = {}
+        for task, (suffix, inconclusive) in zip(comparison.tasks.get("onnx", []), self._perfect, strict=True):
+            if inconclusive:
+                continue
+            rest = suffix[comparison.samples]
+            metrics = task.metrics(task.sums if rest is None else task.merge(task.sums, rest))
+            for metric, op, _ in task.judged(self.parity.judge):
+                losses[f"{task.label}.{metric}"] = _loss(metrics[metric], op)
+        return losses
+
+    def _perfect_sums(self) -> list[tuple[list[Any], bool]]:
+        """Per task: the sums of the reference against itself over samples k.. (k = 0..n, None at n),
+        and whether the full reference makes the check inconclusive."""
+        from deploykit.metrics.tasks import build_tasks
+
+        out = []
+        for task in build_tasks(self.parity.tasks):
+            suffix: list[Any] = [None] * (len(self.samples) + 1)
+            for k in range(len(self.samples) - 1, -1, -1):
+                task.sums = copy.deepcopy(suffix[k + 1])  # a detection tally folds in place
+                task.add(self.ref.outputs[k], self.ref.outputs[k])
+                suffix[k] = task.sums
+            out.append((suffix, bool(suffix[0] is not None and task.inconclusive(suffix[0], task.metrics(suffix[0])))))
+        return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A candidate's task losses in a :meth:`Judge.race`: final, or (stopped) its best possible finish."""
+
+    losses: dict[str, float]
+    samples: int  # judging samples it was scored on
+    beaten_by: str = ""  # the finished candidate that dominated its best finish
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.beaten_by)
+
+
+def front_ranks(entries: Mapping[str, Entry]) -> dict[str, float | None]:
+    """Rank sums (:func:`rank_sums`) among the candidates no other finished candidate dominates; the
+    rest (stopped in the race, or dominated at the end) get None. A dominated candidate can never have
+    the smallest rank sum, and leaving it out keeps it from swaying the ranks of those that can win,
+    which is what lets the race stop scoring it early."""
+    finished = {m: e.losses for m, e in entries.items() if not e.stopped}
+    front = {m: losses for m, losses in finished.items()
+             if not any(dominates(other, losses) for o, other in finished.items() if o != m)}
+    ranks = rank_sums(front)
+    return {m: ranks.get(m) for m in entries}
+
+
+def dominates(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    """Whether losses ``a`` are no worse than ``b`` on every metric and better on one."""
+    keys = set(a) | set(b)
+    pairs = [(a.get(k, math.inf), b.get(k, math.inf)) for k in keys]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def typical_rel_l2(report: dict[str, Any]) -> float:
+    """The largest over outputs of the mean rel-L2 over samples in a parity report (:meth:`Check.typical`)."""
+    means = [float(np.mean(refs["onnx"]["per_sample_rel_l2"])) for refs in report["outputs"].values() if "onnx" in refs]
+    return max(means, default=0.0)
+
+
+def graph_digest(model: onnx.ModelProto) -> str:
+    import hashlib
+
+    return hashlib.sha256(model.SerializeToString()).hexdigest()
 
 
 def measurement_settings(parity: ParityConfig) -> dict[str, Any]:

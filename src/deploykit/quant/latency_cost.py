@@ -1,29 +1,28 @@
-"""What keeping a layer group in higher precision costs in latency, per target flavour.
+"""What keeping a layer group in higher precision costs in latency, per target flavour: an estimate
+from FLOPs and bytes that does not change with machine load, so two runs on the same data order the
+groups alike and choose the same mix; whole graphs are timed only to confirm the answer (:func:`measure`).
 
-* ``onnxruntime``: **measured** on this CPU. ONNX Runtime's profiler times every kernel of the base
-  graph (every group at the stage's precision) and of the graph with every group in FP32, at the
-  build's optimization level, in interleaved rounds; a group's cost is its FP32 kernels' time minus
-  its quantized kernels' time (the fused QLinearConv and the Q/DQ nodes inside the group), plus the
-  Q/DQ kernels it adds at its border. It can be negative: a depthwise convolution often runs slower
-  in INT8 than in FP32 here.
-* ``tensorrt``: **estimated** from FLOPs and bytes (no GPU is needed to search), a roofline per
-  compute node: max(FLOPs / peak, bytes / bandwidth) at each precision's datasheet peak
-  (:data:`PEAKS`: an H100 SXM's dense tensor-core rates, FP32 as TF32, which TensorRT enables by
-  default). Only ratios matter to the search, so the absolute numbers need not match a given GPU.
+* ``onnxruntime``: a CPU roofline per node, max(FLOPs / rate, bytes / bandwidth), at the rates of
+  ONNX Runtime's CPU kernels (:data:`CPU_GFLOPS`: dense INT8 convolutions and MatMuls about 1.8x
+  FP32, measured 1.5-1.9x on AVX2 without VNNI, more with it; depthwise convolutions no faster in
+  INT8, :data:`CPU_DEPTHWISE_INT8`); elementwise nodes move their bytes.
+* ``tensorrt``: a GPU roofline per compute node at each precision's datasheet peak (:data:`PEAKS`:
+  an H100 SXM's dense tensor-core rates, FP32 as TF32, which TensorRT enables by default);
+  elementwise nodes fuse into their compute node.
 
-:func:`measure` times whole graphs (the FP32 graph, the base, the mix a search chose) in
-interleaved rounds, for the accuracy-vs-latency table.
+Both count the precision **boundaries** a patch adds or removes (:class:`Borders`): a float island
+inside an INT8 region costs a dequantize/quantize pair where its neighbours' fused integer kernels
+would have handed INT8 straight on, and raising a group next to an already raised one removes the
+boundary between them. So a patch's cost is not a sum of per-group costs (:meth:`Costs.of`), and
+the search prefers contiguous regions over scattered groups. Only ratios matter to the search.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,157 +40,189 @@ _QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
 @dataclass(frozen=True)
-class Costs:
-    """Latency of each group at each precision, relative to its base precision, in ``unit``."""
+class Borders:
+    """The activation tensors a Q/DQ pair carries between layer groups, and what converting one costs.
 
-    delta: dict[str, dict[str, float]]  # group -> precision -> latency added over the base precision
+    ``tensors``: (latency of one conversion of it, producing group or "" for a node in no group,
+    reading groups, "" likewise). A tensor costs one conversion per precision among its producer and
+    readers beyond the first: an INT8 producer with an FP32 reader needs a dequantize, an FP32
+    producer with INT8 readers a quantize; all at one precision, none (the fused kernels pass INT8 on).
+    """
+
+    tensors: tuple[tuple[float, str, tuple[str, ...]], ...]
+    base: str  # the groups' precision before a patch
+    rest: str  # what nodes in no group compute in
+    # precisions that hand tensors on without a conversion of their own (TensorRT writes INT8 or FP8
+    # from the producing kernel's epilogue alike)
+    alike: tuple[str, ...] = ()
+
+    def cost(self, patch: Mapping[str, str]) -> float:
+        return sum(self._tensor(t, patch) for t in self.tensors)
+
+    def _tensor(self, tensor: tuple[float, str, tuple[str, ...]], patch: Mapping[str, str]) -> float:
+        conversion, producer, readers = tensor
+        at = {self._precision(producer, patch), *(self._precision(r, patch) for r in readers)}
+        return conversion * (len(at) - 1)
+
+    def _precision(self, group: str, patch: Mapping[str, str]) -> str:
+        p = patch.get(group, self.base) if group else self.rest
+        return self.alike[0] if p in self.alike else p
+
+    def adjacent(self) -> dict[str, list[int]]:
+        """Group -> the indices of the tensors it produces or reads (what raising it can change)."""
+        out: dict[str, list[int]] = {}
+        for i, (_, producer, readers) in enumerate(self.tensors):
+            for g in {producer, *readers} - {""}:
+                out.setdefault(g, []).append(i)
+        return out
+
+    def change(self, patch: Mapping[str, str], group: str, precision: str, adjacent: list[int]) -> float:
+        """What setting ``group`` to ``precision`` on top of ``patch`` adds in conversions."""
+        after = {**patch, group: precision}
+        return sum(self._tensor(self.tensors[i], after) - self._tensor(self.tensors[i], patch) for i in adjacent)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensors": [[c, p, list(r)] for c, p, r in self.tensors], "base": self.base, "rest": self.rest, "alike": list(self.alike)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Borders:
+        return cls(tuple((float(c), p, tuple(r)) for c, p, r in data["tensors"]), data["base"], data["rest"],
+                   tuple(data.get("alike", ())))
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Latency of each group at each precision relative to its base precision, and of the boundaries
+    between groups at different precisions, in ``unit``."""
+
+    delta: dict[str, dict[str, float]]  # group -> precision -> compute latency added over the base precision
     base: float  # the whole base graph (every group at the base precision)
     top: float  # every group at the highest precision offered (FP32 on the CPU)
     unit: str
     method: str  # a sentence for reports
+    borders: Borders | None = None
 
     def of(self, patch: Mapping[str, str]) -> float:
-        """Latency of the base graph with ``patch`` applied (first order: group costs add up)."""
-        return self.base + sum(self.delta.get(g, {}).get(p, 0.0) for g, p in patch.items())
+        """Latency of the base graph with ``patch`` applied: the groups' compute costs add up, the
+        boundaries are counted for the patch as a whole."""
+        compute = self.base + sum(self.delta.get(g, {}).get(p, 0.0) for g, p in patch.items())
+        if self.borders is None or not patch:
+            return compute
+        return compute + self.borders.cost(patch) - self._base_borders
+
+    @property
+    def _base_borders(self) -> float:
+        return self.borders.cost({}) if self.borders is not None else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"delta": self.delta, "base": self.base, "top": self.top, "unit": self.unit, "method": self.method}
+        return {"delta": self.delta, "base": self.base, "top": self.top, "unit": self.unit, "method": self.method,
+                "borders": self.borders.to_dict() if self.borders is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Costs:
-        return cls(data["delta"], data["base"], data["top"], data["unit"], data["method"])
+        borders = Borders.from_dict(data["borders"]) if data.get("borders") else None
+        return cls(data["delta"], data["base"], data["top"], data["unit"], data["method"], borders)
 
 
-# -- onnxruntime: the profiler -----------------------------------------------------------------------
-
-def profiled(base: onnx.ModelProto, top: onnx.ModelProto, groups: Mapping[str, Group], sample: dict[str, np.ndarray],
-             level: str, top_precision: str = "fp32", rounds: int = 3, budget_s: float = 2.0) -> Costs:
-    """Per-group costs from ONNX Runtime's profiler (``top``: every group at ``top_precision``); each
-    round profiles as many runs as fit ``budget_s`` (small graphs get many: their kernels are short).
-
-    A group raised among quantized neighbours also pays for the conversions at its border: its
-    inputs are dequantized and its outputs quantized by kernels of their own (in the base graph they
-    are fused into the QLinear kernels). Those are priced per element at the median rate of the
-    standalone Q/DQ kernels the base graph already runs.
-    """
+def borders(base: onnx.ModelProto, groups: Mapping[str, Group], conversion: Callable[[float], float],
+            base_precision: str, rest: str, alike: tuple[str, ...] = ()) -> Borders:
+    """The activation tensors of ``base`` that pass through a Q/DQ pair, by producing and reading group;
+    ``conversion``: elements -> the latency of converting that many."""
     from deploykit.graph.proto import consumers, infer_shapes, producers, static_shapes
 
-    runs = _runs(top, sample, level, budget_s / (2 * rounds))
-    base_t, top_t = _kernel_times([base, top], sample, level, rounds, runs)
-    shapes = static_shapes(infer_shapes(base))
-    rate = _qdq_rate(base, base_t, shapes)
+    owner = {n: g.name for g in groups.values() for n in g.nodes}
     made_by, readers = producers(base), consumers(base)
-    delta = {}
-    for name, group in groups.items():
-        kernels = _kernels(base, group)
-        low = sum(t for n, t in base_t.items() if n in kernels)
-        wide = sum(t for n, t in top_t.items() if n in group.nodes)
-        crossing = _border(base, group, made_by, readers)
-        border = rate * sum(float(np.prod(shapes.get(t, (0,)), dtype=np.float64)) for t in crossing)
-        delta[name] = {top_precision: (wide - low + border) / 1e3}
-    return Costs(delta, sum(base_t.values()) / 1e3, sum(top_t.values()) / 1e3, "ms",
-                 f"ONNX Runtime profiler on this CPU at optimization level {level} (kernel time per node, "
-                 f"median of {rounds} interleaved rounds; Q/DQ at a raised group's border at "
-                 f"{rate * 1e3:.3g} ns per element)")
-
-
-def _qdq_rate(base: onnx.ModelProto, times: dict[str, float], shapes: dict[str, tuple[int, ...]]) -> float:
-    """Median microseconds per element of the Q/DQ kernels that run on their own in the base graph."""
-    rates = []
-    for node in base.graph.node:
-        size = float(np.prod(shapes.get(node.input[0], (0,)), dtype=np.float64)) if node.input else 0.0
-        if node.op_type in _QDQ and node.name in times and size > 0:
-            rates.append(times[node.name] / size)
-    return float(np.median(rates)) if rates else 0.0
-
-
-def _border(base: onnx.ModelProto, group: Group, made_by: dict[str, onnx.NodeProto],
-            readers: dict[str, list[onnx.NodeProto]]) -> list[str]:
-    """Activation tensors crossing the group's border through a Q/DQ pair: what a raised group reads
-    dequantized and writes quantized by separate kernels."""
-    members = set(group.nodes)
     inits = {i.name for i in base.graph.initializer}
+    shapes = static_shapes(infer_shapes(base))
+    found = []
+    for q in base.graph.node:
+        if q.op_type != "QuantizeLinear" or q.input[0] in inits:
+            continue
+        source = made_by.get(q.input[0])
+        while source is not None and source.op_type in (*_QDQ, "Cast"):
+            source = made_by.get(source.input[0])
+        reading = sorted({owner.get(r.name, "") for dq in readers.get(q.output[0], []) if dq.op_type == "DequantizeLinear"
+                          for r in _past_casts(readers, dq.output[0])})
+        elements = float(np.prod(shapes.get(q.input[0], (0,)), dtype=np.float64))
+        if reading and elements > 0:
+            found.append((conversion(elements), owner.get(source.name, "") if source is not None else "",
+                          tuple(reading)))
+    return Borders(tuple(found), base_precision, rest, alike)
+
+
+def _past_casts(readers: dict[str, list[onnx.NodeProto]], tensor: str) -> list[onnx.NodeProto]:
     out = []
-    for node in (n for n in base.graph.node if n.name in members):
-        for tensor in node.input:
-            dq = made_by.get(tensor)
-            if dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] not in inits:
-                source = made_by.get(dq.input[0])
-                if source is None or source.op_type != "QuantizeLinear" or source.input[0] in inits:
-                    continue
-                producer = made_by.get(source.input[0])
-                if producer is None or producer.name not in members:
-                    out.append(tensor)
-        for o in node.output:
-            after = [d for q in readers.get(o, []) if q.op_type == "QuantizeLinear" for d in readers.get(q.output[0], [])]
-            if any(r.name not in members for d in after for r in readers.get(d.output[0], [])):
-                out.append(o)
+    for r in readers.get(tensor, []):
+        out += _past_casts(readers, r.output[0]) if r.op_type == "Cast" else [r]
     return out
 
 
-def _kernels(base: onnx.ModelProto, group: Group) -> set[str]:
-    """The group's nodes in the quantized graph and the Q/DQ (and Cast) nodes between them."""
-    from deploykit.graph.proto import producers
+# -- onnxruntime: a CPU roofline ---------------------------------------------------------------------
 
-    made_by = producers(base)
-    members, out = set(group.nodes), set(group.nodes)
-    for node in (n for n in base.graph.node if n.name in members):
-        for tensor in node.input:
-            chain, source = [], made_by.get(tensor)
-            while source is not None and source.op_type in (*_QDQ, "Cast"):
-                chain.append(source.name)
-                source = made_by.get(source.input[0])
-            if source is not None and source.name in members:
-                out.update(chain)
-    return out
+# ONNX Runtime's CPU kernels (MLAS), GFLOP/s for one core-pair: dense INT8 ~1.8x FP32 (measured 1.5-1.9x
+# on AVX2 without VNNI; README's zoo rows); only ratios matter.
+CPU_GFLOPS = {"fp32": 50.0, "int8": 90.0}
+CPU_DEPTHWISE_INT8 = 0.8  # of the FP32 rate: ORT's x86 integer depthwise kernel is no faster (DESIGN.md)
+CPU_DEPTHWISE_RATE = 0.25  # of the dense rate, both precisions: one input channel per output leaves the FMAs idle
+# GB/s by the bytes a node moves: L2-, L3- and DRAM-sized working sets (a 16 KB map stays in cache,
+# a 480x480x16 one does not)
+CPU_BANDWIDTH_GBS = ((256 << 10, 100.0), (4 << 20, 30.0), (float("inf"), 10.0))
+CPU_BYTES = {"fp32": 4.0, "int8": 1.0}
+CONVERSION_BYTES = 5.0  # a standalone QuantizeLinear/DequantizeLinear reads and writes 4 + 1 bytes an element
 
 
-def _runs(model: onnx.ModelProto, sample: dict[str, np.ndarray], level: str, budget_s: float) -> int:
-    from deploykit.graph.run import session_from_onnx
+def cpu_estimate(reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group],
+                 steps: tuple[str, ...]) -> Costs:
+    """Per-group costs on ONNX Runtime's CPU kernels, in microseconds at :data:`CPU_GFLOPS` (the
+    module docstring); ``steps``: the base precision, then FP32."""
+    from deploykit.graph.proto import infer_shapes, static_shapes
 
-    run = session_from_onnx(model, "onnxruntime", level=level).timed_runner(sample)
-    run()
-    start = time.perf_counter()
-    run()
-    return int(min(50, max(2, budget_s / max(time.perf_counter() - start, 1e-6))))
+    model = infer_shapes(reference)
+    shapes = static_shapes(model)
+    nodes = {n.name: n for n in model.graph.node}
+    low, high = steps[0], steps[-1]
+    delta, base_total, top_total = {}, 0.0, 0.0
+    for name, group in groups.items():
+        cost = {p: sum(_cpu_us(nodes[n], shapes, p) for n in group.nodes if n in nodes) for p in (low, high)}
+        delta[name] = {high: float(cost[high] - cost[low])}
+        base_total += cost[low]
+        top_total += cost[high]
+    edges = borders(base, groups, lambda n: _cpu_move_us(n * CONVERSION_BYTES), low, high)
+    return Costs(delta, base_total + edges.cost({}), top_total, "us (estimate)",
+                 "CPU roofline estimate from FLOPs and bytes (load-independent; whole graphs timed to confirm): "
+                 f"max(FLOPs / rate, bytes / bandwidth) per node at {', '.join(f'{k} {v:g}' for k, v in CPU_GFLOPS.items())} "
+                 f"GFLOP/s (depthwise at {CPU_DEPTHWISE_RATE:g}x that, INT8 at {CPU_DEPTHWISE_INT8:g}x FP32), "
+                 f"{'/'.join(f'{b:g}' for _, b in CPU_BANDWIDTH_GBS)} GB/s by working set, "
+                 f"Q/DQ at each precision boundary {CONVERSION_BYTES:g} bytes an element", edges)
 
 
-def _kernel_times(models: list[onnx.ModelProto], sample: dict[str, np.ndarray], level: str, rounds: int,
-                  runs: int) -> list[dict[str, float]]:
-    """Median over rounds of each node's kernel time (microseconds per run), graphs interleaved."""
-    per_model: list[dict[str, list[float]]] = [{} for _ in models]
-    with tempfile.TemporaryDirectory(prefix="deploykit-profile-") as tmp:
-        for r in range(rounds):
-            for i, model in enumerate(models):
-                for node, t in _profile_once(model, sample, level, runs, Path(tmp) / f"m{i}r{r}").items():
-                    per_model[i].setdefault(node, []).append(t)
-    return [{node: statistics.median(ts) for node, ts in m.items()} for m in per_model]
+def _cpu_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision: str) -> float:
+    io = sum(float(np.prod(shapes.get(t, (0,)), dtype=np.float64)) for t in (*node.input[:1], *node.output[:1]) if t)
+    weights = float(np.prod(shapes.get(node.input[1], (0,)), dtype=np.float64)) if len(node.input) > 1 else 0.0
+    flops = _flops(node, shapes)
+    if flops == 0.0:  # elementwise, pooling, resize: the bytes they move (fused into a QLinear kernel or not)
+        return _cpu_move_us(io * CPU_BYTES[precision])
+    rate = CPU_GFLOPS[precision]
+    if _depthwise(node, shapes):
+        rate = CPU_DEPTHWISE_RATE * (CPU_DEPTHWISE_INT8 * CPU_GFLOPS["fp32"] if precision == "int8" else rate)
+    return float(max(flops / (rate * 1e3), _cpu_move_us((io + weights) * CPU_BYTES[precision])))
 
 
-def _profile_once(model: onnx.ModelProto, sample: dict[str, np.ndarray], level: str, runs: int,
-                  prefix: Path) -> dict[str, float]:
-    from deploykit.graph.run import session_from_onnx
+def _cpu_move_us(nbytes: float) -> float:
+    bandwidth = next(gbs for limit, gbs in CPU_BANDWIDTH_GBS if nbytes <= limit)
+    return nbytes / (bandwidth * 1e3)
 
-    session = session_from_onnx(model, "onnxruntime", level=level, profile_prefix=str(prefix))
-    run = session.timed_runner(sample)  # the first run (allocations, kernel selection) is averaged in
-    for _ in range(runs):
-        run()
-    path = Path(session.end_profiling())
-    events = json.loads(path.read_text())
-    path.unlink(missing_ok=True)
-    out: dict[str, float] = {}
-    for e in events:
-        name = e.get("name", "")
-        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
-            node = name[: -len("_kernel_time")]
-            out[node] = out.get(node, 0.0) + e["dur"] / (runs + 1)
-    return out
+
+def _depthwise(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> bool:
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    w = shapes.get(node.input[1]) if len(node.input) > 1 else None
+    return node.op_type == "Conv" and group > 1 and bool(w) and w[1] == 1
 
 
 # -- tensorrt: a roofline ----------------------------------------------------------------------------
 
 def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tuple[str, ...],
-             base_precision: str, activations: str) -> Costs:
+             base_precision: str, activations: str, base: onnx.ModelProto | None = None) -> Costs:
     """Per-group costs from FLOPs and bytes (microseconds at :data:`PEAKS`).
 
     Args:
@@ -200,6 +231,8 @@ def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tup
         steps: the precisions offered (the base first).
         base_precision: int8, fp8 or int4 (int4 quantizes weights only).
         activations: what unquantized tensors are stored in (the float rest's precision).
+        base: the quantized graph, whose Q/DQ boundaries a patch changes (reformats at
+            :data:`REFORMAT_BYTES` an element); None counts none.
     """
     from deploykit.graph.proto import infer_shapes, static_shapes
 
@@ -213,10 +246,16 @@ def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tup
         delta[name] = {p: float(cost[p] - cost[steps[0]]) for p in steps[1:]}
         base_total += cost[steps[0]]
         top_total += cost[steps[-1]]
-    return Costs(delta, base_total, top_total, "us (estimate)",
+    edges = borders(base, groups, lambda n: n * REFORMAT_BYTES / (BANDWIDTH_TBS * 1e6), steps[0], activations,
+                    alike=("int8", "fp8", "int4")) if base is not None else None
+    return Costs(delta, base_total + (edges.cost({}) if edges else 0.0), top_total, "us (estimate)",
                  "roofline estimate from FLOPs and bytes (no GPU measured): max(FLOPs / peak, bytes / bandwidth) "
                  f"per compute node at H100 SXM datasheet rates ({', '.join(f'{k} {v:g}' for k, v in PEAKS.items())} "
-                 f"TFLOPS, {BANDWIDTH_TBS} TB/s)")
+                 f"TFLOPS, {BANDWIDTH_TBS} TB/s)" + (f", {REFORMAT_BYTES:g} bytes an element at each precision "
+                                                     "boundary" if edges else ""), edges)
+
+
+REFORMAT_BYTES = 3.0  # a precision boundary on the GPU: an FP16 element read, an INT8 one written
 
 
 def _node_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision: str, base: str,

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from deploykit.config import QuantizeConfig
     from deploykit.quant.flavours import QuantFlavour
     from deploykit.quant.judge import Judge
-    from deploykit.quant.latency_cost import Costs
     from deploykit.quant.search import Patch
     from deploykit.quant.sensitivity import SearchResult
 
@@ -56,9 +55,11 @@ def builder(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, precisio
 
 def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Judge, cfg: QuantizeConfig,
            flavour: QuantFlavour, ort_level: str, sample: dict[str, np.ndarray], lookup: CacheLookup | None,
-           progress: Callable[[], Any] | None = None) -> tuple[SearchResult, dict[str, Any]]:
+           progress: Callable[[], Any] | None = None, task: Callable[[str, int], Any] | None = None
+           ) -> tuple[SearchResult, dict[str, Any]]:
     """The search's result and the cache payload to store in the artifact (``sensitivity.json``);
-    ``progress`` is called after each candidate the search runs."""
+    ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
+    timing of its answer on this CPU."""
     from deploykit.quant.latency_cost import Costs
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
@@ -72,8 +73,9 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
         ev = Evaluations(judge, build, dict(previous["measurements"]), progress=progress)
         costs = Costs.from_dict(previous["costs"])
     else:
-        ev, costs = Evaluations(judge, build, progress=progress), _costs(p, base, reference, build, flavour, cfg, ort_level, sample)
-    timer = _timer(build, base, reference, sample, ort_level) if flavour.measures_latency else None
+        ev = Evaluations(judge, build, progress=progress)
+        costs = flavour.latency_costs(reference, base, p.groups, p.ladder, cfg.precision, p.high_precision)
+    timer = _timer(build, base, reference, sample, ort_level, task) if flavour.measures_latency else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)
     result.wall_s, result.cpu_s = time.perf_counter() - start, time.process_time() - cpu
     payload = {"schema": CACHE_SCHEMA, "key": key, "facts": facts, "measurements": ev.cache, "costs": costs.to_dict(),
@@ -81,23 +83,19 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     return result, payload
 
 
-def _costs(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, build: Callable[[Patch], onnx.ModelProto],
-           flavour: QuantFlavour, cfg: QuantizeConfig, ort_level: str, sample: dict[str, np.ndarray]
-           ) -> Costs:
-    """Measured with ONNX Runtime's profiler where the flavour measures, else a roofline estimate."""
-    from deploykit.quant import latency_cost
-
-    if flavour.measures_latency:
-        top = build({g: p.ladder[-1] for g in p.groups})
-        return latency_cost.profiled(base, top, p.groups, sample, ort_level, p.ladder[-1])
-    return latency_cost.roofline(reference, p.groups, p.ladder, cfg.precision, p.high_precision)
-
-
 def _timer(build: Callable[[Patch], onnx.ModelProto], base: onnx.ModelProto, reference: onnx.ModelProto,
-           sample: dict[str, np.ndarray], level: str) -> Callable[[dict[str, Patch]], dict[str, float]]:
-    from deploykit.quant.latency_cost import measure
+           sample: dict[str, np.ndarray], level: str, task: Callable[[str, int], Any] | None
+           ) -> Callable[[dict[str, Patch]], dict[str, Any]]:
+    """label -> patch to each state's speed against FP32 (and the base's), from one interleaved timing."""
+    import contextlib
 
-    def timer(states: dict[str, Patch]) -> dict[str, float]:
-        return measure({"fp32": reference, "base": base, **{k: build(v) for k, v in states.items()}}, sample, level)
+    from deploykit.quant.speed import TIMING_TASK, compare_all
+
+    def timer(states: dict[str, Patch]) -> dict[str, Any]:
+        graphs = {"base": base, **{k: build(v) for k, v in states.items()}}
+        with task(TIMING_TASK, 1) if task else contextlib.nullcontext(lambda: None) as advance:
+            found = compare_all(reference, graphs, sample, level)
+            advance()
+        return found
 
     return timer

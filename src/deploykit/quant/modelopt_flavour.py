@@ -28,10 +28,14 @@ from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import onnx
 
     from deploykit.config import QuantizeConfig
     from deploykit.quant.flavours import Placed
+    from deploykit.quant.groups import Group
+    from deploykit.quant.latency_cost import Costs
     from deploykit.quant.ranges import TensorRange
     from deploykit.quant.reasons import Reason
 
@@ -154,6 +158,7 @@ class TensorRTFlavour:
     precisions = ("int8", "fp8", "int4", "fp16")
     measures_latency = False
     calibration_cache = True
+    configurable_rest = True
 
     def check(self, precision: str) -> None:
         return None  # every quantize precision exists for TensorRT
@@ -243,6 +248,13 @@ class TensorRTFlavour:
         if high_precision == "fp16":
             steps.append("fp32")
         return tuple(steps)
+
+    def latency_costs(self, reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group],
+                      ladder: tuple[str, ...], precision: str, high_precision: str) -> Costs:
+        """A GPU roofline at datasheet rates (no TensorRT here to time)."""
+        from deploykit.quant import latency_cost
+
+        return latency_cost.roofline(reference, groups, ladder, precision, high_precision, base)
 
     def foreign(self, backend: str) -> bool:
         """ONNX Runtime's CPU kernels do not compute such a graph as written (FP16 + INT8 measured at

@@ -36,10 +36,14 @@ from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import onnx
 
     from deploykit.config import QuantizeConfig
     from deploykit.quant.flavours import Placed
+    from deploykit.quant.groups import Group
+    from deploykit.quant.latency_cost import Costs
     from deploykit.quant.reasons import Reason
 
 
@@ -216,13 +220,16 @@ def rescale(model: onnx.ModelProto, reference: onnx.ModelProto, ranges: dict[str
     out = onnx.ModelProto.FromString(model.SerializeToString())
     inits = {i.name: i for i in out.graph.initializer}
     new: dict[str, np.ndarray] = {}
+    donors = _Donors(placed_with, ranges) if placed_with is not None else None
     for q, source in activation_quantizers(out):
         name = source if source in ranges else source.removesuffix("_QuantizeLinear_Input")
-        r = ranges.get(name)
         zp = inits.get(q.input[2]) if len(q.input) > 2 else None
-        if r is None or zp is None or zp.data_type != onnx.TensorProto.UINT8:
+        if zp is None or zp.data_type != onnx.TensorProto.UINT8:
             return None
-        if placed_with is not None and not _holds(inits, q, placed_with.get(name)):
+        if donors is not None and not _holds(inits, q, placed_with.get(name)):
+            name = donors.of(inits, q)  # the tensor whose range ORT gave this quantizer, if one can tell
+        r = ranges.get(name) if name else None
+        if r is None:
             return None
         new[q.input[2]], new[q.input[1]] = _uint8_params(r)
     if not _requantize_biases(out, reference, inits, new):
@@ -230,6 +237,32 @@ def rescale(model: onnx.ModelProto, reference: onnx.ModelProto, ranges: dict[str
     for name, value in new.items():
         inits[name].CopyFrom(numpy_helper.from_array(value.reshape(tuple(inits[name].dims)), name))
     return out
+
+
+class _Donors:
+    """Tensors by the quantization parameters their placement ranges give: a quantizer ORT gave another
+    tensor's parameters (a shared scale) takes that tensor's new range, where every tensor holding
+    those parameters has one new range (a pooled recognizer's pool -> Squeeze -> Unsqueeze chain
+    shares one scale; without this the quantizer ran again for every range set, 7.5 s each)."""
+
+    def __init__(self, placed_with: dict[str, TensorRange], ranges: dict[str, TensorRange]) -> None:
+        self.ranges = ranges
+        self.by_params: dict[bytes, list[str]] = {}
+        for name, r in placed_with.items():
+            zp, scale = _uint8_params(r)
+            self.by_params.setdefault(zp.tobytes() + scale.tobytes(), []).append(name)  # the order `of` reads
+
+    def of(self, inits: dict[str, Any], q: onnx.NodeProto) -> str:
+        """The tensor whose new range quantizer ``q`` takes, or "" where it is not one range."""
+        from onnx import numpy_helper
+
+        held = numpy_helper.to_array(inits[q.input[2]]).astype(np.uint8).tobytes() + \
+            numpy_helper.to_array(inits[q.input[1]]).astype(np.float32).tobytes()
+        names = self.by_params.get(held, [])
+        if not names or any(n not in self.ranges for n in names):
+            return ""
+        new = {b"".join(a.tobytes() for a in _uint8_params(self.ranges[n])) for n in names}
+        return names[0] if len(new) == 1 else ""
 
 
 def _holds(inits: dict[str, Any], q: onnx.NodeProto, r: TensorRange | None) -> bool:
@@ -406,7 +439,7 @@ def overrides(ranges: dict[str, TensorRange], model: onnx.ModelProto) -> dict[st
 class OnnxRuntimeFlavour:
     """The ``onnxruntime`` flavour's answers (:class:`deploykit.quant.flavours.QuantFlavour`): INT8
     QDQ from ORT's quantizer (FP16 by conversion), the rest FP32, checked as the CPU kernels compute
-    at the build's level, latencies measured on this CPU."""
+    at the build's level, latencies a CPU roofline, the answer timed on this CPU."""
 
     name: Flavour = "onnxruntime"
     tool = "ONNX Runtime's quantizer"
@@ -414,6 +447,7 @@ class OnnxRuntimeFlavour:
     precisions = ("int8", "fp16")
     measures_latency = True
     calibration_cache = False
+    configurable_rest = False
 
     def check(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -490,6 +524,13 @@ class OnnxRuntimeFlavour:
         """The base and FP32: ONNX Runtime's x86 CPU kernels have no fast FP16 convolution, so an FP16
         layer would only add Casts."""
         return (precision, "fp32")
+
+    def latency_costs(self, reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group],
+                      ladder: tuple[str, ...], precision: str, high_precision: str) -> Costs:
+        """A CPU roofline of ORT's kernels (INT8 against FP32), the answer then timed on this CPU."""
+        from deploykit.quant import latency_cost
+
+        return latency_cost.cpu_estimate(reference, base, groups, ladder)
 
     def foreign(self, backend: str) -> bool:
         return False  # any backend computes an ORT-flavour QDQ graph as written

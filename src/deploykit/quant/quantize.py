@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from deploykit.choices import Flavour
@@ -184,10 +184,14 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
     total = job.samples.limit or 0
     histograms = ("max",) if settings.method in NO_HISTOGRAM else ("max", "histogram")
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
+    validated = bool(job.judging.samples)  # parity's validation data judges: no calibration sample is held out
     with task as advance:
-        result = calibrate(model, job.samples, settings, histograms, hold_out=_check_count(job.cfg),
+        result = calibrate(model, job.samples, settings, histograms, hold_out=0 if validated else _check_count(job.cfg),
                            bounded=_max_calibrated(model), progress=advance, expected=job.samples.limit)
-    if result.held_out:
+    if validated:
+        notes.append(f"ranges from all {result.seen} calibration samples (the check judges on the validation "
+                     "samples: none is held out)")
+    elif result.held_out:
         notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
                      f"{len(result.held_out)} are held out for the check")
     else:
@@ -231,15 +235,21 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
         samples = list(itertools.islice(job.samples, _check_count(job.cfg)))
     else:
         samples = _random_samples(model)
-    reference = Reference(original, samples[: job.cfg.check_samples])  # before equalization: what must not change
     opener = _opener(job)
     memo = Memo(opener)
-    few = partial(check, reference.head(job.cfg.auto_samples), opener=memo, tolerance=tolerance(job))
     if job.target.checks_kernels(job.cfg.precision):
         wrong = _miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes)
         exclusions.keep_first(excluded, wrong)
     sets = range_sets(job, model, calibration, excluded, samples[0])
     judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
+    # the held-out samples' FP32 outputs (before equalization: what must not change), made only when
+    # method auto needs them, from the judge's when it judges on those samples
+    head = cache(lambda: (judge.ref if judge.reference is original and not job.judging.samples
+                          else Reference(original, samples[: job.cfg.auto_samples])).head(job.cfg.auto_samples))
+
+    def few(candidate: onnx.ModelProto) -> Check:
+        return check(head(), candidate, opener=memo, tolerance=tolerance(job))
+
     method, ranges = choose_ranges(job, model, sets, excluded, fp32, samples[0], few,
                                    judge if job.judging.samples else None, notes)
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
@@ -316,25 +326,39 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
     verdict = judge.check(candidate)
     result = Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, verdict, {}, base=base,
                     layer_precisions=dict(plan.start))
-    if verdict.passed or verdict.nonfinite or not cfg.repair.enabled:
+    if verdict.passed or verdict.nonfinite or not (cfg.repair.enabled or _search_by_task(job, verdict)):
         return result
+    if not cfg.repair.enabled:
+        notes.append(f"plain {cfg.precision.upper()} missed parity's task check on the validation data: the "
+                     "mixed-precision search ran (quantize.repair.auto: false turns this off)")
     # the bar's total is the most the search may run: a measurement per group plus its step budget
     total = len(plan.groups) + cfg.repair.max_iterations
     with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
         search, payload = mixed.search(plan, base, model, judge, cfg, job.target, job.ort_level, sample,
-                                       job.search_cache, advance)
+                                       job.search_cache, advance, job.task)
     notes.append(f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
                  f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
                  "reused from an earlier artifact's measurements")
     if search.check.passed and not search.faster_than_top():
         notes.append(_not_faster(search))
+    elif search.check.passed and "chosen" in search.speeds:
+        notes.append(search.speeds["chosen"].sentence("the passing mix runs at") + " on this CPU")
     return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
                                layer_precisions=dict(search.patch), search_cache=payload)
+
+
+def _search_by_task(job: Job, verdict: Check) -> bool:
+    """Whether the search runs unasked: ``repair.auto``, parity's validation data judges, and a task
+    check of it failed (an elementwise miss alone does not start it)."""
+    return job.cfg.repair.auto and bool(job.judging.samples) and any(t.get("violations") for t in verdict.tasks)
 
 
 def _not_faster(search: SearchResult) -> str:
     """The plain statement for a passing mix that is not faster than every layer at the top precision."""
     m = search.measured_ms
+    if "chosen" in search.speeds:  # the measurement the stage's CPU speed check reports too
+        return (f"the mix that passes is not faster than FP32 on this CPU: {search.speeds['chosen'].sentence('it runs')}; "
+                "FP32 is as accurate and at least as fast here")
     if "chosen" in m and "fp32" in m:
         return (f"the mix that passes is not faster than FP32 on this CPU (measured {m['chosen']:.3g} ms against "
                 f"{m['fp32']:.3g} ms): FP32 is as accurate and at least as fast here")
@@ -362,6 +386,6 @@ def _opener(job: Job) -> Callable[..., Any]:
     """Sessions over candidates, computed as the target flavour's runtime will."""
     from deploykit.graph.run import session_from_onnx
 
-    return partial(session_from_onnx, evaluator=job.target.evaluator, level=job.ort_level,
+    return partial(session_from_onnx, evaluator=job.target.evaluator, level=job.ort_level, spin=False,
                    failure="ONNX Runtime cannot run the quantized graph",
                    hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32")

@@ -326,7 +326,8 @@ class _Tap:
 
         self._producers = {t: n.name for t, n in producers(model).items()}
         inputs = {i.name for i in model.graph.input}
-        self.session = session_from_onnx(model, "as_written", expose=tuple(n for n in names if n not in inputs))
+        self.session = session_from_onnx(model, "as_written", expose=tuple(n for n in names if n not in inputs),
+                                         spin=False)
         self.names = set(names)
 
     def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

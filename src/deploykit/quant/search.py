@@ -16,7 +16,9 @@ a mix is not worth shipping, and the search says it cannot pass rather than retu
 move raised still fails and some moves are FP8, one more state raises those to ``fallback`` (FP16).
 Then it bisects for the shortest passing prefix: a few evaluations whether one layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
 network). A pass on the search samples counts only once confirmed on every judging sample; a state
-that fails on the few samples is not run on the rest. Trimming then lowers the raised groups,
+that fails on the few samples is not run on the rest. A passing state's INT8 islands whose raising
+makes it faster (their conversions cost more than their integer kernel saves) are then raised too,
+as one more state (``fill``). Trimming then lowers the raised groups,
 least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
 still passes. When the doubling fails because raising more made the score worse (FP32 islands among
 INT8 do not always add up), the best prefix it met grows by chunks of the groups after it, kept only
@@ -101,7 +103,7 @@ class Step:
     """One evaluated state: what changed, its score, its latency, whether the search kept it."""
 
     step: int
-    action: str  # base | raise | bisect | refine | verify | trim
+    action: str  # base | raise | bisect | refine | fill | verify | trim
     changes: Patch
     patch: Patch
     score: Score
@@ -144,6 +146,45 @@ def rank(moves: list[Move], floor: float = 0.0) -> list[Move]:
     return sorted(best.values(), key=lambda m: priority(m.gain, m.cost, floor), reverse=True)
 
 
+def order_moves(moves: list[Move], cost: Callable[[Patch, Move], float], neighbours: Mapping[str, set[str]],
+                floor: float = 0.0) -> list[Move]:
+    """One move per group (as :func:`rank`), ordered greedily: each next move is the one with the best
+    priority given the moves before it, its cost what it adds on top of them (``cost(state, move)``).
+    Where raising a group removes the boundary to a raised neighbour its cost drops, so contiguous
+    regions come before scattered groups; ``neighbours``: the groups whose cost a move can change
+    (with no boundaries counted, this is :func:`rank`). Ties keep the given order."""
+    import heapq
+
+    best: dict[str, Move] = {}
+    for m in moves:
+        if m.group not in best or m.gain > best[m.group].gain:
+            best[m.group] = m
+    position = {g: i for i, g in enumerate(best)}
+    state: Patch = {}
+    version = dict.fromkeys(best, 0)
+
+    def entry(g: str) -> tuple[tuple[float, float], int, str, int]:
+        c = cost(state, best[g])
+        rank_, value = priority(best[g].gain, c, floor)
+        return (-rank_, -value), position[g], g, version[g]
+
+    heap = [entry(g) for g in best]
+    heapq.heapify(heap)
+    out: list[Move] = []
+    while heap:
+        _, _, g, seen = heapq.heappop(heap)
+        if g in state or seen != version[g]:
+            continue
+        m = best[g]
+        out.append(Move(g, m.precision, m.gain, cost(state, m)))
+        state[g] = m.precision
+        for h in neighbours.get(g, ()):
+            if h in best and h not in state:
+                version[h] += 1
+                heapq.heappush(heap, entry(h))
+    return out
+
+
 def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
            start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget,
            fallback: Mapping[str, str] | None = None) -> Outcome:
@@ -183,17 +224,19 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         tops = sorted({m.precision for m in order})
         instead = f"; --precision {tops[0]} does as well" if len(tops) == 1 else ""
         return run.outcome(Stop.ONLY_ALL_PASS(n=len(order), tops=", ".join(tops), instead=instead))
+    targets = {m.group: m.precision for m in order}
     if passing is None and failing > 0 and not run.spent():
         found = _refine(run, start, order, raised)
         if found is not None and not budget.at_ceiling(latency(found[0])):
-            return run.trim(*found, ladder, Stop.PASSED_REFINED())
+            return run.trim(*run.fill(*found, targets), ladder, Stop.PASSED_REFINED())
     if passing is None:
         if run.spent():
             return run.outcome(Stop.BUDGET_SPENT(n=budget.evaluations))
         if slow:
             return run.outcome(Stop.NO_FASTER_PREFIX(n=len(order)))
         return run.outcome(Stop.ALL_RAISED_FAIL(n=len(order)))
-    return run.trim(_prefix(start, order, passing), [m.group for m in order[:passing]], ladder, Stop.PASSED())
+    filled = run.fill(_prefix(start, order, passing), [m.group for m in order[:passing]], targets)
+    return run.trim(*filled, ladder, Stop.PASSED())
 
 
 def _prefix(start: Patch, order: list[Move], k: int) -> Patch:
@@ -295,6 +338,23 @@ class _Run:
             full[frozenset(patch.items())] = known or self._record(patch, {}, "verify", True)
         mine, theirs = full[frozenset(best.items())], full[frozenset(start.items())]
         return (dict(start), theirs) if theirs.objective <= mine.objective else (best, mine)
+
+    def fill(self, state: Patch, raised: list[str], targets: Mapping[str, str]) -> tuple[Patch, list[str]]:
+        """Raise the groups left at the base precision whose raising makes the passing ``state`` faster
+        (an INT8 island between raised neighbours costs more in conversions than its integer kernel
+        saves), as one more state, kept where it passes; the filled groups are trimmed first."""
+        current = dict(state)
+        changed = True
+        while changed:
+            changed = False
+            for group, precision in targets.items():
+                trial = {**current, group: precision}
+                if group not in current and self._latency(trial) < self._latency(current) * (1 - SAME_COST):
+                    current, changed = trial, True
+        added = {g: p for g, p in current.items() if g not in state}
+        if added and not self.spent() and self.judge(current, added, "fill"):
+            return current, raised + sorted(added, key=list(targets).index)
+        return state, raised
 
     def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]], stop: Reason
              ) -> Outcome:

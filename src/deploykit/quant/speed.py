@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
+TIMING_TASK = "timing FP32 against INT8 on this CPU"  # the progress task that names it (about a second)
 NOT_FASTER = 1.1  # below this, a 2-core VM's drift between rounds can account for the difference
 ROUNDS = 10  # at least; more when the budget allows a round of one iteration more often
 MAX_ROUNDS = 40
@@ -47,9 +48,10 @@ class SpeedCheck:
     def speedup(self) -> float:
         return self.fp32_ms / self.quantized_ms if self.quantized_ms > 0 else float("inf")
 
-    def warning(self, precision: str, mix: tuple[int, int] | None = None) -> str | None:
+    def warning(self, precision: str, mix: tuple[int, int] | None = None, reason: str = "") -> str | None:
         """The plain statement when the quantized graph is not faster; ``mix``: (groups the search kept
-        in FP32, groups in all) when the graph is the search's mixed-precision answer."""
+        in FP32, groups in all) when the graph is the search's mixed-precision answer; ``reason``: why,
+        from the model (:func:`why_not_faster`)."""
         if self.speedup >= NOT_FASTER:
             return None
         how = "slower than" if self.speedup < 1 / NOT_FASTER else "not faster than"
@@ -61,12 +63,48 @@ class SpeedCheck:
         if mix:
             return (f"{what} passes parity but is {how} FP32 on this CPU: {measured}. No mix the search tried both "
                     "passes and beats FP32 here; keep FP32 (--precision fp32), or loosen the tolerance")
-        return (f"{what} is {how} FP32 on this CPU: {measured}. Depthwise-heavy "
-                "networks gain nothing from INT8 on the CPU, and every excluded node adds Q/DQ work; "
-                "keep FP32 (--precision fp32) unless the gate's numbers say otherwise")
+        because = f" {reason[0].upper()}{reason[1:]}." if reason else ""
+        return (f"{what} is {how} FP32 on this CPU: {measured}.{because} Keep FP32 (--precision fp32) unless the "
+                "gate's numbers say otherwise")
+
+    def sentence(self, what: str) -> str:
+        """``what`` against FP32 as every view prints it: ratio of the medians, the per-round range, the times."""
+        return (f"{what} {self.speedup:.2f}x FP32 ({self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
+                f"interleaved rounds; {self.quantized_ms:.3g} vs {self.fp32_ms:.3g} ms)")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "speedup": self.speedup}
+
+
+DEPTHWISE_HEAVY = 0.3  # of the compute time: ORT's integer depthwise kernel is no faster than FP32
+NO_INTEGER_KERNEL = ("GRU", "LSTM", "RNN", "LayerNormalization", "Softmax", "Erf", "InstanceNormalization")
+
+
+def why_not_faster(model: onnx.ModelProto) -> str:
+    """The likeliest reason INT8 does not beat FP32 on the CPU for this FP32 graph, from what it computes:
+    depthwise convolutions (ORT's integer kernel gains nothing there), ops with no integer kernel
+    (recurrent layers, normalisations: float between Q/DQ pairs), little convolution or MatMul work,
+    else the Q/DQ work at every boundary between quantized and float nodes."""
+    from deploykit.graph.proto import infer_shapes, static_shapes
+    from deploykit.quant.latency_cost import _cpu_us, _depthwise
+
+    graph = infer_shapes(model)
+    shapes = static_shapes(graph)
+    ops = [n.op_type for n in graph.graph.node]
+    compute = [n for n in graph.graph.node if n.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm")]
+    fp32_us = {n.name: _cpu_us(n, shapes, "fp32") for n in compute}  # the CPU roofline's FP32 time
+    thin = sum(fp32_us[n.name] for n in compute if _depthwise(n, shapes))
+    total = sum(fp32_us.values())
+    if total and thin > DEPTHWISE_HEAVY * total:
+        return (f"depthwise convolutions take {thin / total:.0%} of the estimated convolution and MatMul time, and "
+                "ONNX Runtime's integer depthwise kernel is no faster than its FP32 one")
+    slow = sorted({op for op in ops if op in NO_INTEGER_KERNEL})
+    if slow:
+        return (f"its {', '.join(slow)} nodes have no integer kernel in ONNX Runtime: they run in float between "
+                "Q/DQ pairs, which adds conversions around them")
+    if total == 0:
+        return "it has no Conv, MatMul or Gemm work for integer kernels to speed up"
+    return "every boundary between quantized and float nodes adds a Q/DQ pair, and its convolutions are small"
 
 
 def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str, np.ndarray], level: str,
@@ -76,10 +114,18 @@ def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str,
     The rounds and iterations are sized from one timed run of each so the check takes about
     ``budget_s``: at least :data:`ROUNDS` rounds of at least one iteration.
     """
+    return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s)["quantized"]
+
+
+def compare_all(fp32: onnx.ModelProto, graphs: dict[str, onnx.ModelProto], sample: dict[str, np.ndarray], level: str,
+                budget_s: float = 3.0) -> dict[str, SpeedCheck]:
+    """Each of ``graphs`` against ``fp32``, all timed in the same interleaved rounds (the order rotates
+    round by round), so every ratio comes from one measurement; see :func:`compare`."""
     from deploykit.graph.run import session_from_onnx
     from deploykit.metrics.latency import aggregate_trials, time_iterations, warm_up
 
-    sessions = [session_from_onnx(m, "onnxruntime", level=level) for m in (fp32, quantized)]
+    models = [fp32, *graphs.values()]
+    sessions = [session_from_onnx(m, "onnxruntime", level=level) for m in models]
     runners = [s.timed_runner(sample) for s in sessions]
     for run in runners:
         warm_up(run, *WARMUP)  # allocations, kernel selection, caches
@@ -87,14 +133,18 @@ def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str,
     per_round = max(sum(single), 1e-9)
     rounds = max(ROUNDS, min(MAX_ROUNDS, int(budget_s / per_round)))
     iterations = max(1, int(budget_s / (rounds * per_round)))
-    trials: list[list[list[float]]] = [[], []]
+    trials: list[list[list[float]]] = [[] for _ in models]
     for r in range(rounds):
-        for i in (0, 1) if r % 2 == 0 else (1, 0):
+        order = list(range(len(models)))
+        for i in order[r % len(order):] + order[: r % len(order)]:
             trials[i].append(time_iterations(runners[i], iterations))
     stats = [aggregate_trials(t) for t in trials]
     medians = [[t["p50_ms"] for t in s["trials"]] for s in stats]
-    ratios = [a / b for a, b in zip(*medians, strict=True) if b > 0]
-    batch = next(iter(sample.values())).shape[0] if sample else 1
-    return SpeedCheck(stats[0]["latency"]["p50_ms"], stats[1]["latency"]["p50_ms"], rounds, iterations, int(batch),
-                      sessions[1].evaluator, min(ratios, default=0.0), max(ratios, default=0.0),
-                      stats[0]["spread"]["p50_ms"]["rel"], stats[1]["spread"]["p50_ms"]["rel"])
+    batch = int(next(iter(sample.values())).shape[0]) if sample else 1
+    out = {}
+    for k, (name, s) in enumerate(zip(graphs, stats[1:], strict=True), start=1):
+        ratios = [a / b for a, b in zip(medians[0], medians[k], strict=True) if b > 0]
+        out[name] = SpeedCheck(stats[0]["latency"]["p50_ms"], s["latency"]["p50_ms"], rounds, iterations, batch,
+                               sessions[k].evaluator, min(ratios, default=0.0), max(ratios, default=0.0),
+                               stats[0]["spread"]["p50_ms"]["rel"], s["spread"]["p50_ms"]["rel"])
+    return out

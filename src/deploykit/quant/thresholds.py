@@ -94,8 +94,18 @@ def mse(hist: np.ndarray, absmax: float, grid: str = "int8", candidates: int = 2
     centers, weights = ((np.arange(bins) + 0.5) * width)[nz], hist[nz]
     ks = np.unique(np.linspace(max(1, bins // 50), bins, candidates).astype(np.int64))
     ts = ks * width
-    errors = np.array([np.sum(weights * (_fake_quant(centers, t, grid) - centers) ** 2) for t in ts])
+    errors = np.concatenate([_errors(centers, weights, ts[i:i + MSE_BLOCK], grid) for i in range(0, len(ts), MSE_BLOCK)])
     return float(ts[int(np.argmin(errors))])
+
+
+MSE_BLOCK = 16  # thresholds tried at once: a (16, bins) block, not one Python loop step per threshold
+
+
+def _errors(centers: np.ndarray, weights: np.ndarray, ts: np.ndarray, grid: str) -> np.ndarray:
+    """Per threshold in ``ts``, the weighted squared quantize-dequantize error of ``centers`` (each row
+    summed as :func:`mse` summed one threshold at a time, so the minimum is the same)."""
+    x = np.broadcast_to(centers, (len(ts), len(centers)))
+    return np.sum(weights * (_fake_quant(x, ts[:, None], grid) - x) ** 2, axis=1)
 
 
 def quantization_error(hist: np.ndarray, absmax: float, threshold: float, grid: str = "int8") -> float:
@@ -110,7 +120,8 @@ def quantization_error(hist: np.ndarray, absmax: float, threshold: float, grid: 
     return float(np.sum(hist[nz] * (_fake_quant(c, threshold, grid) - c) ** 2) / total)
 
 
-def _fake_quant(x: np.ndarray, amax: float, grid: str) -> np.ndarray:
+def _fake_quant(x: np.ndarray, amax: float | np.ndarray, grid: str) -> np.ndarray:
+    """``x`` quantized and dequantized at threshold ``amax`` (a float, or a column of them per row)."""
     if grid == "fp8":
         import ml_dtypes
 

@@ -71,11 +71,21 @@ class Check:
         return m / lim if lim > 0 else (0.0 if m <= 0 else float("inf"))
 
     def verdict_line(self) -> str:
-        """``rel_l2 0.031 <= 0.1`` (or the message when there is no number)."""
-        if self.measured is None or self.limit is None:
+        """``rel_l2 0.031 <= 0.1``: the comparison as it stands (``>`` only where the value is past the
+        limit), with the reason where the check failed for another (inconclusive, another limit); a
+        metric without a limit is reported as measured, not judged."""
+        if self.measured is None:
             return self.message or self.status
-        bad = {"<=": ">", ">=": "<"}.get(self.op, "vs")
-        return f"{self.metric} {number(self.measured)} {self.op if self.passed else bad} {number(self.limit)}"
+        if self.limit is None:
+            return f"{self.metric} {number(self.measured)} (reported, no limit)" + (
+                f": {self.message}" if self.message and not self.passed else "")
+        within = self.measured <= self.limit if self.op == "<=" else self.measured >= self.limit if self.op == ">=" \
+            else self.passed
+        op = self.op if within else {"<=": ">", ">=": "<"}.get(self.op, "vs")
+        line = f"{self.metric} {number(self.measured)} {op} {number(self.limit)}"
+        if not self.passed and within:
+            line += f" ({self.status}: {self.message})" if self.message else f" ({self.status})"
+        return line
 
 
 @dataclass(frozen=True)

@@ -264,8 +264,8 @@ def _diagnosis(d: dict[str, Any] | None, with_plots: bool) -> str:
     if d.get("status") != "ran":
         return f"<h3>Per-layer diagnosis</h3><p class='note'>{e(d.get('status'))}: {e(d.get('reason', ''))}</p>"
     out = [f"<h3>Per-layer diagnosis</h3><p>Compared with {e(d.get('candidate', ''))}.</p>"]
-    for title, key in (("First tensors over the threshold", "first"), ("Largest error growth", "top")):
-        rows = [[e(t.get("name")), e(t.get("op_type", "")), fmt(t.get("rel_l2")), fmt(t.get("max_abs")),
+    for title, key in (("First tensors over the threshold", "first_exceeding"), ("Largest error growth", "top_growth")):
+        rows = [[e(t.get("tensor")), e(t.get("op_type", "")), fmt(t.get("rel_l2")), fmt(t.get("max_abs")),
                  fmt(t.get("growth"))] for t in d.get(key, [])]
         if rows:
             out.append(f"<h3>{title}</h3>" + _table(["tensor", "op", "rel L2", "max abs", "growth"], rows, {2, 3, 4}))

@@ -55,15 +55,16 @@ def _quantize(record: RunRecord) -> list[str]:
         return []
     out = [_section_title(f"quantize {str(q.get('precision', record.precision)).upper()} ({q.get('flavour', record.flavour)} "
                           f"flavour)", checks), "",
-           f"{q.get('method', '')} calibration on {q.get('samples', 0)} samples, {q.get('quantized_nodes', 0)} nodes "
-           f"quantized; checked against FP32 with {q.get('evaluator') or 'no evaluator'}.", ""]
+           f"{q.get('method', '')} calibration: {_calibration_samples(q)}, {q.get('quantized_nodes', 0)} nodes "
+           f"quantized; checked against FP32 on {_checked_on(q)} with {q.get('evaluator') or 'no evaluator'}.", ""]
     if checks:
         out += ["| output | worst rel L2 | limit | result | why |", "| --- | --- | --- | --- | --- |"]
         out += [f"| {c.name} | {fmt(c.measured)} | {fmt(c.limit)} | {_verdict(c)} | {c.message} |" for c in checks]
     speed = q.get("cpu_speed")
     if speed:
         out += ["", f"On this CPU: FP32 {speed['fp32_ms']:.3f} ms, {str(q['precision']).upper()} {speed['quantized_ms']:.3f} ms "
-                    f"at batch {speed['batch']} ({speed['speedup']:.2f}x)."]
+                    f"at batch {speed['batch']} ({speed['speedup']:.2f}x; {speed.get('speedup_low', 0):.2f}-"
+                    f"{speed.get('speedup_high', 0):.2f}x over {speed.get('rounds', 0)} interleaved rounds)."]
     return out
 
 
@@ -91,6 +92,17 @@ def _lint(record: RunRecord) -> list[str]:
     return out
 
 
+def _calibration_samples(q: dict[str, Any]) -> str:
+    """How many samples were read and how many set the ranges (the notes' numbers, not the read count alone)."""
+    read, ranged = q.get("samples", 0), q.get("range_samples", q.get("samples", 0))
+    return f"ranges from {ranged} of {read} samples read" if ranged != read else f"ranges from {read} samples"
+
+
+def _checked_on(q: dict[str, Any]) -> str:
+    check = q.get("check") or {}
+    return f"{check.get('samples', q.get('check_samples', 0))} samples ({check.get('data') or 'held-out calibration samples'})"
+
+
 def _parity(record: RunRecord) -> list[str]:
     checks = record.group("parity", "task")
     report = record.details.get("parity") or {}
@@ -113,10 +125,13 @@ def _parity(record: RunRecord) -> list[str]:
     failed = [c for c in checks if not c.passed]
     out += [f"\n- {c.name}: {c.message}" for c in failed if c.message]
     d = report.get("diagnosis")
-    if d and d.get("status") == "ran" and d.get("first"):
-        out += ["", f"First diverging tensor: `{d['first'][0]['name']}`."]
+    if d and d.get("status") == "ran":
+        first = d.get("first_exceeding") or []
+        out += ["", f"First diverging tensor: `{first[0]['tensor']}` (node `{first[0]['node']}`, {first[0]['op_type']}, "
+                    f"rel-L2 {fmt(first[0]['rel_l2'])})." if first else
+                f"_per-layer diagnosis ran: no tensor exceeds rel-L2 {fmt(d.get('threshold'))}_"]
     elif d:
-        out += ["", f"_per-layer diagnosis {d.get('status')}: {d.get('reason', '')}_"]
+        out += ["", f"_per-layer diagnosis {d.get('status')}: {d.get('reason') or 'no reason given'}_"]
     return out
 
 

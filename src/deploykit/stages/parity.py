@@ -114,6 +114,8 @@ class ParityStage(Stage):
 def parity_checks(report: dict[str, Any]) -> list[Check]:
     """The parity report's verdicts as checks. An inconclusive comparison passes only where the
     config accepts it (``parity.inconclusive: warn``, seen as an inconclusive report that passed)."""
+    from deploykit.metrics.tasks import deciding_limit
+
     accepted = report.get("status") == "inconclusive" and bool(report.get("passed"))
     out = []
     for name, refs in report.get("outputs", {}).items():
@@ -124,7 +126,7 @@ def parity_checks(report: dict[str, Any]) -> list[Check]:
                              (r["status"] == "inconclusive" and accepted), metric, measured, limit, op,
                              "; ".join(reasons)))
     for t in report.get("tasks", []):
-        lim = (t.get("limits") or [{}])[0]
+        lim = deciding_limit(t)
         reasons = list(t.get("violations", [])) + ([t["inconclusive"]] if t.get("inconclusive") else [])
         out.append(Check("task", f"{t['label']} vs {t['reference']}", t["status"],
                          t["status"] == "pass" or (t["status"] == "inconclusive" and accepted), lim.get("metric", ""),

@@ -191,7 +191,7 @@ class QuantizeStage(Stage):
             result = quantize_keeping_plugins(job, quantize_model)
         notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
         speed = _cpu_speed(job, result, stream)
-        said = speed.warning(job.cfg.precision, _mix(result)) if speed is not None else None
+        said = speed.warning(job.cfg.precision, _mix(result), _why_not_faster(job)) if speed is not None else None
         if said:
             notes.append(said)
         for note in notes:  # recorded in the summary and still shown to the user
@@ -221,6 +221,15 @@ class QuantizeStage(Stage):
             claimed.update(bad)
             out.append(Check("quantize", name, "fail" if bad else "pass", not bad, "rel_l2", m.get("rel_l2"),
                              limits.get(name), "<=", "; ".join(v.removeprefix(f"{name}: ") for v in bad)))
+        from deploykit.metrics.tasks import deciding_limit
+
+        for t in check.tasks:  # parity's task checks, each by the limit that decides it
+            lim = deciding_limit(t)
+            bad = [v for v in check.violations if v.startswith(f"{t['label']}: ")]
+            claimed.update(bad)
+            out.append(Check("quantize", t["label"], "fail" if bad else t["status"], not bad,
+                             lim.get("metric", ""), t["metrics"].get(lim.get("metric")), lim.get("value"),
+                             lim.get("op", ""), "; ".join(v.removeprefix(f"{t['label']}: ") for v in bad)))
         rest = [v for v in check.violations if v not in claimed]
         if rest or (not check.passed and all(c.passed for c in out)):
             out.append(Check("quantize", "check", "fail", False, message="; ".join(rest) or "failed"))
@@ -257,10 +266,19 @@ def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
 
     if not job.target.measures_latency or job.cfg.precision != "int8" or result.passthrough or stream is None:
         return None
-    with job.task("timing FP32 against INT8 on this CPU", 1) as advance:  # about a second: say what it is
+    search = result.repair
+    if search is not None and "chosen" in search.speeds and result.model is search.model:
+        return search.speeds["chosen"]  # the search timed its answer: one measurement for notes and summary
+    with job.task(speed.TIMING_TASK, 1) as advance:  # about a second: say what it is
         found = speed.compare(job.model, result.model, stream.first(), job.ort_level)
         advance()
     return found
+
+
+def _why_not_faster(job: Any) -> str:
+    from deploykit.quant.speed import why_not_faster
+
+    return why_not_faster(job.model)
 
 
 def _mix(result: Any) -> tuple[int, int] | None:
@@ -277,9 +295,14 @@ def _hint(summary: QuantizeSummary, report: Path) -> str:
         return (f"see {report}; enable quantize.repair ({spelled('quantize__repair__enabled=True', '--auto-repair')}) "
                 "to search for the layers to keep in higher "
                 "precision, or exclude the nodes the diagnosis names")
+    from deploykit.quant.flavours import flavour_for
+
+    # high_precision sets what the float rest runs in only where the flavour lets it
+    rest = bool(summary.flavour) and flavour_for(summary.flavour).configurable_rest
+    wider = ", use quantize.high_precision: fp32" if rest else ""
     return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
-            "quantize.repair.max_iterations / candidates (and max_nodes if you capped it), use "
-            "quantize.high_precision: fp32, or loosen the tolerance if the best state shown is acceptable")
+            f"quantize.repair.max_iterations / candidates (and max_nodes if you capped it){wider}, or loosen the "
+            "tolerance if the best state shown is acceptable")
 
 
 def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
@@ -379,7 +402,7 @@ def _short(check: dict[str, Any] | None) -> QuantCheck | None:
     keys = ("rel_l2", "cosine", "max_abs", "nonfinite", "signal_rel_l2", "error_to_signal")
     metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
     # JSON has no infinity: non-finite values become None (the report says what they mean).
-    tasks = [{k: t[k] for k in ("label", "metrics", "status")} for t in check.get("tasks", [])]
+    tasks = [{k: t[k] for k in ("label", "metrics", "status", "limits") if k in t} for t in check.get("tasks", [])]
     return QuantCheck(check["passed"], clean(check["violations"]), clean(metrics), check["samples"],
                       check.get("data") or "held-out calibration samples", clean(tasks))
 
