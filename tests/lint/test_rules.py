@@ -224,6 +224,19 @@ def test_symmetric_int8_with_per_channel_weights_is_clean():
     assert lint(qdq_conv()).findings == ()
 
 
+def test_a_declaration_of_a_tensor_nothing_writes_or_reads_is_not_linted():
+    """A Q/DQ pair removed by an edit can leave its INT8 declaration behind; the parser never sees
+    that tensor, so no rule reads it. The same tensor written by a Cast is still refused."""
+    stale = qdq_conv()
+    stale.graph.value_info.append(value("gone_QuantizeLinear_Output", T.INT8, [1, 3, 8, 8]))
+    assert lint(stale).findings == ()
+    written = qdq_conv()
+    written.graph.node.append(helper.make_node("Cast", ["x"], ["gone"], to=T.INT8))
+    written.graph.output.append(value("y2", F, None))
+    written.graph.node.append(helper.make_node("Cast", ["gone"], ["y2"], to=T.FLOAT))
+    assert "type.quantized" in errors(lint(written))
+
+
 def test_onnxruntime_style_asymmetric_uint8_is_refused():
     report = lint(qdq_conv(zero_dtype=np.uint8, zero=128))
     assert {"qdq.type", "qdq.zero_point"} <= errors(report)

@@ -50,7 +50,11 @@ class GraphView:
         g = self.model.graph
         self.graph = g
         self.opset = opset_version(self.model)
-        self.types: dict[str, int] = tensor_types(g)
+        # A declaration of a tensor no node writes or reads (left behind by an edit) is not part of
+        # the network the parser builds: no rule reads it.
+        present = {t for n in g.node for t in (*n.input, *n.output)} | {v.name for v in (*g.input, *g.output)}
+        present |= {t.name for t in g.initializer}
+        self.types: dict[str, int] = {k: v for k, v in tensor_types(g).items() if k in present}
         self.shapes: dict[str, list[int | str | None]] = {}
         for v in [*g.input, *g.value_info, *g.output]:
             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):

@@ -348,7 +348,9 @@ def _to_fp32(model: onnx.ModelProto, group: Group, types: dict[str, int]) -> Non
 # -- clean up --------------------------------------------------------------------------------------------
 
 def _drop_unread(model: onnx.ModelProto) -> None:
-    """Remove Q/DQ and Cast nodes nothing reads, repeatedly, and the constants only they used."""
+    """Remove Q/DQ and Cast nodes nothing reads, repeatedly, the constants only they used, and every
+    declaration of a tensor no node now writes or reads (a removed pair's INT8 declaration left
+    behind reads as an INT8 tensor outside Q/DQ to TensorRT's lint)."""
     outputs = {o.name for o in model.graph.output}
     dropped: set[str] = set()
     while True:
@@ -366,3 +368,8 @@ def _drop_unread(model: onnx.ModelProto) -> None:
     if len(inits) != len(model.graph.initializer):
         del model.graph.initializer[:]
         model.graph.initializer.extend(inits)
+    present = {t for n in model.graph.node for t in (*n.input, *n.output)}
+    declared = [v for v in model.graph.value_info if v.name in present]
+    if len(declared) != len(model.graph.value_info):
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(declared)
