@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BASE   := $(VENV)/.installed-base
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-all fuzz bench lint plugins gpu-check clean constraints
+.PHONY: install demo test test-e2e test-all fuzz bench lint plugins gpu-check clean constraints
 
 # The venv's own pip (23.x) crashes in the resolver on these dependencies: upgrade it first.
 # torch==2.13.0 next: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
@@ -39,9 +39,13 @@ $(TRT_HEADERS):
 # slow tests, so the default suite stays fast and CI still runs them.
 JOBS ?= 2
 test: $(STAMP) $(TRT_HEADERS)
-	$(PY) -m pytest -n $(JOBS) -m "not slow and not ray and not serial"
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not ray and not serial"
 	$(PY) -m pytest -m "serial and not slow and not ray"
 	$(PY) -m pytest -m "ray or slow" tests/matrix
+
+# The heavy end-to-end runs (marked e2e, also slow): CI runs them after `make test`.
+test-e2e: $(STAMP) $(TRT_HEADERS)
+	$(PY) -m pytest -n $(JOBS) -m "e2e and not ray"
 
 test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""

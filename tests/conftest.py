@@ -92,6 +92,24 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A heavy end-to-end run (marked e2e) is slow: out of the default suite, run by `make test-e2e`
+    in CI. The tests of a module that share a module-scoped fixture go to one xdist worker
+    (`--dist loadgroup`), so the fixture (a trained example, a hostile module's concurrent runs of
+    all its cases) is made once, not once per worker. Marked as each item is collected: before `-m`
+    deselects and before xdist reads the groups."""
+    if item.get_closest_marker("e2e"):
+        item.add_marker(pytest.mark.slow)
+    info = getattr(item, "_fixtureinfo", None)
+    if info and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        if getattr(item.config.option, "loadgroup", False):  # set on xdist workers
+            # xdist 3.8 names the group by setting item._nodeid, which pytest 9 no longer reads.
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{item.module.__name__}")
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """Run ``deploykit`` in-process; return (exit code, stdout, stderr)."""
     import contextlib
@@ -120,3 +138,4 @@ def standin_clock(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     from tests.standins import install_clock
 
     return install_clock(monkeypatch)
+

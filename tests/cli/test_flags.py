@@ -155,6 +155,7 @@ def test_duration_sets_the_timed_seconds(onnx_model, tmp_path):
     assert gate["iterations"] > 50 and gate["latency"]["n"] == gate["iterations"] * gate["trials_count"]
 
 
+@pytest.mark.e2e
 def test_every_stage_command_takes_rerun(onnx_model, tmp_path):
     """``--rerun STAGE`` on each stage command runs that stage again where the store already holds it."""
     import json

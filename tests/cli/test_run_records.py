@@ -92,6 +92,7 @@ def test_a_partial_run_does_not_replace_the_record_of_a_whole_one(tiny):
     assert [s.stage for s in kept.stages][-1] == "gate" and "partial" not in kept.details
 
 
+@pytest.mark.e2e
 def test_progress_covers_the_search_and_the_cpu_timing(quantizable):
     """--log-format json events name each long step, so a progress bar never sits still through them."""
     cfg, store = quantizable

@@ -80,6 +80,7 @@ def test_the_install_spec_names_extras_that_exist() -> None:
     assert len(install) == 1 and "$DEPLOYKIT_SPEC" in install[0] and "torch==2.13.0" in install[0]
 
 
+@pytest.mark.e2e
 def test_github_workflow_run_steps(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     workflow = github()
     env = workflow["env"]
@@ -154,6 +155,7 @@ def fake_curl(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.e2e
 def test_gitlab_job_script_and_merge_request_note(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     job = gitlab()["deploykit"]
     variables = dict(job["variables"])

@@ -9,6 +9,7 @@ import pytest
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook.ipynb"
 
 
+@pytest.mark.e2e
 def test_notebook_runs_headless():
     nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install nbformat)")
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install nbclient)")

@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import pytest
+
 from tests.conftest import run_cli
 
 STACK = Path(__file__).resolve().parents[2] / "examples" / "stack" / "stack.yaml"
 
 
+@pytest.mark.e2e
 def test_the_example_stack_runs_and_its_views_agree(tmp_path):
     code, out, err = run_cli("stack", str(STACK), "-w", str(tmp_path / "store"), "--duration", "2", "--alone", "0.5",
                              "--report-dir", str(tmp_path / "r"))

@@ -439,6 +439,7 @@ def cuda_build(tmp_path_factory) -> Path:
     return build
 
 
+@pytest.mark.e2e
 @needs_nvcc
 def test_default_cuda_architectures_include_thor(tmp_path):
     build = tmp_path / "build"
@@ -451,6 +452,7 @@ def test_default_cuda_architectures_include_thor(tmp_path):
     assert archs == ["80", "86", "87", "89", "90", *thor]
 
 
+@pytest.mark.e2e
 @needs_nvcc
 def test_cuda_kernels_compile(cuda_build):
     _cmake(cuda_build, targets=("deploykit_plugins_cuda", "deploykit_gpu_check"))
@@ -463,6 +465,7 @@ def test_cuda_kernels_compile(cuda_build):
         assert all(f"code=[compute_{arch},sm_{arch}]" in command for command in cu), arch
 
 
+@pytest.mark.e2e
 @needs_nvcc
 @needs_trt_headers
 def test_tensorrt_glue_compiles_and_behaves(cuda_build):
