@@ -81,8 +81,10 @@ constraints: $(STAMP)
 	{ head -2 constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -vi '^deploykit=='; } > constraints.new
 	mv constraints.new constraints.txt
 
+# ruff's rules and its formatter, at the 120-column width in pyproject.toml (CI runs this).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench scripts examples
+	$(VENV)/bin/ruff format --check src tests bench scripts examples
 
 clean:
 	rm -rf .deploykit reports build bench/results

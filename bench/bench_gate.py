@@ -41,9 +41,13 @@ def tiny_session() -> tuple[object, dict[str, np.ndarray]]:
     from deploykit.graph.run import session_from_onnx
 
     w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "tiny",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [w],
+    )
     path = Path(tempfile.mkdtemp()) / "tiny.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
     return session_from_onnx(path, "onnxruntime", level="disabled", threads=1), {"x": np.ones((1, 8), np.float32)}
@@ -73,16 +77,22 @@ def harness_overhead() -> dict[str, float]:
     diffs = [d - b for d, b in zip(per_iter["deploykit"], per_iter["bare"], strict=True)]
     bare_us = statistics.median(per_iter["bare"])
     overhead = statistics.median(diffs)
-    return {"bare_us": bare_us, "deploykit_us": statistics.median(per_iter["deploykit"]),
-            "overhead_us": overhead, "overhead_pct": 100 * overhead / bare_us,
-            "rounds": ROUNDS, "iterations": ITERATIONS}
+    return {
+        "bare_us": bare_us,
+        "deploykit_us": statistics.median(per_iter["deploykit"]),
+        "overhead_us": overhead,
+        "overhead_pct": 100 * overhead / bare_us,
+        "rounds": ROUNDS,
+        "iterations": ITERATIONS,
+    }
 
 
 def gate_runs(workdir: Path) -> list[dict]:
     import deploykit
 
-    overrides = dict(gate__warmup=20, gate__warmup_s=0.5, gate__iterations=100, gate__trials=5,
-                     gate__allow_missing_target=True)
+    overrides = dict(
+        gate__warmup=20, gate__warmup_s=0.5, gate__iterations=100, gate__trials=5, gate__allow_missing_target=True
+    )
     deploykit.convert(DETECTOR, workdir=workdir, **overrides)  # export/build once
     reports = []
     for i in range(RUNS):
@@ -97,9 +107,17 @@ def flakes(reports: list[dict]) -> dict[str, object]:
     aware = naive_mean = naive_p99 = 0
     for b, c in pairs:
         old, new = reports[b], reports[c]
-        checks = [regression("fps", "FPS", new["fps_trials"], old["fps_trials"], THRESHOLD, True),
-                  regression("p99", "ms", [t["p99_ms"] for t in new["trials"]], [t["p99_ms"] for t in old["trials"]],
-                             THRESHOLD, False)]
+        checks = [
+            regression("fps", "FPS", new["fps_trials"], old["fps_trials"], THRESHOLD, True),
+            regression(
+                "p99",
+                "ms",
+                [t["p99_ms"] for t in new["trials"]],
+                [t["p99_ms"] for t in old["trials"]],
+                THRESHOLD,
+                False,
+            ),
+        ]
         aware += not all(ch["passed"] for ch in checks)
         naive_mean += naive_regression(new["latency_all_mean_ms"], old["latency_all_mean_ms"], THRESHOLD)
         naive_p99 += naive_regression(new["latency_all_p99_ms"], old["latency_all_p99_ms"], THRESHOLD)
@@ -110,8 +128,11 @@ def flakes(reports: list[dict]) -> dict[str, object]:
 def pooled(report: dict) -> dict:
     """Statistics over every iteration of a run, as a single long measurement would give them."""
     everything = np.concatenate([np.asarray(t) for t in report["trials_ms"]])
-    return {**report, "latency_all_mean_ms": float(everything.mean()),
-            "latency_all_p99_ms": float(np.percentile(everything, 99))}
+    return {
+        **report,
+        "latency_all_mean_ms": float(everything.mean()),
+        "latency_all_p99_ms": float(np.percentile(everything, 99)),
+    }
 
 
 def main() -> None:
@@ -120,11 +141,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="deploykit-bench-gate-") as tmp:
         reports = [pooled(r) for r in gate_runs(Path(tmp))]
     stability = flakes(reports)
-    runs = [{"fps": r["fps"], "fps_trials": r["fps_trials"], "p99_ms": r["latency"]["p99_ms"],
-             "mean_ms": r["latency_all_mean_ms"], "p50_spread": r["spread"]["p50_ms"]["rel"]} for r in reports]
-    results = {"overhead": overhead, "overhead_target": "<= 5 us or <= 2 %", "stability": stability,
-               "threshold": THRESHOLD, "runs": runs,
-               "overhead_ok": overhead["overhead_us"] <= 5 or overhead["overhead_pct"] <= 2}
+    runs = [
+        {
+            "fps": r["fps"],
+            "fps_trials": r["fps_trials"],
+            "p99_ms": r["latency"]["p99_ms"],
+            "mean_ms": r["latency_all_mean_ms"],
+            "p50_spread": r["spread"]["p50_ms"]["rel"],
+        }
+        for r in reports
+    ]
+    results = {
+        "overhead": overhead,
+        "overhead_target": "<= 5 us or <= 2 %",
+        "stability": stability,
+        "threshold": THRESHOLD,
+        "runs": runs,
+        "overhead_ok": overhead["overhead_us"] <= 5 or overhead["overhead_pct"] <= 2,
+    }
     out = ROOT / "bench" / "results" / "gate.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

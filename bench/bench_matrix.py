@@ -61,8 +61,11 @@ def write_models(root: Path) -> Path:
         (folder / "deploykit.yaml").write_text(textwrap.dedent(CONFIG.format(name=name)))
         configs.append(f"{name}/deploykit.yaml")
     matrix = root / "matrix.yaml"
-    matrix.write_text(yaml.safe_dump({"models": configs, "precisions": ["fp32", "int8"],
-                                      "targets": [{"name": "cpu", "backend": "onnxruntime"}]}))
+    matrix.write_text(
+        yaml.safe_dump(
+            {"models": configs, "precisions": ["fp32", "int8"], "targets": [{"name": "cpu", "backend": "onnxruntime"}]}
+        )
+    )
     return matrix
 
 
@@ -92,14 +95,17 @@ def ray_overheads(result: object) -> dict[str, float]:
     worker's own time, and what follows it (returning the result, importing it into the driver)."""
     cells = result.cells  # type: ignore[attr-defined]
     med = statistics.median
-    return {"schedule_s": min(c.queued for c in cells), "queued_s": med(c.queued for c in cells),
-            "after_s": med(c.wall - c.queued - c.seconds for c in cells),
-            "transfer_in_s": med(c.transfer.get("in_s", 0.0) for c in cells),
-            "transfer_out_s": med(c.transfer.get("out_s", 0.0) for c in cells),
-            "import_s": med(c.transfer.get("import_s", 0.0) for c in cells),
-            "in_bytes": med(c.transfer.get("in_bytes", 0.0) for c in cells),
-            "out_bytes": med(c.transfer.get("out_bytes", 0.0) for c in cells),
-            "worker_s": med(c.seconds for c in cells)}
+    return {
+        "schedule_s": min(c.queued for c in cells),
+        "queued_s": med(c.queued for c in cells),
+        "after_s": med(c.wall - c.queued - c.seconds for c in cells),
+        "transfer_in_s": med(c.transfer.get("in_s", 0.0) for c in cells),
+        "transfer_out_s": med(c.transfer.get("out_s", 0.0) for c in cells),
+        "import_s": med(c.transfer.get("import_s", 0.0) for c in cells),
+        "in_bytes": med(c.transfer.get("in_bytes", 0.0) for c in cells),
+        "out_bytes": med(c.transfer.get("out_bytes", 0.0) for c in cells),
+        "worker_s": med(c.seconds for c in cells),
+    }
 
 
 def main() -> None:
@@ -117,8 +123,14 @@ def main() -> None:
     matrix = write_models(tmp / "models")
     node_dir = tmp / "ray-node"  # the workers' own store: emptied before each round, like a fresh node
     t0 = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {NODE_DIR_ENV: str(node_dir)}})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {NODE_DIR_ENV: str(node_dir)}},
+    )
     ray_start = time.perf_counter() - t0
     times: dict[str, list[float]] = {"convert loop": [], "local pool": [], "ray local": [], "rerun": []}
     overheads, work = [], {}
@@ -140,10 +152,17 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     over = {k: statistics.median(o[k] for o in overheads) for k in overheads[0]}
-    results = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": 2, "loaded": True},
-               "cells": 8, "rounds": ROUNDS, "seconds": times, "median_s": med,
-               "vs_convert_loop": {k: med["convert loop"] / v for k, v in med.items()},
-               "ray_start_s": ray_start, "ray_per_cell": over, "work": work}
+    results = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": 2, "loaded": True},
+        "cells": 8,
+        "rounds": ROUNDS,
+        "seconds": times,
+        "median_s": med,
+        "vs_convert_loop": {k: med["convert loop"] / v for k, v in med.items()},
+        "ray_start_s": ray_start,
+        "ray_per_cell": over,
+        "work": work,
+    }
     print_table(results)
     out = ROOT / "bench" / "results" / "matrix.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,21 +171,27 @@ def main() -> None:
 
 
 def print_table(r: dict) -> None:
-    print(f"\n4 models x 2 precisions on the CPU backend, median of {r['rounds']} interleaved rounds "
-          "(shared, loaded machine)")
+    print(
+        f"\n4 models x 2 precisions on the CPU backend, median of {r['rounds']} interleaved rounds "
+        "(shared, loaded machine)"
+    )
     print(f"{'mode':<14} {'wall s':>8} {'speed-up vs loop':>17}  rounds")
     for mode, t in r["median_s"].items():
         rounds = ", ".join(f"{x:.1f}" for x in r["seconds"][mode])
         print(f"{mode:<14} {t:>8.1f} {r['vs_convert_loop'][mode]:>16.2f}x  {rounds}")
     o, w = r["ray_per_cell"], r["work"]
-    print(f"\nRay (2 CPUs): cluster start {r['ray_start_s']:.1f} s (once). Per cell: scheduling {o['schedule_s']:.2f} s "
-          f"(submit to start with a CPU free; median {o['queued_s']:.2f} s, mostly waiting for a CPU), worker "
-          f"{o['worker_s']:.2f} s, result back and imported {o['after_s']:.2f} s; inputs {o['in_bytes'] / 1024:.0f} KiB "
-          f"unpacked in {o['transfer_in_s'] * 1000:.1f} ms, outputs {o['out_bytes'] / 1024:.0f} KiB packed in "
-          f"{o['transfer_out_s'] * 1000:.1f} ms, verified into the driver's store in {o['import_s'] * 1000:.0f} ms "
-          "(medians)")
-    print(f"work: {w['cell_stages']} cell x stage results; {w['ran']} stage runs ({w['shared_ran']} in shared jobs, "
-          f"{w['cell_ran']} in cells), {w['reused']} reused instead of run")
+    print(
+        f"\nRay (2 CPUs): cluster start {r['ray_start_s']:.1f} s (once). Per cell: scheduling {o['schedule_s']:.2f} s "
+        f"(submit to start with a CPU free; median {o['queued_s']:.2f} s, mostly waiting for a CPU), worker "
+        f"{o['worker_s']:.2f} s, result back and imported {o['after_s']:.2f} s; inputs {o['in_bytes'] / 1024:.0f} KiB "
+        f"unpacked in {o['transfer_in_s'] * 1000:.1f} ms, outputs {o['out_bytes'] / 1024:.0f} KiB packed in "
+        f"{o['transfer_out_s'] * 1000:.1f} ms, verified into the driver's store in {o['import_s'] * 1000:.0f} ms "
+        "(medians)"
+    )
+    print(
+        f"work: {w['cell_stages']} cell x stage results; {w['ran']} stage runs ({w['shared_ran']} in shared jobs, "
+        f"{w['cell_ran']} in cells), {w['reused']} reused instead of run"
+    )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,9 @@ def convert(workdir: Path, *extra: str) -> tuple[float, dict[str, str]]:
 
 def cpu_json(script: str, *args: str) -> dict:
     """One fresh process of a bench script that prints a JSON object on its last line."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True, cwd=ROOT
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{script} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -58,17 +59,31 @@ def breakdown() -> dict:
     pieces = {"imports": ours["import_s"], **ours["pieces"]}
     mine = {k: pieces.get(k, 0.0) for k in ("imports", "build the torch model", "torch.onnx.export")}
     rows = [(k, plain["phases"].get(k, 0.0), mine[k], "same work") for k in mine]
-    rows.append(("gate: timing loop and report", plain["phases"]["ONNX Runtime session"] + plain["phases"]["timing loop"],
-                 pieces.get("gate: timing loop and report", 0.0), "same work (the session, then the same loop)"))
+    rows.append(
+        (
+            "gate: timing loop and report",
+            plain["phases"]["ONNX Runtime session"] + plain["phases"]["timing loop"],
+            pieces.get("gate: timing loop and report", 0.0),
+            "same work (the session, then the same loop)",
+        )
+    )
     for k, v in sorted(pieces.items()):
         if k not in mine and not k.startswith("gate:"):
-            kind = "verification" if k.startswith("verify") else "bookkeeping" if k.startswith("bookkeeping") else "build"
+            kind = (
+                "verification" if k.startswith("verify") else "bookkeeping" if k.startswith("bookkeeping") else "build"
+            )
             rows.append((k, 0.0, v, kind))
     total_ours, total_plain = ours["import_s"] + ours["convert_s"], plain["total_s"]
-    return {"rows": [{"piece": r[0], "plain_cpu_s": r[1], "convert_cpu_s": r[2], "buys": r[3]} for r in rows],
-            "convert_cpu_s": total_ours, "plain_cpu_s": total_plain, "cpu_ratio": total_ours / total_plain,
-            "by_kind": {kind: sum(r[2] - r[1] for r in rows if r[3].split(" ")[0] == kind)
-                        for kind in ("same", "verification", "bookkeeping", "build")}}
+    return {
+        "rows": [{"piece": r[0], "plain_cpu_s": r[1], "convert_cpu_s": r[2], "buys": r[3]} for r in rows],
+        "convert_cpu_s": total_ours,
+        "plain_cpu_s": total_plain,
+        "cpu_ratio": total_ours / total_plain,
+        "by_kind": {
+            kind: sum(r[2] - r[1] for r in rows if r[3].split(" ")[0] == kind)
+            for kind in ("same", "verification", "bookkeeping", "build")
+        },
+    }
 
 
 def print_breakdown(b: dict) -> None:
@@ -77,8 +92,11 @@ def print_breakdown(b: dict) -> None:
         print(f"{r['piece']:<58} {r['plain_cpu_s']:>8.2f} {r['convert_cpu_s']:>10.2f}  {r['buys']}")
     print(f"{'total (CPU)':<58} {b['plain_cpu_s']:>8.2f} {b['convert_cpu_s']:>10.2f}  ratio {b['cpu_ratio']:.2f}")
     extra = b["convert_cpu_s"] - b["plain_cpu_s"]
-    print("the difference, by what it buys: " + ", ".join(f"{k} {v:+.2f} s" for k, v in b["by_kind"].items())
-          + f" (of {extra:+.2f} s)")
+    print(
+        "the difference, by what it buys: "
+        + ", ".join(f"{k} {v:+.2f} s" for k, v in b["by_kind"].items())
+        + f" (of {extra:+.2f} s)"
+    )
 
 
 def main() -> None:
@@ -96,13 +114,18 @@ def main() -> None:
         t, statuses["gate_changed"] = convert(workdir, "--set", "gate.targets.default.fps=21")
         gate_only.append(t)
     shutil.rmtree(tmp, ignore_errors=True)
-    med = {k: statistics.median(v) for k, v in
-           {"first": first, "plain": plain, "second": second, "gate_changed": gate_only}.items()}
+    med = {
+        k: statistics.median(v)
+        for k, v in {"first": first, "plain": plain, "second": second, "gate_changed": gate_only}.items()
+    }
     results = {
-        "rounds": ROUNDS, "seconds": {"first": first, "plain": plain, "second": second, "gate_changed": gate_only},
+        "rounds": ROUNDS,
+        "seconds": {"first": first, "plain": plain, "second": second, "gate_changed": gate_only},
         "median_s": med,
-        "overhead_ratio": med["first"] / med["plain"], "overhead_target": 1.25,
-        "cache_ratio": med["second"] / med["first"], "cache_target": 0.15,
+        "overhead_ratio": med["first"] / med["plain"],
+        "overhead_target": 1.25,
+        "cache_ratio": med["second"] / med["first"],
+        "cache_target": 0.15,
         "statuses": statuses,
         "only_gate_reran": statuses["gate_changed"] == {**dict.fromkeys(statuses["first"], "reused"), "gate": "ran"},
         "breakdown": breakdown(),
@@ -112,8 +135,12 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=2))
     print(f"{'measurement':<44} {'median s':>9} {'ratio':>7} {'target':>7}")
     print(f"{'plain tools (export + ORT + timing loop)':<44} {med['plain']:>9.2f}")
-    print(f"{'deploykit convert, fresh workdir':<44} {med['first']:>9.2f} {results['overhead_ratio']:>7.2f} {'<=1.25':>7}")
-    print(f"{'deploykit convert, unchanged rerun':<44} {med['second']:>9.2f} {results['cache_ratio']:>7.2f} {'<=0.15':>7}")
+    print(
+        f"{'deploykit convert, fresh workdir':<44} {med['first']:>9.2f} {results['overhead_ratio']:>7.2f} {'<=1.25':>7}"
+    )
+    print(
+        f"{'deploykit convert, unchanged rerun':<44} {med['second']:>9.2f} {results['cache_ratio']:>7.2f} {'<=0.15':>7}"
+    )
     print(f"{'deploykit convert, gate target changed':<44} {med['gate_changed']:>9.2f}")
     print(f"only the gate reran after the target change: {results['only_gate_reran']} ({statuses['gate_changed']})")
     print_breakdown(results["breakdown"])

@@ -44,17 +44,31 @@ def bev_workload(rng: np.random.Generator) -> dict:
     from model import frustum_ranks  # examples/bev/model.py
 
     b, n, d, h, w, c, bev = 1, 6, 59, 16, 44, 80, (1, 128, 128)
-    ranks = frustum_ranks(cameras=n, image=(256, 704), stride=16, depths=np.arange(1.0, 60.0), bev=bev, cell=0.8,
-                          fov_degrees=70.0)
+    ranks = frustum_ranks(
+        cameras=n, image=(256, 704), stride=16, depths=np.arange(1.0, 60.0), bev=bev, cell=0.8, fov_degrees=70.0
+    )
     logits = rng.standard_normal((b, n, d, h, w)).astype(np.float32) * 3
     depth = np.exp(logits - logits.max(axis=2, keepdims=True))
     depth /= depth.sum(axis=2, keepdims=True)
     feat = rng.standard_normal((b, n, h, w, c)).astype(np.float32)
     inputs = {"depth": depth, "feat": feat, **ranks}
-    return {"op": "BEVPoolV2", "attrs": {"bev_shape": list(bev)}, "inputs": inputs,
-            "size": {"B": b, "N": n, "D": d, "H": h, "W": w, "C": c, "bev": list(bev),
-                     "points": int(ranks["ranks_depth"].size), "frustum_points": b * n * d * h * w,
-                     "intervals": int(ranks["interval_starts"].size)}}
+    return {
+        "op": "BEVPoolV2",
+        "attrs": {"bev_shape": list(bev)},
+        "inputs": inputs,
+        "size": {
+            "B": b,
+            "N": n,
+            "D": d,
+            "H": h,
+            "W": w,
+            "C": c,
+            "bev": list(bev),
+            "points": int(ranks["ranks_depth"].size),
+            "frustum_points": b * n * d * h * w,
+            "intervals": int(ranks["interval_starts"].size),
+        },
+    }
 
 
 def pillar_workload(rng: np.random.Generator) -> dict:
@@ -62,10 +76,17 @@ def pillar_workload(rng: np.random.Generator) -> dict:
     cells = rng.choice(grid[0] * grid[1], p, replace=False)
     coords = np.zeros((b, p, 4), np.int32)
     coords[0, :, 2], coords[0, :, 3] = np.divmod(cells, grid[1])
-    inputs = {"features": rng.standard_normal((b, p, c)).astype(np.float32), "coords": coords,
-              "num_pillars": np.array([p], np.int32)}
-    return {"op": "PillarScatter", "attrs": {"grid": list(grid)}, "inputs": inputs,
-            "size": {"B": b, "P": p, "C": c, "grid": list(grid)}}
+    inputs = {
+        "features": rng.standard_normal((b, p, c)).astype(np.float32),
+        "coords": coords,
+        "num_pillars": np.array([p], np.int32),
+    }
+    return {
+        "op": "PillarScatter",
+        "attrs": {"grid": list(grid)},
+        "inputs": inputs,
+        "size": {"B": b, "P": p, "C": c, "grid": list(grid)},
+    }
 
 
 def onnx_session(workload: dict, constant_indices: bool):
@@ -77,17 +98,37 @@ def onnx_session(workload: dict, constant_indices: bool):
     inputs = workload["inputs"]
     names = list(inputs)
     indices = [k for k in names if inputs[k].dtype == np.int32] if constant_indices else []
-    value_infos = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(inputs[k].dtype), inputs[k].shape)
-                   for k in names if k not in indices]
-    node = helper.make_node(workload["op"], names, ["out"], domain="deploykit", plugin_version="1",
-                            plugin_namespace="deploykit", **workload["attrs"])
-    graph = helper.make_graph([node], "bench", value_infos, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
-                              initializer=[numpy_helper.from_array(inputs[k], k) for k in indices])
+    value_infos = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(inputs[k].dtype), inputs[k].shape)
+        for k in names
+        if k not in indices
+    ]
+    node = helper.make_node(
+        workload["op"],
+        names,
+        ["out"],
+        domain="deploykit",
+        plugin_version="1",
+        plugin_namespace="deploykit",
+        **workload["attrs"],
+    )
+    graph = helper.make_graph(
+        [node],
+        "bench",
+        value_infos,
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(inputs[k], k) for k in indices],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("deploykit", 1)])
     opts = ort.SessionOptions()
-    opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED if constant_indices
-                                     else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    session = ort.InferenceSession(attach_bodies(model)[0].SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    opts.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        if constant_indices
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    session = ort.InferenceSession(
+        attach_bodies(model)[0].SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
     feeds = {k: inputs[k] for k in names if k not in indices}
     return lambda: session.run(None, feeds)[0]
 
@@ -106,8 +147,12 @@ def paths(workload: dict, cpu: object) -> dict[str, Callable[[], np.ndarray]]:
     else:
         cpp = lambda: cpu.pillar_scatter(*inputs.values(), tuple(attr))  # noqa: E731
         torch_op = lambda: torch_ops.pillar_scatter(*tensors, attr).numpy()  # noqa: E731
-    return {"cpp": cpp, "torch": torch_op, "onnx": onnx_session(workload, False),
-            "onnx-const": onnx_session(workload, True)}
+    return {
+        "cpp": cpp,
+        "torch": torch_op,
+        "onnx": onnx_session(workload, False),
+        "onnx-const": onnx_session(workload, True),
+    }
 
 
 def time_interleaved(runs: dict[str, Callable[[], np.ndarray]], trials: int, iterations: int) -> dict[str, list[float]]:
@@ -150,22 +195,39 @@ def main() -> None:
         cpp_ms = statistics.median(medians["cpp"])
         for name, ms in medians.items():
             med = statistics.median(ms)
-            row = {"op": workload["op"], "path": name, "median_ms": round(med, 3), "min_ms": round(min(ms), 3),
-                   "max_ms": round(max(ms), 3), "vs_cpp": round(med / cpp_ms, 2),
-                   "max_abs_vs_cpp": agreement[name], "trial_medians_ms": [round(m, 3) for m in ms]}
+            row = {
+                "op": workload["op"],
+                "path": name,
+                "median_ms": round(med, 3),
+                "min_ms": round(min(ms), 3),
+                "max_ms": round(max(ms), 3),
+                "vs_cpp": round(med / cpp_ms, 2),
+                "max_abs_vs_cpp": agreement[name],
+                "trial_medians_ms": [round(m, 3) for m in ms],
+            }
             rows.append(row)
         results.append({"op": workload["op"], "size": workload["size"]})
     print(f"{'op':14} {'path':11} {'median ms':>10} {'spread ms':>16} {'x cpp':>7} {'max|d| vs cpp':>14}")
     for r in rows:
-        print(f"{r['op']:14} {r['path']:11} {r['median_ms']:10.2f} {r['min_ms']:7.2f} .. {r['max_ms']:<6.2f} "
-              f"{r['vs_cpp']:7.2f} {r['max_abs_vs_cpp']:14.2e}")
+        print(
+            f"{r['op']:14} {r['path']:11} {r['median_ms']:10.2f} {r['min_ms']:7.2f} .. {r['max_ms']:<6.2f} "
+            f"{r['vs_cpp']:7.2f} {r['max_abs_vs_cpp']:14.2e}"
+        )
     for w in results:
         print(f"{w['op']}: {w['size']}")
-    report = {"workloads": results, "rows": rows, "trials": args.trials, "iterations": args.iterations,
-              "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                          "torch_threads": torch.get_num_threads()},
-              "tools": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
-              "gpu": "not measured here: plugins/tools/gpu_check.sh times the CUDA kernels vs their bandwidth floor"}
+    report = {
+        "workloads": results,
+        "rows": rows,
+        "trials": args.trials,
+        "iterations": args.iterations,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "torch_threads": torch.get_num_threads(),
+        },
+        "tools": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
+        "gpu": "not measured here: plugins/tools/gpu_check.sh times the CUDA kernels vs their bandwidth floor",
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2))
     print(f"wrote {RESULTS.relative_to(ROOT)}")

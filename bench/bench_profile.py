@@ -39,9 +39,13 @@ from deploykit.profiling.run import engine_feeds, profile_engine  # noqa: E402
 MODELS = Path(os.environ.get("DEPLOYKIT_MODELS", "/work/cache/models"))
 # Many small nodes is where a per-node profiler costs most; u2netp (1,055 nodes) takes seconds per run on
 # a loaded 2-core machine, so it runs only with BENCH_PROFILE_LARGE=1.
-REAL = {"vit_s_saliency": ("transformer/vit_s_saliency.onnx", {"batch_size": 1}),
-        "ppocrv6_det_tiny": ("ocr/ppocrv6_det_tiny.onnx",
-                             {"DynamicDimension.0": 1, "DynamicDimension.1": 320, "DynamicDimension.2": 320})}
+REAL = {
+    "vit_s_saliency": ("transformer/vit_s_saliency.onnx", {"batch_size": 1}),
+    "ppocrv6_det_tiny": (
+        "ocr/ppocrv6_det_tiny.onnx",
+        {"DynamicDimension.0": 1, "DynamicDimension.1": 320, "DynamicDimension.2": 320},
+    ),
+}
 if os.environ.get("BENCH_PROFILE_LARGE"):
     REAL["u2netp"] = ("segmentation/u2netp.onnx", {})
 ROUNDS, ROUND_SECONDS = 7, 0.6  # runs per round: as many as fit in ROUND_SECONDS (at least 1)
@@ -56,15 +60,26 @@ def conv_net(path: Path, blocks: int = 8, channels: int = 32, size: int = 32) ->
     nodes, inits, x = [], [], "x"
     shape = (channels, 3, 3, 3)
     for i in range(blocks):
-        inits.append(numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), f"w{i}"))
-        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1] * 4),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        inits.append(
+            numpy_helper.from_array(
+                (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), f"w{i}"
+            )
+        )
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1] * 4),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+        ]
         if i:
             nodes.append(helper.make_node("Add", [f"r{i}", x], [f"a{i}"]))
         x, shape = (f"a{i}" if i else f"r{i}"), (channels, channels, 3, 3)
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["y"]))
-    graph = helper.make_graph(nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -93,9 +108,14 @@ def overhead(engine: Path, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str,
         rounds.append((a, b))
     Path(profiled_session.end_profiling()).unlink(missing_ok=True)
     ratios = [b / a for a, b in rounds]
-    return {"unprofiled_ms": statistics.median(a for a, _ in rounds), "profiled_ms": statistics.median(b for _, b in rounds),
-            "overhead_ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-            "runs_per_round": runs}
+    return {
+        "unprofiled_ms": statistics.median(a for a, _ in rounds),
+        "profiled_ms": statistics.median(b for _, b in rounds),
+        "overhead_ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "runs_per_round": runs,
+    }
 
 
 def bench_model(name: str, onnx_path: Path, dims: dict[str, int], peaks: Path) -> dict[str, object]:
@@ -109,9 +129,14 @@ def bench_model(name: str, onnx_path: Path, dims: dict[str, int], peaks: Path) -
         start = time.perf_counter()
         report = profile_engine(engine, feeds, ProfileOptions(iterations=10, warmup=2), peaks_dir=peaks, model=name)
         row["profile_s"] = time.perf_counter() - start
-        row.update(layers=report["layers_count"], layer_sum_ms=report["total_ms"],
-                   coverage=report["total_ms"] / row["unprofiled_ms"], floor_ms=report.get("floor_ms"),
-                   top=report["top"][:3], compute_bound_share=report.get("compute_bound_share"))
+        row.update(
+            layers=report["layers_count"],
+            layer_sum_ms=report["total_ms"],
+            coverage=report["total_ms"] / row["unprofiled_ms"],
+            floor_ms=report.get("floor_ms"),
+            top=report["top"][:3],
+            compute_bound_share=report.get("compute_bound_share"),
+        )
     return row
 
 
@@ -131,19 +156,37 @@ def main() -> int:
             print(f"skip {name}: {MODELS / relative} not found (set DEPLOYKIT_MODELS)")
     machine = json.loads(next(peaks.glob("peaks-*.json")).read_text())
     shutil.rmtree(peaks, ignore_errors=True)
-    header = f"{'model':22} {'layers':>6} {'run ms':>9} {'profiled':>9} {'ratio':>6} {'range':>11} {'coverage':>8} " \
-             f"{'floor ms':>9} {'profile s':>9}"
+    header = (
+        f"{'model':22} {'layers':>6} {'run ms':>9} {'profiled':>9} {'ratio':>6} {'range':>11} {'coverage':>8} "
+        f"{'floor ms':>9} {'profile s':>9}"
+    )
     print(header)
     for r in rows:
         floor = f"{r['floor_ms']:9.3f}" if r["floor_ms"] is not None else f"{'-':>9}"
-        print(f"{r['model']:22} {r['layers']:6d} {r['unprofiled_ms']:9.3f} {r['profiled_ms']:9.3f} "
-              f"{r['overhead_ratio']:6.2f} {r['ratio_min']:5.2f}-{r['ratio_max']:<5.2f} {r['coverage']:8.0%} {floor} "
-              f"{r['profile_s']:9.2f}")
-    print(f"peaks: {machine['gemm_flops']} FLOP/s, copy {machine['bandwidth']} B/s; first profile incl. peak "
-          f"measurement {rows[0]['first_profile_with_peak_measurement_s']:.1f} s")
+        print(
+            f"{r['model']:22} {r['layers']:6d} {r['unprofiled_ms']:9.3f} {r['profiled_ms']:9.3f} "
+            f"{r['overhead_ratio']:6.2f} {r['ratio_min']:5.2f}-{r['ratio_max']:<5.2f} {r['coverage']:8.0%} {floor} "
+            f"{r['profile_s']:9.2f}"
+        )
+    print(
+        f"peaks: {machine['gemm_flops']} FLOP/s, copy {machine['bandwidth']} B/s; first profile incl. peak "
+        f"measurement {rows[0]['first_profile_with_peak_measurement_s']:.1f} s"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rounds": ROUNDS, "round_seconds": ROUND_SECONDS, "cpus": os.cpu_count(),
-                               "load_average": os.getloadavg(), "peaks": machine, "models": rows}, indent=2, default=str))
+    out.write_text(
+        json.dumps(
+            {
+                "rounds": ROUNDS,
+                "round_seconds": ROUND_SECONDS,
+                "cpus": os.cpu_count(),
+                "load_average": os.getloadavg(),
+                "peaks": machine,
+                "models": rows,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -46,6 +46,7 @@ SPEED_ROUNDS, SPEED_ITERS = 5, 40
 
 # -- models ------------------------------------------------------------------------------------------
 
+
 def export_detector(path: Path, trained: bool) -> Path:
     """The example detector exported with TorchScript: its trained weights, or random weights with
     BatchNorm statistics taken from images (random statistics would leave outputs that barely
@@ -68,9 +69,16 @@ def export_detector(path: Path, trained: bool) -> Path:
         with torch.no_grad():
             model(x)
         model.eval()
-    torch.onnx.export(model, torch.zeros(1, 3, 128, 128), str(path), input_names=["images"],
-                      output_names=["boxes", "scores"], dynamic_axes={"images": {0: "batch"}}, opset_version=18,
-                      dynamo=False)
+    torch.onnx.export(
+        model,
+        torch.zeros(1, 3, 128, 128),
+        str(path),
+        input_names=["images"],
+        output_names=["boxes", "scores"],
+        dynamic_axes={"images": {0: "batch"}},
+        opset_version=18,
+        dynamo=False,
+    )
     return path
 
 
@@ -83,18 +91,29 @@ def wide_cnn(path: Path, size: int = 96) -> Path:
     nodes, inits, x, cin = [], [], "images", 3
     for i, (cout, stride) in enumerate([(64, 1), (128, 2), (256, 2), (256, 1)]):
         w = rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))
-        inits += [numpy_helper.from_array(w.astype(np.float32), f"w{i}"),
-                  numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{i}")]
-        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[1] * 4,
-                                   strides=[stride] * 2),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        inits += [
+            numpy_helper.from_array(w.astype(np.float32), f"w{i}"),
+            numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node(
+                "Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[1] * 4, strides=[stride] * 2
+            ),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
+        ]
         x, cin = f"r{i}", cout
-    inits += [numpy_helper.from_array((rng.standard_normal((16, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32), "wh"),
-              numpy_helper.from_array(np.zeros(16, np.float32), "bh")]
+    inits += [
+        numpy_helper.from_array((rng.standard_normal((16, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32), "wh"),
+        numpy_helper.from_array(np.zeros(16, np.float32), "bh"),
+    ]
     nodes.append(helper.make_node("Conv", [x, "wh", "bh"], ["features"], name="head"))
-    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
-                                                                           ["batch", 3, size, size])],
-                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "wide",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, None)],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -114,16 +133,24 @@ def outlier_cnn(path: Path) -> Path:
     w1 = rng.standard_normal((32, 32, 3, 3)) * np.sqrt(2 / 288)
     w1[:, 0] /= 300
     wh = rng.standard_normal((8, 32, 1, 1)) / np.sqrt(32)
-    inits = [numpy_helper.from_array(a.astype(np.float32), n) for a, n in
-             ((w0, "w0"), (b0, "b0"), (w1, "w1"), (np.zeros(32), "b1"), (wh, "wh"), (np.zeros(8), "bh"))]
-    nodes = [helper.make_node("Conv", ["images", "w0", "b0"], ["c0"], name="conv0", pads=[1] * 4),
-             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
-             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "wh", "bh"], ["features"], name="head")]
-    graph = helper.make_graph(nodes, "outlier", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
-                                                                              ["batch", 3, 64, 64])],
-                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, None)], inits)
+    inits = [
+        numpy_helper.from_array(a.astype(np.float32), n)
+        for a, n in ((w0, "w0"), (b0, "b0"), (w1, "w1"), (np.zeros(32), "b1"), (wh, "wh"), (np.zeros(8), "bh"))
+    ]
+    nodes = [
+        helper.make_node("Conv", ["images", "w0", "b0"], ["c0"], name="conv0", pads=[1] * 4),
+        helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "wh", "bh"], ["features"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "outlier",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 64, 64])],
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, None)],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -132,13 +159,16 @@ def outlier_cnn(path: Path) -> Path:
 
 # -- data --------------------------------------------------------------------------------------------
 
+
 def image_arrays(count: int, seed: int, size: int, name: str) -> list[dict[str, np.ndarray]]:
     """Synthetic scenes (calibration/detector/make_images.py) as preprocessed NCHW float32 in [0, 1]."""
     from calibration.detector.make_images import make_image
 
     rng = np.random.default_rng(seed)
-    return [{name: (np.asarray(make_image(rng, size), np.float32) / 255.0).transpose(2, 0, 1)[None].copy()}
-            for _ in range(count)]
+    return [
+        {name: (np.asarray(make_image(rng, size), np.float32) / 255.0).transpose(2, 0, 1)[None].copy()}
+        for _ in range(count)
+    ]
 
 
 def image_folder(folder: Path, count: int, seed: int, size: int) -> Path:
@@ -154,6 +184,7 @@ def image_folder(folder: Path, count: int, seed: int, size: int) -> Path:
 
 # -- accuracy ----------------------------------------------------------------------------------------
 
+
 def job(model_path: Path, precision: str, flavour: str, samples: list[dict], **cfg: Any) -> Any:
     import onnx
 
@@ -161,8 +192,15 @@ def job(model_path: Path, precision: str, flavour: str, samples: list[dict], **c
     from deploykit.quant.quantize import Job, quantize_model
     from deploykit.quant.reader import SampleStream
 
-    return quantize_model(Job(onnx.load(str(model_path)), QuantizeConfig(precision=precision, **cfg), flavour,
-                              SampleStream(samples), reduce_range=_reduce_range()))
+    return quantize_model(
+        Job(
+            onnx.load(str(model_path)),
+            QuantizeConfig(precision=precision, **cfg),
+            flavour,
+            SampleStream(samples),
+            reduce_range=_reduce_range(),
+        )
+    )
 
 
 def _reduce_range() -> bool:
@@ -181,8 +219,14 @@ def modelopt_default(model_path: Path, mode: str, samples: list[dict], out: Path
     data = {name: np.concatenate([s[name] for s in samples])}
     # ModelOpt leaves external-data files (<uuid>.data) in the working directory: keep them in out's folder.
     with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent):
-        quantize(str(model_path), quantize_mode=mode, calibration_data=data, calibration_eps=["cpu"],
-                 output_path=str(out), log_level="CRITICAL")
+        quantize(
+            str(model_path),
+            quantize_mode=mode,
+            calibration_data=data,
+            calibration_eps=["cpu"],
+            output_path=str(out),
+            log_level="CRITICAL",
+        )
     return out
 
 
@@ -229,16 +273,26 @@ def runs(path: Path, calib: list[dict], tmp: Path) -> list[tuple[str, str, Any, 
     ort_opener = partial(session_from_onnx, evaluator="onnxruntime", level="extended")
     default = QuantizeConfig().method
     out = []
-    for precision, flavour, opener in (("int8", "tensorrt", as_written), ("int8", "onnxruntime", ort_opener),
-                                       ("fp8", "tensorrt", as_written)):
+    for precision, flavour, opener in (
+        ("int8", "tensorrt", as_written),
+        ("int8", "onnxruntime", ort_opener),
+        ("fp8", "tensorrt", as_written),
+    ):
         for method in METHODS:
             make = partial(lambda p, f, m: job(path, p, f, calib, method=m).model, precision, flavour, method)
-            out.append((f"deploykit {precision} {flavour} ({method}){' *' if method == default else ''}", precision,
-                        make, opener))
+            out.append(
+                (
+                    f"deploykit {precision} {flavour} ({method}){' *' if method == default else ''}",
+                    precision,
+                    make,
+                    opener,
+                )
+            )
     return out + [
         ("ModelOpt int8 defaults", "int8", lambda: modelopt_default(path, "int8", calib, tmp / "mo8.onnx"), as_written),
         ("ORT quantize_static defaults", "int8", lambda: ort_default(path, calib, tmp / "ort8.onnx"), ort_opener),
-        ("ModelOpt fp8 defaults", "fp8", lambda: modelopt_default(path, "fp8", calib, tmp / "mo_fp8.onnx"), as_written)]
+        ("ModelOpt fp8 defaults", "fp8", lambda: modelopt_default(path, "fp8", calib, tmp / "mo_fp8.onnx"), as_written),
+    ]
 
 
 def accuracy(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, Any]]:
@@ -251,12 +305,20 @@ def accuracy(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, A
             with contextlib.redirect_stdout(io.StringIO()):  # ORT's calibrators print per batch
                 candidate = make()
             seconds = time.perf_counter() - start
-            rows.append({"model": model_name, "method": label, "precision": precision, "seconds": round(seconds, 2),
-                         **evaluate(path, candidate, opener, valid)})
+            rows.append(
+                {
+                    "model": model_name,
+                    "method": label,
+                    "precision": precision,
+                    "seconds": round(seconds, 2),
+                    **evaluate(path, candidate, opener, valid),
+                }
+            )
     return rows
 
 
 # -- repair ------------------------------------------------------------------------------------------
+
 
 def repair_demo(tmp: Path) -> dict[str, Any]:
     from deploykit.config import RepairConfig
@@ -266,14 +328,20 @@ def repair_demo(tmp: Path) -> dict[str, Any]:
     plain = job(path, "int8", "tensorrt", calib)
     start = time.perf_counter()
     fixed = job(path, "int8", "tensorrt", calib, repair=RepairConfig(enabled=True))
-    return {"plain_rel_l2": plain.check.worst(), "plain_passed": plain.check.passed,
-            "repaired_rel_l2": fixed.check.worst(), "repaired_passed": fixed.check.passed,
-            "iterations": len(fixed.repair.outcome.steps), "excluded": fixed.repair.added,
-            "per_step_rel_l2": [s.score.values.get("features.rel_l2") for s in fixed.repair.outcome.steps],
-            "seconds": round(time.perf_counter() - start, 2)}
+    return {
+        "plain_rel_l2": plain.check.worst(),
+        "plain_passed": plain.check.passed,
+        "repaired_rel_l2": fixed.check.worst(),
+        "repaired_passed": fixed.check.passed,
+        "iterations": len(fixed.repair.outcome.steps),
+        "excluded": fixed.repair.added,
+        "per_step_rel_l2": [s.score.values.get("features.rel_l2") for s in fixed.repair.outcome.steps],
+        "seconds": round(time.perf_counter() - start, 2),
+    }
 
 
 # -- speed -------------------------------------------------------------------------------------------
+
 
 def speed(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, Any]]:
     import onnx
@@ -288,8 +356,10 @@ def speed(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, Any]
         q = tmp / f"{stem}-int8.onnx"
         onnx.save(job(path, "int8", "onnxruntime", calib).model, str(q))
         plain = ort_default(path, calib, tmp / f"{stem}-ortdefault.onnx")
-        sessions = {k: ort.InferenceSession(str(p), session_options("extended"), providers=["CPUExecutionProvider"])
-                    for k, p in (("fp32", path), ("deploykit_int8", q), ("ort_default_int8", plain))}
+        sessions = {
+            k: ort.InferenceSession(str(p), session_options("extended"), providers=["CPUExecutionProvider"])
+            for k, p in (("fp32", path), ("deploykit_int8", q), ("ort_default_int8", plain))
+        }
         for batch in (1, 8):
             x = {"images": np.random.default_rng(0).random((batch, 3, size, size), dtype=np.float32)}
             times: dict[str, list[float]] = {k: [] for k in sessions}
@@ -301,16 +371,22 @@ def speed(models: dict[str, tuple[Path, int]], tmp: Path) -> list[dict[str, Any]
                         s.run(None, x)
                     times[k].append((time.perf_counter() - start) / SPEED_ITERS * 1000)
             med = {k: statistics.median(v) for k, v in times.items()}
-            rows.append({"model": model_name, "batch": batch, "ms": med,
-                         "spread": {k: (min(v), max(v)) for k, v in times.items()},
-                         "speedup_deploykit": med["fp32"] / med["deploykit_int8"],
-                         "speedup_ort_default": med["fp32"] / med["ort_default_int8"]})
+            rows.append(
+                {
+                    "model": model_name,
+                    "batch": batch,
+                    "ms": med,
+                    "spread": {k: (min(v), max(v)) for k, v in times.items()},
+                    "speedup_deploykit": med["fp32"] / med["deploykit_int8"],
+                    "speedup_ort_default": med["fp32"] / med["ort_default_int8"],
+                }
+            )
     return rows
 
 
 # -- calibration cost --------------------------------------------------------------------------------
 
-CALIB_CHILD = r'''
+CALIB_CHILD = r"""
 import json, sys, time
 sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
 import numpy as np, onnx
@@ -357,18 +433,25 @@ seconds = time.perf_counter() - start
 stop.set()
 time.sleep(0.01)
 print(json.dumps({"seconds": seconds, "peak_mb": peak[0], "growth_mb": peak[0] - base}))
-'''
+"""
 
 
 def calibration_cost(detector: Path, tmp: Path) -> list[dict[str, Any]]:
     folder = image_folder(tmp / "calib1024", 1024, 0, 128)
     rows = []
     for n in (64, 256, 1024):
-        for which, method in (("deploykit", "max"), ("deploykit", "percentile"), ("deploykit", "entropy"),
-                              ("ort_quantize_static", "minmax")):
+        for which, method in (
+            ("deploykit", "max"),
+            ("deploykit", "percentile"),
+            ("deploykit", "entropy"),
+            ("ort_quantize_static", "minmax"),
+        ):
             print(f"calibration cost: {which} {method} {n} …", file=sys.stderr, flush=True)
-            proc = subprocess.run([sys.executable, "-c", CALIB_CHILD, str(ROOT), str(detector), which, str(folder),
-                                   str(n), method], capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, "-c", CALIB_CHILD, str(ROOT), str(detector), which, str(folder), str(n), method],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 raise SystemExit(proc.stderr[-2000:])
             rows.append({"tool": which, "method": method, "samples": n, **json.loads(proc.stdout.splitlines()[-1])})
@@ -377,32 +460,57 @@ def calibration_cost(detector: Path, tmp: Path) -> list[dict[str, Any]]:
 
 # -- report ------------------------------------------------------------------------------------------
 
+
 def table(results: dict[str, Any]) -> str:
-    lines = ["## Accuracy vs FP32 (256 calibration images, 32 validation images; worst output; rel-L2 and "
-             "cosine on the worst sample, mean rel-L2 over samples; * = deploykit's default method)", "",
-             "| model | method | rel-L2 worst | rel-L2 mean | cosine | error/signal | time s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Accuracy vs FP32 (256 calibration images, 32 validation images; worst output; rel-L2 and "
+        "cosine on the worst sample, mean rel-L2 over samples; * = deploykit's default method)",
+        "",
+        "| model | method | rel-L2 worst | rel-L2 mean | cosine | error/signal | time s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results["accuracy"]:
-        lines.append(f"| {r['model']} | {r['method']} | {r['rel_l2']:.4f} | {r['mean_rel_l2']:.4f} | "
-                     f"{r['cosine']:.5f} | {r['error_to_signal']:.3f} | {r['seconds']:.1f} |")
+        lines.append(
+            f"| {r['model']} | {r['method']} | {r['rel_l2']:.4f} | {r['mean_rel_l2']:.4f} | "
+            f"{r['cosine']:.5f} | {r['error_to_signal']:.3f} | {r['seconds']:.1f} |"
+        )
     rep = results["repair"]
-    lines += ["", "## Repair (outlier-sensitive CNN, tensorrt INT8)", "",
-              f"plain INT8 rel-L2 {rep['plain_rel_l2']:.4f} (passed: {rep['plain_passed']}); after repair "
-              f"{rep['repaired_rel_l2']:.4f} (passed: {rep['repaired_passed']}) in {rep['iterations']} iterations, "
-              f"raised {', '.join(rep['excluded'])}; per step {[round(v, 4) for v in rep['per_step_rel_l2'] if v is not None]}"]
-    lines += ["", "## CPU speed, onnxruntime flavour (ORT extended, median of interleaved rounds)", "",
-              "| model | batch | FP32 ms | deploykit INT8 ms | ORT default INT8 ms | speedup deploykit | speedup ORT default |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Repair (outlier-sensitive CNN, tensorrt INT8)",
+        "",
+        f"plain INT8 rel-L2 {rep['plain_rel_l2']:.4f} (passed: {rep['plain_passed']}); after repair "
+        f"{rep['repaired_rel_l2']:.4f} (passed: {rep['repaired_passed']}) in {rep['iterations']} iterations, "
+        f"raised {', '.join(rep['excluded'])}; "
+        f"per step {[round(v, 4) for v in rep['per_step_rel_l2'] if v is not None]}",
+    ]
+    lines += [
+        "",
+        "## CPU speed, onnxruntime flavour (ORT extended, median of interleaved rounds)",
+        "",
+        "| model | batch | FP32 ms | deploykit INT8 ms | ORT default INT8 ms "
+        "| speedup deploykit | speedup ORT default |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results["speed"]:
         ms = r["ms"]
         warn = "" if r["speedup_deploykit"] > 1.05 else " (WARNING: INT8 not faster)"
-        lines.append(f"| {r['model']} | {r['batch']} | {ms['fp32']:.2f} | {ms['deploykit_int8']:.2f} | "
-                     f"{ms['ort_default_int8']:.2f} | {r['speedup_deploykit']:.2f}x{warn} | {r['speedup_ort_default']:.2f}x |")
-    lines += ["", "## Calibration cost (example detector, fresh process each)", "",
-              "| tool | method | samples | seconds | peak RSS MB | growth over baseline MB |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {ms['fp32']:.2f} | {ms['deploykit_int8']:.2f} | "
+            f"{ms['ort_default_int8']:.2f} | {r['speedup_deploykit']:.2f}x{warn} | {r['speedup_ort_default']:.2f}x |"
+        )
+    lines += [
+        "",
+        "## Calibration cost (example detector, fresh process each)",
+        "",
+        "| tool | method | samples | seconds | peak RSS MB | growth over baseline MB |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results["calibration"]:
-        lines.append(f"| {r['tool']} | {r['method']} | {r['samples']} | {r['seconds']:.1f} | {r['peak_mb']:.0f} | "
-                     f"{r['growth_mb']:.0f} |")
+        lines.append(
+            f"| {r['tool']} | {r['method']} | {r['samples']} | {r['seconds']:.1f} | {r['peak_mb']:.0f} | "
+            f"{r['growth_mb']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -411,9 +519,11 @@ def main() -> None:
 
     logging.getLogger().setLevel(logging.ERROR)  # ORT's quantize_static asks for pre-processing on every call
     tmp = Path(tempfile.mkdtemp(prefix="deploykit-bench-q-"))
-    models = {"detector (example, trained)": (export_detector(tmp / "det.onnx", trained=True), 128),
-              "detector (random weights)": (export_detector(tmp / "det_random.onnx", trained=False), 128),
-              "wide CNN 64/128/256": (wide_cnn(tmp / "wide.onnx"), 96)}
+    models = {
+        "detector (example, trained)": (export_detector(tmp / "det.onnx", trained=True), 128),
+        "detector (random weights)": (export_detector(tmp / "det_random.onnx", trained=False), 128),
+        "wide CNN 64/128/256": (wide_cnn(tmp / "wide.onnx"), 96),
+    }
     results: dict[str, Any] = {"machine": cpu_info(), "tools": tool_versions(), "reduce_range": _reduce_range()}
     results["accuracy"] = accuracy(models, tmp)
     print("repair …", file=sys.stderr, flush=True)
@@ -426,8 +536,10 @@ def main() -> None:
     print(table(results))
     for r in results["speed"]:
         if r["speedup_deploykit"] <= 1.05:
-            print(f"WARNING: {r['model']} batch {r['batch']}: onnxruntime-flavour INT8 is not faster than FP32 "
-                  f"({r['speedup_deploykit']:.2f}x)")
+            print(
+                f"WARNING: {r['model']} batch {r['batch']}: onnxruntime-flavour INT8 is not faster than FP32 "
+                f"({r['speedup_deploykit']:.2f}x)"
+            )
 
 
 if __name__ == "__main__":

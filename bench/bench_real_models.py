@@ -11,8 +11,8 @@ scored on: the validation samples judge deploykit's rows (parity's data), the ho
 | family | model | input | synthetic data | task metric |
 | --- | --- | --- | --- | --- |
 | text detector | ppocrv6_det_tiny | 1x3x480x480 | text pages | IoU of the maps thresholded at 0.3 |
-| layout detector | yolov8n_doclaynet | 1x3x1024x1024 | layout pages | confident-box recall (score >= 0.25) after decoding the packed [1, 15, 21504] output |
-| recognizer (classifier-like) | ppocrv6_rec_tiny | 1x3x48x320 | text lines | top-1 agreement over the 40 time steps x 6906 classes |
+| layout detector | yolov8n_doclaynet | 1x3x1024x1024 | layout pages | recall of boxes scoring >= 0.25 (decoded) |
+| recognizer (classifier-like) | ppocrv6_rec_tiny | 1x3x48x320 | text lines | top-1 agreement, 40 steps x 6906 classes |
 | saliency ViT | vit_s_saliency | 1x3x224x224 | scenes (gradients, shapes) | IoU of the maps thresholded at 0.5 |
 
 Rows: deploykit's default INT8 in both flavours and FP8 (``method: auto``), configured as the family's
@@ -21,9 +21,10 @@ deploykit.yaml would be (its task check in ``parity.tasks``, the validation samp
 activations, per-channel, reduce_range); ModelOpt's ``quantize`` with its defaults (INT8, FP8).
 TensorRT-bound graphs are evaluated as written (FP16 emulated), ORT-bound graphs as ONNX Runtime
 computes them at optimization level extended; ModelOpt's INT8 graph also as ONNX Runtime computes it
-on this CPU (what a user gets who runs it there: without VNNI, full-range INT8 weights saturate). ``--ablations`` adds deploykit's single methods and the
-optional PTQ steps. Every row's wall time is its whole quantize call on the same in-memory samples
-(imports done beforehand); deploykit's row also gives its calibration pass alone.
+on this CPU (what a user gets who runs it there: without VNNI, full-range INT8 weights saturate).
+``--ablations`` adds deploykit's single methods and the optional PTQ steps. Every row's wall time is
+its whole quantize call on the same in-memory samples (imports done beforehand); deploykit's row also
+gives its calibration pass alone.
 
 ``--search onnxruntime,tensorrt`` adds the mixed-precision search in those flavours, judged as parity
 would judge it: on the 16 validation samples (the rows' own data: "search passed" means the row's task
@@ -87,23 +88,59 @@ class Family:
 
 
 FAMILIES = (
-    Family("ppocrv6_det_tiny", "ocr/ppocrv6_det_tiny.onnx", "x", (480, 480), synthetic.text_page, synthetic.IMAGENET,
-           "text pages", {"probability_map": [{"output": "fetch_name_0", "threshold": 0.3}]},
-           ("probability_map", "iou"), {"min_iou": 0.97}),
-    Family("yolov8n_doclaynet", "detection/yolov8n_doclaynet.onnx", "images", (1024, 1024), synthetic.layout_page,
-           synthetic.UNIT, "layout pages", {"detection": [{"packed": {"output": "output0"}, "score_threshold": 0.25}]},
-           ("detection", "recall"),
-           {"min_recall": 0.99, "min_matched": 0.0, "min_mean_iou": 0.0, "max_score_delta": 1.0, "max_class_flips": 1.0}),
-    Family("ppocrv6_rec_tiny", "ocr/ppocrv6_rec_tiny.onnx", "x", (48, 320), synthetic.text_line, synthetic.HALF,
-           "text lines", {"classification": [{"output": "fetch_name_0", "k": 5}]}, ("classification", "top1"),
-           {"min_top1": 0.99, "min_topk": 0.0}),
-    Family("vit_s_saliency", "transformer/vit_s_saliency.onnx", "input_image", (224, 224), synthetic.scene,
-           synthetic.IMAGENET, "scenes", {"probability_map": [{"output": "output_importance", "threshold": 0.5}]},
-           ("probability_map", "iou"), {"min_iou": 0.97}),
+    Family(
+        "ppocrv6_det_tiny",
+        "ocr/ppocrv6_det_tiny.onnx",
+        "x",
+        (480, 480),
+        synthetic.text_page,
+        synthetic.IMAGENET,
+        "text pages",
+        {"probability_map": [{"output": "fetch_name_0", "threshold": 0.3}]},
+        ("probability_map", "iou"),
+        {"min_iou": 0.97},
+    ),
+    Family(
+        "yolov8n_doclaynet",
+        "detection/yolov8n_doclaynet.onnx",
+        "images",
+        (1024, 1024),
+        synthetic.layout_page,
+        synthetic.UNIT,
+        "layout pages",
+        {"detection": [{"packed": {"output": "output0"}, "score_threshold": 0.25}]},
+        ("detection", "recall"),
+        {"min_recall": 0.99, "min_matched": 0.0, "min_mean_iou": 0.0, "max_score_delta": 1.0, "max_class_flips": 1.0},
+    ),
+    Family(
+        "ppocrv6_rec_tiny",
+        "ocr/ppocrv6_rec_tiny.onnx",
+        "x",
+        (48, 320),
+        synthetic.text_line,
+        synthetic.HALF,
+        "text lines",
+        {"classification": [{"output": "fetch_name_0", "k": 5}]},
+        ("classification", "top1"),
+        {"min_top1": 0.99, "min_topk": 0.0},
+    ),
+    Family(
+        "vit_s_saliency",
+        "transformer/vit_s_saliency.onnx",
+        "input_image",
+        (224, 224),
+        synthetic.scene,
+        synthetic.IMAGENET,
+        "scenes",
+        {"probability_map": [{"output": "output_importance", "threshold": 0.5}]},
+        ("probability_map", "iou"),
+        {"min_iou": 0.97},
+    ),
 )
 
 
 # -- models and data ---------------------------------------------------------------------------------
+
 
 def prepared(family: Family, tmp: Path) -> Path:
     """The model with its input fixed to the benchmark's shape, after deploykit's default surgery."""
@@ -137,6 +174,7 @@ def samples(family: Family, n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 # -- the tools ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Run:
     label: str
@@ -148,8 +186,9 @@ class Run:
     also: str = ""  # a second evaluator for the same graph (ModelOpt's, as ONNX Runtime computes it on this CPU)
 
 
-def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, judging: Any = None,
-                  **cfg: Any) -> Callable[[], Any]:
+def deploykit_run(
+    path: Path, calib: list[dict], precision: str, flavour: str, judging: Any = None, **cfg: Any
+) -> Callable[[], Any]:
     def make() -> Any:
         import onnx
 
@@ -170,23 +209,41 @@ def deploykit_run(path: Path, calib: list[dict], precision: str, flavour: str, j
 
         q.calibrate = timed
         try:
-            job = q.Job(onnx.load(str(path)), QuantizeConfig(precision=precision, **cfg), flavour, SampleStream(calib),
-                        reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False,
-                        **({"judging": judging} if judging is not None else {}))
+            job = q.Job(
+                onnx.load(str(path)),
+                QuantizeConfig(precision=precision, **cfg),
+                flavour,
+                SampleStream(calib),
+                reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False,
+                **({"judging": judging} if judging is not None else {}),
+            )
             result = q.quantize_model(job)
         finally:
             q.calibrate = real
-        make.info = {**timing, "method": result.settings.method, "notes": result.notes,  # type: ignore[attr-defined]
-                     "quantized_nodes": len(__import__("deploykit.quant.prepare", fromlist=["x"]).quantized_node_names(
-                         result.model)), "excluded": sorted(result.excluded), "fp32": sorted(result.fp32)}
+        make.info = {
+            **timing,
+            "method": result.settings.method,
+            "notes": result.notes,  # type: ignore[attr-defined]
+            "quantized_nodes": len(
+                __import__("deploykit.quant.prepare", fromlist=["x"]).quantized_node_names(result.model)
+            ),
+            "excluded": sorted(result.excluded),
+            "fp32": sorted(result.fp32),
+        }
         if result.repair is not None:
             s = result.repair
-            make.info["search"] = {"passed": s.check.passed,  # type: ignore[attr-defined]
-                                   "stopped": str(s.stopped),
-                                   "raised": dict(sorted(s.patch.items())), "groups": len(s.groups),
-                                   "evaluations": s.evaluations, "wall_s": round(s.wall_s, 1),
-                                   "cpu_s": round(s.cpu_s, 1), "timings": s.timings,
-                                   "faster_than_top": s.faster_than_top(), "measured_ms": s.measured_ms}
+            make.info["search"] = {
+                "passed": s.check.passed,  # type: ignore[attr-defined]
+                "stopped": str(s.stopped),
+                "raised": dict(sorted(s.patch.items())),
+                "groups": len(s.groups),
+                "evaluations": s.evaluations,
+                "wall_s": round(s.wall_s, 1),
+                "cpu_s": round(s.cpu_s, 1),
+                "timings": s.timings,
+                "faster_than_top": s.faster_than_top(),
+                "measured_ms": s.measured_ms,
+            }
         return result.model
 
     return make
@@ -208,8 +265,12 @@ def ort_run(path: Path, calib: list[dict], out: Path, tuned: bool) -> Callable[[
         kwargs: dict[str, Any] = {}
         source = path
         if tuned:
-            kwargs = {"per_channel": True, "reduce_range": resolve_reduce_range("auto"),
-                      "activation_type": QuantType.QUInt8, "weight_type": QuantType.QInt8}
+            kwargs = {
+                "per_channel": True,
+                "reduce_range": resolve_reduce_range("auto"),
+                "activation_type": QuantType.QUInt8,
+                "weight_type": QuantType.QInt8,
+            }
             source = _opset_at_least(path, 13, out.with_suffix(".in.onnx"))  # per-channel DequantizeLinear needs 13
         with contextlib.redirect_stdout(io.StringIO()):
             quantize_static(str(source), str(out), Reader(), **kwargs)
@@ -238,8 +299,14 @@ def modelopt_run(path: Path, calib: list[dict], out: Path, mode: str) -> Callabl
         name = next(iter(calib[0]))
         data = {name: np.concatenate([s[name] for s in calib])}
         with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent), contextlib.redirect_stdout(io.StringIO()):
-            quantize(str(path), quantize_mode=mode, calibration_data=data, calibration_eps=["cpu"],
-                     output_path=str(out), log_level="CRITICAL")
+            quantize(
+                str(path),
+                quantize_mode=mode,
+                calibration_data=data,
+                calibration_eps=["cpu"],
+                output_path=str(out),
+                log_level="CRITICAL",
+            )
         return out
 
     return make
@@ -268,14 +335,23 @@ def search_runs(family: Family, path: Path, calib: list[dict], valid: list[dict]
     from deploykit.config import RepairConfig
 
     limits = ", ".join(f"{k} {v}" for k, v in family.target.items() if k.startswith("min_") and v > 0)
-    return [Run(f"deploykit int8 {flavour} + search ({limits})", "int8",
-                "onnxruntime" if flavour == "onnxruntime" else "as_written",
-                deploykit_run(path, calib, "int8", flavour, judging(family, valid, target=True),
-                              repair=RepairConfig(enabled=True)), deploykit=True) for flavour in flavours]
+    return [
+        Run(
+            f"deploykit int8 {flavour} + search ({limits})",
+            "int8",
+            "onnxruntime" if flavour == "onnxruntime" else "as_written",
+            deploykit_run(
+                path, calib, "int8", flavour, judging(family, valid, target=True), repair=RepairConfig(enabled=True)
+            ),
+            deploykit=True,
+        )
+        for flavour in flavours
+    ]
 
 
-def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False,
-         judging: Any = None) -> list[Run]:
+def runs(
+    path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablations: bool = False, judging: Any = None
+) -> list[Run]:
     from deploykit.config import RepairConfig
 
     def ours(precision: str, flavour: str, **cfg: Any) -> Callable[[], Any]:
@@ -283,26 +359,79 @@ def runs(path: Path, calib: list[dict], tmp: Path, ablations: bool, only_ablatio
 
     # the default rows time plain quantization: the search they would start unasked (repair.auto) has rows of its own
     plain = {"repair": RepairConfig(auto=False)}
-    out = [] if only_ablations else [Run("deploykit int8 onnxruntime (default)", "int8", "onnxruntime",
-               ours("int8", "onnxruntime", **plain), deploykit=True),
-           Run("deploykit int8 tensorrt (default)", "int8", "as_written", ours("int8", "tensorrt", **plain), deploykit=True),
-           Run("deploykit fp8 tensorrt (default)", "fp8", "as_written", ours("fp8", "tensorrt", **plain), deploykit=True),
-           Run(ORT_DEFAULT, "int8", "onnxruntime", ort_run(path, calib, tmp / "ort.onnx", False)),
-           Run("ORT quantize_static u8/s8 per-channel reduce_range", "int8", "onnxruntime",
-               ort_run(path, calib, tmp / "ort_tuned.onnx", True)),
-           Run("ModelOpt int8 defaults", "int8", "as_written", modelopt_run(path, calib, tmp / "mo8.onnx", "int8"),
-               also="onnxruntime"),
-           Run("ModelOpt fp8 defaults", "fp8", "as_written", modelopt_run(path, calib, tmp / "mofp8.onnx", "fp8"))]
+    out = (
+        []
+        if only_ablations
+        else [
+            Run(
+                "deploykit int8 onnxruntime (default)",
+                "int8",
+                "onnxruntime",
+                ours("int8", "onnxruntime", **plain),
+                deploykit=True,
+            ),
+            Run(
+                "deploykit int8 tensorrt (default)",
+                "int8",
+                "as_written",
+                ours("int8", "tensorrt", **plain),
+                deploykit=True,
+            ),
+            Run(
+                "deploykit fp8 tensorrt (default)",
+                "fp8",
+                "as_written",
+                ours("fp8", "tensorrt", **plain),
+                deploykit=True,
+            ),
+            Run(ORT_DEFAULT, "int8", "onnxruntime", ort_run(path, calib, tmp / "ort.onnx", False)),
+            Run(
+                "ORT quantize_static u8/s8 per-channel reduce_range",
+                "int8",
+                "onnxruntime",
+                ort_run(path, calib, tmp / "ort_tuned.onnx", True),
+            ),
+            Run(
+                "ModelOpt int8 defaults",
+                "int8",
+                "as_written",
+                modelopt_run(path, calib, tmp / "mo8.onnx", "int8"),
+                also="onnxruntime",
+            ),
+            Run("ModelOpt fp8 defaults", "fp8", "as_written", modelopt_run(path, calib, tmp / "mofp8.onnx", "fp8")),
+        ]
+    )
     if ablations or only_ablations:
         for method in ("max", "percentile", "mse", "entropy", "mean_max", "per_tensor"):
-            out.append(Run(f"deploykit int8 onnxruntime method {method}", "int8", "onnxruntime",
-                           ours("int8", "onnxruntime", method=method), deploykit=True))
-        out.append(Run("deploykit int8 tensorrt method mean_max", "int8", "as_written",
-                       ours("int8", "tensorrt", method="mean_max"), deploykit=True))
+            out.append(
+                Run(
+                    f"deploykit int8 onnxruntime method {method}",
+                    "int8",
+                    "onnxruntime",
+                    ours("int8", "onnxruntime", method=method),
+                    deploykit=True,
+                )
+            )
+        out.append(
+            Run(
+                "deploykit int8 tensorrt method mean_max",
+                "int8",
+                "as_written",
+                ours("int8", "tensorrt", method="mean_max"),
+                deploykit=True,
+            )
+        )
         for flavour, how in (("onnxruntime", "onnxruntime"), ("tensorrt", "as_written")):
             for option in ABLATION_OPTIONS:
-                out.append(Run(f"deploykit int8 {flavour} + {option}", "int8", how,
-                               ours("int8", flavour, **ABLATION_OPTIONS[option]), deploykit=True))
+                out.append(
+                    Run(
+                        f"deploykit int8 {flavour} + {option}",
+                        "int8",
+                        how,
+                        ours("int8", flavour, **ABLATION_OPTIONS[option]),
+                        deploykit=True,
+                    )
+                )
     return out
 
 
@@ -314,6 +443,7 @@ ABLATION_OPTIONS: dict[str, dict[str, Any]] = {  # optional PTQ steps by name ->
 
 
 # -- evaluation --------------------------------------------------------------------------------------
+
 
 def opener(how: str) -> Callable[[Any], Any]:
     from deploykit.graph.run import session_from_onnx
@@ -341,8 +471,13 @@ def evaluate(family: Family, refs: list[dict], candidate: Any, how: str, valid: 
     results = [t.result() for t in tasks]
     kind, metric = family.metric
     task = next(r for r in results if r["kind"] == kind)["metrics"]
-    return {"task": task[metric], "task_metrics": {k: v for k, v in task.items() if isinstance(v, (int, float))},
-            "rel_l2_mean": float(np.mean(rel)), "rel_l2_worst": float(np.max(rel)), "cosine_worst": float(np.min(cos))}
+    return {
+        "task": task[metric],
+        "task_metrics": {k: v for k, v in task.items() if isinstance(v, (int, float))},
+        "rel_l2_mean": float(np.mean(rel)),
+        "rel_l2_worst": float(np.max(rel)),
+        "cosine_worst": float(np.min(cos)),
+    }
 
 
 def cpu_speed(fp32: Path, candidate: Any, sample: dict) -> dict[str, Any]:
@@ -354,8 +489,14 @@ def cpu_speed(fp32: Path, candidate: Any, sample: dict) -> dict[str, Any]:
     return speed.compare(onnx.load(str(fp32)), model, sample, "extended", budget_s=SPEED_BUDGET_S).to_dict()
 
 
-def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
-                 search: list[str] | None = None, only_search: bool = False, rows_with: str = "") -> dict[str, Any]:
+def bench_family(
+    family: Family,
+    ablations: bool,
+    only_ablations: bool = False,
+    search: list[str] | None = None,
+    only_search: bool = False,
+    rows_with: str = "",
+) -> dict[str, Any]:
     from deploykit.graph.run import session_from_onnx
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{family.name}-") as tmp_name:
@@ -368,8 +509,9 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
         rows, speeds = [], {}
         todo = [] if only_search else runs(path, calib, tmp, ablations, only_ablations, judging(family, valid))
         wanted = [w for w in rows_with.split(",") if w] or [""]
-        for run in [r for r in todo + search_runs(family, path, calib, valid, search or [])
-                    if any(w in r.label for w in wanted)]:
+        for run in [
+            r for r in todo + search_runs(family, path, calib, valid, search or []) if any(w in r.label for w in wanted)
+        ]:
             print(f"{family.name}: {run.label} …", file=sys.stderr, flush=True)
             start = time.perf_counter()
             try:
@@ -381,68 +523,107 @@ def bench_family(family: Family, ablations: bool, only_ablations: bool = False,
             try:
                 scores = evaluate(family, refs, candidate, run.evaluate, valid)
             except Exception as e:  # e.g. an invalid graph ONNX Runtime refuses to load
-                rows.append({"tool": run.label, "precision": run.precision, "seconds": round(seconds, 1),
-                             "error": f"cannot evaluate: {type(e).__name__}: {e}"[:300]})
+                rows.append(
+                    {
+                        "tool": run.label,
+                        "precision": run.precision,
+                        "seconds": round(seconds, 1),
+                        "error": f"cannot evaluate: {type(e).__name__}: {e}"[:300],
+                    }
+                )
                 continue
-            row = {"tool": run.label, "precision": run.precision, "evaluate": run.evaluate, "seconds": round(seconds, 1),
-                   "deploykit": run.deploykit,
-                   **scores, "task_holdout": evaluate(family, holdout_refs, candidate, run.evaluate, holdout)["task"],
-                   **getattr(run.make, "info", {})}
+            row = {
+                "tool": run.label,
+                "precision": run.precision,
+                "evaluate": run.evaluate,
+                "seconds": round(seconds, 1),
+                "deploykit": run.deploykit,
+                **scores,
+                "task_holdout": evaluate(family, holdout_refs, candidate, run.evaluate, holdout)["task"],
+                **getattr(run.make, "info", {}),
+            }
             if run.also:
-                row["also"] = {"evaluate": run.also, **evaluate(family, refs, candidate, run.also, valid),
-                               "task_holdout": evaluate(family, holdout_refs, candidate, run.also, holdout)["task"]}
+                row["also"] = {
+                    "evaluate": run.also,
+                    **evaluate(family, refs, candidate, run.also, valid),
+                    "task_holdout": evaluate(family, holdout_refs, candidate, run.also, holdout)["task"],
+                }
             rows.append(row)
-            if run.label in ("deploykit int8 onnxruntime (default)", ORT_DEFAULT) or (
-                    "onnxruntime + search" in run.label) or (
-                    only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label):
+            if (
+                run.label in ("deploykit int8 onnxruntime (default)", ORT_DEFAULT)
+                or ("onnxruntime + search" in run.label)
+                or (only_ablations and "CLE (HardSwish per channel)" in run.label and "onnxruntime" in run.label)
+            ):
                 speeds[run.label] = cpu_speed(path, candidate, valid[0])
         ort = next((r for r in rows if r["tool"] == ORT_DEFAULT and "seconds" in r), None)
         if ort is not None:  # ORT timed again after every other row: the ratios rest on both timings
             start = time.perf_counter()
             ort_run(path, calib, tmp / "ort_again.onnx", False)()
             ort["seconds_again"] = round(time.perf_counter() - start, 1)
-        return {"family": family.name, "model": family.file, "input": [1, 3, *family.hw], "data": family.data,
-                "calibration_samples": CALIB, "validation_samples": VALID, "holdout_samples": HOLDOUT,
-                "task_metric": "/".join(family.metric),
-                "rows": rows, "cpu_speed": speeds}
+        return {
+            "family": family.name,
+            "model": family.file,
+            "input": [1, 3, *family.hw],
+            "data": family.data,
+            "calibration_samples": CALIB,
+            "validation_samples": VALID,
+            "holdout_samples": HOLDOUT,
+            "task_metric": "/".join(family.metric),
+            "rows": rows,
+            "cpu_speed": speeds,
+        }
 
 
 # -- report ------------------------------------------------------------------------------------------
+
 
 def table(results: dict[str, Any]) -> str:
     lines = []
     for fam in results["families"].values():
         kind, metric = fam["task_metric"].split("/")
-        lines += ["", f"## {fam['family']} ({fam['model']}, input {fam['input']}, {fam['calibration_samples']} "
-                      f"calibration + {fam['validation_samples']} validation {fam['data']}, every row also scored on "
-                      f"{fam.get('holdout_samples', 0)} more; task: {kind} {metric})", "",
-                  "| tool | task | task, hold-out | rel-L2 mean | rel-L2 worst | cosine worst | quantize s | calibration s "
-                  "| method |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {fam['family']} ({fam['model']}, input {fam['input']}, {fam['calibration_samples']} "
+            f"calibration + {fam['validation_samples']} validation {fam['data']}, every row also scored on "
+            f"{fam.get('holdout_samples', 0)} more; task: {kind} {metric})",
+            "",
+            "| tool | task | task, hold-out | rel-L2 mean | rel-L2 worst | cosine worst | quantize s | calibration s "
+            "| method |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in fam["rows"]:
             if "error" in r:
                 lines.append(f"| {r['tool']} | error: {r['error'][:80]} | | | | | | | |")
                 continue
             calib = f"{r['calibration_s']:.1f}" if "calibration_s" in r else ""
-            lines.append(f"| {r['tool']} | {r['task']:.4f} | {r.get('task_holdout', float('nan')):.4f} | "
-                         f"{r['rel_l2_mean']:.4f} | {r['rel_l2_worst']:.4f} | "
-                         f"{r['cosine_worst']:.5f} | {r['seconds']:.1f} | {calib} | {r.get('method', '')} |")
+            lines.append(
+                f"| {r['tool']} | {r['task']:.4f} | {r.get('task_holdout', float('nan')):.4f} | "
+                f"{r['rel_l2_mean']:.4f} | {r['rel_l2_worst']:.4f} | "
+                f"{r['cosine_worst']:.5f} | {r['seconds']:.1f} | {calib} | {r.get('method', '')} |"
+            )
             if "also" in r:
                 a = r["also"]
-                lines.append(f"| {r['tool']}, as ONNX Runtime computes it here | {a['task']:.4f} | "
-                             f"{a.get('task_holdout', float('nan')):.4f} | {a['rel_l2_mean']:.4f} | "
-                             f"{a['rel_l2_worst']:.4f} | {a['cosine_worst']:.5f} | | | |")
+                lines.append(
+                    f"| {r['tool']}, as ONNX Runtime computes it here | {a['task']:.4f} | "
+                    f"{a.get('task_holdout', float('nan')):.4f} | {a['rel_l2_mean']:.4f} | "
+                    f"{a['rel_l2_worst']:.4f} | {a['cosine_worst']:.5f} | | | |"
+                )
         for r in fam["rows"]:
             if "search" in r:
                 x = r["search"]
                 fp32 = sum(1 for v in x["raised"].values() if v == "fp32")
-                lines.append(f"\nsearch, {r['tool']}: {'PASSED' if x['passed'] else 'FAILED'} ({x['stopped']}); "
-                             f"{len(x['raised'])} of {x['groups']} groups raised ({fp32} to FP32); "
-                             f"{x['evaluations']['fresh']} evaluations in {x['wall_s']:.0f} s")
+                lines.append(
+                    f"\nsearch, {r['tool']}: {'PASSED' if x['passed'] else 'FAILED'} ({x['stopped']}); "
+                    f"{len(x['raised'])} of {x['groups']} groups raised ({fp32} to FP32); "
+                    f"{x['evaluations']['fresh']} evaluations in {x['wall_s']:.0f} s"
+                )
         lines += ratios(fam)
         for label, s in fam["cpu_speed"].items():
-            lines.append(f"\nCPU speed, {label}: FP32 {s['fp32_ms']:.2f} ms, INT8 {s['quantized_ms']:.2f} ms -> "
-                         f"{s['speedup']:.2f}x (rounds {s['speedup_low']:.2f}-{s['speedup_high']:.2f}x, {s['rounds']} "
-                         f"interleaved rounds x {s['iterations']} iterations)")
+            lines.append(
+                f"\nCPU speed, {label}: FP32 {s['fp32_ms']:.2f} ms, INT8 {s['quantized_ms']:.2f} ms -> "
+                f"{s['speedup']:.2f}x (rounds {s['speedup_low']:.2f}-{s['speedup_high']:.2f}x, {s['rounds']} "
+                f"interleaved rounds x {s['iterations']} iterations)"
+            )
     return "\n".join(lines)
 
 
@@ -454,9 +635,14 @@ def ratios(fam: dict[str, Any]) -> list[str]:
     if ort is None:
         return []
     base = (ort["seconds"] + ort.get("seconds_again", ort["seconds"])) / 2
-    out = ["", f"time against ORT quantize_static ({base:.1f} s, mean of {ort['seconds']:.1f} and "
-               f"{ort.get('seconds_again', ort['seconds']):.1f} s timed before and after the other rows):", "",
-           "| row | seconds | x ORT | passed | FP32 groups | vs FP32 on this CPU (rounds) |", "|---|---|---|---|---|---|"]
+    out = [
+        "",
+        f"time against ORT quantize_static ({base:.1f} s, mean of {ort['seconds']:.1f} and "
+        f"{ort.get('seconds_again', ort['seconds']):.1f} s timed before and after the other rows):",
+        "",
+        "| row | seconds | x ORT | passed | FP32 groups | vs FP32 on this CPU (rounds) |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, r in rows.items():
         if label == ORT_DEFAULT or not r.get("deploykit") and "search" not in r:
             continue
@@ -474,26 +660,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(f.name for f in FAMILIES))
     parser.add_argument("--ablations", action="store_true", help="also each method and the optional PTQ steps")
-    parser.add_argument("--only-ablations", action="store_true", help="the ablation rows alone (kept beside earlier rows)")
-    parser.add_argument("--search", default="", help="flavours (onnxruntime,tensorrt) to run the mixed-precision "
-                        "search in, judged on the validation samples at each family's target limits")
+    parser.add_argument(
+        "--only-ablations", action="store_true", help="the ablation rows alone (kept beside earlier rows)"
+    )
+    parser.add_argument(
+        "--search",
+        default="",
+        help="flavours (onnxruntime,tensorrt) to run the mixed-precision "
+        "search in, judged on the validation samples at each family's target limits",
+    )
     parser.add_argument("--only-search", action="store_true", help="the search rows alone (kept beside earlier rows)")
-    parser.add_argument("--rows", default="", help="only the rows whose label holds one of these comma-separated "
-                        "texts (kept beside earlier rows)")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="only the rows whose label holds one of these comma-separated texts (kept beside earlier rows)",
+    )
     args = parser.parse_args()
     wanted = [f for f in FAMILIES if f.name in args.families.split(",")]
     missing = [f for f in wanted if not (MODELS / f.file).is_file()]
     if missing:
-        raise SystemExit(f"missing {', '.join(str(MODELS / f.file) for f in missing)}: run "
-                         "bash /work/shared/models/fetch.sh /work/cache (or set DEPLOYKIT_MODELS)")
+        raise SystemExit(
+            f"missing {', '.join(str(MODELS / f.file) for f in missing)}: run "
+            "bash /work/shared/models/fetch.sh /work/cache (or set DEPLOYKIT_MODELS)"
+        )
     import modelopt.onnx.quantization  # noqa: F401  (imports before any timing)
     import onnxruntime.quantization  # noqa: F401
 
     from deploykit.store.environment import cpu_info
 
     for family in wanted:
-        done = bench_family(family, args.ablations, args.only_ablations, [f for f in args.search.split(",") if f],
-                            args.only_search, args.rows)
+        done = bench_family(
+            family,
+            args.ablations,
+            args.only_ablations,
+            [f for f in args.search.split(",") if f],
+            args.only_search,
+            args.rows,
+        )
         results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
         results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
         earlier = results["families"].get(family.name, {})

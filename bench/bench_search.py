@@ -76,8 +76,10 @@ def fixed_input(path: Path, size: int) -> Any:
 def parity(output: str, min_iou: float) -> Any:
     from deploykit.config import ParityConfig, ProbabilityMapCheck, TaskChecks, Tolerance
 
-    return ParityConfig(default=Tolerance(rel_l2=math.inf, cosine=-math.inf, max_abs=math.inf, mean_abs=math.inf),
-                        tasks=TaskChecks(probability_map=(ProbabilityMapCheck(output, min_iou=min_iou),)))
+    return ParityConfig(
+        default=Tolerance(rel_l2=math.inf, cosine=-math.inf, max_abs=math.inf, mean_abs=math.inf),
+        tasks=TaskChecks(probability_map=(ProbabilityMapCheck(output, min_iou=min_iou),)),
+    )
 
 
 def quantize(model: Any, flavour: str, calib: list, judging: Any, lookup: Any = None, **repair: Any) -> Any:
@@ -85,10 +87,12 @@ def quantize(model: Any, flavour: str, calib: list, judging: Any, lookup: Any = 
     from deploykit.quant.quantize import Job, quantize_model
     from deploykit.quant.reader import SampleStream
 
-    cfg = QuantizeConfig(precision="int8", method="max", check_samples=4,
-                         repair=RepairConfig(**repair) if repair else RepairConfig())
-    return quantize_model(Job(model, cfg, flavour, SampleStream(calib), reduce_range=True, judging=judging,
-                              search_cache=lookup))
+    cfg = QuantizeConfig(
+        precision="int8", method="max", check_samples=4, repair=RepairConfig(**repair) if repair else RepairConfig()
+    )
+    return quantize_model(
+        Job(model, cfg, flavour, SampleStream(calib), reduce_range=True, judging=judging, search_cache=lookup)
+    )
 
 
 def iou(check: Any) -> float:
@@ -107,8 +111,10 @@ def counts(model: Any, patch: dict[str, str], base: str = "int8") -> dict[str, i
 
 # -- the loop this search replaced ---------------------------------------------------------------------
 
-def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int = 8, max_nodes: int = 12,
-                    threshold: float = 0.05) -> tuple[Any, list[str], bool, int]:
+
+def old_repair_loop(
+    plain: Any, flavour: str, calib: list, max_iterations: int = 8, max_nodes: int = 12, threshold: float = 0.05
+) -> tuple[Any, list[str], bool, int]:
     """Quantize, check rel-L2 on held-out calibration samples, exclude the quantized node whose output
     error grows most (diagnose), repeat; return the *last* graph, as the old loop did."""
     from functools import partial
@@ -126,16 +132,26 @@ def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int =
     job = q.Job(plain.reference, cfg, flavour, SampleStream(calib), reduce_range=True)
     held = calib[:4]
     preset = parity_preset(cfg)
-    evaluate = partial(check, Reference(plain.reference, held), opener=q._opener(job),
-                       tolerance=lambda name: ParityConfig().tolerance(name, preset))
+    evaluate = partial(
+        check,
+        Reference(plain.reference, held),
+        opener=q._opener(job),
+        tolerance=lambda name: ParityConfig().tolerance(name, preset),
+    )
     excluded: dict[str, Reason] = dict(plain.excluded)
     model = build(job, plain.reference, plain.ranges, excluded, fp32=dict(plain.fp32), sample=held[0])
     result, steps = evaluate(model), 1
     while not result.passed and steps < max_iterations and len(excluded) - len(plain.excluded) < max_nodes:
         report = diagnose(plain.reference, model, held, threshold, top=10**6, candidate_opener=q._opener(job))
         quantized = quantized_node_names(model)
-        pick = next((t.candidate_node for t in report.top_growth
-                     if t.candidate_node in quantized and t.candidate_node not in excluded and t.growth > 0), None)
+        pick = next(
+            (
+                t.candidate_node
+                for t in report.top_growth
+                if t.candidate_node in quantized and t.candidate_node not in excluded and t.growth > 0
+            ),
+            None,
+        )
         if pick is None:
             break
         excluded[pick] = Reason("old_repair_loop", "old repair loop")
@@ -145,6 +161,7 @@ def old_repair_loop(plain: Any, flavour: str, calib: list, max_iterations: int =
 
 
 # -- one case ------------------------------------------------------------------------------------------
+
 
 def run_case(name: str, model: Any, output: str, flavour: str) -> list[dict[str, Any]]:
     from deploykit.config import QuantizeConfig, parity_preset
@@ -158,8 +175,17 @@ def run_case(name: str, model: Any, output: str, flavour: str) -> list[dict[str,
     t = time.perf_counter()
     plain = quantize(model, flavour, calib, judging)
     plain_s = time.perf_counter() - t
-    rows.append({"model": name, "flavour": flavour, "row": "int8", "wall_s": plain_s, "passed": plain.check.passed,
-                 "iou": iou(plain.check), "precisions": counts(plain.base, {})})
+    rows.append(
+        {
+            "model": name,
+            "flavour": flavour,
+            "row": "int8",
+            "wall_s": plain_s,
+            "passed": plain.check.passed,
+            "iou": iou(plain.check),
+            "precisions": counts(plain.base, {}),
+        }
+    )
     print(f"  {flavour} int8: IoU {iou(plain.check):.4f} in {plain_s:.1f}s", flush=True)
 
     stored: dict[str, Any] = {}
@@ -176,26 +202,52 @@ def run_case(name: str, model: Any, output: str, flavour: str) -> list[dict[str,
     t = time.perf_counter()
     old, excluded, old_passed, old_steps = old_repair_loop(plain, flavour, calib)
     old_s = time.perf_counter() - t
-    judge = Judge(model, val, opener(flavour), parity(output, MIN_IOU), parity_preset(QuantizeConfig(precision="int8")),
-                  "int8", judging.source)
+    judge = Judge(
+        model,
+        val,
+        opener(flavour),
+        parity(output, MIN_IOU),
+        parity_preset(QuantizeConfig(precision="int8")),
+        "int8",
+        judging.source,
+    )
     old_check = judge.check(old)
-    rows.append({"model": name, "flavour": flavour, "row": "old repair loop", "wall_s": old_s + plain_s,
-                 "passed": old_check.passed, "own_verdict": old_passed, "iou": iou(old_check),
-                 "iterations": old_steps, "excluded": len(excluded)})
-    print(f"  {flavour} old loop: own check {'passed' if old_passed else 'failed'}, validation IoU "
-          f"{iou(old_check):.4f}, {len(excluded)} excluded, {old_s + plain_s:.1f}s", flush=True)
+    rows.append(
+        {
+            "model": name,
+            "flavour": flavour,
+            "row": "old repair loop",
+            "wall_s": old_s + plain_s,
+            "passed": old_check.passed,
+            "own_verdict": old_passed,
+            "iou": iou(old_check),
+            "iterations": old_steps,
+            "excluded": len(excluded),
+        }
+    )
+    print(
+        f"  {flavour} old loop: own check {'passed' if old_passed else 'failed'}, validation IoU "
+        f"{iou(old_check):.4f}, {len(excluded)} excluded, {old_s + plain_s:.1f}s",
+        flush=True,
+    )
 
     if flavour == "onnxruntime":
-        ms = measure({"fp32": plain.reference, "int8": plain.model, "search": searched.model, "old": old,
-                      "cached": again.model}, val[0], "extended", budget_s=8.0, rounds=5)
+        ms = measure(
+            {"fp32": plain.reference, "int8": plain.model, "search": searched.model, "old": old, "cached": again.model},
+            val[0],
+            "extended",
+            budget_s=8.0,
+            rounds=5,
+        )
         for r, key in zip(rows, ("int8", "search", "cached", "old"), strict=True):
             r["cpu_ms"], r["cpu_speed_vs_fp32"] = ms[key], ms["fp32"] / ms[key]
         rows[0]["fp32_ms"] = ms["fp32"]
     else:
         for r, src in zip(rows[1:3], (searched, again), strict=True):
             costs = src.repair.costs
-            r["estimated_latency_vs_all_fp16"] = costs.of(src.layer_precisions) / (costs.base + sum(
-                d.get("fp16", 0.0) for d in costs.delta.values()))
+            r["estimated_latency_vs_all_fp16"] = costs.of(src.layer_precisions) / (
+                costs.base + sum(d.get("fp16", 0.0) for d in costs.delta.values())
+            )
     return rows
 
 
@@ -208,12 +260,24 @@ def opener(flavour: str) -> Any:
 
 def search_row(name: str, flavour: str, label: str, result: Any) -> dict[str, Any]:
     s = result.repair
-    return {"model": name, "flavour": flavour, "row": label, "wall_s": s.wall_s, "cpu_s": s.cpu_s,
-            "passed": s.check.passed,
-            "iou": iou(s.check), "stopped": s.stopped.to_dict(), "evaluations_run": s.evaluations["fresh"],
-            "evaluations_reused": s.evaluations["cached"], "precisions": counts(result.base, s.patch),
-            "groups_raised": len(s.patch), "latency_method": s.costs.method, "timings": s.timings,
-            "groups": len(s.groups), "measured_ms": s.measured_ms}
+    return {
+        "model": name,
+        "flavour": flavour,
+        "row": label,
+        "wall_s": s.wall_s,
+        "cpu_s": s.cpu_s,
+        "passed": s.check.passed,
+        "iou": iou(s.check),
+        "stopped": s.stopped.to_dict(),
+        "evaluations_run": s.evaluations["fresh"],
+        "evaluations_reused": s.evaluations["cached"],
+        "precisions": counts(result.base, s.patch),
+        "groups_raised": len(s.patch),
+        "latency_method": s.costs.method,
+        "timings": s.timings,
+        "groups": len(s.groups),
+        "measured_ms": s.measured_ms,
+    }
 
 
 def main() -> None:
@@ -223,8 +287,12 @@ def main() -> None:
     global SIZE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=SIZE, help="input height and width (default 640)")
-    parser.add_argument("--flavour", action="append", choices=("onnxruntime", "tensorrt"),
-                        help="target flavour(s) to run (default: both)")
+    parser.add_argument(
+        "--flavour",
+        action="append",
+        choices=("onnxruntime", "tensorrt"),
+        help="target flavour(s) to run (default: both)",
+    )
     parser.add_argument("--synthetic-only", action="store_true", help="skip PP-OCRv6 tiny")
     args = parser.parse_args()
     SIZE = args.size
@@ -236,28 +304,42 @@ def main() -> None:
             results += run_case(name, model, output, flavour)
     table(results)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"size": SIZE, "calibration": CALIB, "validation": VALID, "min_iou": MIN_IOU, "tighter_iou": TIGHTER_IOU,
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "total_s": round(time.perf_counter() - started, 1),
-            "note": "shared 2-core VM under load from other engineers: wall times are upper bounds"}
+    meta = {
+        "size": SIZE,
+        "calibration": CALIB,
+        "validation": VALID,
+        "min_iou": MIN_IOU,
+        "tighter_iou": TIGHTER_IOU,
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "total_s": round(time.perf_counter() - started, 1),
+        "note": "shared 2-core VM under load from other engineers: wall times are upper bounds",
+    }
     RESULTS.write_text(json.dumps({"meta": meta, "rows": results}, indent=2, default=float))
     print(f"wrote {RESULTS}")
 
 
 def table(rows: list[dict[str, Any]]) -> None:
-    head = f"{'model':44} {'flavour':11} {'row':30} {'wall s':>7} {'cpu s':>7} {'IoU':>7} {'pass':>5} " \
-           f"{'runs/reused':>11} {'INT8/FP8/FP16/FP32':>19} {'CPU x FP32':>10}"
+    head = (
+        f"{'model':44} {'flavour':11} {'row':30} {'wall s':>7} {'cpu s':>7} {'IoU':>7} {'pass':>5} "
+        f"{'runs/reused':>11} {'INT8/FP8/FP16/FP32':>19} {'CPU x FP32':>10}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         p = r.get("precisions") or {}
         mix = "/".join(str(p.get(k, 0)) for k in ("int8", "fp8", "fp16", "fp32")) if p else "-"
         ev = f"{r['evaluations_run']}/{r['evaluations_reused']}" if "evaluations_run" in r else "-"
-        speed = f"{r['cpu_speed_vs_fp32']:.2f}" if "cpu_speed_vs_fp32" in r else \
-            (f"~{1 / r['estimated_latency_vs_all_fp16']:.2f}*" if "estimated_latency_vs_all_fp16" in r else "-")
+        speed = (
+            f"{r['cpu_speed_vs_fp32']:.2f}"
+            if "cpu_speed_vs_fp32" in r
+            else (f"~{1 / r['estimated_latency_vs_all_fp16']:.2f}*" if "estimated_latency_vs_all_fp16" in r else "-")
+        )
         cpu = f"{r['cpu_s']:7.1f}" if "cpu_s" in r else f"{'-':>7}"
-        print(f"{r['model'][:44]:44} {r['flavour']:11} {r['row'][:30]:30} {r['wall_s']:7.1f} {cpu} {r['iou']:7.4f} "
-              f"{'yes' if r['passed'] else 'no':>5} {ev:>11} {mix:>19} {speed:>10}")
+        print(
+            f"{r['model'][:44]:44} {r['flavour']:11} {r['row'][:30]:30} {r['wall_s']:7.1f} {cpu} {r['iou']:7.4f} "
+            f"{'yes' if r['passed'] else 'no':>5} {ev:>11} {mix:>19} {speed:>10}"
+        )
     print("* tensorrt: estimated speed vs every layer in FP16 (roofline), not measured")
 
 

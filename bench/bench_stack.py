@@ -55,13 +55,21 @@ def stack_runs(store: Path) -> dict[str, dict]:
                 m["rate_hz"] *= scale
         raw.update(duration_s=DURATION_S, alone_s=ALONE_S)
         result = run_stack(_rebased(raw), workdir=store)
-        out[f"x{scale:g}"] = {name: {"rate_hz": m["rate_hz"], "achieved_hz": m["achieved_hz"],
-                                     "miss_rate": (m.get("deadline") or {}).get("miss_rate"),
-                                     "dropped": m["dropped"], "p50_ms": m["latency"]["p50_ms"],
-                                     "p99_ms": m["latency"]["p99_ms"], "alone_p50_ms": m["alone"]["latency"]["p50_ms"],
-                                     "alone_p99_ms": m["alone"]["latency"]["p99_ms"],
-                                     "slowdown_p50": m["slowdown"]["p50"], "slowdown_p99": m["slowdown"]["p99"]}
-                              for name, m in result.models.items()}
+        out[f"x{scale:g}"] = {
+            name: {
+                "rate_hz": m["rate_hz"],
+                "achieved_hz": m["achieved_hz"],
+                "miss_rate": (m.get("deadline") or {}).get("miss_rate"),
+                "dropped": m["dropped"],
+                "p50_ms": m["latency"]["p50_ms"],
+                "p99_ms": m["latency"]["p99_ms"],
+                "alone_p50_ms": m["alone"]["latency"]["p50_ms"],
+                "alone_p99_ms": m["alone"]["latency"]["p99_ms"],
+                "slowdown_p50": m["slowdown"]["p50"],
+                "slowdown_p99": m["slowdown"]["p99"],
+            }
+            for name, m in result.models.items()
+        }
         out[f"x{scale:g}"]["passed"] = result.passed
     return out
 
@@ -81,9 +89,16 @@ def overhead(store: Path) -> dict[str, object]:
     loaded = load_all(busy, store)
     producers = {n: m for n, m in busy.models.items()}
     # every model at 10 kHz on its own (no chain): always busy, so runs are back to back
-    flat = stack_from_dict({"duration_s": SECONDS, "alone_s": 0, "models": {
-        n: {"model": str(busy.path(n)), "rate_hz": 10_000.0, "threads": m.threads} for n, m in producers.items()}},
-        STACK.parent)
+    flat = stack_from_dict(
+        {
+            "duration_s": SECONDS,
+            "alone_s": 0,
+            "models": {
+                n: {"model": str(busy.path(n)), "rate_hz": 10_000.0, "threads": m.threads} for n, m in producers.items()
+            },
+        },
+        STACK.parent,
+    )
     runs = {n: m.session.timed_runner(m.feeds) for n, m in loaded.items()}
     raw = {n: (m.session._session, [o.name for o in m.session.outputs], m.feeds) for n, m in loaded.items()}
     bare_rounds, harness_rounds, gaps, service = [], [], {}, {}
@@ -98,14 +113,23 @@ def overhead(store: Path) -> dict[str, object]:
     for n in loaded:
         ratios = [h[n] / b[n] for h, b in zip(harness_rounds, bare_rounds, strict=True) if b[n]]
         gap_us = statistics.median(gaps[n]) * 1e3
-        per_model[n] = {"bare_runs": [b[n] for b in bare_rounds], "harness_runs": [h[n] for h in harness_rounds],
-                        "throughput_overhead": 1.0 - statistics.median(ratios), "gap_us": gap_us,
-                        "run_ms": statistics.median(service[n]), "gap_share": gap_us / 1e3 / statistics.median(service[n])}
+        per_model[n] = {
+            "bare_runs": [b[n] for b in bare_rounds],
+            "harness_runs": [h[n] for h in harness_rounds],
+            "throughput_overhead": 1.0 - statistics.median(ratios),
+            "gap_us": gap_us,
+            "run_ms": statistics.median(service[n]),
+            "gap_share": gap_us / 1e3 / statistics.median(service[n]),
+        }
     totals = [sum(h.values()) / sum(b.values()) for h, b in zip(harness_rounds, bare_rounds, strict=True)]
-    return {"rounds": ROUNDS, "seconds": SECONDS, "models": per_model,
-            "gap_share": max(m["gap_share"] for m in per_model.values()),
-            "throughput_overhead": 1.0 - statistics.median(totals),
-            "throughput_overhead_range": [1.0 - max(totals), 1.0 - min(totals)]}
+    return {
+        "rounds": ROUNDS,
+        "seconds": SECONDS,
+        "models": per_model,
+        "gap_share": max(m["gap_share"] for m in per_model.values()),
+        "throughput_overhead": 1.0 - statistics.median(totals),
+        "throughput_overhead_range": [1.0 - max(totals), 1.0 - min(totals)],
+    }
 
 
 def _gaps(frames) -> list[float]:
@@ -140,28 +164,44 @@ def main() -> None:
 
     from deploykit.store.environment import cpu_info, load_snapshot
 
-    store = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="bench-stack-"))  # a store to reuse
+    store = (
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="bench-stack-"))
+    )  # a store to reuse
     before = load_snapshot()
     rates = stack_runs(store)
     cost = overhead(store)
-    result = {"stack": str(STACK.relative_to(ROOT)), "cpu": cpu_info(), "load_before": before,
-              "load_after": load_snapshot(), "rates": rates, "harness": cost,
-              "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    print(f"{'rates':6} {'model':10} {'Hz':>6} {'achieved':>9} {'miss':>7} {'p50':>7} {'p50 alone':>10} "
-          f"{'slow p50':>9} {'slow p99':>9}")
+    result = {
+        "stack": str(STACK.relative_to(ROOT)),
+        "cpu": cpu_info(),
+        "load_before": before,
+        "load_after": load_snapshot(),
+        "rates": rates,
+        "harness": cost,
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    print(
+        f"{'rates':6} {'model':10} {'Hz':>6} {'achieved':>9} {'miss':>7} {'p50':>7} {'p50 alone':>10} "
+        f"{'slow p50':>9} {'slow p99':>9}"
+    )
     for scale, models in rates.items():
         for name, m in models.items():
             if name == "passed":
                 continue
             miss = f"{m['miss_rate'] * 100:.1f}%" if m["miss_rate"] is not None else "-"
-            print(f"{scale:6} {name:10} {m['rate_hz']:6.1f} {m['achieved_hz']:9.1f} {miss:>7} {m['p50_ms']:7.2f} "
-                  f"{m['alone_p50_ms']:10.2f} {m['slowdown_p50']:8.2f}x {m['slowdown_p99']:8.2f}x")
-    print(f"harness time between runs: at most {cost['gap_share'] * 100:.2f}% of a model's run (target <= 5%); "
-          f"runs vs bare session.run loops on threads: {cost['throughput_overhead'] * 100:+.1f}% fewer (rounds "
-          f"{cost['throughput_overhead_range'][0] * 100:+.1f}..{cost['throughput_overhead_range'][1] * 100:+.1f}%)")
+            print(
+                f"{scale:6} {name:10} {m['rate_hz']:6.1f} {m['achieved_hz']:9.1f} {miss:>7} {m['p50_ms']:7.2f} "
+                f"{m['alone_p50_ms']:10.2f} {m['slowdown_p50']:8.2f}x {m['slowdown_p99']:8.2f}x"
+            )
+    print(
+        f"harness time between runs: at most {cost['gap_share'] * 100:.2f}% of a model's run (target <= 5%); "
+        f"runs vs bare session.run loops on threads: {cost['throughput_overhead'] * 100:+.1f}% fewer (rounds "
+        f"{cost['throughput_overhead_range'][0] * 100:+.1f}..{cost['throughput_overhead_range'][1] * 100:+.1f}%)"
+    )
     for name, m in cost["models"].items():
-        print(f"  {name:10} run {m['run_ms']:.3f} ms, harness gap {m['gap_us']:.1f} us ({m['gap_share'] * 100:.2f}%); "
-              f"runs bare {m['bare_runs']} harness {m['harness_runs']}")
+        print(
+            f"  {name:10} run {m['run_ms']:.3f} ms, harness gap {m['gap_us']:.1f} us ({m['gap_share'] * 100:.2f}%); "
+            f"runs bare {m['bare_runs']} harness {m['harness_runs']}"
+        )
     out = ROOT / "bench" / "results" / "stack.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

@@ -45,13 +45,16 @@ def exported_detector(tmp: Path, dynamo: bool, opset: int, fold: bool = True) ->
 
     path = tmp / f"detector_{'dynamo' if dynamo else 'ts'}_{opset}.onnx"
     x = torch.randn(1, 3, 128, 128)
-    kwargs: dict[str, Any] = ({"dynamo": True, "external_data": False,
-                               "dynamic_shapes": ({0: torch.export.Dim("batch", min=1, max=4)},)} if dynamo else
-                              {"dynamo": False, "dynamic_axes": {"images": {0: "batch"}}, "do_constant_folding": fold})
+    kwargs: dict[str, Any] = (
+        {"dynamo": True, "external_data": False, "dynamic_shapes": ({0: torch.export.Dim("batch", min=1, max=4)},)}
+        if dynamo
+        else {"dynamo": False, "dynamic_axes": {"images": {0: "batch"}}, "do_constant_folding": fold}
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(build(), (x,), path, input_names=["images"], output_names=["boxes", "scores"],
-                          opset_version=opset, **kwargs)
+        torch.onnx.export(
+            build(), (x,), path, input_names=["images"], output_names=["boxes", "scores"], opset_version=opset, **kwargs
+        )
     return onnx.load(path)
 
 
@@ -107,8 +110,9 @@ def polygraphy_tool(model: onnx.ModelProto, tmp: Path) -> onnx.ModelProto:
     src, dst = tmp / "poly_in.onnx", tmp / "poly_out.onnx"
     onnx.save(model, src)
     exe = shutil.which("polygraphy", path=str(Path(sys.executable).parent)) or "polygraphy"
-    proc = subprocess.run([exe, "surgeon", "sanitize", str(src), "--fold-constants", "-o", str(dst)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [exe, "surgeon", "sanitize", str(src), "--fold-constants", "-o", str(dst)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "polygraphy failed")
     return onnx.load(dst)
@@ -168,8 +172,14 @@ def measure(tools: dict[str, Any], model: onnx.ModelProto, tmp: Path) -> dict[st
         except Exception as e:
             ok, worst = False, float("nan")
             row[name] = {"error": f"output does not run: {type(e).__name__}: {str(e)[:160]}"}
-        row[name] = {**row.get(name, {}), "nodes": len(out.graph.node), "outputs_match": ok, "max_abs_diff": worst,
-                     "seconds": statistics.median(times[name]), "seconds_all": times[name]}
+        row[name] = {
+            **row.get(name, {}),
+            "nodes": len(out.graph.node),
+            "outputs_match": ok,
+            "max_abs_diff": worst,
+            "seconds": statistics.median(times[name]),
+            "seconds_all": times[name],
+        }
     return row
 
 
@@ -185,8 +195,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     out = ROOT / "bench" / "results" / "surgery.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rounds": ROUNDS, "passes": PASSES, "skipped_tools": missing, "models": results},
-                              indent=2))
+    out.write_text(
+        json.dumps({"rounds": ROUNDS, "passes": PASSES, "skipped_tools": missing, "models": results}, indent=2)
+    )
     print_table(results, list(tools), missing)
     print(f"wrote {out}")
 

@@ -87,8 +87,17 @@ def main() -> None:
     stages = {r.stage: r.status for r in result.stages}
     pieces = dict(SPENT)
     pieces["other pipeline work"] = total - sum(pieces.values())  # imports inside stages, saving, sessions
-    print(json.dumps({"import_s": IMPORTED - START, "convert_s": total, "pieces": pieces, "stages": stages,
-                      "passed": result.passed}))
+    print(
+        json.dumps(
+            {
+                "import_s": IMPORTED - START,
+                "convert_s": total,
+                "pieces": pieces,
+                "stages": stages,
+                "passed": result.passed,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -49,9 +49,7 @@ def _model(nodes: list, inputs: list, outputs: list, inits: list = (), opset: in
 
 
 def scatternd_add(reduction: str = "add") -> onnx.ModelProto:
-    nodes = [
-        helper.make_node("ScatterND", ["data", "idx", "upd"], ["y"], name="scatter", reduction=reduction)
-    ]
+    nodes = [helper.make_node("ScatterND", ["data", "idx", "upd"], ["y"], name="scatter", reduction=reduction)]
     return _model(
         nodes,
         [_value("data", F, [8, 4]), _value("upd", F, [3, 4])],
@@ -106,9 +104,7 @@ def uint8_cast() -> onnx.ModelProto:
         helper.make_node("QuantizeLinear", ["x", "s"], ["q"], name="q"),  # no zero point: UINT8
         helper.make_node("Cast", ["q"], ["y"], name="cast", to=T.FLOAT),
     ]
-    return _model(
-        nodes, [_value("x", F, [4])], [_value("y", F, [4])], [_init("s", np.asarray(0.1, np.float32))]
-    )
+    return _model(nodes, [_value("x", F, [4])], [_value("y", F, [4])], [_init("s", np.asarray(0.1, np.float32))])
 
 
 def dequantize_float_bias() -> onnx.ModelProto:

@@ -38,8 +38,17 @@ x = torch.randn(2, 3, 128, 128)
 batch = torch.export.Dim("batch", min=1, max=4)
 with tempfile.TemporaryDirectory() as tmp:
     path = Path(tmp) / "model.onnx"
-    torch.onnx.export(model, (x,), path, dynamo=True, input_names=["images"], output_names=["boxes", "scores"],
-                      opset_version=18, dynamic_shapes=({0: batch},), external_data=False)
+    torch.onnx.export(
+        model,
+        (x,),
+        path,
+        dynamo=True,
+        input_names=["images"],
+        output_names=["boxes", "scores"],
+        opset_version=18,
+        dynamic_shapes=({0: batch},),
+        external_data=False,
+    )
     phase("torch.onnx.export")
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED

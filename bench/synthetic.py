@@ -97,8 +97,10 @@ def layout_page(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
             page.paste(Image.fromarray(grad, "RGB"), (x0, y))
             for _ in range(int(rng.integers(2, 6))):
                 bx, by = int(rng.integers(x0, x1 - 20)), int(rng.integers(y, y + height - 20))
-                draw.ellipse([bx, by, bx + int(rng.integers(10, 80)), by + int(rng.integers(10, 80))],
-                             fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+                draw.ellipse(
+                    [bx, by, bx + int(rng.integers(10, 80)), by + int(rng.integers(10, 80))],
+                    fill=tuple(int(v) for v in rng.integers(0, 256, 3)),
+                )
         else:
             rows, cols = int(rng.integers(3, 8)), int(rng.integers(2, 6))
             for r in range(rows + 1):
@@ -107,8 +109,12 @@ def layout_page(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
                 draw.line([(x0 + c * (x1 - x0) // cols, y), (x0 + c * (x1 - x0) // cols, y + height)], fill=(0, 0, 0))
             for r in range(rows):
                 for c in range(cols):
-                    draw.text((x0 + c * (x1 - x0) // cols + 3, y + r * height // rows + 2), _words(rng, 1),
-                              fill=(20, 20, 20), font=body)
+                    draw.text(
+                        (x0 + c * (x1 - x0) // cols + 3, y + r * height // rows + 2),
+                        _words(rng, 1),
+                        fill=(20, 20, 20),
+                        font=body,
+                    )
         y += height + h // 40
     return _noisy(page, rng, 4.0)
 

@@ -57,13 +57,20 @@ CASES: dict[str, tuple[Path, tuple[tuple[str, str], ...]]] = {
 
 # -- one row -----------------------------------------------------------------------------------------
 
-def convert_row(name: str, config: Path, precision: str, target: str, store: Path, iterations: int
-                ) -> tuple[dict[str, Any], Any]:
+
+def convert_row(
+    name: str, config: Path, precision: str, target: str, store: Path, iterations: int
+) -> tuple[dict[str, Any], Any]:
     """The row, and the run's result (None when it stopped before the stages finished)."""
     import deploykit
 
-    kwargs = {"workdir": store, "quantize__precision": precision, "quantize__target": target,
-              "gate__iterations": iterations, "gate__trials": 3}
+    kwargs = {
+        "workdir": store,
+        "quantize__precision": precision,
+        "quantize__target": target,
+        "gate__iterations": iterations,
+        "gate__trials": 3,
+    }
     row: dict[str, Any] = {"model": name, "precision": precision, "flavour": _flavour(config, precision, target)}
     start = time.perf_counter()
     result, error = _convert(deploykit.convert, config, kwargs)
@@ -102,9 +109,13 @@ def _numbers(result: Any) -> dict[str, Any]:
     parity, gate = result.parity or {}, result.gate or {}
     onnx = [refs["onnx"]["metrics"]["rel_l2"] for refs in parity.get("outputs", {}).values() if "onnx" in refs]
     out: dict[str, Any] = {
-        "evaluator": parity.get("candidate_evaluator", ""), "worst_rel_l2": max(onnx) if onnx else None,
-        "task": task_summary(parity.get("tasks", [])), "fps": gate.get("fps"),
-        "p50_ms": (gate.get("latency") or {}).get("p50_ms"), "p99_ms": (gate.get("latency") or {}).get("p99_ms")}
+        "evaluator": parity.get("candidate_evaluator", ""),
+        "worst_rel_l2": max(onnx) if onnx else None,
+        "task": task_summary(parity.get("tasks", [])),
+        "fps": gate.get("fps"),
+        "p50_ms": (gate.get("latency") or {}).get("p50_ms"),
+        "p99_ms": (gate.get("latency") or {}).get("p99_ms"),
+    }
     model = result.artifacts.get("model")
     if model is not None and model.manifest.stage == "quantize":
         report = result.report("model", "precision.json")
@@ -119,8 +130,12 @@ def _numbers(result: Any) -> dict[str, Any]:
 
 def task_summary(tasks: list[dict[str, Any]]) -> str:
     """The task metrics against the FP32 ONNX, one short string."""
-    keys = {"segmentation": ("miou", "pixel_agreement"), "depth": ("abs_rel", "delta1"),
-            "trajectory": ("ade", "fde", "top1"), "detection": ("matched", "mean_iou", "class_flips")}
+    keys = {
+        "segmentation": ("miou", "pixel_agreement"),
+        "depth": ("abs_rel", "delta1"),
+        "trajectory": ("ade", "fde", "top1"),
+        "detection": ("matched", "mean_iou", "class_flips"),
+    }
     parts = []
     for t in tasks:
         if t["reference"] == "onnx":
@@ -132,14 +147,20 @@ def task_summary(tasks: list[dict[str, Any]]) -> str:
 def _excluded_summary(excluded: dict[str, dict[str, str]], raised: dict[str, str]) -> str:
     """Nodes kept out of quantization by reason (precision.json's reason codes), then the layer groups the
     search (or the config's ``layer_precisions``) raised, by precision."""
-    labels = {"masking": "masking", "high_precision_op": "high_precision_ops", "output_tail": "output tail",
-              "mixed_ranges": "mixed ranges", "kernel_miscomputes": "kernel miscomputes"}
+    labels = {
+        "masking": "masking",
+        "high_precision_op": "high_precision_ops",
+        "output_tail": "output tail",
+        "mixed_ranges": "mixed ranges",
+        "kernel_miscomputes": "kernel miscomputes",
+    }
     kinds = Counter(labels.get(why["code"], "config") for why in excluded.values())
     kinds.update(f"groups {p} (search)" for p in raised.values())
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "0"
 
 
 # -- baselines ---------------------------------------------------------------------------------------
+
 
 def baselines(config: Path, fp32_onnx: Path, precision: str, tmp: Path) -> dict[str, dict[str, Any]]:
     """ORT quantize_static (int8 only) and ModelOpt (int8/fp8), defaults, judged by the config's parity."""
@@ -151,18 +172,26 @@ def baselines(config: Path, fp32_onnx: Path, precision: str, tmp: Path) -> dict[
 
     open_as_written = partial(session_from_onnx, evaluator="as_written")
     calib, valid = _samples(config, "calibration"), _samples(config, "validation")
-    runs = {"modelopt": (lambda: modelopt_default(fp32_onnx, precision, calib, tmp / f"mo_{precision}.onnx"),
-                         open_as_written)}
+    runs = {
+        "modelopt": (
+            lambda: modelopt_default(fp32_onnx, precision, calib, tmp / f"mo_{precision}.onnx"),
+            open_as_written,
+        )
+    }
     if precision == "int8":
-        runs["ort"] = (lambda: ort_default(fp32_onnx, calib, tmp / "ort_int8.onnx"),
-                       partial(session_from_onnx, evaluator="onnxruntime", level="extended"))
+        runs["ort"] = (
+            lambda: ort_default(fp32_onnx, calib, tmp / "ort_int8.onnx"),
+            partial(session_from_onnx, evaluator="onnxruntime", level="extended"),
+        )
     out = {}
     for label, (make, opener) in runs.items():
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 out[label] = judge(config, fp32_onnx, make(), opener, valid, precision)
         except Exception as e:  # a tool that cannot quantize this model is a result too
-            out[label] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]}
+            out[label] = {
+                "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+            }
     return out
 
 
@@ -177,12 +206,20 @@ def modelopt_default(path: Path, mode: str, samples: list[dict], out: Path) -> P
     same = [s for s in samples if tuple(v.shape for v in s.values()) == shapes]
     data = {name: np.concatenate([s[name] for s in same]) for name in same[0]}
     with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent):
-        quantize(str(path), quantize_mode=mode, calibration_data=data, calibration_eps=["cpu"],
-                 output_path=str(out), log_level="CRITICAL")
+        quantize(
+            str(path),
+            quantize_mode=mode,
+            calibration_data=data,
+            calibration_eps=["cpu"],
+            output_path=str(out),
+            log_level="CRITICAL",
+        )
     return out
 
 
-def judge(config: Path, fp32_onnx: Path, candidate: Any, opener: Any, valid: list[dict], precision: str) -> dict[str, Any]:
+def judge(
+    config: Path, fp32_onnx: Path, candidate: Any, opener: Any, valid: list[dict], precision: str
+) -> dict[str, Any]:
     from deploykit.config import load_config, parity_preset
     from deploykit.graph.files import load_model
     from deploykit.graph.run import session_from_onnx
@@ -195,8 +232,12 @@ def judge(config: Path, fp32_onnx: Path, candidate: Any, opener: Any, valid: lis
         comparison.add({"onnx": reference.infer(sample)}, cand.infer(sample))
     report = comparison.report()
     rel = [refs["onnx"]["metrics"]["rel_l2"] for refs in report["outputs"].values()]
-    return {"passed": report["passed"], "worst_rel_l2": max(rel) if rel else None,
-            "task": task_summary(report["tasks"]), "evaluator": cand.evaluator}
+    return {
+        "passed": report["passed"],
+        "worst_rel_l2": max(rel) if rel else None,
+        "task": task_summary(report["tasks"]),
+        "evaluator": cand.evaluator,
+    }
 
 
 def _samples(config: Path, which: str) -> list[dict[str, np.ndarray]]:
@@ -219,6 +260,7 @@ def quantize_input(result: Any) -> Path | None:
 
 # -- the MatMul-heavy recipe ---------------------------------------------------------------------------
 
+
 def high_precision_ops_rows(store: Path, iterations: int) -> list[dict[str, Any]]:
     """The planner at INT8 (onnxruntime flavour), with LayerNorm/Softmax kept out of INT8 (the default)
     and quantized too."""
@@ -227,25 +269,41 @@ def high_precision_ops_rows(store: Path, iterations: int) -> list[dict[str, Any]
     for ops in (["LayerNormalization", "Softmax"], []):
         import deploykit
 
-        kwargs = {"workdir": store, "quantize__precision": "int8", "quantize__target": "onnxruntime",
-                  "quantize__high_precision_ops": ops, "gate__iterations": iterations, "gate__trials": 3}
+        kwargs = {
+            "workdir": store,
+            "quantize__precision": "int8",
+            "quantize__target": "onnxruntime",
+            "quantize__high_precision_ops": ops,
+            "gate__iterations": iterations,
+            "gate__trials": 3,
+        }
         result, error = _convert(deploykit.convert, config, kwargs)
         numbers = _numbers(result) if result is not None else {}
-        rows.append({"high_precision_ops": ops or "[] (quantize them)", "error": error,
-                     **{k: numbers.get(k) for k in ("worst_rel_l2", "task", "fps", "cpu_speedup", "excluded_summary")}})
+        rows.append(
+            {
+                "high_precision_ops": ops or "[] (quantize them)",
+                "error": error,
+                **{k: numbers.get(k) for k in ("worst_rel_l2", "task", "fps", "cpu_speedup", "excluded_summary")},
+            }
+        )
     return rows
 
 
 # -- output ------------------------------------------------------------------------------------------
 
+
 def machine() -> dict[str, Any]:
     from deploykit.store.environment import cpu_info, tool_versions
 
     info = cpu_info()
-    return {"cpu": info["model"], "cores": info["cores"], "features": info["features"],
-            "load_average": [round(v, 2) for v in os.getloadavg()],
-            "tools": {k: v for k, v in tool_versions().items() if k in ("onnxruntime", "torch", "onnx", "nvidia-modelopt")},
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "cpu": info["model"],
+        "cores": info["cores"],
+        "features": info["features"],
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+        "tools": {k: v for k, v in tool_versions().items() if k in ("onnxruntime", "torch", "onnx", "nvidia-modelopt")},
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -256,26 +314,58 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def markdown(rows: list[dict[str, Any]], recipe: list[dict[str, Any]], before: dict[str, Any], after: dict[str, Any]) -> str:
-    head = ("| model | precision | flavour | passed | evaluator | task metric (vs FP32) | worst rel-L2 | p50 ms | p99 ms "
-            "| FPS | INT8/FP32 CPU | convert s | rerun s | excluded | ORT quantize_static | ModelOpt |")
+def markdown(
+    rows: list[dict[str, Any]], recipe: list[dict[str, Any]], before: dict[str, Any], after: dict[str, Any]
+) -> str:
+    head = (
+        "| model | precision | flavour | passed | evaluator | task metric (vs FP32) | worst rel-L2 | p50 ms | p99 ms "
+        "| FPS | INT8/FP32 CPU | convert s | rerun s | excluded | ORT quantize_static | ModelOpt |"
+    )
     lines = [head, "|" + "|".join([" --- "] * 16) + "|"]
     for r in rows:
         base = r.get("baselines", {})
-        lines.append("| " + " | ".join([
-            r["model"], r["precision"], r["flavour"], "yes" if r["passed"] else f"**no**: {_short(r['error'])}",
-            _short(r.get("evaluator", ""), 40), r.get("task", "-"), _fmt(r.get("worst_rel_l2")), _fmt(r.get("p50_ms")),
-            _fmt(r.get("p99_ms")), _fmt(r.get("fps"), 4), _fmt(r.get("cpu_speedup")), _fmt(r.get("convert_s"), 4),
-            _fmt(r.get("rerun_s")), r.get("excluded_summary", "-"), _baseline(base.get("ort")),
-            _baseline(base.get("modelopt"))]) + " |")
-    lines += ["", "LayerNorm/Softmax on the MatMul-heavy planner (INT8, onnxruntime flavour):", "",
-              "| quantize.high_precision_ops | worst rel-L2 | task metric | FPS | INT8/FP32 CPU | excluded |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['high_precision_ops']} | {_fmt(r['worst_rel_l2'])} | {r['task'] or '-'} | {_fmt(r['fps'], 4)} | "
-              f"{_fmt(r['cpu_speedup'])} | {r['excluded_summary'] or '-'} |" for r in recipe]
-    lines += ["", f"Measured {before['date']} on {before['cpu']} ({before['cores']} cores, {', '.join(before['features'])}), "
-              f"under load from other jobs (load average {before['load_average'][0]} at the start, "
-              f"{after['load_average'][0]} at the end): latencies and FPS are noisy; compare within a row."]
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["model"],
+                    r["precision"],
+                    r["flavour"],
+                    "yes" if r["passed"] else f"**no**: {_short(r['error'])}",
+                    _short(r.get("evaluator", ""), 40),
+                    r.get("task", "-"),
+                    _fmt(r.get("worst_rel_l2")),
+                    _fmt(r.get("p50_ms")),
+                    _fmt(r.get("p99_ms")),
+                    _fmt(r.get("fps"), 4),
+                    _fmt(r.get("cpu_speedup")),
+                    _fmt(r.get("convert_s"), 4),
+                    _fmt(r.get("rerun_s")),
+                    r.get("excluded_summary", "-"),
+                    _baseline(base.get("ort")),
+                    _baseline(base.get("modelopt")),
+                ]
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        "LayerNorm/Softmax on the MatMul-heavy planner (INT8, onnxruntime flavour):",
+        "",
+        "| quantize.high_precision_ops | worst rel-L2 | task metric | FPS | INT8/FP32 CPU | excluded |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {r['high_precision_ops']} | {_fmt(r['worst_rel_l2'])} | {r['task'] or '-'} | {_fmt(r['fps'], 4)} | "
+        f"{_fmt(r['cpu_speedup'])} | {r['excluded_summary'] or '-'} |"
+        for r in recipe
+    ]
+    lines += [
+        "",
+        f"Measured {before['date']} on {before['cpu']} ({before['cores']} cores, {', '.join(before['features'])}), "
+        f"under load from other jobs (load average {before['load_average'][0]} at the start, "
+        f"{after['load_average'][0]} at the end): latencies and FPS are noisy; compare within a row.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -318,8 +408,13 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     text = markdown(rows, recipe, before, after)
     (RESULTS / "zoo.md").write_text(text)
-    (RESULTS / "zoo.json").write_text(json.dumps({"machine": before, "machine_after": after, "rows": rows,
-                                                  "high_precision_ops": recipe}, indent=1, default=str))
+    (RESULTS / "zoo.json").write_text(
+        json.dumps(
+            {"machine": before, "machine_after": after, "rows": rows, "high_precision_ops": recipe},
+            indent=1,
+            default=str,
+        )
+    )
     print(text)
 
 

@@ -62,18 +62,38 @@ from deploykit.errors import DeployKitError  # noqa: E402  (the error tree impor
 PROFILE = {"x": ((1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64))}
 PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 TOLERANCE = {"fp32": 5e-3, "fp16": 5e-3, "int8": 5e-2, "fp8": 5e-2}  # rel-L2 vs ORT on the same graph
-EXAMPLES = {"detector": REPO / "examples" / "detector" / "deploykit.yaml",
-            "bev": REPO / "examples" / "bev" / "deploykit.yaml"}
+EXAMPLES = {
+    "detector": REPO / "examples" / "detector" / "deploykit.yaml",
+    "bev": REPO / "examples" / "bev" / "deploykit.yaml",
+}
 # Rough seconds each section needs on a GPU machine; a section starts only if the budget has that left.
-COST = {"plugin kernels": 120, "memcheck": 60, "session": 30, "lint agreement": 40, "conv precisions": 90,
-        "example": 120, "profiling": 60, "timing cache": 40, "errors": 40}
+COST = {
+    "plugin kernels": 120,
+    "memcheck": 60,
+    "session": 30,
+    "lint agreement": 40,
+    "conv precisions": 90,
+    "example": 120,
+    "profiling": 60,
+    "timing cache": 40,
+    "errors": 40,
+}
 GATE = {"gate__iterations": 50, "gate__trials": 3, "gate__warmup": 10}  # enough to time, short enough to fit
 # What each section imports besides the standard library
-NEEDS = {"deploykit": ("numpy", "yaml"), "session": ("numpy", "cupy", "cuda.bindings"),
-         "tensorrt": ("numpy", "yaml", "onnx", "onnxruntime", "tensorrt"), "profiling": ("numpy", "yaml", "onnx",
-                                                                                        "onnxruntime")}
-KERNEL_SOURCES = ("tools/gpu_check.cpp", "bev_pool/bev_pool.cu", "pillar_scatter/pillar_scatter.cu",
-                  "bev_pool/bev_pool_cpu.cpp", "pillar_scatter/pillar_scatter_cpu.cpp", "common/abi.cpp")
+NEEDS = {
+    "deploykit": ("numpy", "yaml"),
+    "session": ("numpy", "cupy", "cuda.bindings"),
+    "tensorrt": ("numpy", "yaml", "onnx", "onnxruntime", "tensorrt"),
+    "profiling": ("numpy", "yaml", "onnx", "onnxruntime"),
+}
+KERNEL_SOURCES = (
+    "tools/gpu_check.cpp",
+    "bev_pool/bev_pool.cu",
+    "pillar_scatter/pillar_scatter.cu",
+    "bev_pool/bev_pool_cpu.cpp",
+    "pillar_scatter/pillar_scatter_cpu.cpp",
+    "common/abi.cpp",
+)
 GLUE_SOURCES = ("common/trt_plugin.cpp", "bev_pool/bev_pool_trt.cpp", "pillar_scatter/pillar_scatter_trt.cpp")
 
 
@@ -113,12 +133,18 @@ def has_module(name: str) -> bool:
 
 
 def detect() -> Machine:
-    machine = Machine(modules={m: has_module(m) for m in sorted({m for ms in NEEDS.values() for m in ms})},
-                      tools={t: shutil.which(t) or "" for t in ("nvidia-smi", "nvcc", "compute-sanitizer")})
+    machine = Machine(
+        modules={m: has_module(m) for m in sorted({m for ms in NEEDS.values() for m in ms})},
+        tools={t: shutil.which(t) or "" for t in ("nvidia-smi", "nvcc", "compute-sanitizer")},
+    )
     machine.no_gpu = "no nvidia-smi on PATH (no NVIDIA driver)" if not machine.tools["nvidia-smi"] else ""
     if machine.tools["nvidia-smi"]:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         first = done.stdout.strip().splitlines()[:1]
         if done.returncode or not first:
             machine.no_gpu = f"nvidia-smi lists no GPU ({(done.stderr or done.stdout).strip()[:200]})"
@@ -155,10 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows.append(row("tensorrt", "skip", f"TensorRT sections not run: {machine.tensorrt_reason}"))
     rows += section(budget, "profiling", lambda: profiling_rows(work / "profiles", machine, args))
-    report = {"status": status_of(rows, machine), "gpu": machine.gpu, "tensorrt": "" if machine.tensorrt_reason
-              else _tensorrt_version(), "python": sys.executable, "venv": sys.prefix != sys.base_prefix,
-              "seconds": round(time.monotonic() - started, 1), "budget_s": args.budget, "no_gpu": machine.no_gpu,
-              "rows": rows}
+    report = {
+        "status": status_of(rows, machine),
+        "gpu": machine.gpu,
+        "tensorrt": "" if machine.tensorrt_reason else _tensorrt_version(),
+        "python": sys.executable,
+        "venv": sys.prefix != sys.base_prefix,
+        "seconds": round(time.monotonic() - started, 1),
+        "budget_s": args.budget,
+        "no_gpu": machine.no_gpu,
+        "rows": rows,
+    }
     write_report(out, report)
     print_table(rows)
     if not args.workdir:
@@ -174,11 +207,17 @@ def _tensorrt_version() -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=REPO / "build" / "gpu-check", help="where gpu_check.json and summary.md go")
+    p.add_argument(
+        "--out", type=Path, default=REPO / "build" / "gpu-check", help="where gpu_check.json and summary.md go"
+    )
     p.add_argument("--workdir", type=Path, help="keep models, stores and engines here (default: a temporary folder)")
     p.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check (sections past it skip)")
-    p.add_argument("--tensorrt-include", type=Path, help="TensorRT headers for the plugin glue (only the headers: "
-                   "no TensorRT needed); default: $TENSORRT_INCLUDE_DIR, the wheels', the system's, build/kernel-lens")
+    p.add_argument(
+        "--tensorrt-include",
+        type=Path,
+        help="TensorRT headers for the plugin glue (only the headers: "
+        "no TensorRT needed); default: $TENSORRT_INCLUDE_DIR, the wheels', the system's, build/kernel-lens",
+    )
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iterations", type=int, default=200)
     return p.parse_args(argv)
@@ -207,8 +246,14 @@ def guarded(case: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def section(budget: Budget, name: str, fn: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """A section's rows, or one skip row when the budget has not enough time left for it."""
     if not budget.allows(name):
-        return [row(name, "skip", f"time budget: {budget.left():.0f} s left of {budget.seconds:.0f} s, the section "
-                                  f"needs about {COST.get(name, 30)} s (raise --budget to run it)")]
+        return [
+            row(
+                name,
+                "skip",
+                f"time budget: {budget.left():.0f} s left of {budget.seconds:.0f} s, the section "
+                f"needs about {COST.get(name, 30)} s (raise --budget to run it)",
+            )
+        ]
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - a broken section is a failed row
@@ -218,20 +263,27 @@ def section(budget: Budget, name: str, fn: Callable[[], list[dict[str, Any]]]) -
 def environment_rows(machine: Machine) -> list[dict[str, Any]]:
     where = "a virtual environment" if sys.prefix != sys.base_prefix else "the system Python (no venv)"
     have = ", ".join(f"{m} {'yes' if ok else 'no'}" for m, ok in machine.modules.items())
-    rows = [row("env: python", "info", f"{sys.executable} {sys.version.split()[0]}, {where}; modules: {have}"),
-            row("env: tools", "info", "; ".join(f"{t} {p or 'missing'}" for t, p in machine.tools.items())),
-            row("env: GPU", "info", f"{machine.gpu} (compute capability {machine.compute_capability})"
-                if machine.gpu else machine.no_gpu)]
+    rows = [
+        row("env: python", "info", f"{sys.executable} {sys.version.split()[0]}, {where}; modules: {have}"),
+        row("env: tools", "info", "; ".join(f"{t} {p or 'missing'}" for t, p in machine.tools.items())),
+        row(
+            "env: GPU",
+            "info",
+            f"{machine.gpu} (compute capability {machine.compute_capability})" if machine.gpu else machine.no_gpu,
+        ),
+    ]
     if machine.missing("deploykit"):
         return rows
     from deploykit.cli import doctor
 
     keep = ("TensorRT", "cuda-python", "CUDA", "GPU", "plugin", "onnxruntime", "ModelOpt", "backend")
-    return rows + [row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows
-                   if r.component.startswith(keep)]
+    return rows + [
+        row(f"env: {r.component}", "info", r.detail) for r in doctor.collect().rows if r.component.startswith(keep)
+    ]
 
 
 # -- plugin kernels -------------------------------------------------------------------------------------
+
 
 def plugin_kernel_rows(folder: Path, machine: Machine, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The CUDA kernels and the plugin glue's enqueue path vs the CPU reference, built with nvcc alone."""
@@ -265,8 +317,17 @@ def nvcc_command(output: Path, arch: str, include_dir: str) -> list[str]:
     """nvcc compiling the kernel check (and, with TensorRT headers, the plugin glue into it): no CMake."""
     plugins = REPO / "plugins"
     sources = [*KERNEL_SOURCES, *(GLUE_SOURCES if include_dir else ())]
-    command = ["nvcc", "-O2", "-std=c++17", f"-arch=sm_{arch}", "-DDEPLOYKIT_WITH_CUDA", "-I", str(plugins),
-               "-Xcompiler", "-Wno-deprecated-declarations"]
+    command = [
+        "nvcc",
+        "-O2",
+        "-std=c++17",
+        f"-arch=sm_{arch}",
+        "-DDEPLOYKIT_WITH_CUDA",
+        "-I",
+        str(plugins),
+        "-Xcompiler",
+        "-Wno-deprecated-declarations",
+    ]
     if include_dir:
         command += ["-DDEPLOYKIT_WITH_GLUE", "-isystem", include_dir]
     return [*command, *(str(plugins / src) for src in sources), "-o", str(output)]
@@ -282,9 +343,16 @@ def build_kernel_check(folder: Path, machine: Machine, args: argparse.Namespace)
     if done.returncode:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
         return row("plugin kernels: build", "fail", f"nvcc exited {done.returncode}:\n{tail}", command=command), {}
-    glue = (row("plugin glue: enqueue path", "info", f"compiled in, against {include_dir} ({why})") if include_dir
-            else row("plugin glue: enqueue path", "skip", f"not compiled in: {why}; copy TensorRT headers onto the "
-                     "machine and pass --tensorrt-include DIR (see README: GPU check)"))
+    glue = (
+        row("plugin glue: enqueue path", "info", f"compiled in, against {include_dir} ({why})")
+        if include_dir
+        else row(
+            "plugin glue: enqueue path",
+            "skip",
+            f"not compiled in: {why}; copy TensorRT headers onto the "
+            "machine and pass --tensorrt-include DIR (see README: GPU check)",
+        )
+    )
     return binary, glue
 
 
@@ -292,11 +360,27 @@ def memcheck_rows(folder: Path, machine: Machine) -> list[dict[str, Any]]:
     """compute-sanitizer memcheck over the kernel check's small cases (kernels and glue)."""
     binary = folder / "deploykit_gpu_check"
     if machine.no_gpu or not machine.tools["compute-sanitizer"] or not binary.is_file():
-        why = machine.no_gpu or ("compute-sanitizer not on PATH" if not machine.tools["compute-sanitizer"]
-                                 else "the kernel check was not built")
+        why = machine.no_gpu or (
+            "compute-sanitizer not on PATH"
+            if not machine.tools["compute-sanitizer"]
+            else "the kernel check was not built"
+        )
         return [row("memcheck", "skip", f"not run: {why}")]
-    done = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "1", str(binary),
-                           str(folder / "memcheck.json"), "--small"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            "compute-sanitizer",
+            "--tool",
+            "memcheck",
+            "--error-exitcode",
+            "1",
+            str(binary),
+            str(folder / "memcheck.json"),
+            "--small",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     summary = next((ln for ln in (done.stdout + done.stderr).splitlines() if "ERROR SUMMARY" in ln), "no summary")
     return [row("memcheck (compute-sanitizer)", "pass" if done.returncode == 0 else "fail", summary.strip())]
 
@@ -325,25 +409,43 @@ def lint_agreement_rows(folder: Path) -> list[dict[str, Any]]:
 def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows from deploykit_gpu_check's JSON: correctness, and timed cases as GB/s against the HBM floor."""
     device = report.get("device", {})
-    rows = [row("plugin kernels: device", "info", f"{device.get('name', '?')} (compute capability "
-                f"{device.get('compute_capability', '?')}): peak {device.get('peak_gbps', 0):.0f} GB/s from clock x bus, "
-                f"device copy {device.get('copy_gbps', 0):.0f} GB/s")]
+    rows = [
+        row(
+            "plugin kernels: device",
+            "info",
+            f"{device.get('name', '?')} (compute capability "
+            f"{device.get('compute_capability', '?')}): peak {device.get('peak_gbps', 0):.0f} GB/s from clock x bus, "
+            f"device copy {device.get('copy_gbps', 0):.0f} GB/s",
+        )
+    ]
     for r in report.get("results", []):
-        detail = (f"max |CUDA - CPU| {r['max_abs_error']:.3g} (tolerance {r['tolerance']:.3g}), skipped "
-                  f"{r['skipped']}/{r['expected_skipped']}")
+        detail = (
+            f"max |CUDA - CPU| {r['max_abs_error']:.3g} (tolerance {r['tolerance']:.3g}), skipped "
+            f"{r['skipped']}/{r['expected_skipped']}"
+        )
         if "time_ms" in r:
-            detail += (f"; {r['time_ms']:.4f} ms, {r['gbps']:.0f} GB/s = {r['fraction_of_peak']:.0%} of peak "
-                       f"(HBM floor {r['floor_ms']:.4f} ms)")
-        rows.append(row(f"kernel {r['op']} {r['case']} {r['dtype']}", "pass" if r["ok"] else "fail", detail,
-                        **{k: r[k] for k in ("time_ms", "gbps", "floor_ms", "fraction_of_peak") if k in r}))
+            detail += (
+                f"; {r['time_ms']:.4f} ms, {r['gbps']:.0f} GB/s = {r['fraction_of_peak']:.0%} of peak "
+                f"(HBM floor {r['floor_ms']:.4f} ms)"
+            )
+        rows.append(
+            row(
+                f"kernel {r['op']} {r['case']} {r['dtype']}",
+                "pass" if r["ok"] else "fail",
+                detail,
+                **{k: r[k] for k in ("time_ms", "gbps", "floor_ms", "fraction_of_peak") if k in r},
+            )
+        )
     return rows
 
 
 # -- TensorRT --------------------------------------------------------------------------------------------
 
+
 def tensorrt_rows(work: Path, budget: Budget, args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = section(budget, "conv precisions", lambda: precision_rows(work / "conv", conv_net(work / "conv.onnx"),
-                                                                       PROFILE, args))
+    rows = section(
+        budget, "conv precisions", lambda: precision_rows(work / "conv", conv_net(work / "conv.onnx"), PROFILE, args)
+    )
     for name, config in EXAMPLES.items():
         rows += section(budget, "example", lambda n=name, c=config: example_rows(n, c, work / n))
     rows += section(budget, "timing cache", lambda: [timing_cache_row(work / "cache")])
@@ -359,17 +461,32 @@ def conv_net(path: Path) -> Path:
     rng = np.random.default_rng(0)
 
     def weight(name: str, shape: tuple[int, ...]) -> Any:
-        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name
+        )
 
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node("Conv", ["r2", "w3", "b3"], ["y"])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["y"]),
+    ]
     graph = helper.make_graph(
-        nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 64, 64])],
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 64, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 64, 64])],
-        [weight("w1", (32, 3, 3, 3)), weight("w2", (64, 32, 3, 3)), weight("w3", (16, 64, 1, 1)),
-         *(numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"b{i}")
-           for i, n in ((1, 32), (2, 64), (3, 16)))])
+        [
+            weight("w1", (32, 3, 3, 3)),
+            weight("w2", (64, 32, 3, 3)),
+            weight("w3", (16, 64, 1, 1)),
+            *(
+                numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), f"b{i}")
+                for i, n in ((1, 32), (2, 64), (3, 16))
+            ),
+        ],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -380,12 +497,15 @@ def variant(model: Path, precision: str, out: Path, calibration: dict[str, np.nd
         return model, "as exported"
     try:
         return project_quantize(model, precision, out.parent / f"{precision}-store", calibration), (
-            f"{precision.upper()} from deploykit's quantize stage (tensorrt flavour)")
+            f"{precision.upper()} from deploykit's quantize stage (tensorrt flavour)"
+        )
     except DeployKitError as e:
         if precision != "int8":
             return None, f"deploykit's quantize stage cannot make {precision} here: {e.message}"
-        return ort_int8(model, out, calibration), (f"INT8 Q/DQ from ONNX Runtime's quantizer, symmetric, biases "
-                                                   f"unquantized (the quantize stage could not run: {e.message})")
+        return ort_int8(model, out, calibration), (
+            f"INT8 Q/DQ from ONNX Runtime's quantizer, symmetric, biases "
+            f"unquantized (the quantize stage could not run: {e.message})"
+        )
 
 
 def project_quantize(model: Path, precision: str, store: Path, calibration: dict[str, np.ndarray]) -> Path:
@@ -394,11 +514,17 @@ def project_quantize(model: Path, precision: str, store: Path, calibration: dict
 
     samples = store / "calibration"
     samples.mkdir(parents=True, exist_ok=True)
-    (name, batch), = calibration.items()
+    ((name, batch),) = calibration.items()
     for i, sample in enumerate(batch):
         np.save(samples / f"{i:03d}.npy", sample[None])
-    result = deploykit.quantize(model, calib_data=samples, workdir=store, dims={"batch": (1, 4, 8)},
-                                quantize__precision=precision, quantize__target="tensorrt")
+    result = deploykit.quantize(
+        model,
+        calib_data=samples,
+        workdir=store,
+        dims={"batch": (1, 4, 8)},
+        quantize__precision=precision,
+        quantize__target="tensorrt",
+    )
     return result.artifacts["model"].file("model.onnx")
 
 
@@ -410,14 +536,21 @@ def ort_int8(model: Path, out: Path, calibration: dict[str, np.ndarray]) -> Path
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             n = len(next(iter(calibration.values())))
-            self._it = iter([{k: v[i:i + 1] for k, v in calibration.items()} for i in range(n)])
+            self._it = iter([{k: v[i : i + 1] for k, v in calibration.items()} for i in range(n)])
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._it, None)
 
-    quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
+    quantize_static(
+        str(model),
+        str(out),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+    )
     return out
 
 
@@ -426,7 +559,9 @@ def random_feeds(profiles: dict[str, Any], which: int, dtypes: dict[str, str], s
     return {n: rng.standard_normal(shapes[which]).astype(dtypes.get(n, "float32")) for n, shapes in profiles.items()}
 
 
-def precision_rows(folder: Path, model: Path, profiles: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
+def precision_rows(
+    folder: Path, model: Path, profiles: dict[str, Any], args: argparse.Namespace
+) -> list[dict[str, Any]]:
     folder.mkdir(parents=True, exist_ok=True)
     calibration = {n: np.concatenate([random_feeds(profiles, 2, {}, s)[n] for s in range(4)]) for n in profiles}
     rows = []
@@ -439,8 +574,14 @@ def precision_rows(folder: Path, model: Path, profiles: dict[str, Any], args: ar
         if made is None:
             rows.append(row(case, "skip", how))
             continue
-        rows.append(guarded(case, lambda c=case, m=made, p=precision, h=how: engine_row(
-            c, m, profiles, folder / c.replace(" ", "-"), p, h, args)))
+        rows.append(
+            guarded(
+                case,
+                lambda c=case, m=made, p=precision, h=how: engine_row(
+                    c, m, profiles, folder / c.replace(" ", "-"), p, h, args
+                ),
+            )
+        )
     return rows
 
 
@@ -451,8 +592,9 @@ def fp8_capable() -> bool:
     return bool(gpus) and tuple(int(v) for v in gpus[0].compute_capability.split(".")) >= (8, 9)
 
 
-def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, precision: str, how: str,
-               args: argparse.Namespace) -> dict[str, Any]:
+def engine_row(
+    case: str, model: Path, profiles: dict[str, Any], out: Path, precision: str, how: str, args: argparse.Namespace
+) -> dict[str, Any]:
     from deploykit.backends.tensorrt import TensorRTBackend
     from deploykit.config import BuildConfig
     from deploykit.graph.run import session_from_onnx
@@ -473,12 +615,24 @@ def engine_row(case: str, model: Path, profiles: dict[str, Any], out: Path, prec
     e2e_ms = percentiles(session.timed_runner(opt), args)
     session.close()
     worst = max(errors.values())
-    detail = (f"{how}; rel-L2 vs ORT CPU {worst:.2e} (limit {TOLERANCE[precision]:.0e}); engine p50 "
-              f"{engine_ms['p50']:.3f} ms ({runner.get('mode')}), end-to-end p50 {e2e_ms['p50']:.3f} ms; "
-              f"inspector output dtypes {summary['inspector'].get('output_dtypes')}")
-    return row(case, "pass" if worst <= TOLERANCE[precision] else "fail", detail, rel_l2=errors, engine_ms=engine_ms,
-               end_to_end_ms=e2e_ms, runner=runner, build_seconds=summary["build_seconds"],
-               plan_bytes=summary["plan_bytes"], inspector=summary["inspector"], engine=str(out))
+    detail = (
+        f"{how}; rel-L2 vs ORT CPU {worst:.2e} (limit {TOLERANCE[precision]:.0e}); engine p50 "
+        f"{engine_ms['p50']:.3f} ms ({runner.get('mode')}), end-to-end p50 {e2e_ms['p50']:.3f} ms; "
+        f"inspector output dtypes {summary['inspector'].get('output_dtypes')}"
+    )
+    return row(
+        case,
+        "pass" if worst <= TOLERANCE[precision] else "fail",
+        detail,
+        rel_l2=errors,
+        engine_ms=engine_ms,
+        end_to_end_ms=e2e_ms,
+        runner=runner,
+        build_seconds=summary["build_seconds"],
+        plan_bytes=summary["plan_bytes"],
+        inspector=summary["inspector"],
+        engine=str(out),
+    )
 
 
 def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
@@ -499,6 +653,7 @@ def percentiles(run: Callable[[], None], args: argparse.Namespace) -> dict[str, 
 
 
 # -- the examples through the whole pipeline --------------------------------------------------------------
+
 
 def example_rows(name: str, yaml_path: Path, folder: Path) -> list[dict[str, Any]]:
     """The example through ``deploykit.convert`` with the tensorrt backend, once per precision."""
@@ -545,15 +700,25 @@ def convert_row(case: str, config: Path, store: Path, precision: str, extra: dic
         return row(case, "fail", f"{type(e).__name__}: {e}")
     gate, parity = result.gate or {}, result.parity or {}
     engine_only = (gate.get("engine_only") or {}).get("latency", {})
-    detail = (f"parity {parity.get('status', 'pass' if parity.get('passed') else 'fail')}; "
-              f"{gate.get('fps', 0):.1f} FPS at batch {gate.get('batch', '?')}, p50 "
-              f"{gate.get('latency', {}).get('p50_ms', 0):.3f} ms end to end, "
-              f"{engine_only.get('p50_ms', 0):.3f} ms engine only")
-    return row(case, "pass" if result.passed else "fail", detail, engine=str(result.artifacts["engine"].path),
-               model=str(result.artifacts["model"].file("model.onnx")), parity=parity, gate=gate)
+    detail = (
+        f"parity {parity.get('status', 'pass' if parity.get('passed') else 'fail')}; "
+        f"{gate.get('fps', 0):.1f} FPS at batch {gate.get('batch', '?')}, p50 "
+        f"{gate.get('latency', {}).get('p50_ms', 0):.3f} ms end to end, "
+        f"{engine_only.get('p50_ms', 0):.3f} ms engine only"
+    )
+    return row(
+        case,
+        "pass" if result.passed else "fail",
+        detail,
+        engine=str(result.artifacts["engine"].path),
+        model=str(result.artifacts["model"].file("model.onnx")),
+        parity=parity,
+        gate=gate,
+    )
 
 
 # -- profiling -------------------------------------------------------------------------------------------
+
 
 def profiling_rows(folder: Path, machine: Machine, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Per-layer profiles with the roofline: TensorRT engines by precision (or ORT's CUDA provider), and the CPU."""
@@ -585,8 +750,14 @@ def profiling_rows(folder: Path, machine: Machine, args: argparse.Namespace) -> 
         if not (folder_of / "engine.json").is_file():
             rows.append(row(f"profile {label}", "skip", "no engine was built for it above"))
             continue
-        rows.append(guarded(f"profile {label}", lambda e=folder_of, lab=label: profile_row(
-            f"profile {lab}", profile_engine(e, feeds, options, peaks_dir=peaks, model="conv", batch=4))))
+        rows.append(
+            guarded(
+                f"profile {label}",
+                lambda e=folder_of, lab=label: profile_row(
+                    f"profile {lab}", profile_engine(e, feeds, options, peaks_dir=peaks, model="conv", batch=4)
+                ),
+            )
+        )
     return rows + _cpu_profile(folder, model, feeds, options, peaks)
 
 
@@ -596,7 +767,9 @@ def _fresh(folder: Path) -> Path:
     return folder
 
 
-def _cpu_profile(folder: Path, model: Path, feeds: dict[str, np.ndarray], options: Any, peaks: Path) -> list[dict[str, Any]]:
+def _cpu_profile(
+    folder: Path, model: Path, feeds: dict[str, np.ndarray], options: Any, peaks: Path
+) -> list[dict[str, Any]]:
     from deploykit.backends.onnxruntime import OnnxRuntimeBackend
     from deploykit.config import BuildConfig
     from deploykit.profiling.run import profile_engine
@@ -604,27 +777,40 @@ def _cpu_profile(folder: Path, model: Path, feeds: dict[str, np.ndarray], option
     def run() -> dict[str, Any]:
         engine = _fresh(folder / "ort-cpu")
         OnnxRuntimeBackend().build(model, BuildConfig(), engine)
-        return profile_row("profile onnxruntime cpu", profile_engine(engine, feeds, options, peaks_dir=peaks,
-                                                                     model="conv", batch=4))
+        return profile_row(
+            "profile onnxruntime cpu", profile_engine(engine, feeds, options, peaks_dir=peaks, model="conv", batch=4)
+        )
 
     return [guarded("profile onnxruntime cpu", run)]
 
 
 def profile_row(case: str, report: dict[str, Any]) -> dict[str, Any]:
     """One profile as a row: the slowest layers, time by precision, and the roofline floor."""
-    top = ", ".join(f"{r['name']} {r['ms']:.3f} ms ({r['precision']}, {r.get('bound', '?')})"
-                    for r in report["layers"][:3])
+    top = ", ".join(
+        f"{r['name']} {r['ms']:.3f} ms ({r['precision']}, {r.get('bound', '?')})" for r in report["layers"][:3]
+    )
     precisions = ", ".join(f"{g['precision'] or '?'} {g['share']:.0%}" for g in report["by_precision"])
-    floor = (f"; floor {report['floor_ms']:.3f} ms = {report['of_floor']:.0%} of the layer sum"
-             if "floor_ms" in report else f"; no roofline ({report.get('roofline_note', '')})")
-    detail = (f"{report['layers_count']} layers, sum {report['total_ms']:.3f} ms; time by precision: {precisions}; "
-              f"slowest: {top}{floor}")
+    floor = (
+        f"; floor {report['floor_ms']:.3f} ms = {report['of_floor']:.0%} of the layer sum"
+        if "floor_ms" in report
+        else f"; no roofline ({report.get('roofline_note', '')})"
+    )
+    detail = (
+        f"{report['layers_count']} layers, sum {report['total_ms']:.3f} ms; time by precision: {precisions}; "
+        f"slowest: {top}{floor}"
+    )
     ok = report["layers_count"] > 0 and report["total_ms"] > 0
-    return row(case, "pass" if ok else "fail", detail, profile={k: report[k] for k in report if k != "layers"},
-               layers=report["layers"][:20])
+    return row(
+        case,
+        "pass" if ok else "fail",
+        detail,
+        profile={k: report[k] for k in report if k != "layers"},
+        layers=report["layers"][:20],
+    )
 
 
 # -- timing cache and error paths (real TensorRT) ---------------------------------------------------------
+
 
 def timing_cache_row(folder: Path) -> dict[str, Any]:
     from deploykit.backends.tensorrt import TensorRTBackend
@@ -633,16 +819,25 @@ def timing_cache_row(folder: Path) -> dict[str, Any]:
     def run() -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)
         model, backend = conv_net(folder / "m.onnx"), TensorRTBackend()
-        first = backend.build(model, BuildConfig(backend="tensorrt"), folder / "a", profiles=PROFILE,
-                              timing_cache_out=folder / "first.cache")
+        first = backend.build(
+            model,
+            BuildConfig(backend="tensorrt"),
+            folder / "a",
+            profiles=PROFILE,
+            timing_cache_out=folder / "first.cache",
+        )
         cache = (folder / "first.cache").read_bytes()
         strict = BuildConfig(backend="tensorrt", tensorrt=TensorRTOptions(error_on_timing_cache_miss=True))
-        second = backend.build(model, strict, folder / "b", profiles=PROFILE, timing_cache=cache,
-                               timing_cache_out=folder / "second.cache")
+        second = backend.build(
+            model, strict, folder / "b", profiles=PROFILE, timing_cache=cache, timing_cache_out=folder / "second.cache"
+        )
         ok = bool(cache) and second["timing_cache"].get("reused") is True
-        return row("timing cache reuse", "pass" if ok else "fail",
-                   f"{len(cache)} bytes; first build {first['build_seconds']:.1f} s, seeded rebuild with "
-                   f"error_on_timing_cache_miss {second['build_seconds']:.1f} s; {second['timing_cache']}")
+        return row(
+            "timing cache reuse",
+            "pass" if ok else "fail",
+            f"{len(cache)} bytes; first build {first['build_seconds']:.1f} s, seeded rebuild with "
+            f"error_on_timing_cache_miss {second['build_seconds']:.1f} s; {second['timing_cache']}",
+        )
 
     return guarded("timing cache reuse", run)
 
@@ -662,23 +857,57 @@ def error_rows(folder: Path) -> list[dict[str, Any]]:
 
     built = guarded("error cases: reference engine", reference_engine)
     cases: list[tuple[str, Callable[[], Any], type, str]] = [
-        ("error: unsupported op", lambda: backend.build(with_custom_op(model, folder / "custom.onnx"),
-                                                        BuildConfig(backend="tensorrt"), folder / "c", profiles=PROFILE),
-         ModelError, "DeployKitNoSuchOp"),
-        ("error: unknown profile input", lambda: backend.build(model, BuildConfig(backend="tensorrt"), folder / "d",
-                                                               profiles={"images": PROFILE["x"]}), ConfigError, "images"),
-        ("error: missing plugin library", lambda: backend.build(
-            model, BuildConfig(backend="tensorrt", plugins=(str(folder / "libmissing.so"),)), folder / "e",
-            profiles=PROFILE), ConfigError, "does not exist"),
+        (
+            "error: unsupported op",
+            lambda: backend.build(
+                with_custom_op(model, folder / "custom.onnx"),
+                BuildConfig(backend="tensorrt"),
+                folder / "c",
+                profiles=PROFILE,
+            ),
+            ModelError,
+            "DeployKitNoSuchOp",
+        ),
+        (
+            "error: unknown profile input",
+            lambda: backend.build(
+                model, BuildConfig(backend="tensorrt"), folder / "d", profiles={"images": PROFILE["x"]}
+            ),
+            ConfigError,
+            "images",
+        ),
+        (
+            "error: missing plugin library",
+            lambda: backend.build(
+                model,
+                BuildConfig(backend="tensorrt", plugins=(str(folder / "libmissing.so"),)),
+                folder / "e",
+                profiles=PROFILE,
+            ),
+            ConfigError,
+            "does not exist",
+        ),
     ]
     if built["status"] == "pass":
         cases += [
-            ("error: truncated plan", lambda: backend.load(tampered(folder, "truncated", truncate=True)),
-             ArtifactCorrupt, "truncated"),
-            ("error: plan from another TensorRT", lambda: backend.load(tampered(folder, "other-trt", tensorrt="10.12.0.1")),
-             EngineIncompatible, "built with TensorRT 10.12.0.1"),
-            ("error: plan from another GPU", lambda: backend.load(tampered(folder, "other-gpu", compute_capability="1.0")),
-             EngineIncompatible, "compute capability"),
+            (
+                "error: truncated plan",
+                lambda: backend.load(tampered(folder, "truncated", truncate=True)),
+                ArtifactCorrupt,
+                "truncated",
+            ),
+            (
+                "error: plan from another TensorRT",
+                lambda: backend.load(tampered(folder, "other-trt", tensorrt="10.12.0.1")),
+                EngineIncompatible,
+                "built with TensorRT 10.12.0.1",
+            ),
+            (
+                "error: plan from another GPU",
+                lambda: backend.load(tampered(folder, "other-gpu", compute_capability="1.0")),
+                EngineIncompatible,
+                "compute capability",
+            ),
         ]
     return [built] + [expect(*case) for case in cases]
 
@@ -689,7 +918,9 @@ def with_custom_op(model: Path, out: Path) -> Path:
 
     m = onnx.load(str(model))
     m.graph.node[-1].output[0] = "y_pre"
-    m.graph.node.append(helper.make_node("DeployKitNoSuchOp", ["y_pre"], ["y"], name="no_such_op", domain="deploykit.test"))
+    m.graph.node.append(
+        helper.make_node("DeployKitNoSuchOp", ["y_pre"], ["y"], name="no_such_op", domain="deploykit.test")
+    )
     m.opset_import.append(helper.make_opsetid("deploykit.test", 1))
     onnx.save(m, str(out))
     return out
@@ -721,6 +952,7 @@ def expect(case: str, fn: Callable[[], Any], error: type, text: str) -> dict[str
 
 # -- the report -------------------------------------------------------------------------------------------
 
+
 def write_report(out: Path, report: dict[str, Any]) -> None:
     """``gpu_check.json`` (everything) and ``summary.md`` (the table), written atomically."""
     out.mkdir(parents=True, exist_ok=True)
@@ -728,23 +960,32 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, out / name)
-    print(f"gpu-check: {report['status']} in {report['seconds']} s; wrote {out / 'gpu_check.json'} and "
-          f"{out / 'summary.md'}")
+    print(
+        f"gpu-check: {report['status']} in {report['seconds']} s; wrote {out / 'gpu_check.json'} and "
+        f"{out / 'summary.md'}"
+    )
 
 
 def markdown(report: dict[str, Any]) -> str:
     counts = {s: sum(r["status"] == s for r in report["rows"]) for s in ("pass", "fail", "skip")}
-    head = [f"# deploykit gpu-check: {report['status']}", "",
-            f"GPU: {report['gpu'] or 'none'}; TensorRT: {report['tensorrt'] or 'not available'}; "
-            f"{report['seconds']} s of a {report['budget_s']:.0f} s budget; {counts['pass']} passed, {counts['fail']} "
-            f"failed, {counts['skip']} skipped.", "",
-            f"Python: {report['python']} ({'a venv' if report['venv'] else 'the system Python, no venv'}); "
-            "nothing was installed and no network was used.", ""]
+    head = [
+        f"# deploykit gpu-check: {report['status']}",
+        "",
+        f"GPU: {report['gpu'] or 'none'}; TensorRT: {report['tensorrt'] or 'not available'}; "
+        f"{report['seconds']} s of a {report['budget_s']:.0f} s budget; {counts['pass']} passed, {counts['fail']} "
+        f"failed, {counts['skip']} skipped.",
+        "",
+        f"Python: {report['python']} ({'a venv' if report['venv'] else 'the system Python, no venv'}); "
+        "nothing was installed and no network was used.",
+        "",
+    ]
     if report["no_gpu"]:
         head += [f"No GPU-side check ran: {report['no_gpu']}", ""]
     lines = ["| case | status | detail |", "|---|---|---|"]
-    lines += [f"| {r['case']} | {r['status']} | {str(r['detail']).replace('|', '/').replace(chr(10), ' ')} |"
-              for r in report["rows"]]
+    lines += [
+        f"| {r['case']} | {r['status']} | {str(r['detail']).replace('|', '/').replace(chr(10), ' ')} |"
+        for r in report["rows"]
+    ]
     return "\n".join(head + lines) + "\n"
 
 
@@ -762,7 +1003,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         table.add_column(column, overflow="fold")
     colour = {"pass": "green", "fail": "red", "skip": "yellow", "info": "dim"}
     for r in rows:
-        table.add_row(escape(r["case"]), f"[{colour.get(r['status'], 'white')}]{r['status']}[/]", escape(str(r["detail"])))
+        table.add_row(
+            escape(r["case"]), f"[{colour.get(r['status'], 'white')}]{r['status']}[/]", escape(str(r["detail"]))
+        )
     Console(width=200).print(table)
 
 

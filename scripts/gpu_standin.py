@@ -147,9 +147,7 @@ class StandinContext:
                     pointer, kept.data.ptr, kept.nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream
                 )
                 allocator.notify_shape("kept", (int(kept.size),))
-        host = (ctypes.c_int64 * 2).from_address(
-            self.addresses["y_shape"]
-        )  # TensorRT writes these on the host
+        host = (ctypes.c_int64 * 2).from_address(self.addresses["y_shape"])  # TensorRT writes these on the host
         host[0], host[1] = self.shapes["x"]
         self.enqueues += 1
         return True

@@ -13,7 +13,7 @@ def block(name: str, readme: Path) -> str:
     if not lines[start].startswith("```"):
         raise SystemExit(f"{readme}: the line after '<!-- ci: {name} -->' does not open a code block")
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
-    return "\n".join(lines[start + 1:end]) + "\n"
+    return "\n".join(lines[start + 1 : end]) + "\n"
 
 
 if __name__ == "__main__":

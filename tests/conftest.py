@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-TINY_MODEL = '''
+TINY_MODEL = """
 import torch
 from torch import nn
 
@@ -30,9 +30,9 @@ class Tiny(nn.Module):
 def build():
     torch.manual_seed(0)
     return Tiny().eval()
-'''
+"""
 
-TINY_CONFIG = '''
+TINY_CONFIG = """
 name: tiny
 source: {factory: "tiny_model:build"}
 inputs:
@@ -46,7 +46,7 @@ gate:
   iterations: 10
   targets:
     default: {fps: 1}
-'''
+"""
 
 
 def write_tiny(folder: Path, exporter: str = "dynamo") -> Path:
@@ -138,4 +138,3 @@ def standin_clock(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     from tests.standins import install_clock
 
     return install_clock(monkeypatch)
-

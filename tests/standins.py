@@ -46,8 +46,12 @@ class StandInSession:
 
     evaluator = "stand-in session (test double)"
 
-    def __init__(self, clock: StandInClock, latencies_ms: Iterable[float],
-                 outputs: Callable[[int], dict[str, np.ndarray]] | None = None) -> None:
+    def __init__(
+        self,
+        clock: StandInClock,
+        latencies_ms: Iterable[float],
+        outputs: Callable[[int], dict[str, np.ndarray]] | None = None,
+    ) -> None:
         self.clock, self._script = clock, itertools.cycle(list(latencies_ms))
         self._outputs = outputs or (lambda n: {"y": np.zeros((1, 8), np.float32)})
         self.runs = 0
@@ -105,9 +109,13 @@ def gate_model(folder: Path) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [w],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), folder / "model.onnx")
     (folder / "deploykit.yaml").write_text(GATE_CONFIG)
     return folder / "deploykit.yaml"

@@ -12,8 +12,14 @@ from deploykit.errors import ConfigError, DataError, ModelError, UsageError
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-FAST = {"gate__warmup": 1, "gate__warmup_s": 0.0, "gate__iterations": 3, "gate__trials": 1,
-        "export__exporter": "torchscript", "progress": False}
+FAST = {
+    "gate__warmup": 1,
+    "gate__warmup_s": 0.0,
+    "gate__iterations": 3,
+    "gate__trials": 1,
+    "export__exporter": "torchscript",
+    "progress": False,
+}
 
 
 def _tiny_class() -> type:
@@ -45,8 +51,13 @@ def _statuses(result) -> dict[str, str]:
 
 def test_a_module_in_memory_converts_and_a_rerun_reuses_every_artifact(tmp_path):
     net = _net().train()  # the user's module may be in train mode: the run uses eval, then gives it back
-    kwargs = dict(inputs={"x": ("batch", 3, 16, 16)}, dims={"batch": (1, 1, 2)}, outputs=["features", "pooled"],
-                  workdir=tmp_path, **FAST)
+    kwargs = dict(
+        inputs={"x": ("batch", 3, 16, 16)},
+        dims={"batch": (1, 1, 2)},
+        outputs=["features", "pooled"],
+        workdir=tmp_path,
+        **FAST,
+    )
     first = deploykit.convert(net, **kwargs)
     assert first.passed and net.training
     assert _statuses(first) == {"export": "ran", "surgery": "ran", "build": "ran", "parity": "ran", "gate": "ran"}
@@ -81,8 +92,14 @@ def test_int8_from_an_iterable_of_tensors_validated_on_a_dataloader(tmp_path):
     calibration = [torch.from_numpy(rng.random((1, 3, 16, 16), dtype=np.float32)) for _ in range(12)]
     images = torch.from_numpy(rng.random((6, 3, 16, 16), dtype=np.float32))
     validation = DataLoader(TensorDataset(images, torch.zeros(6)), batch_size=4)  # (images, labels) batches of 4
-    kwargs = dict(inputs={"x": (1, 3, 16, 16)}, precision="int8", calibration=calibration, validation=validation,
-                  workdir=tmp_path, **FAST)
+    kwargs = dict(
+        inputs={"x": (1, 3, 16, 16)},
+        precision="int8",
+        calibration=calibration,
+        validation=validation,
+        workdir=tmp_path,
+        **FAST,
+    )
     result = deploykit.convert(net, **kwargs)
     quantize = result.report("model", "precision.json")
     assert quantize is not None and result.record.precision == "int8"
@@ -98,15 +115,21 @@ def test_an_onnx_modelproto_in_memory_is_ingested_and_reused(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     first = deploykit.build(proto, dims={"batch": (1, 2, 4)}, workdir=tmp_path, **FAST)
     assert first.name == "relu" and _statuses(first) == {"ingest": "ran", "surgery": "ran", "build": "ran"}
     assert set(_statuses(deploykit.build(proto, dims={"batch": (1, 2, 4)}, workdir=tmp_path, **FAST)).values()) == {
-        "reused"}
-    with pytest.raises(UsageError, match=r"\(onnx.ModelProto in memory\): dims= names batchh, which the model does not have"):
+        "reused"
+    }
+    with pytest.raises(
+        UsageError, match=r"\(onnx.ModelProto in memory\): dims= names batchh, which the model does not have"
+    ):
         deploykit.build(proto, dims={"batchh": (1, 2, 4)}, workdir=tmp_path, **FAST)
     with pytest.raises(UsageError, match="inputs=: an ONNX model declares its inputs"):
         deploykit.build(proto, inputs={"x": (1, 8)}, workdir=tmp_path, **FAST)
@@ -114,15 +137,22 @@ def test_an_onnx_modelproto_in_memory_is_ingested_and_reused(tmp_path):
 
 
 def test_config_from_a_dict_is_validated_like_the_yaml(tmp_path):
-    raw = {"name": "net", "source": {"onnx": "m.onnx"}, "inputs": [{"name": "x", "shape": [1, 8]}],
-           "gate": {"iterationz": 5}}
+    raw = {
+        "name": "net",
+        "source": {"onnx": "m.onnx"},
+        "inputs": [{"name": "x", "shape": [1, 8]}],
+        "gate": {"iterationz": 5},
+    }
     with pytest.raises(ConfigError, match=r"config.gate: unknown key 'iterationz' \(did you mean 'iterations'\?\)"):
         deploykit.Config.from_dict(raw)
     raw["gate"] = {"iterations": 5}
     cfg = deploykit.Config.from_dict(raw, base_dir=tmp_path)
     assert cfg.gate.iterations == 5 and cfg.path("m.onnx") == tmp_path / "m.onnx"
-    with pytest.raises(ConfigError, match=r"precision='int9': config.quantize.precision: 'int9' is not one of .*"
-                                          r"did you mean 'int8'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"precision='int9': config.quantize.precision: 'int9' is not one of .*"
+        r"did you mean 'int8'",
+    ):
         deploykit.convert(raw, precision="int9", workdir=tmp_path, progress=False)
     # a Config takes the same named parameters and overrides as a file does
     from deploykit.api import resolve_config
@@ -176,15 +206,15 @@ def test_samples_in_memory_take_every_form_a_notebook_holds():
         samples_from([{"y": stack[:1]}], one, "calibration", 64)
 
 
-FACTORY = '''
+FACTORY = """
 import helper_lib  # fails deep inside, behind a wrapper that names only itself
 
 
 def build():
     raise AssertionError("not reached")
-'''
+"""
 
-HELPER = '''
+HELPER = """
 def _load():
     raise RuntimeError("operator torchvision::nms does not exist")
 
@@ -193,14 +223,16 @@ try:
     _load()
 except RuntimeError as e:
     raise ModuleNotFoundError("Could not import module 'SegformerForSemanticSegmentation'") from e
-'''
+"""
 
 
 def test_a_factory_whose_import_fails_deep_inside_says_what_failed_there(tmp_path):
     (tmp_path / "model.py").write_text(FACTORY)
     (tmp_path / "helper_lib.py").write_text(HELPER)
-    cfg = deploykit.Config.from_dict({"name": "seg", "source": {"factory": "model:build"},
-                                      "inputs": [{"name": "x", "shape": [1, 3]}]}, base_dir=tmp_path)
+    cfg = deploykit.Config.from_dict(
+        {"name": "seg", "source": {"factory": "model:build"}, "inputs": [{"name": "x", "shape": [1, 3]}]},
+        base_dir=tmp_path,
+    )
     with pytest.raises(ModelError) as caught:
         deploykit.export(cfg, workdir=tmp_path / "store", progress=False)
     message = caught.value.message
@@ -212,9 +244,12 @@ def test_a_factory_whose_import_fails_deep_inside_says_what_failed_there(tmp_pat
 def test_deploykit_report_renders_a_result_or_a_stored_run(tmp_path):
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     result = deploykit.parity(proto, workdir=tmp_path / "store", **FAST)
     shown = deploykit.report(result, tmp_path / "out" / "report.html", with_plots=False)
@@ -238,6 +273,12 @@ def test_calibration_fields_beside_samples_in_memory():
     args = PythonArgs(inputs={"x": (1, 3, 16, 16)}, calibration=samples)
     capped = resolve_config(_net(), {"calibration.samples": 5}, args=args)
     assert capped.calibration.memory.count == capped.calibration.samples == 5
-    assert [s["x"][0, 0, 0, 0] for s in capped.calibration.memory.samples] == [0, 1, 2, 3, 4]  # the first five, in order
+    assert [s["x"][0, 0, 0, 0] for s in capped.calibration.memory.samples] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # the first five, in order
     with pytest.raises(UsageError, match=r"calibration.seed: does not apply to samples passed as calibration="):
         resolve_config(_net(), {"calibration.seed": 3}, args=args)

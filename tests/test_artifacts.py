@@ -14,8 +14,19 @@ from deploykit.store.tempspace import GRACE_S, clean_stale
 
 
 def manifest(key: str, summary: dict | None = None, parents: dict | None = None) -> Manifest:
-    return Manifest(kind="onnx", stage="test", stage_version=1, recipe_key=key, config={}, parents=parents or {},
-                    files={}, tools={}, device={}, timings={}, summary=summary or {})
+    return Manifest(
+        kind="onnx",
+        stage="test",
+        stage_version=1,
+        recipe_key=key,
+        config={},
+        parents=parents or {},
+        files={},
+        tools={},
+        device={},
+        timings={},
+        summary=summary or {},
+    )
 
 
 def publish(store: Store, key: str, content: bytes, **kw: object) -> object:
@@ -37,8 +48,10 @@ def test_publish_is_content_addressed_and_found_by_recipe(tmp_path):
         b = publish(store, "k2", b"abc")  # same bytes from another recipe: its own artifact and manifest
         assert b.digest != a.digest and b.manifest.recipe_key == "k2" and a.manifest.recipe_key == "k1"
         assert publish(store, "k3", b"abd").digest != a.digest
-        assert publish(store, "k4", b"abc", summary={"passed": True}).digest != \
-            publish(store, "k4", b"abc", summary={"passed": False}).digest  # the verdict is part of the identity
+        assert (
+            publish(store, "k4", b"abc", summary={"passed": True}).digest
+            != publish(store, "k4", b"abc", summary={"passed": False}).digest
+        )  # the verdict is part of the identity
     assert list((tmp_path / "tmp").iterdir()) == []  # closing the store removes this process's temporaries
 
 
@@ -68,13 +81,17 @@ def _edit_manifest(path: Path, change) -> None:
     (path / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
-@pytest.mark.parametrize("change", [
-    lambda m: m["summary"].update(passed=True),  # a failed gate edited into a pass
-    lambda m: m.update(created="2000-01-01T00:00:00Z"),
-    lambda m: m["timings"].update(run_s=0.0),
-    lambda m: m["config"].update(x=1),
-    lambda m: m.update(stage="gate"),
-], ids=["summary", "created", "timings", "config", "stage"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m["summary"].update(passed=True),  # a failed gate edited into a pass
+        lambda m: m.update(created="2000-01-01T00:00:00Z"),
+        lambda m: m["timings"].update(run_s=0.0),
+        lambda m: m["config"].update(x=1),
+        lambda m: m.update(stage="gate"),
+    ],
+    ids=["summary", "created", "timings", "config", "stage"],
+)
 def test_every_manifest_field_is_covered(tmp_path, change):
     store = Store(tmp_path)
     a = publish(store, "k1", b"abc", summary={"passed": False})
@@ -83,12 +100,16 @@ def test_every_manifest_field_is_covered(tmp_path, change):
         store.lookup("k1")
 
 
-@pytest.mark.parametrize("content, message", [
-    (b'{"kind": "onnx", ', "not valid JSON"),
-    (b"[1, 2]", "a JSON list"),
-    (b"\xff\xfe", "not valid JSON"),
-    (None, "manifest missing"),
-], ids=["truncated", "list", "binary", "missing"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"kind": "onnx", ', "not valid JSON"),
+        (b"[1, 2]", "a JSON list"),
+        (b"\xff\xfe", "not valid JSON"),
+        (None, "manifest missing"),
+    ],
+    ids=["truncated", "list", "binary", "missing"],
+)
 def test_corrupt_manifest_is_named_by_get_lookup_and_ls(tmp_path, content, message):
     store = Store(tmp_path)
     a = publish(store, "k1", b"abc")
@@ -152,7 +173,7 @@ def test_recipe_key_is_canonical():
     assert a != recipe_key("s", 2, {"model": "d"}, {"a": {1, 3}, "b": [1, 2]}, {})
 
 
-HOLD = '''
+HOLD = """
 import sys, time
 from deploykit.store.artifacts import Store
 store = Store(sys.argv[1])
@@ -160,12 +181,16 @@ with store.staging("build") as tmp:
     (tmp / "half").write_bytes(b"x")
     print(tmp, flush=True)
     time.sleep(float(sys.argv[2]))
-'''
+"""
 
 
 def _holder(store: Path, seconds: float, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen, Path]:
-    proc = subprocess.Popen([*prefix, sys.executable, "-c", HOLD, str(store), str(seconds)], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen(
+        [*prefix, sys.executable, "-c", HOLD, str(store), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     return proc, Path(proc.stdout.readline().strip())
 
 
@@ -205,9 +230,18 @@ def test_writers_in_two_pid_namespaces_share_a_workdir(tmp_path):
     proc, staging = _holder(tmp_path, 60, prefix=("unshare", "-p", "-f", "--kill-child", "--mount-proc"))
     try:
         assert staging.is_dir()
-        code = subprocess.run(["unshare", "-p", "-f", "--mount-proc", sys.executable, "-c",
-                               f"from deploykit.store.artifacts import Store; Store({str(tmp_path)!r})"],
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).returncode
+        code = subprocess.run(
+            [
+                "unshare",
+                "-p",
+                "-f",
+                "--mount-proc",
+                sys.executable,
+                "-c",
+                f"from deploykit.store.artifacts import Store; Store({str(tmp_path)!r})",
+            ],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        ).returncode
         assert code == 0
         assert staging.is_dir()  # the other namespace's cleanup left it alone
     finally:

@@ -44,8 +44,15 @@ def test_a_bad_value_is_refused_with_the_valid_ones(tmp_path):
     assert all(repr(m) in str(e.value) for m in choices.values(choices.Method))
 
 
-@pytest.mark.parametrize(("command", "kind"), [("quantize", choices.Method), ("quantize", choices.Flavour),
-                                               ("convert", choices.Precision), ("build", choices.Provider)])
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        ("quantize", choices.Method),
+        ("quantize", choices.Flavour),
+        ("convert", choices.Precision),
+        ("build", choices.Provider),
+    ],
+)
 def test_cli_help_lists_the_values(command, kind):
     code, out, _ = run_cli(command, "--help")
     assert code == 0
@@ -55,8 +62,11 @@ def test_cli_help_lists_the_values(command, kind):
 def test_the_readme_documents_every_value():
     from pathlib import Path
 
-    row = next(line for line in (Path(__file__).parents[1] / "README.md").read_text().splitlines()
-               if line.startswith("| `quantize` |"))
+    row = next(
+        line
+        for line in (Path(__file__).parents[1] / "README.md").read_text().splitlines()
+        if line.startswith("| `quantize` |")
+    )
     for kind in (choices.Precision, choices.QuantizeTarget, choices.Method):
         missing = [v for v in choices.values(kind) if v not in row]
         assert not missing, f"README's quantize row lacks {missing}"

@@ -30,16 +30,25 @@ def test_unknown_key_lists_valid_keys_and_close_match(tmp_path):
     assert "iterations" in msg and "targets" in msg
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("name: [unclosed", "not valid YAML"),
-    ("- just\n- a list\n", "expected a mapping"),
-    (TINY_CONFIG.replace("EXPORTER", "auto").replace("{fps: 1}", "{fps: fast}"), "gate.targets.default.fps: expected a number"),
-    (TINY_CONFIG.replace("EXPORTER", "auto").replace("min: 1, opt: 1", "min: 2, opt: 1"), "min <= opt <= max"),
-    (TINY_CONFIG.replace("EXPORTER", "auto").replace("max: 3", "max: 0"), "min <= opt <= max"),
-    (TINY_CONFIG.replace("EXPORTER", "cuda"), "export.exporter: 'cuda' is not one of"),
-    (TINY_CONFIG.replace("EXPORTER", "auto").replace("{fps: 1}", "{batch: 2}"), "needs 'fps', 'latency_ms_p99' or 'deadline_ms'"),
-    (TINY_CONFIG.replace("EXPORTER", "auto").replace("[batch, 3", "[bacth, 3"), "dim 'bacth'"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("name: [unclosed", "not valid YAML"),
+        ("- just\n- a list\n", "expected a mapping"),
+        (
+            TINY_CONFIG.replace("EXPORTER", "auto").replace("{fps: 1}", "{fps: fast}"),
+            "gate.targets.default.fps: expected a number",
+        ),
+        (TINY_CONFIG.replace("EXPORTER", "auto").replace("min: 1, opt: 1", "min: 2, opt: 1"), "min <= opt <= max"),
+        (TINY_CONFIG.replace("EXPORTER", "auto").replace("max: 3", "max: 0"), "min <= opt <= max"),
+        (TINY_CONFIG.replace("EXPORTER", "cuda"), "export.exporter: 'cuda' is not one of"),
+        (
+            TINY_CONFIG.replace("EXPORTER", "auto").replace("{fps: 1}", "{batch: 2}"),
+            "needs 'fps', 'latency_ms_p99' or 'deadline_ms'",
+        ),
+        (TINY_CONFIG.replace("EXPORTER", "auto").replace("[batch, 3", "[bacth, 3"), "dim 'bacth'"),
+    ],
+)
 def test_bad_config_names_the_field(tmp_path, text, expected):
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, text))
@@ -75,7 +84,9 @@ def test_bad_config_exit_code_is_2_and_message_is_one_line(tmp_path):
 
 
 def test_error_text_with_brackets_is_printed_verbatim(tmp_path):
-    path = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "auto").replace("[batch, 3, 16, 16]", "[batch, 3, 16, [bold]]"))
+    path = write(
+        tmp_path, TINY_CONFIG.replace("EXPORTER", "auto").replace("[batch, 3, 16, 16]", "[batch, 3, 16, [bold]]")
+    )
     code, _, err = run_cli("convert", str(path), "-w", str(tmp_path / "store"))
     assert code == 2 and "['bold']" in err  # rich must not swallow it as markup
     assert "expected an integer or a string" in err
@@ -86,8 +97,9 @@ def test_a_calibration_method_for_a_precision_without_ranges_is_refused_at_load(
     assert load_config(path).quantize.method == "entropy"  # fp32: the stage does not run, nothing to refuse
     assert load_config(path, {"quantize.precision": "int8"}).quantize.method == "entropy"
     for precision in ("fp16", "int4"):
-        with pytest.raises(ConfigError, match=f"method 'entropy' does not apply to precision {precision}: only "
-                                              "int8 and fp8 calibrate"):
+        with pytest.raises(
+            ConfigError, match=f"method 'entropy' does not apply to precision {precision}: only int8 and fp8 calibrate"
+        ):
             load_config(path, {"quantize.precision": precision})
     assert load_config(path, {"quantize.precision": "fp16", "quantize.method": "max"}).quantize.method == "max"
 
@@ -95,8 +107,10 @@ def test_a_calibration_method_for_a_precision_without_ranges_is_refused_at_load(
 def test_one_tolerance_type_a_partial_quantize_tolerance_keeps_the_other_defaults(tmp_path):
     from deploykit.config import Tolerance, parity_preset
 
-    path = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "auto")
-                 + "quantize: {precision: int8, tolerances: {int8: {rel_l2: 0.05}}}\n")
+    path = write(
+        tmp_path,
+        TINY_CONFIG.replace("EXPORTER", "auto") + "quantize: {precision: int8, tolerances: {int8: {rel_l2: 0.05}}}\n",
+    )
     q = load_config(path).quantize
     assert isinstance(q.tolerance(), Tolerance) and (q.tolerance().rel_l2, q.tolerance().cosine) == (0.05, 0.995)
     preset = parity_preset(q)
@@ -108,19 +122,24 @@ def test_one_tolerance_type_a_partial_quantize_tolerance_keeps_the_other_default
     assert load_config(path, {"parity.default": {"cosine": float("-inf")}}).parity.default.cosine == float("-inf")
 
 
-@pytest.mark.parametrize(("sets", "refused"), [
-    ({"build.backend": "tensorrt", "quantize.precision": "int8", "quantize.target": "onnxruntime"}, True),
-    ({"build.backend": "tensorrt", "quantize.precision": "int8", "quantize.target": "tensorrt"}, False),
-    ({"build.backend": "tensorrt", "quantize.precision": "int8"}, False),  # auto follows the backend
-    ({"build.backend": "tensorrt", "quantize.target": "onnxruntime"}, False),  # fp32: nothing is quantized
-    ({"build.backend": "onnxruntime", "quantize.precision": "int8", "quantize.target": "tensorrt"}, False),
-])
+@pytest.mark.parametrize(
+    ("sets", "refused"),
+    [
+        ({"build.backend": "tensorrt", "quantize.precision": "int8", "quantize.target": "onnxruntime"}, True),
+        ({"build.backend": "tensorrt", "quantize.precision": "int8", "quantize.target": "tensorrt"}, False),
+        ({"build.backend": "tensorrt", "quantize.precision": "int8"}, False),  # auto follows the backend
+        ({"build.backend": "tensorrt", "quantize.target": "onnxruntime"}, False),  # fp32: nothing is quantized
+        ({"build.backend": "onnxruntime", "quantize.precision": "int8", "quantize.target": "tensorrt"}, False),
+    ],
+)
 def test_the_onnxruntime_flavour_for_a_tensorrt_build_is_refused_at_load(tmp_path, sets, refused):
     cfg = write(tmp_path, TINY_CONFIG.replace("EXPORTER", "dynamo"))
     if not refused:
         load_config(cfg, sets)
         return
-    with pytest.raises(ConfigError, match="quantize.target: 'onnxruntime' writes INT8 Q/DQ .* tensorrt backend refuses"):
+    with pytest.raises(
+        ConfigError, match="quantize.target: 'onnxruntime' writes INT8 Q/DQ .* tensorrt backend refuses"
+    ):
         load_config(cfg, sets)
     code, _, err = run_cli("config", "show", str(cfg), *(f"--set={k}={v}" for k, v in sets.items()))
     assert code == 2 and "quantize.target=tensorrt" in err

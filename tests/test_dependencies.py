@@ -35,8 +35,9 @@ def test_every_requirement_is_pinned_within_its_bounds():
             continue  # another platform's requirement (plain onnxruntime off x86-64 Linux)
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} is not pinned in constraints.txt (make constraints)"
-        assert req.specifier.contains(pins[name], prereleases=True), \
+        assert req.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {req.name}=={pins[name]}, outside pyproject's {req.specifier}"
+        )
         checked += 1
     assert checked >= 15
     assert "deploykit" not in pins and "onnxruntime" not in pins  # never plain onnxruntime beside -gpu

@@ -45,8 +45,9 @@ def test_tensorrt_provider_needs_tensorrt_installed(monkeypatch: pytest.MonkeyPa
 def test_onnxruntime_rows_report_each_provider(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import onnxruntime
 
-    monkeypatch.setattr(onnxruntime, "get_available_providers",
-                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
     by_name = rows(doctor.collect(cwd=tmp_path, probe=lambda: NO_DRIVER))
     assert by_name["onnxruntime CUDAExecutionProvider"].status == "warn"
     assert by_name["onnxruntime CPUExecutionProvider"].status == "ok"
@@ -76,7 +77,9 @@ def test_a_failing_probe_becomes_a_row(tmp_path: Path) -> None:
         raise RuntimeError("driver exploded")
 
     report = doctor.collect(cwd=tmp_path, probe=broken)
-    assert rows(report)["CUDA driver"] == doctor.Row("CUDA driver", "warn", "probe failed: RuntimeError: driver exploded")
+    assert rows(report)["CUDA driver"] == doctor.Row(
+        "CUDA driver", "warn", "probe failed: RuntimeError: driver exploded"
+    )
 
 
 def test_plugin_rows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -128,7 +131,9 @@ def test_doctor_command_prints_a_table_and_json() -> None:
     assert {"python", "onnxruntime", "TensorRT", "backend tensorrt"} <= components
 
 
-def test_cuda_versions_row_names_driver_tensorrt_and_cuda_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_cuda_versions_row_names_driver_tensorrt_and_cuda_python(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from deploykit.backends import trt_compat
 
     monkeypatch.setattr(trt_compat, "tensorrt_cuda_flavour", lambda: "cu13")
@@ -138,7 +143,9 @@ def test_cuda_versions_row_names_driver_tensorrt_and_cuda_python(monkeypatch: py
     monkeypatch.setattr(trt_compat, "tensorrt_cuda_flavour", lambda: "cu12")
     monkeypatch.setattr(trt_compat, "cuda_python_version", lambda: "12.9.0")
     row = rows(doctor.collect(cwd=tmp_path, probe=lambda: ONE_GPU))["CUDA versions"]
-    assert row == doctor.Row("CUDA versions", "ok", "driver supports CUDA 12.8; TensorRT wheel cu12; cuda-python 12.9.0")
+    assert row == doctor.Row(
+        "CUDA versions", "ok", "driver supports CUDA 12.8; TensorRT wheel cu12; cuda-python 12.9.0"
+    )
     monkeypatch.setattr(trt_compat, "cuda_python_version", lambda: "13.0.1")
     row = rows(doctor.collect(cwd=tmp_path, probe=lambda: DriverProbe("", "13.0", ONE_GPU.gpus)))["CUDA versions"]
     assert row.status == "warn" and "different CUDA majors" in row.detail

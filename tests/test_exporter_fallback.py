@@ -13,7 +13,7 @@ from tests.conftest import run_cli, write_tiny
 
 # A stand-in for a stage that cannot handle something only one exporter writes (a dynamo graph's
 # Range node broke INT8 on a DETR-style model): this user pass refuses dynamo's node names.
-PICKY_PASS = '''
+PICKY_PASS = """
 from deploykit.surgery.base import PassError
 
 
@@ -22,7 +22,7 @@ def refuse_dynamo_graphs(model):
     if dynamo:
         raise PassError(f"cannot handle node {dynamo[0]}")
     return model
-'''
+"""
 
 
 def picky(tmp_path, monkeypatch, exporter="auto"):
@@ -43,7 +43,10 @@ def test_a_later_stage_failing_on_the_dynamo_graph_names_the_torchscript_switch(
         deploykit.convert(picky(tmp_path, monkeypatch), workdir=store)
     err = e.value
     assert "cannot handle node node_" in err.message
-    assert "the surgery stage fails on the dynamo exporter's graph; the torchscript exporter's graph passes it" in err.message
+    assert (
+        "the surgery stage fails on the dynamo exporter's graph; the torchscript exporter's graph passes it"
+        in err.message
+    )
     assert err.hint.startswith("rerun with export__exporter='torchscript'")  # the Python spelling; the CLI's below
     # the switch works, and reuses the trial run's artifacts
     result = deploykit.convert(picky(tmp_path, monkeypatch), workdir=store, export__exporter="torchscript")

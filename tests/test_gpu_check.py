@@ -32,7 +32,9 @@ def test_makefile_gpu_check_needs_no_venv_no_pip_and_writes_one_report() -> None
     target = re.search(r"^gpu-check:(.*)\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
     assert target.group(1).strip() == ""  # no prerequisites: not $(STAMP), not the header fetch
     assert target.group(2).strip().splitlines() == [
-        "$(GPU_PYTHON) scripts/gpu_check.py --out build/gpu-check $(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))"]
+        "$(GPU_PYTHON) scripts/gpu_check.py --out build/gpu-check "
+        "$(if $(TRT_INCLUDE),--tensorrt-include $(TRT_INCLUDE))"
+    ]
     assert re.search(r"^GPU_PYTHON \?= python3$", (ROOT / "Makefile").read_text(), re.M)
 
 
@@ -67,9 +69,23 @@ def test_it_starts_on_a_bare_system_python_without_network_or_pip(tmp_path: Path
     import subprocess
 
     script = GUARD.replace("SCRIPT", repr(str(ROOT / "scripts" / "gpu_check.py")))
-    done = subprocess.run([system_python(), "-c", script, "--out", str(tmp_path / "out"), "--budget", "400",
-                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [
+            system_python(),
+            "-c",
+            script,
+            "--out",
+            str(tmp_path / "out"),
+            "--budget",
+            "400",
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert "imported" not in done.stderr and "network connection" not in done.stderr, done.stderr
     report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
     assert done.returncode == 3 and report["status"] == "unavailable" and report["venv"] is False
@@ -121,11 +137,31 @@ KERNELS = {
     "device": {"name": "NVIDIA H200", "compute_capability": "9.0", "peak_gbps": 4800.0, "copy_gbps": 3900.0},
     "ok": False,
     "results": [
-        {"op": "BEVPoolV2", "case": "bevdet-6x59x16x44-128x128", "dtype": "float16", "max_abs_error": 0.001,
-         "tolerance": 0.01, "skipped": 0, "expected_skipped": 0, "ok": True, "time_ms": 0.05, "bytes": 96e6,
-         "gbps": 1920.0, "floor_ms": 0.02, "fraction_of_peak": 0.4},
-        {"op": "PillarScatter", "case": "messy", "dtype": "float32", "max_abs_error": 3.0, "tolerance": 1e-6,
-         "skipped": 5, "expected_skipped": 6, "ok": False},
+        {
+            "op": "BEVPoolV2",
+            "case": "bevdet-6x59x16x44-128x128",
+            "dtype": "float16",
+            "max_abs_error": 0.001,
+            "tolerance": 0.01,
+            "skipped": 0,
+            "expected_skipped": 0,
+            "ok": True,
+            "time_ms": 0.05,
+            "bytes": 96e6,
+            "gbps": 1920.0,
+            "floor_ms": 0.02,
+            "fraction_of_peak": 0.4,
+        },
+        {
+            "op": "PillarScatter",
+            "case": "messy",
+            "dtype": "float32",
+            "max_abs_error": 3.0,
+            "tolerance": 1e-6,
+            "skipped": 5,
+            "expected_skipped": 6,
+            "ok": False,
+        },
     ],
 }
 
@@ -174,17 +210,24 @@ def test_the_int8_fallback_leaves_biases_in_float(gpu_check, tmp_path: Path) -> 
     import onnx
 
     assert sum(n.op_type == "QuantizeLinear" for n in onnx.load(str(out)).graph.node) >= 3  # it did quantize
+
     # The check can fail: ONNX Runtime's default quantizes the three biases to INT32.
     class Reader:
         def __init__(self) -> None:
-            self._it = iter([{"x": calibration["x"][i:i + 1]} for i in range(4)])
+            self._it = iter([{"x": calibration["x"][i : i + 1]} for i in range(4)])
 
         def get_next(self):
             return next(self._it, None)
 
-    quantize_static(str(model), str(tmp_path / "default.onnx"), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    quantize_static(
+        str(model),
+        str(tmp_path / "default.onnx"),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+    )
     assert len(bias_dequantizers(tmp_path / "default.onnx")) == 3
 
 
@@ -199,7 +242,9 @@ def test_int8_comes_from_the_projects_quantize_stage(gpu_check, tmp_path: Path) 
     assert sum(n.op_type == "QuantizeLinear" for n in nodes) >= 3 and bias_dequantizers(made) == []
 
 
-def test_when_the_quantize_stage_cannot_run_int8_falls_back_and_fp8_skips(gpu_check, monkeypatch, tmp_path: Path) -> None:
+def test_when_the_quantize_stage_cannot_run_int8_falls_back_and_fp8_skips(
+    gpu_check, monkeypatch, tmp_path: Path
+) -> None:
     def refuse(*args, **kwargs):
         raise EnvironmentProblem("ModelOpt is not installed (test)")
 

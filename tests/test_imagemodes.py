@@ -31,9 +31,16 @@ def test_16_bit_greyscale_keeps_its_values_instead_of_saturating(tmp_path):
     assert [c.mode for c in conversions] == ["I;16"] and not conversions[0].lossy
 
 
-@pytest.mark.parametrize("mode, lossy, words", [("L", False, "greyscale"), ("RGBA", True, "alpha"),
-                                                 ("CMYK", True, "CMYK"), ("P", False, "palette"),
-                                                 ("LA", True, "alpha")])
+@pytest.mark.parametrize(
+    "mode, lossy, words",
+    [
+        ("L", False, "greyscale"),
+        ("RGBA", True, "alpha"),
+        ("CMYK", True, "CMYK"),
+        ("P", False, "palette"),
+        ("LA", True, "alpha"),
+    ],
+)
 def test_each_mode_is_named(tmp_path, mode, lossy, words):
     image = Image.fromarray(RNG.integers(0, 256, (4, 4, 3), dtype=np.uint8)).convert(mode)
     path = _save(tmp_path, "im.tiff" if mode == "CMYK" else "im.png", image)
@@ -62,8 +69,9 @@ def test_a_folder_warns_once_per_kind_of_conversion(tmp_path):
     for i in range(3):
         _save(folder, f"grey{i}.png", Image.fromarray(RNG.integers(0, 256, (8, 8), dtype=np.uint8)))
     _save(folder, "alpha.png", Image.fromarray(RNG.integers(0, 256, (8, 8, 4), dtype=np.uint8)))
-    source = DataSource(DataConfig(folder="images", samples=4), tmp_path, [InputInfo("x", (1, 3, 8, 8), "float32")],
-                        "calibration")
+    source = DataSource(
+        DataConfig(folder="images", samples=4), tmp_path, [InputInfo("x", (1, 3, 8, 8), "float32")], "calibration"
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert len(list(source)) == 4

@@ -39,7 +39,7 @@ def build():
     return MaskedAttention().eval()
 '''
 
-CONFIG = '''
+CONFIG = """
 name: masked
 source: {factory: "masked_attention:build"}
 inputs:
@@ -50,7 +50,7 @@ outputs: [mixed]
 export: {exporter: dynamo, check_samples: 4}
 parity: {samples: 3}
 gate: {warmup: 1, iterations: 3, trials: 1, targets: {default: {fps: 0.01, batch: 2}}}
-'''
+"""
 
 
 def write_model(folder, kind="padding_mask", extra=""):
@@ -103,8 +103,10 @@ def test_masked_attention_converts_because_generated_masks_respect_the_kind(tmp_
 
 
 def two_inputs(tmp_path, n=3, **cfg):
-    info = [InputInfo("tokens", (1, "tokens", 8), "float32", "tokens"),
-            InputInfo("padding", (1, "tokens"), "bool", "padding_mask")]
+    info = [
+        InputInfo("tokens", (1, "tokens", 8), "float32", "tokens"),
+        InputInfo("padding", (1, "tokens"), "bool", "padding_mask"),
+    ]
     return DataSource(DataConfig(files=str(tmp_path / "d"), samples=n, **cfg), tmp_path, info, what="calibration")
 
 
@@ -112,8 +114,11 @@ def test_multi_input_npz_keyed_by_input_name_needs_no_input_field(tmp_path):
     (tmp_path / "d").mkdir()
     rng = np.random.default_rng(0)
     for i, count in enumerate((2, 3, 4)):  # a dynamic token count per file
-        np.savez(tmp_path / "d" / f"s{i}.npz", tokens=rng.standard_normal((1, count, 8)).astype(np.float32),
-                 padding=np.arange(count)[None] >= count - 1)
+        np.savez(
+            tmp_path / "d" / f"s{i}.npz",
+            tokens=rng.standard_normal((1, count, 8)).astype(np.float32),
+            padding=np.arange(count)[None] >= count - 1,
+        )
     samples = list(two_inputs(tmp_path))
     assert sorted(s["tokens"].shape[1] for s in samples) == [2, 3, 4]
     assert all(set(s) == {"tokens", "padding"} for s in samples)

@@ -56,25 +56,38 @@ def build():
 """
 
 
-@pytest.mark.parametrize("how, limit, code, words", [
-    ("hang", 3, 3, "stage export ran past its time limit of 3 s"),  # importing torch takes a second or two
-    ("crash", 600, 70, "native code crashed (SIGSEGV) during stage export"),
-    pytest.param("oom", 600, 3, "killed (SIGKILL) during stage export", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "how, limit, code, words",
+    [
+        ("hang", 3, 3, "stage export ran past its time limit of 3 s"),  # importing torch takes a second or two
+        ("crash", 600, 70, "native code crashed (SIGSEGV) during stage export"),
+        pytest.param("oom", 600, 3, "killed (SIGKILL) during stage export", marks=pytest.mark.slow),
+    ],
+)
 def test_the_command_line_ends_what_python_cannot(tmp_path, how, limit, code, words):
     """Supervised by its parent, the CLI turns a hang in native code, a crash and an OOM kill into
     one error line and an exit code."""
     (tmp_path / "stuck.py").write_text(STUCK)
     cfg = tmp_path / "deploykit.yaml"
-    cfg.write_text('name: stuck\nsource: {factory: "stuck:build"}\ninputs: [{name: x, shape: [1, 4]}]\n'
-                   f"limits: {{stage_timeouts: {{export: {limit}}}}}\ngate: {{allow_missing_target: true}}\n")
+    cfg.write_text(
+        'name: stuck\nsource: {factory: "stuck:build"}\ninputs: [{name: x, shape: [1, 4]}]\n'
+        f"limits: {{stage_timeouts: {{export: {limit}}}}}\ngate: {{allow_missing_target: true}}\n"
+    )
     start = time.monotonic()
     run = deploykit("export", cfg, "-w", tmp_path / "store", env={"HOW": how}, timeout=120)
     assert_fails_cleanly(run, code, words)
     assert time.monotonic() - start < 60
 
 
-@pytest.mark.parametrize("bad", [{"stage_timeout_s": 0}, {"stage_timeout_s": float("inf")},
-                                 {"stage_timeouts": {"gate": float("nan")}}, {"max_input_mib": -1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"stage_timeout_s": 0},
+        {"stage_timeout_s": float("inf")},
+        {"stage_timeouts": {"gate": float("nan")}},
+        {"max_input_mib": -1},
+    ],
+)
 def test_limits_must_be_positive_and_finite(bad):
     with pytest.raises(ValueError):
         LimitsConfig(**bad)

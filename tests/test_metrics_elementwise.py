@@ -50,12 +50,15 @@ def test_shape_mismatch_is_an_error():
         compare(np.zeros((2, 3)), np.zeros((3, 2)))
 
 
-@pytest.mark.parametrize("ref, reason", [
-    (np.zeros(16), "all zeros"),
-    (np.full(16, 3.5), "constant"),
-    (np.linspace(0, 1e-10, 16), "tiny"),
-    (np.array([1.0, np.nan, 2.0]), "the reference itself has 1 NaN/Inf"),
-])
+@pytest.mark.parametrize(
+    "ref, reason",
+    [
+        (np.zeros(16), "all zeros"),
+        (np.full(16, 3.5), "constant"),
+        (np.linspace(0, 1e-10, 16), "tiny"),
+        (np.array([1.0, np.nan, 2.0]), "the reference itself has 1 NaN/Inf"),
+    ],
+)
 def test_vacuous_references_are_named(ref, reason):
     assert reason in vacuity(compare(ref, ref), vacuous_below=1e-6)
 

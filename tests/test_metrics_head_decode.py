@@ -33,7 +33,7 @@ def raw_head(style, rng):
         centre = (cell + u) * stride
         box = np.concatenate([u, np.log(wh / stride)], axis=1)
     elif style == "yolov5":
-        anchor = np.array([ANCHORS[STRIDES.index(int(s))][2 * int(i): 2 * int(i) + 2] for s, i in grid[:, 2:4]])
+        anchor = np.array([ANCHORS[STRIDES.index(int(s))][2 * int(i) : 2 * int(i) + 2] for s, i in grid[:, 2:4]])
         u, scale = rng.uniform(-0.4, 1.4, (n, 2)), rng.uniform(0.2, 3.5, (n, 2))
         centre, wh = (cell + u) * stride, anchor * scale
         box = np.concatenate([_logit((u + 0.5) / 2), _logit(np.sqrt(scale) / 2)], axis=1)
@@ -67,8 +67,9 @@ def test_parity_judges_a_raw_head_by_its_decoded_boxes(style):
     got = raw.copy()
     lost = confident[:2]
     got[0, lost, decode.box_attributes()] = -10.0  # objectness logit: those boxes drop out
-    check = DetectionCheck(packed=PackedDetections("out", objectness=True, layout="boxes_by_attributes", decode=decode),
-                           min_recall=0.99)
+    check = DetectionCheck(
+        packed=PackedDetections("out", objectness=True, layout="boxes_by_attributes", decode=decode), min_recall=0.99
+    )
     same = run_check("detection", check, [{"out": raw}], [{"out": raw.copy()}])
     assert same["metrics"]["recall"] == 1.0 and same["metrics"]["mean_iou"] == 1.0
     r = run_check("detection", check, [{"out": raw}], [{"out": got}])
@@ -78,10 +79,16 @@ def test_parity_judges_a_raw_head_by_its_decoded_boxes(style):
 
 def test_a_head_whose_box_count_does_not_fit_the_declared_grid_names_the_check():
     raw, decode, _, _ = raw_head("yolox", np.random.default_rng(5))
-    check = DetectionCheck(packed=PackedDetections("out", objectness=True, layout="boxes_by_attributes",
-                                                   decode=HeadDecode("yolox", (8,), SIZE)))
-    with pytest.raises(DataError, match=r"detection\[0\] packed.decode: the head has 30 boxes; strides \[8\] over "
-                                        r"input \[32, 48\] give 24"):
+    check = DetectionCheck(
+        packed=PackedDetections(
+            "out", objectness=True, layout="boxes_by_attributes", decode=HeadDecode("yolox", (8,), SIZE)
+        )
+    )
+    with pytest.raises(
+        DataError,
+        match=r"detection\[0\] packed.decode: the head has 30 boxes; strides \[8\] over "
+        r"input \[32, 48\] give 24",
+    ):
         run_check("detection", check, [{"out": raw}], [{"out": raw}])
     with pytest.raises(ValueError, match="yolov5 decoding needs anchors"):
         HeadDecode("yolov5", (8, 16), SIZE)
@@ -110,15 +117,22 @@ def test_a_head_written_per_level_is_judged_as_the_head_it_joins_to(apart):
     levels, level_scores = _split(raw, decode, apart)
     names = [f"box{i}" for i in range(len(levels))]
     score_names = tuple(f"cls{i}" for i in range(len(level_scores)))
-    packed = PackedDetections(names[0], objectness=True, layout="boxes_by_attributes", decode=decode,
-                              levels=tuple(names[1:]), scores=score_names)
+    packed = PackedDetections(
+        names[0],
+        objectness=True,
+        layout="boxes_by_attributes",
+        decode=decode,
+        levels=tuple(names[1:]),
+        scores=score_names,
+    )
     ref = {**dict(zip(names, levels, strict=True)), **dict(zip(score_names, level_scores, strict=True))}
     check = DetectionCheck(packed=packed, min_recall=0.99)
     assert set(build_tasks(TaskChecks(detection=(check,)))[0].outputs) == set(ref)
     same = run_check("detection", check, [ref], [{k: v.copy() for k, v in ref.items()}])
     assert same["metrics"]["recall"] == 1.0 and same["metrics"]["mean_iou"] == 1.0
-    joined = DetectionCheck(packed=PackedDetections("out", objectness=True, layout="boxes_by_attributes", decode=decode),
-                            min_recall=0.99)
+    joined = DetectionCheck(
+        packed=PackedDetections("out", objectness=True, layout="boxes_by_attributes", decode=decode), min_recall=0.99
+    )
     assert run_check("detection", joined, [{"out": raw}], [{"out": raw}])["metrics"] == same["metrics"]
     got = {k: v.copy() for k, v in ref.items()}
     confident = np.nonzero(scores[: levels[0].shape[1]].max(axis=1) >= 0.3)[0][:3]
@@ -135,23 +149,52 @@ def test_a_per_level_head_whose_parts_disagree_names_them():
     levels, level_scores = _split(raw, decode, True)
     with pytest.raises(ValueError, match="scores names one tensor per level: 1 given for 2 levels"):
         PackedDetections("b0", levels=("b1",), scores=("c0",))
-    check = DetectionCheck(packed=PackedDetections("b0", objectness=True, layout="boxes_by_attributes", decode=decode,
-                                                   levels=("b1",), scores=("c0", "c1")))
+    check = DetectionCheck(
+        packed=PackedDetections(
+            "b0", objectness=True, layout="boxes_by_attributes", decode=decode, levels=("b1",), scores=("c0", "c1")
+        )
+    )
     ref = {"b0": levels[0], "b1": levels[1], "c0": level_scores[1], "c1": level_scores[1]}
-    with pytest.raises(DataError, match=r"packed outputs b0, b1, c0, c1: level 0's boxes \[1, 24, 33\] and its "
-                                        r"scores \[1, 6, 3\] differ in batch or box count"):
+    with pytest.raises(
+        DataError,
+        match=r"packed outputs b0, b1, c0, c1: level 0's boxes \[1, 24, 33\] and its "
+        r"scores \[1, 6, 3\] differ in batch or box count",
+    ):
         run_check("detection", check, [ref], [ref])
 
 
 def test_the_decode_is_configured_in_yaml_terms():
     from deploykit.config.typed import from_value
 
-    check = from_value(DetectionCheck, {"packed": {"output": "head", "objectness": True, "decode": {
-        "style": "yolov5", "strides": [8, 16], "input_size": [32, 48], "anchors": [[4, 6, 10, 8], [20, 24, 30, 16]]}}},
-        "parity.tasks.detection[0]")
+    check = from_value(
+        DetectionCheck,
+        {
+            "packed": {
+                "output": "head",
+                "objectness": True,
+                "decode": {
+                    "style": "yolov5",
+                    "strides": [8, 16],
+                    "input_size": [32, 48],
+                    "anchors": [[4, 6, 10, 8], [20, 24, 30, 16]],
+                },
+            }
+        },
+        "parity.tasks.detection[0]",
+    )
     assert check.packed.decode == HeadDecode("yolov5", (8, 16), (32, 48), ANCHORS)
-    apart = from_value(DetectionCheck, {"packed": {"output": "b8", "levels": ["b16"], "scores": ["s8", "s16"], "decode": {
-        "style": "dfl", "strides": [8, 16], "input_size": [32, 48], "reg_max": 8, "sigmoid": False}}}, "detection[0]")
+    apart = from_value(
+        DetectionCheck,
+        {
+            "packed": {
+                "output": "b8",
+                "levels": ["b16"],
+                "scores": ["s8", "s16"],
+                "decode": {"style": "dfl", "strides": [8, 16], "input_size": [32, 48], "reg_max": 8, "sigmoid": False},
+            }
+        },
+        "detection[0]",
+    )
     assert apart.packed.tensors() == ("b8", "b16", "s8", "s16")
 
 
@@ -199,13 +242,16 @@ def test_the_public_picodet_head_written_per_level_decodes_to_the_text_block_on_
     x0, y0, x1, y1 = block
     page, rng = np.ones((800, 608, 3), np.float32), np.random.default_rng(0)
     for y in range(y0, y1, 14):  # lines of "text" 8 px high, ragged on the right
-        page[y:y + 8, x0:x1 - rng.integers(0, 40)] = 0.1
+        page[y : y + 8, x0 : x1 - rng.integers(0, 40)] = 0.1
     image = ((page - (0.485, 0.456, 0.406)) / (0.229, 0.224, 0.225)).transpose(2, 0, 1)[None].astype(np.float32)
     out = session_from_onnx(onnx.load(str(path)), "onnxruntime").infer({"image": image})
-    packed = PackedDetections("transpose_1.tmp_0", layout="boxes_by_attributes",
-                              decode=HeadDecode("dfl", (8, 16, 32, 64), (800, 608), reg_max=8, sigmoid=False),
-                              levels=tuple(f"transpose_{i}.tmp_0" for i in PICODET_BOXES[1:]),
-                              scores=tuple(f"transpose_{i}.tmp_0" for i in PICODET_SCORES))
+    packed = PackedDetections(
+        "transpose_1.tmp_0",
+        layout="boxes_by_attributes",
+        decode=HeadDecode("dfl", (8, 16, 32, 64), (800, 608), reg_max=8, sigmoid=False),
+        levels=tuple(f"transpose_{i}.tmp_0" for i in PICODET_BOXES[1:]),
+        scores=tuple(f"transpose_{i}.tmp_0" for i in PICODET_SCORES),
+    )
     head = join_head([out[t] for t in (packed.output, *packed.levels)], [out[t] for t in packed.scores])
     boxes, scores = decode_packed(head, packed.layout, decode=packed.decode)
     (cx, cy, w, h) = boxes[0, scores[0].max(axis=1).argmax()]

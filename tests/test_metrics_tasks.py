@@ -32,6 +32,7 @@ def grid_boxes(n=6):
 
 # -- detection ---------------------------------------------------------------------------------------
 
+
 def test_box_shift_gives_the_known_iou():
     a = np.array([[0, 0, 10, 10]], np.float64)
     b = a + [2, 0, 2, 0]  # shifted 2 px right: intersection 8x10, union 12x10
@@ -45,7 +46,9 @@ def test_shifted_detections_report_mean_iou_and_pass_or_fail_on_it():
     scores = np.linspace(0.5, 0.9, len(boxes)).astype(np.float32)
     shifted = boxes + np.array([1, 0, 1, 0], np.float32)  # IoU 90/110 for every box
     check = DetectionCheck(boxes="b", scores="s", min_mean_iou=0.85)
-    r = run_check("detection", check, [{"b": boxes[None], "s": scores[None]}], [{"b": shifted[None], "s": scores[None]}])
+    r = run_check(
+        "detection", check, [{"b": boxes[None], "s": scores[None]}], [{"b": shifted[None], "s": scores[None]}]
+    )
     assert r["metrics"]["mean_iou"] == pytest.approx(90 / 110)
     assert r["metrics"]["matched"] == 1.0 and r["violations"] == ["mean_iou 0.8182 < 0.85"]
 
@@ -56,8 +59,12 @@ def test_permuted_boxes_with_tied_scores_match_perfectly():
     classes = np.arange(len(boxes)) % 3
     perm = np.random.default_rng(0).permutation(len(boxes))
     check = DetectionCheck(boxes="b", scores="s", classes="c")
-    r = run_check("detection", check, [{"b": boxes[None], "s": scores[None], "c": classes[None]}],
-                  [{"b": boxes[perm][None], "s": scores[perm][None], "c": classes[perm][None]}])
+    r = run_check(
+        "detection",
+        check,
+        [{"b": boxes[None], "s": scores[None], "c": classes[None]}],
+        [{"b": boxes[perm][None], "s": scores[perm][None], "c": classes[perm][None]}],
+    )
     m = r["metrics"]
     assert (m["matched"], m["mean_iou"], m["class_flips"], m["mean_score_delta"]) == (1.0, 1.0, 0.0, 0.0)
     assert r["violations"] == [] and r["inconclusive"] == ""
@@ -69,8 +76,12 @@ def test_missing_extra_and_flipped_boxes_are_counted():
     got_scores = ref_scores.copy()
     got_scores[1] = [0.9, 0.1, 0.1]  # class flip 1 -> 0
     got_scores[3] = [0.01, 0.01, 0.01]  # box 3 disappears
-    r = run_check("detection", DetectionCheck(boxes="b", scores="s"), [{"b": boxes[None], "s": ref_scores[None]}],
-                  [{"b": boxes[None], "s": got_scores[None]}])
+    r = run_check(
+        "detection",
+        DetectionCheck(boxes="b", scores="s"),
+        [{"b": boxes[None], "s": ref_scores[None]}],
+        [{"b": boxes[None], "s": got_scores[None]}],
+    )
     m = r["metrics"]
     assert (m["reference_boxes"], m["candidate_boxes"], m["missing"], m["extra"]) == (4, 3, 1, 0)
     assert m["matched"] == pytest.approx(6 / 7)
@@ -80,17 +91,24 @@ def test_missing_extra_and_flipped_boxes_are_counted():
 
 def test_a_box_just_under_the_threshold_still_matches():
     boxes = grid_boxes(2)
-    r = run_check("detection", DetectionCheck(boxes="b", scores="s", score_threshold=0.5, max_score_delta=0.1),
-                  [{"b": boxes[None], "s": np.array([[0.51, 0.9]], np.float32)}],
-                  [{"b": boxes[None], "s": np.array([[0.49, 0.9]], np.float32)}])
+    r = run_check(
+        "detection",
+        DetectionCheck(boxes="b", scores="s", score_threshold=0.5, max_score_delta=0.1),
+        [{"b": boxes[None], "s": np.array([[0.51, 0.9]], np.float32)}],
+        [{"b": boxes[None], "s": np.array([[0.49, 0.9]], np.float32)}],
+    )
     assert r["metrics"]["matched"] == 1.0 and r["violations"] == []
 
 
 def test_no_boxes_above_threshold_is_inconclusive_not_pass():
     boxes = grid_boxes(3)
     low = np.full((1, 3), 0.05, np.float32)
-    r = run_check("detection", DetectionCheck(boxes="b", scores="s"), [{"b": boxes[None], "s": low}],
-                  [{"b": boxes[None], "s": low}])
+    r = run_check(
+        "detection",
+        DetectionCheck(boxes="b", scores="s"),
+        [{"b": boxes[None], "s": low}],
+        [{"b": boxes[None], "s": low}],
+    )
     assert r["violations"] == [] and "no reference box scores >= 0.3" in r["inconclusive"]
 
 
@@ -104,14 +122,18 @@ def test_matching_is_independent_of_order():
     assert ious == pytest.approx(sorted(iou for *_, iou in match_boxes(a[perm], b, 0.5)))
 
 
-@pytest.mark.parametrize("boxes, scores, message", [
-    (np.zeros((1, 5, 6)), np.zeros((1, 5)), "expects boxes (..., N, 4)"),
-    (np.zeros((1, 5, 4)), np.zeros((1, 7)), "expects scores"),
-])
+@pytest.mark.parametrize(
+    "boxes, scores, message",
+    [
+        (np.zeros((1, 5, 6)), np.zeros((1, 5)), "expects boxes (..., N, 4)"),
+        (np.zeros((1, 5, 4)), np.zeros((1, 7)), "expects scores"),
+    ],
+)
 def test_detection_on_wrongly_shaped_outputs_is_a_data_error(boxes, scores, message):
     with pytest.raises(DataError, match=r"parity\.tasks\.detection\[0\]") as e:
-        run_check("detection", DetectionCheck(boxes="b", scores="s"), [{"b": boxes, "s": scores}],
-                  [{"b": boxes, "s": scores}])
+        run_check(
+            "detection", DetectionCheck(boxes="b", scores="s"), [{"b": boxes, "s": scores}], [{"b": boxes, "s": scores}]
+        )
     assert message in str(e.value)
 
 
@@ -122,6 +144,7 @@ def test_task_naming_a_missing_output_is_a_data_error():
 
 # -- dense tasks -------------------------------------------------------------------------------------
 
+
 def one_hot_logits(labels, classes):
     return np.moveaxis(np.eye(classes, dtype=np.float32)[labels], -1, 1)  # (N, C, H, W)
 
@@ -131,8 +154,12 @@ def test_segmentation_pixel_agreement_and_miou():
     ref_labels[0, :, 2:] = 1  # left half class 0, right half class 1
     got_labels = ref_labels.copy()
     got_labels[0, 0, 2] = 0  # one pixel flips 1 -> 0
-    r = run_check("segmentation", SegmentationCheck(output="seg"), [{"seg": one_hot_logits(ref_labels, 3)}],
-                  [{"seg": one_hot_logits(got_labels, 3)}])
+    r = run_check(
+        "segmentation",
+        SegmentationCheck(output="seg"),
+        [{"seg": one_hot_logits(ref_labels, 3)}],
+        [{"seg": one_hot_logits(got_labels, 3)}],
+    )
     m = r["metrics"]
     assert m["pixel_agreement"] == pytest.approx(15 / 16)
     assert m["miou"] == pytest.approx((8 / 9 + 7 / 8) / 2)  # class 0: 8/9, class 1: 7/8; class 2 absent
@@ -150,15 +177,23 @@ def test_segmentation_ties_are_order_invariant():
 
 def test_segmentation_with_one_class_everywhere_is_inconclusive():
     labels = np.zeros((1, 4, 4), int)
-    r = run_check("segmentation", SegmentationCheck(output="seg"), [{"seg": one_hot_logits(labels, 2)}],
-                  [{"seg": one_hot_logits(labels, 2)}])
+    r = run_check(
+        "segmentation",
+        SegmentationCheck(output="seg"),
+        [{"seg": one_hot_logits(labels, 2)}],
+        [{"seg": one_hot_logits(labels, 2)}],
+    )
     assert "class 0 everywhere" in r["inconclusive"]
 
 
 def test_segmentation_on_a_single_channel_output_is_a_data_error():
     with pytest.raises(DataError, match="use probability_map"):
-        run_check("segmentation", SegmentationCheck(output="seg"), [{"seg": np.zeros((1, 1, 4, 4))}],
-                  [{"seg": np.zeros((1, 1, 4, 4))}])
+        run_check(
+            "segmentation",
+            SegmentationCheck(output="seg"),
+            [{"seg": np.zeros((1, 1, 4, 4))}],
+            [{"seg": np.zeros((1, 1, 4, 4))}],
+        )
 
 
 def test_depth_absrel_and_delta1():
@@ -199,8 +234,10 @@ def test_probability_map_uses_thresholded_iou_not_max_abs():
     r = run_check("probability_map", ProbabilityMapCheck(output="p", min_iou=0.8), [{"p": ref}], [{"p": got}])
     assert r["metrics"]["iou"] == pytest.approx(7 / 8) and r["violations"] == []
     empty = np.zeros((1, 1, 4, 4), np.float32)
-    assert "no reference pixel" in run_check("probability_map", ProbabilityMapCheck(output="p"), [{"p": empty}],
-                                             [{"p": empty}])["inconclusive"]
+    assert (
+        "no reference pixel"
+        in run_check("probability_map", ProbabilityMapCheck(output="p"), [{"p": empty}], [{"p": empty}])["inconclusive"]
+    )
     with pytest.raises(DataError, match="expects probabilities"):
         run_check("probability_map", ProbabilityMapCheck(output="p"), [{"p": ref * 5}], [{"p": ref * 5}])
 
@@ -257,8 +294,8 @@ def test_post_nms_detections_of_different_counts_are_matched_not_compared_elemen
     assert report["passed"]
 
 
-
 # -- packed (YOLO-style) detector outputs ------------------------------------------------------------
+
 
 def yolo_outputs(n_boxes=200, classes=3, objectness=False, seed=0):
     """A packed pre-NMS output (1, N, 4[+1]+C) with cxcywh boxes: six confident boxes, the rest noise."""
@@ -322,7 +359,9 @@ def test_detection_config_takes_packed_or_boxes_and_scores():
     from deploykit.config.typed import from_value
     from deploykit.errors import ConfigError
 
-    check = from_value(DetectionCheck, {"packed": {"output": "output0"}, "score_threshold": 0.25}, "parity.tasks.detection[0]")
+    check = from_value(
+        DetectionCheck, {"packed": {"output": "output0"}, "score_threshold": 0.25}, "parity.tasks.detection[0]"
+    )
     assert check.packed == PackedDetections(output="output0") and check.packed.box_format == "cxcywh"
     with pytest.raises(ConfigError, match=r"detection\[0\]: needs boxes and scores"):
         from_value(DetectionCheck, {"score_threshold": 0.25}, "parity.tasks.detection[0]")

@@ -19,10 +19,15 @@ def _model(path, offset: float, scale: float = 2.0):
     """y = x * scale + offset and z = x - offset, on a dynamic batch."""
     import onnx
 
-    inits = [numpy_helper.from_array(np.array(scale, np.float32), "s"),
-             numpy_helper.from_array(np.array(offset, np.float32), "o")]
-    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Add", ["m", "o"], ["y"]),
-             helper.make_node("Sub", ["x", "o"], ["z"])]
+    inits = [
+        numpy_helper.from_array(np.array(scale, np.float32), "s"),
+        numpy_helper.from_array(np.array(offset, np.float32), "o"),
+    ]
+    nodes = [
+        helper.make_node("Mul", ["x", "s"], ["m"]),
+        helper.make_node("Add", ["m", "o"], ["y"]),
+        helper.make_node("Sub", ["x", "o"], ["z"]),
+    ]
     io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])]
     out = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 16]) for n in ("y", "z")]
     graph = helper.make_graph(nodes, "affine", io, out, inits)
@@ -52,8 +57,19 @@ def test_two_models_compare_on_the_same_inputs_with_polygraphys_tolerances(tmp_p
 def test_parity_a_b_on_the_command_line_saves_and_loads_the_tensors(tmp_path):
     a, b = _model(tmp_path / "a.onnx", 0.0), _model(tmp_path / "b.onnx", 0.01)
     saved_in, saved_out = tmp_path / "inputs.json", tmp_path / "outputs.npz"
-    code, out, err = run_cli("parity", str(a), str(b), "--dim", "batch=2", "--atol", "0.011",
-                             "--save-inputs", str(saved_in), "--save-outputs", str(saved_out))
+    code, out, err = run_cli(
+        "parity",
+        str(a),
+        str(b),
+        "--dim",
+        "batch=2",
+        "--atol",
+        "0.011",
+        "--save-inputs",
+        str(saved_in),
+        "--save-outputs",
+        str(saved_out),
+    )
     assert code == 0, err
     assert "result: PASS (exit 0)" in out
     inputs = feedfile.load_inputs(saved_in)
@@ -69,20 +85,31 @@ def test_parity_a_b_on_the_command_line_saves_and_loads_the_tensors(tmp_path):
 
 
 def test_tensor_files_round_trip_and_stay_data(tmp_path):
-    samples = [{"x": np.arange(6, dtype=np.float32).reshape(2, 3), "m": np.array([True, False])},
-               {"x": np.array([[np.nan, np.inf, -np.inf]], np.float32), "m": np.array([False, True])}]
+    samples = [
+        {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "m": np.array([True, False])},
+        {"x": np.array([[np.nan, np.inf, -np.inf]], np.float32), "m": np.array([False, True])},
+    ]
     for suffix in (".npz", ".json"):
         back = feedfile.load_inputs(feedfile.save_inputs(tmp_path / f"s{suffix}", samples))
         for got, want in zip(back, samples, strict=True):
             for k in want:
                 np.testing.assert_array_equal(got[k], want[k])
                 assert got[k].dtype == want[k].dtype
-    (tmp_path / "bad.json").write_text(json.dumps({"format": feedfile.FORMAT, "inputs": [
-        {"x": {"dtype": "object", "shape": [1], "values": ["os.system"]}}]}))
+    (tmp_path / "bad.json").write_text(
+        json.dumps(
+            {"format": feedfile.FORMAT, "inputs": [{"x": {"dtype": "object", "shape": [1], "values": ["os.system"]}}]}
+        )
+    )
     with pytest.raises(DataError, match="a tensor is numeric"):
         feedfile.load_inputs(tmp_path / "bad.json")
-    (tmp_path / "short.json").write_text(json.dumps({"format": feedfile.FORMAT, "inputs": [
-        {"x": {"dtype": "float32", "shape": [1000000, 1000000], "values": [1.0]}}]}))
+    (tmp_path / "short.json").write_text(
+        json.dumps(
+            {
+                "format": feedfile.FORMAT,
+                "inputs": [{"x": {"dtype": "float32", "shape": [1000000, 1000000], "values": [1.0]}}],
+            }
+        )
+    )
     with pytest.raises(DataError, match="holds 1000000000000 values, the file has 1"):
         feedfile.load_inputs(tmp_path / "short.json")
     np.save(tmp_path / "pickled.npy", np.array([object()], dtype=object), allow_pickle=True)
@@ -97,8 +124,18 @@ def test_tensor_files_round_trip_and_stay_data(tmp_path):
 def test_the_pipelines_parity_takes_the_same_flags(tiny, tmp_path):
     cfg, store = tiny
     saved = tmp_path / "inputs.npz"
-    code, out, err = run_cli("parity", str(cfg), "-w", str(store), "--save-inputs", str(saved),
-                             "--save-outputs", str(tmp_path / "outputs.json"), "--atol", "1e-3")
+    code, out, err = run_cli(
+        "parity",
+        str(cfg),
+        "-w",
+        str(store),
+        "--save-inputs",
+        str(saved),
+        "--save-outputs",
+        str(tmp_path / "outputs.json"),
+        "--atol",
+        "1e-3",
+    )
     assert code == 0, err
     runs = json.loads((tmp_path / "outputs.json").read_text())["runs"]
     assert set(runs) == {"candidate", "onnx", "torch"}

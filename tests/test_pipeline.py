@@ -29,8 +29,13 @@ def test_rerun_reuses_every_stage(tiny):
 def test_changing_the_gate_target_reruns_only_the_gate(tiny):
     cfg, store = tiny
     result = deploykit.convert(cfg, workdir=store, gate__targets={"default": {"fps": 2}})
-    assert statuses(result) == {"export": "reused", "surgery": "reused", "build": "reused", "parity": "reused",
-                                "gate": "ran"}
+    assert statuses(result) == {
+        "export": "reused",
+        "surgery": "reused",
+        "build": "reused",
+        "parity": "reused",
+        "gate": "ran",
+    }
 
 
 def test_changing_build_options_reruns_build_and_what_follows(tiny):
@@ -51,8 +56,16 @@ def test_editing_the_factory_source_reexports(tiny):
 
 def test_gate_miss_exits_1_and_still_writes_reports(tiny, tmp_path):
     cfg, store = tiny
-    code, out, err = run_cli("convert", str(cfg), "-w", str(store), "--set", "gate.targets.default.fps=1e9",
-                             "--report-dir", str(tmp_path / "reports"))
+    code, out, err = run_cli(
+        "convert",
+        str(cfg),
+        "-w",
+        str(store),
+        "--set",
+        "gate.targets.default.fps=1e9",
+        "--report-dir",
+        str(tmp_path / "reports"),
+    )
     assert code == 1
     assert "gate failed: fps" in err and "< target 1e+09" in err
     junit = (tmp_path / "reports" / "junit.xml").read_text()
@@ -102,7 +115,7 @@ def test_parity_failure_writes_report_then_raises(tiny, monkeypatch):
     assert 0.009 < report["outputs"]["features"]["onnx"]["metrics"]["rel_l2"] < 0.011
 
 
-KILL_DURING_BUILD = '''
+KILL_DURING_BUILD = """
 import os, signal, sys
 from deploykit.backends.onnxruntime import OnnxRuntimeBackend
 
@@ -113,7 +126,7 @@ def build(self, onnx_path, options, out_dir, **build_inputs):  # profiles, timin
 OnnxRuntimeBackend.build = build
 import deploykit
 deploykit.convert(sys.argv[1], workdir=sys.argv[2], build__optimization_level="basic")
-'''
+"""
 
 
 def test_sigkill_during_build_then_rerun_completes_and_reuses(tiny, tmp_path):

@@ -64,13 +64,17 @@ def test_each_deploykit_line_parses_with_the_cli(no, line):
         assert all(c in cmd.commands for c in rest[0].split("|")), f"README line {no}: {line}"
         commands = [cmd.commands[c] for c in rest[0].split("|")]  # a flag belongs to one of them
     else:
-        assert not hasattr(cmd, "commands") or rest and rest[0].startswith("-"), f"README line {no}: no such command: {line}"
+        assert not hasattr(cmd, "commands") or rest and rest[0].startswith("-"), (
+            f"README line {no}: no such command: {line}"
+        )
         commands = [cmd]
     known = {o for c in commands for p in c.params for o in (*p.opts, *p.secondary_opts)}
     for flag in [w.split("=")[0].strip("[]") for w in line.replace("|", " ").split() if w.lstrip("[").startswith("-")]:
         if flag.rstrip(".") and not flag.startswith("--no-"):
             assert flag.rstrip(".") in known, f"README line {no}: {cmd.name} has no {flag}"
-    if len(commands) == 1 and not PLACEHOLDER.search(line):  # a concrete line: the parser takes it, values and choices included
+    if len(commands) == 1 and not PLACEHOLDER.search(
+        line
+    ):  # a concrete line: the parser takes it, values and choices included
         try:
             cmd.make_context(cmd.name, rest)
         except typer.Exit:  # --version
@@ -84,6 +88,7 @@ def test_make_demo_runs_a_command_the_cli_takes():
 
 
 # -- the slow part: run what can run here -----------------------------------------------------------------
+
 
 def _skip_reason(cmd: str, marker: str) -> str:
     if cmd.startswith("make demo"):
@@ -101,8 +106,10 @@ def _skip_reason(cmd: str, marker: str) -> str:
     if cmd.startswith("deploykit matrix") and ("--ray auto" in cmd or "ray://" in cmd):
         return "needs a running Ray cluster (tests/matrix/test_ray.py starts a two-node one)"
     if cmd.startswith("deploykit matrix"):
-        return ("the README's matrix.yaml targets TensorRT on GPUs (h200, orin); tests/matrix runs "
-                "examples/matrix/matrix.yaml locally and on Ray")
+        return (
+            "the README's matrix.yaml targets TensorRT on GPUs (h200, orin); tests/matrix runs "
+            "examples/matrix/matrix.yaml locally and on Ray"
+        )
     if not cmd.startswith("deploykit ") or PLACEHOLDER.search(cmd):
         return "a synopsis, not a command"
     return ""
@@ -141,7 +148,9 @@ def test_the_readme_shell_blocks_run_as_written(tmp_path):
         demo = cmd.startswith("make demo")
         proc = run(*shlex.split(demo_command() if demo else cmd)[1:], cwd=tmp_path, timeout=1800)
         missed = _only_speed_targets_missed(proc)
-        assert proc.returncode == 0 or missed, f"README line {no}: `{cmd}` exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+        assert proc.returncode == 0 or missed, (
+            f"README line {no}: `{cmd}` exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+        )
         ran.append(cmd + (f"  (ran; this machine missed its speed target: {missed})" if missed else ""))
         if demo:  # the README names what it leaves in reports/detector/
             for name in ("run.json", "junit.xml", "summary.md", "parity.json", "gate.json"):

@@ -68,15 +68,24 @@ def _digests(stderr: str) -> dict[str, str]:
 
 
 def _convert(cfg: Path, store: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(CONSOLE_SCRIPT), "convert", str(cfg), "-w", str(store), "--log-format", "json", *extra],
-                          capture_output=True, text=True, env=_env(tmp), timeout=600)
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), "convert", str(cfg), "-w", str(store), "--log-format", "json", *extra],
+        capture_output=True,
+        text=True,
+        env=_env(tmp),
+        timeout=600,
+    )
 
 
 def _kill_during(cfg: Path, store: Path, tmp: Path, stage: str, rng: random.Random) -> str:
     """Start a convert, SIGKILL it a random delay after ``stage`` starts; return what was running."""
-    proc = subprocess.Popen([str(CONSOLE_SCRIPT), "convert", str(cfg), "-w", str(store), "--log-format", "json",
-                             "--rerun", stage], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env=_env(tmp))
+    proc = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "convert", str(cfg), "-w", str(store), "--log-format", "json", "--rerun", stage],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=_env(tmp),
+    )
     running = "not reached"
     for line in proc.stderr:
         if line.startswith("{") and json.loads(line).get("event") == "stage_start":
@@ -195,8 +204,16 @@ def test_converts_in_two_pid_namespaces_beside_a_lister(reference, tmp_path):
     store, tmp = tmp_path / "store", tmp_path / "tmp"
     tmp.mkdir()
     command = [str(CONSOLE_SCRIPT), "convert", str(cfg), "-w", str(store), "--log-format", "json", "--rerun", "gate"]
-    procs = [subprocess.Popen(["unshare", "-p", "-f", "--kill-child", "--mount-proc", *command], env=_env(tmp),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            ["unshare", "-p", "-f", "--kill-child", "--mount-proc", *command],
+            env=_env(tmp),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     listings = 0
     while any(p.poll() is None for p in procs):  # what deleted another container's folder before
         run = deploykit("artifacts", "ls", "-w", store, env={"TMPDIR": str(tmp)})

@@ -37,8 +37,11 @@ def test_a_traced_run_has_every_stage_and_every_timed_inference(model, monkeypat
     doc = events(out)
     names = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"]
     assert {"stage ingest", "stage build", "stage parity", "stage gate"} <= set(names)
-    assert [n for n in names if n.startswith("gate trial")] == ["gate trial 1 batch 1", "gate trial 2 batch 1",
-                                                                 "gate trial 3 batch 1"]
+    assert [n for n in names if n.startswith("gate trial")] == [
+        "gate trial 1 batch 1",
+        "gate trial 2 batch 1",
+        "gate trial 3 batch 1",
+    ]
     infer = [e for e in doc["traceEvents"] if e["name"] == "infer m batch 1"]
     assert len(infer) == 60 and sorted({e["dur"] for e in infer}) == [1000.0, 3000.0]  # microseconds, as scripted
     assert [e["args"]["i"] for e in infer[:3]] == [0, 1, 2] and infer[0]["args"]["trial"] == 1
@@ -49,8 +52,10 @@ def test_a_traced_run_has_every_stage_and_every_timed_inference(model, monkeypat
 
 def test_nvtx_ranges_are_pushed_and_popped_around_each_inference(model, monkeypatch, standin_clock):
     calls = []
-    fake = types.SimpleNamespace(push_range=lambda name, domain=None: calls.append(("push", name, domain)),
-                                 pop_range=lambda domain=None: calls.append(("pop", domain)))
+    fake = types.SimpleNamespace(
+        push_range=lambda name, domain=None: calls.append(("push", name, domain)),
+        pop_range=lambda domain=None: calls.append(("pop", domain)),
+    )
     monkeypatch.setitem(sys.modules, "nvtx", fake)  # a recording stand-in for the nvtx package
     standin_engine(monkeypatch, StandInSession(standin_clock, [1.0]))
     with tracing.trace(None):

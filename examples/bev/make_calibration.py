@@ -26,15 +26,18 @@ def camera_image(rng: np.random.Generator) -> np.ndarray:
     horizon = int(rng.integers(HEIGHT // 3, HEIGHT // 2))
     sky, road = rng.uniform(0.5, 0.9, 3), rng.uniform(0.1, 0.4, 3)
     rows = np.linspace(0, 1, HEIGHT)[:, None]
-    image = np.where(np.arange(HEIGHT)[:, None] < horizon, sky[:, None, None] * (1 - 0.3 * rows),
-                     road[:, None, None] * (0.7 + 0.3 * rows))
+    image = np.where(
+        np.arange(HEIGHT)[:, None] < horizon,
+        sky[:, None, None] * (1 - 0.3 * rows),
+        road[:, None, None] * (0.7 + 0.3 * rows),
+    )
     image = np.broadcast_to(image, (3, HEIGHT, WIDTH)).copy()
     for _ in range(int(rng.integers(3, 9))):
         bottom = int(rng.integers(horizon + 2, HEIGHT))
         height = max(2, (bottom - horizon) // 2 + int(rng.integers(0, 6)))
         left = int(rng.integers(0, WIDTH - 8))
         width = int(rng.integers(6, 30))
-        image[:, bottom - height:bottom, left:left + width] = rng.uniform(0, 1, 3)[:, None, None]
+        image[:, bottom - height : bottom, left : left + width] = rng.uniform(0, 1, 3)[:, None, None]
     image += rng.normal(0, 0.02, image.shape)
     return np.clip(image, 0, 1)
 

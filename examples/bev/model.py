@@ -28,9 +28,15 @@ CELL = 2.0  # metres: the grid spans [-32, 32] m
 CLASSES = 3
 
 
-def frustum_ranks(cameras: int = CAMERAS, image: tuple[int, int] = IMAGE, stride: int = STRIDE,
-                  depths: np.ndarray = DEPTHS, bev: tuple[int, int, int] = BEV, cell: float = CELL,
-                  fov_degrees: float = 60.0) -> dict[str, np.ndarray]:
+def frustum_ranks(
+    cameras: int = CAMERAS,
+    image: tuple[int, int] = IMAGE,
+    stride: int = STRIDE,
+    depths: np.ndarray = DEPTHS,
+    bev: tuple[int, int, int] = BEV,
+    cell: float = CELL,
+    fov_degrees: float = 60.0,
+) -> dict[str, np.ndarray]:
     """BEVDet's preprocessing for a fixed rig: the frustum points inside the grid, sorted by cell.
 
     Cameras sit 1.5 m above the ground, evenly spread in yaw; the grid is centred on the ego car
@@ -60,8 +66,13 @@ def frustum_ranks(cameras: int = CAMERAS, image: tuple[int, int] = IMAGE, stride
     ranks_depth, ranks_feat, ranks_bev = ranks_depth[order], ranks_feat[order], ranks_bev[order]
     starts = np.flatnonzero(np.r_[True, np.diff(ranks_bev) != 0]) if ranks_bev.size else np.zeros(0, np.int64)
     lengths = np.diff(np.r_[starts, ranks_bev.size])
-    arrays = {"ranks_depth": ranks_depth, "ranks_feat": ranks_feat, "ranks_bev": ranks_bev,
-              "interval_starts": starts, "interval_lengths": lengths}
+    arrays = {
+        "ranks_depth": ranks_depth,
+        "ranks_feat": ranks_feat,
+        "ranks_bev": ranks_bev,
+        "interval_starts": starts,
+        "interval_lengths": lengths,
+    }
     return {k: v.astype(np.int32) for k, v in arrays.items()}
 
 
@@ -85,8 +96,16 @@ class LiftSplat(nn.Module):
         x = self.depth_net(self.encoder(images.flatten(0, 1)))  # (N, D + C, H, W)
         depth = x[:, :DEPTH_BINS].softmax(dim=1).reshape(1, n, DEPTH_BINS, h, w)
         feat = x[:, DEPTH_BINS:].permute(0, 2, 3, 1).reshape(1, n, h, w, CHANNELS)
-        bev = bev_pool_v2(depth, feat, self.ranks_depth, self.ranks_feat, self.ranks_bev, self.interval_starts,
-                          self.interval_lengths, list(BEV))  # (1, Z, Y, X, C)
+        bev = bev_pool_v2(
+            depth,
+            feat,
+            self.ranks_depth,
+            self.ranks_feat,
+            self.ranks_bev,
+            self.interval_starts,
+            self.interval_lengths,
+            list(BEV),
+        )  # (1, Z, Y, X, C)
         bev = bev.permute(0, 1, 4, 2, 3).reshape(1, BEV[0] * CHANNELS, BEV[1], BEV[2])
         y = self.bev_encoder(bev)
         return torch.sigmoid(self.heatmap(y)), self.regression(y)

@@ -66,8 +66,10 @@ def main() -> None:
     with torch.no_grad():
         pred = model(images)
     ratio = torch.maximum(pred / depth, depth / pred)
-    print(f"vs the true depth on 64 held-out scenes: AbsRel {((pred - depth).abs() / depth).mean():.3f}, "
-          f"delta<1.25 {(ratio < 1.25).float().mean():.3f}")
+    print(
+        f"vs the true depth on 64 held-out scenes: AbsRel {((pred - depth).abs() / depth).mean():.3f}, "
+        f"delta<1.25 {(ratio < 1.25).float().mean():.3f}"
+    )
     tmp = args.output.with_name(args.output.name + ".tmp")
     torch.save(model.state_dict(), tmp)
     os.replace(tmp, args.output)  # an interrupted run leaves the old weights, never half of new ones

@@ -52,8 +52,14 @@ class NonMaxSuppression(torch.autograd.Function):
         def const(value, dtype):  # noqa: ANN001, ANN202
             return g.op("Constant", value_t=torch.tensor([value], dtype=dtype))
 
-        return g.op("NonMaxSuppression", boxes, scores, const(MAX_PER_CLASS, torch.int64),
-                    const(IOU_THRESHOLD, torch.float32), const(SCORE_THRESHOLD, torch.float32))
+        return g.op(
+            "NonMaxSuppression",
+            boxes,
+            scores,
+            const(MAX_PER_CLASS, torch.int64),
+            const(IOU_THRESHOLD, torch.float32),
+            const(SCORE_THRESHOLD, torch.float32),
+        )
 
 
 class DetectorWithNMS(nn.Module):

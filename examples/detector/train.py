@@ -50,8 +50,12 @@ def targets(objects: list[tuple[int, int, int, int, int]]) -> tuple[np.ndarray, 
         a = int(np.argmin([abs(math.log(math.sqrt(w * h) / s)) for s in ANCHOR_SIZES]))
         scores[gy, gx, a] = 0.0
         scores[gy, gx, a, shape] = 1.0
-        boxes[gy, gx, a] = ((cx - (gx + 0.5) * STRIDE) / STRIDE, (cy - (gy + 0.5) * STRIDE) / STRIDE,
-                            math.log(w / ANCHOR_SIZES[a]), math.log(h / ANCHOR_SIZES[a]))
+        boxes[gy, gx, a] = (
+            (cx - (gx + 0.5) * STRIDE) / STRIDE,
+            (cy - (gy + 0.5) * STRIDE) / STRIDE,
+            math.log(w / ANCHOR_SIZES[a]),
+            math.log(h / ANCHOR_SIZES[a]),
+        )
         positive[gy, gx, a] = 1.0
     return scores.reshape(-1, NUM_CLASSES), boxes.reshape(-1, 4), positive.reshape(-1)
 
@@ -85,8 +89,10 @@ def train(steps: int, batch_size: int, lr: float, positive_weight: float = 1.0) 
         opt.step()
         schedule.step()
         if step % 100 == 0 or step == steps - 1:
-            print(f"step {step:4d}/{steps}  score loss {score_loss.item():.4f}  box loss {box_loss.item():.4f}",
-                  flush=True)
+            print(
+                f"step {step:4d}/{steps}  score loss {score_loss.item():.4f}  box loss {box_loss.item():.4f}",
+                flush=True,
+            )
     return model.eval()
 
 

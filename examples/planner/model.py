@@ -30,19 +30,21 @@ class Planner(nn.Module):
         super().__init__()
         self.agent_embed = mlp(AGENT_FEATURES, d, d)
         self.lane_embed = mlp(LANE_FEATURES, d, d)
-        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=2 * d, dropout=0.0, activation="gelu",
-                                           batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d, heads, dim_feedforward=2 * d, dropout=0.0, activation="gelu", batch_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = mlp(d, 2 * d, MODES * STEPS * 2 + MODES)
 
-    def forward(self, agents: torch.Tensor, agent_mask: torch.Tensor, lanes: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, agents: torch.Tensor, agent_mask: torch.Tensor, lanes: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = torch.cat([self.agent_embed(agents), self.lane_embed(lanes)], 1)
         padding = torch.cat([agent_mask, torch.zeros_like(lanes[..., 0], dtype=torch.bool)], 1)
         encoded = self.encoder(tokens, src_key_padding_mask=padding)
         out = self.head(encoded[:, 0])
         steps = out[:, : MODES * STEPS * 2].reshape(-1, MODES, STEPS, 2)  # per-step displacements
-        scores = torch.softmax(out[:, MODES * STEPS * 2:], -1)
+        scores = torch.softmax(out[:, MODES * STEPS * 2 :], -1)
         return torch.cumsum(steps, 2), scores
 
 

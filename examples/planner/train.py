@@ -32,11 +32,14 @@ SEED = 12345  # calibration scenes use seed 0, validation scenes seed 1000
 def batch(rng: np.random.Generator, n: int) -> tuple[torch.Tensor, ...]:
     agents = int(rng.integers(2, MAX_AGENTS + 1))  # one agent count per batch: the dynamic dim varies
     scenes = [make_scene(rng, agents) for _ in range(n)]
-    return tuple(torch.from_numpy(np.stack([s[k] for s in scenes])) for k in ("agents", "agent_mask", "lanes", "future"))
+    return tuple(
+        torch.from_numpy(np.stack([s[k] for s in scenes])) for k in ("agents", "agent_mask", "lanes", "future")
+    )
 
 
-def losses(model: Planner, agents: torch.Tensor, mask: torch.Tensor, lanes: torch.Tensor, future: torch.Tensor
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def losses(
+    model: Planner, agents: torch.Tensor, mask: torch.Tensor, lanes: torch.Tensor, future: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     trajectories, scores = model(agents, mask, lanes)
     dist = (trajectories - future[:, None]).norm(dim=-1)  # (batch, modes, steps)
     best = dist.mean(-1).argmin(1)
@@ -61,8 +64,10 @@ def train(steps: int, batch_size: int, lr: float) -> Planner:
         opt.step()
         schedule.step()
         if step % 200 == 0 or step == steps - 1:
-            print(f"step {step:4d}/{steps}  min-mode L2 {regression.item():.4f}  score CE {classification.item():.4f}",
-                  flush=True)
+            print(
+                f"step {step:4d}/{steps}  min-mode L2 {regression.item():.4f}  score CE {classification.item():.4f}",
+                flush=True,
+            )
     return model.eval()
 
 
@@ -78,8 +83,10 @@ def main() -> None:
     model = train(args.steps, args.batch, args.lr)
     with torch.no_grad():
         _, _, (dist, top1) = losses(model, *batch(np.random.default_rng(777), 256))
-    print(f"on 256 held-out scenes: minADE {dist.mean() * SCALE:.2f} m, minFDE {dist[:, -1].mean() * SCALE:.2f} m, "
-          f"top-scored mode is the closest {top1.float().mean():.2f}")
+    print(
+        f"on 256 held-out scenes: minADE {dist.mean() * SCALE:.2f} m, minFDE {dist[:, -1].mean() * SCALE:.2f} m, "
+        f"top-scored mode is the closest {top1.float().mean():.2f}"
+    )
     tmp = args.output.with_name(args.output.name + ".tmp")
     torch.save(model.state_dict(), tmp)
     os.replace(tmp, args.output)  # an interrupted run leaves the old weights, never half of new ones

@@ -25,8 +25,14 @@ def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
 
 def depthwise_block(cin: int, cout: int, stride: int) -> nn.Sequential:
     """Depthwise 3x3 then pointwise 1x1, each with BatchNorm and HardSwish (MobileNetV3 style)."""
-    return nn.Sequential(nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin), nn.Hardswish(),
-                         nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.Hardswish())
+    return nn.Sequential(
+        nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False),
+        nn.BatchNorm2d(cin),
+        nn.Hardswish(),
+        nn.Conv2d(cin, cout, 1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.Hardswish(),
+    )
 
 
 class Segmenter(nn.Module):

@@ -9,21 +9,53 @@ import types
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Config", "DeployKitError", "MatrixResult", "Report", "RunResult", "build", "compare", "convert", "export",
-           "gate", "lint", "load_config", "matrix", "parity", "profile", "quantize", "report", "save_tensors", "stack",
-           "surgery", "tracing"]
+__all__ = [
+    "Config",
+    "DeployKitError",
+    "MatrixResult",
+    "Report",
+    "RunResult",
+    "build",
+    "compare",
+    "convert",
+    "export",
+    "gate",
+    "lint",
+    "load_config",
+    "matrix",
+    "parity",
+    "profile",
+    "quantize",
+    "report",
+    "save_tensors",
+    "stack",
+    "surgery",
+    "tracing",
+]
 
 _LAZY = {
-    "convert": "deploykit.api", "export": "deploykit.api", "build": "deploykit.api",
-    "parity": "deploykit.api", "gate": "deploykit.api", "quantize": "deploykit.api", "profile": "deploykit.api",
+    "convert": "deploykit.api",
+    "export": "deploykit.api",
+    "build": "deploykit.api",
+    "parity": "deploykit.api",
+    "gate": "deploykit.api",
+    "quantize": "deploykit.api",
+    "profile": "deploykit.api",
     "Config": "deploykit.config",
-    "load_config": "deploykit.config", "DeployKitError": "deploykit.errors", "RunResult": "deploykit.pipeline.result",
-    "Report": "deploykit.pipeline.result", "report": "deploykit.api", "compare": "deploykit.api",
+    "load_config": "deploykit.config",
+    "DeployKitError": "deploykit.errors",
+    "RunResult": "deploykit.pipeline.result",
+    "Report": "deploykit.pipeline.result",
+    "report": "deploykit.api",
+    "compare": "deploykit.api",
     "save_tensors": "deploykit.api",
     # Once deploykit.matrix (the package) is imported it replaces this attribute; the package is callable alike.
-    "matrix": "deploykit.api", "MatrixResult": "deploykit.matrix.result",
+    "matrix": "deploykit.api",
+    "MatrixResult": "deploykit.matrix.result",
     # a callable package (deploykit.stack(...)) and a module, each its own attribute
-    "stack": "deploykit.stack", "StackResult": "deploykit.stack", "tracing": "deploykit.tracing",
+    "stack": "deploykit.stack",
+    "StackResult": "deploykit.stack",
+    "tracing": "deploykit.tracing",
 }
 
 

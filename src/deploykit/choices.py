@@ -16,8 +16,10 @@ Flavour = Literal["tensorrt", "onnxruntime"]  # what a quantized graph is writte
 QuantizeTarget = Literal["auto", Flavour]  # auto: follows build.backend (fp8/int4: tensorrt)
 # The backends that can build the Q/DQ graph each flavour writes: the onnxruntime flavour's asymmetric
 # UINT8 and INT32-bias Q/DQ is what TensorRT's parser refuses (checked when a config loads)
-FLAVOUR_BACKENDS: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnxruntime",),
-                                                "tensorrt": ("onnxruntime", "tensorrt")}
+FLAVOUR_BACKENDS: dict[str, tuple[str, ...]] = {
+    "onnxruntime": ("onnxruntime",),
+    "tensorrt": ("onnxruntime", "tensorrt"),
+}
 CalibrationMethod = Literal["max", "entropy", "percentile", "mse", "mean_max"]
 # auto: the best of several methods on held-out samples; per_tensor: max, or a clipping method where
 # a tensor's own histogram gains from it (quant/ranges.py PER_TENSOR_GAIN)
@@ -58,5 +60,9 @@ def suggest(value: str, kind: Any) -> str:
     import difflib
 
     lower = {v.lower(): v for v in values(kind)}
-    key = value.lower() if value.lower() in lower else next(iter(difflib.get_close_matches(value.lower(), lower, n=1)), None)
+    key = (
+        value.lower()
+        if value.lower() in lower
+        else next(iter(difflib.get_close_matches(value.lower(), lower, n=1)), None)
+    )
     return f" (did you mean {lower[key]!r}?)" if key else ""

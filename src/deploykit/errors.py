@@ -1,24 +1,24 @@
 """The whole deploykit error tree; the CLI maps each class to one exit code.
 
-    DeployKitError (70)               root; carries a ``hint`` telling the user what to do
-    ├── GateFailed (1)                the model ran but missed a gate
-    │   ├── ParityFailed              outputs differ from the reference beyond tolerance
-    │   ├── TargetMissed              latency / FPS target missed
-    │   └── LintFailed                the graph bound for TensorRT fails the TensorRT lint (deploykit.lint)
-    ├── UsageError (2)                bad command line or API call
-    │   └── ConfigError               config file missing, malformed, unknown key, bad value
-    ├── EnvironmentProblem (3)        the machine cannot do what was asked
-    │   ├── BackendUnavailable        backend library, driver or device missing
-    │   ├── EngineIncompatible        a TensorRT plan built for another TensorRT version or GPU
-    │   ├── WorkdirError              artifact store not writable, or not laid out as a store
-    │   ├── DiskFull                  no space left where deploykit writes (ENOSPC, EDQUOT)
-    │   └── TimeLimitExceeded         a stage ran past its limit (limits.stage_timeout_s)
-    ├── InvalidInput (4)              a model, data file or artifact is not what it should be
-    │   ├── ModelError                ONNX file or torch factory unusable
-    │   ├── DataError                 input data does not match the model
-    │   └── ArtifactCorrupt           stored artifact changed after it was written
-    │       └── Untrusted             no valid keyed MAC in a keyed store (DEPLOYKIT_STORE_KEY)
-    └── InternalError (70)            a bug in deploykit
+DeployKitError (70)               root; carries a ``hint`` telling the user what to do
+├── GateFailed (1)                the model ran but missed a gate
+│   ├── ParityFailed              outputs differ from the reference beyond tolerance
+│   ├── TargetMissed              latency / FPS target missed
+│   └── LintFailed                the graph bound for TensorRT fails the TensorRT lint (deploykit.lint)
+├── UsageError (2)                bad command line or API call
+│   └── ConfigError               config file missing, malformed, unknown key, bad value
+├── EnvironmentProblem (3)        the machine cannot do what was asked
+│   ├── BackendUnavailable        backend library, driver or device missing
+│   ├── EngineIncompatible        a TensorRT plan built for another TensorRT version or GPU
+│   ├── WorkdirError              artifact store not writable, or not laid out as a store
+│   ├── DiskFull                  no space left where deploykit writes (ENOSPC, EDQUOT)
+│   └── TimeLimitExceeded         a stage ran past its limit (limits.stage_timeout_s)
+├── InvalidInput (4)              a model, data file or artifact is not what it should be
+│   ├── ModelError                ONNX file or torch factory unusable
+│   ├── DataError                 input data does not match the model
+│   └── ArtifactCorrupt           stored artifact changed after it was written
+│       └── Untrusted             no valid keyed MAC in a keyed store (DEPLOYKIT_STORE_KEY)
+└── InternalError (70)            a bug in deploykit
 """
 
 from __future__ import annotations
@@ -128,8 +128,10 @@ def disk_full(e: BaseException | None, where: object = "") -> DiskFull:
     """The DiskFull error for a full disk met while doing ``where`` (a stage, a path)."""
     detail = getattr(e, "strerror", None) or (str(e) if e is not None else "") or "No space left on device"
     filename = getattr(e, "filename", None)
-    return DiskFull(f"{where or filename}: disk full ({detail})" + (f" writing {filename}" if filename and where else ""),
-                    hint="free space on that disk (or pass a --workdir on another), then rerun")
+    return DiskFull(
+        f"{where or filename}: disk full ({detail})" + (f" writing {filename}" if filename and where else ""),
+        hint="free space on that disk (or pass a --workdir on another), then rerun",
+    )
 
 
 def disk_nearly_full(path: object, below: int = 1 << 20) -> bool:
@@ -147,8 +149,10 @@ def os_error(e: OSError, where: object, what: str) -> EnvironmentProblem:
     """An OSError met while doing ``what`` to ``where``, as the environment problem it is."""
     if is_disk_full(e):
         return disk_full(e, where)
-    return WorkdirError(f"{where}: cannot {what} ({e.strerror or type(e).__name__})",
-                        hint="check the folder's permissions and free space")
+    return WorkdirError(
+        f"{where}: cannot {what} ({e.strerror or type(e).__name__})",
+        hint="check the folder's permissions and free space",
+    )
 
 
 def first_line(e: BaseException, empty: str | None = None, limit: int = 300) -> str:

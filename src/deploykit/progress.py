@@ -45,8 +45,11 @@ class RichReporter:
     def event(self, name: str, **fields: Any) -> None:
         if name == "stage_end":  # the start is implied: long work inside a stage shows its own bar
             colour = {"ran": "green", "reused": "cyan", "failed": "red"}.get(fields["status"], "white")
-            self.console.print(f"[bold]{fields['stage']}[/] [{colour}]{fields['status']}[/] "
-                               f"{fields['seconds']:.2f}s {fields.get('digest', '')[:12]}", highlight=False)
+            self.console.print(
+                f"[bold]{fields['stage']}[/] [{colour}]{fields['status']}[/] "
+                f"{fields['seconds']:.2f}s {fields.get('digest', '')[:12]}",
+                highlight=False,
+            )
 
     @contextlib.contextmanager
     def task(self, description: str, total: int) -> Iterator[Any]:
@@ -110,8 +113,10 @@ class PlainReporter:
 def stage_line(fields: dict[str, Any]) -> str:
     """``export ran 1.23s 3fa1c2d4e5f6`` (a stage_end event's fields)."""
     error = f": {fields['error']}" if fields.get("error") else ""
-    return (f"{fields['stage']} {fields['status']} {fields['seconds']:.2f}s "
-            f"{fields.get('digest', '')[:12]}".rstrip() + error)
+    return (
+        f"{fields['stage']} {fields['status']} {fields['seconds']:.2f}s {fields.get('digest', '')[:12]}".rstrip()
+        + error
+    )
 
 
 class NotebookReporter:
@@ -150,8 +155,9 @@ class NotebookReporter:
             now = time.perf_counter()
             if now - self._drawn >= self.EVERY_S or done >= total:
                 filled = min(self.WIDTH, round(self.WIDTH * done / total)) if total else self.WIDTH
-                self._bar = (f"  {description} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} "
-                             f"{now - start:.1f}s")
+                self._bar = (
+                    f"  {description} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} {now - start:.1f}s"
+                )
                 self._draw()
 
         try:

@@ -42,8 +42,15 @@ class Tracer:
 
     def complete(self, name: str, start_ns: int, dur_ns: int, args: dict[str, Any] | None = None) -> None:
         tid = threading.get_native_id()
-        event = {"name": name, "ph": "X", "pid": os.getpid(), "tid": tid, "ts": (start_ns - self.origin_ns) / 1e3,
-                 "dur": dur_ns / 1e3, "cat": name.split(" ")[0]}
+        event = {
+            "name": name,
+            "ph": "X",
+            "pid": os.getpid(),
+            "tid": tid,
+            "ts": (start_ns - self.origin_ns) / 1e3,
+            "dur": dur_ns / 1e3,
+            "cat": name.split(" ")[0],
+        }
         if args:
             event["args"] = args
         with self.lock:
@@ -51,10 +58,15 @@ class Tracer:
             self.events.append(event)
 
     def document(self) -> dict[str, Any]:
-        names = [{"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
-                 for tid, name in sorted(self.threads.items())]
-        return {"traceEvents": names + self.events, "displayTimeUnit": "ms",
-                "otherData": {"producer": "deploykit", "nvtx": "on" if self.nvtx else "off (no nvtx package)"}}
+        names = [
+            {"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
+            for tid, name in sorted(self.threads.items())
+        ]
+        return {
+            "traceEvents": names + self.events,
+            "displayTimeUnit": "ms",
+            "otherData": {"producer": "deploykit", "nvtx": "on" if self.nvtx else "off (no nvtx package)"},
+        }
 
     def write(self) -> None:
         if self.path is None:

@@ -56,6 +56,7 @@ BACKENDS = REPO / "src" / "deploykit" / "backends"
 
 # -- helpers -------------------------------------------------------------------------------------
 
+
 def tiny_onnx(path: Path, *, extra_node: tuple[str, str] | None = None) -> Path:
     """y = 2 * x with a dynamic batch; ``extra_node`` = (op_type, domain) appends a node TensorRT may reject."""
     import onnx
@@ -70,9 +71,12 @@ def tiny_onnx(path: Path, *, extra_node: tuple[str, str] | None = None) -> Path:
         opsets.append(helper.make_opsetid(domain, 1)) if domain else None
         out = "z"
     graph = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch", 3, 8, 8])],
-        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
+    )
     onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
     return path
 
@@ -80,8 +84,9 @@ def tiny_onnx(path: Path, *, extra_node: tuple[str, str] | None = None) -> Path:
 PROFILES = {"x": ((1, 3, 8, 8), (4, 3, 8, 8), (8, 3, 8, 8))}
 
 
-def use_double(monkeypatch: pytest.MonkeyPatch, scenario: Scenario | None = None, *,
-               gpu: FakeGpu | None = None) -> FakeTensorRT:
+def use_double(
+    monkeypatch: pytest.MonkeyPatch, scenario: Scenario | None = None, *, gpu: FakeGpu | None = None
+) -> FakeTensorRT:
     """Make the backend see FakeTensorRT (a test double), a fake GPU and the fake CUDA runtime."""
     fake = FakeTensorRT(scenario)
     monkeypatch.setattr(trt_compat, "import_tensorrt", lambda: (fake, ""))
@@ -93,8 +98,9 @@ def use_double(monkeypatch: pytest.MonkeyPatch, scenario: Scenario | None = None
 def build_with_double(tmp_path: Path, fake: FakeTensorRT, **tensorrt_options: object) -> dict:
     options = BuildConfig(backend="tensorrt", tensorrt=TensorRTOptions(**tensorrt_options))
     onnx_path = tiny_onnx(tmp_path / "model.onnx")
-    return TensorRTBackend().build(onnx_path, options, tmp_path / "engine", profiles=PROFILES,
-                                   timing_cache_out=tmp_path / "timing.cache")
+    return TensorRTBackend().build(
+        onnx_path, options, tmp_path / "engine", profiles=PROFILES, timing_cache_out=tmp_path / "timing.cache"
+    )
 
 
 class FakeLibcuda:
@@ -137,9 +143,12 @@ class FakeLibcuda:
 
 # -- availability ----------------------------------------------------------------------------------
 
+
 def test_import_of_backend_and_doctor_does_not_import_tensorrt_or_cuda() -> None:
-    code = ("import sys, deploykit.backends.tensorrt, deploykit.cli.doctor; "
-            "bad = [m for m in ('tensorrt', 'cuda') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys, deploykit.backends.tensorrt, deploykit.cli.doctor; "
+        "bad = [m for m in ('tensorrt', 'cuda') if m in sys.modules]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -156,12 +165,15 @@ def test_availability_refuses_tensorrt_older_than_10_12(monkeypatch: pytest.Monk
     assert not status.available and "10.3.0.26 is too old" in status.reason and status.version == "10.3.0.26"
 
 
-@pytest.mark.parametrize(("libcuda", "expected"), [
-    (None, "no CUDA driver"),
-    (FakeLibcuda(init_rc=100), "no NVIDIA GPU visible"),
-    (FakeLibcuda(count=0), "device count is 0"),
-    (FakeLibcuda(init_rc=999), "failed to initialise (cuInit: CUDA_ERROR_FAKE (999))"),
-])
+@pytest.mark.parametrize(
+    ("libcuda", "expected"),
+    [
+        (None, "no CUDA driver"),
+        (FakeLibcuda(init_rc=100), "no NVIDIA GPU visible"),
+        (FakeLibcuda(count=0), "device count is 0"),
+        (FakeLibcuda(init_rc=999), "failed to initialise (cuInit: CUDA_ERROR_FAKE (999))"),
+    ],
+)
 def test_availability_names_the_missing_driver_or_gpu(monkeypatch: pytest.MonkeyPatch, libcuda, expected) -> None:
     def load(name: str):
         if libcuda is None:
@@ -187,14 +199,17 @@ def test_availability_ok_with_everything_present(monkeypatch: pytest.MonkeyPatch
     assert TensorRTBackend().availability().available
 
 
-@pytest.mark.parametrize(("driver", "flavour", "cuda_python", "expected"), [
-    ("12.8", "cu12", "12.9.0", ""),
-    ("13.0", "cu12", "12.9.0", ""),  # a newer driver runs older CUDA majors
-    ("13.1", "cu13", "13.0.1", ""),
-    ("12.8", "cu13", "12.9.0", "TensorRT cannot start on this driver"),
-    ("12.8", "cu12", "13.0.1", "cuda-python cannot start on this driver"),
-    ("12.2", "cu13", "13.0.1", "TensorRT, cuda-python cannot start"),
-])
+@pytest.mark.parametrize(
+    ("driver", "flavour", "cuda_python", "expected"),
+    [
+        ("12.8", "cu12", "12.9.0", ""),
+        ("13.0", "cu12", "12.9.0", ""),  # a newer driver runs older CUDA majors
+        ("13.1", "cu13", "13.0.1", ""),
+        ("12.8", "cu13", "12.9.0", "TensorRT cannot start on this driver"),
+        ("12.8", "cu12", "13.0.1", "cuda-python cannot start on this driver"),
+        ("12.2", "cu13", "13.0.1", "TensorRT, cuda-python cannot start"),
+    ],
+)
 def test_cuda_version_problem_names_the_three_versions(driver, flavour, cuda_python, expected) -> None:
     problem = trt_compat.cuda_version_problem(driver, flavour, cuda_python)
     if not expected:
@@ -236,9 +251,14 @@ def test_build_raises_backend_unavailable_before_anything_else(monkeypatch: pyte
 
 # -- optimization profiles -------------------------------------------------------------------------
 
+
 def test_profiles_from_config_uses_dims() -> None:
-    cfg = Config(name="m", source=Source(onnx="m.onnx"), inputs=(InputSpec("x", ("batch", 3, 8, 8)),),
-                 dims={"batch": Dim(1, 4, 16)})
+    cfg = Config(
+        name="m",
+        source=Source(onnx="m.onnx"),
+        inputs=(InputSpec("x", ("batch", 3, 8, 8)),),
+        dims={"batch": Dim(1, 4, 16)},
+    )
     assert profiles_from_config(cfg) == {"x": ((1, 3, 8, 8), (4, 3, 8, 8), (16, 3, 8, 8))}
 
 
@@ -246,14 +266,17 @@ def test_profile_validation_accepts_a_good_profile() -> None:
     assert validate_profiles(PROFILES, {"x": ["batch", 3, 8, 8]}, "m.onnx") == PROFILES
 
 
-@pytest.mark.parametrize(("profiles", "message"), [
-    ({"images": PROFILES["x"]}, "names input 'images'"),
-    ({"x": ((1, 3, 8), (4, 3, 8), (8, 3, 8))}, "has rank 4 but its min shape [1, 3, 8] has rank 3"),
-    ({"x": ((8, 3, 8, 8), (4, 3, 8, 8), (1, 3, 8, 8))}, "axis 0 needs min <= opt <= max, got min=8 opt=4 max=1"),
-    ({"x": ((1, 3, 8, 8), (4, 3, 8, 8), (8, 4, 8, 8))}, "axis 1 is fixed to 3 in the model"),
-    ({"x": ((0, 3, 8, 8), (4, 3, 8, 8), (8, 3, 8, 8))}, "has a dim below 1"),
-    ({}, "have dynamic dims but no min/opt/max"),
-])
+@pytest.mark.parametrize(
+    ("profiles", "message"),
+    [
+        ({"images": PROFILES["x"]}, "names input 'images'"),
+        ({"x": ((1, 3, 8), (4, 3, 8), (8, 3, 8))}, "has rank 4 but its min shape [1, 3, 8] has rank 3"),
+        ({"x": ((8, 3, 8, 8), (4, 3, 8, 8), (1, 3, 8, 8))}, "axis 0 needs min <= opt <= max, got min=8 opt=4 max=1"),
+        ({"x": ((1, 3, 8, 8), (4, 3, 8, 8), (8, 4, 8, 8))}, "axis 1 is fixed to 3 in the model"),
+        ({"x": ((0, 3, 8, 8), (4, 3, 8, 8), (8, 3, 8, 8))}, "has a dim below 1"),
+        ({}, "have dynamic dims but no min/opt/max"),
+    ],
+)
 def test_profile_validation_rejects_bad_profiles(profiles, message) -> None:
     with pytest.raises(ConfigError) as info:
         validate_profiles(profiles, {"x": ["batch", 3, 8, 8]}, "m.onnx")
@@ -268,29 +291,50 @@ def test_profile_validation_suggests_the_closest_name() -> None:
 def test_unknown_profile_name_fails_before_any_tensorrt_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = use_double(monkeypatch)
     with pytest.raises(ConfigError, match="names input 'imgs'"):
-        TensorRTBackend().build(tiny_onnx(tmp_path / "m.onnx"), BuildConfig(backend="tensorrt"), tmp_path / "out",
-                                profiles={"imgs": PROFILES["x"]})
+        TensorRTBackend().build(
+            tiny_onnx(tmp_path / "m.onnx"),
+            BuildConfig(backend="tensorrt"),
+            tmp_path / "out",
+            profiles={"imgs": PROFILES["x"]},
+        )
     assert fake.calls == []
 
 
 # -- recipe key ------------------------------------------------------------------------------------
 
-ENV = {"tensorrt": "10.13.3.9", "tensorrt_cuda": "cu12", "cuda_python_runtime": "12.8", "cuda_driver": "12.8",
-       "gpu": "NVIDIA L4", "compute_capability": "8.9"}
+ENV = {
+    "tensorrt": "10.13.3.9",
+    "tensorrt_cuda": "cu12",
+    "cuda_python_runtime": "12.8",
+    "cuda_driver": "12.8",
+    "gpu": "NVIDIA L4",
+    "compute_capability": "8.9",
+}
 
 
 def test_fingerprint_has_versions_gpu_and_plugin_digests() -> None:
     fp = build_fingerprint_from(ENV, {"libdeploykit_plugins.so": "ab" * 32})
-    assert fp == {"backend": "tensorrt", "tensorrt": "10.13.3.9", "tensorrt_cuda": "cu12",
-                  "gpu": "NVIDIA L4", "compute_capability": "8.9", "plugins": {"libdeploykit_plugins.so": "ab" * 32}}
+    assert fp == {
+        "backend": "tensorrt",
+        "tensorrt": "10.13.3.9",
+        "tensorrt_cuda": "cu12",
+        "gpu": "NVIDIA L4",
+        "compute_capability": "8.9",
+        "plugins": {"libdeploykit_plugins.so": "ab" * 32},
+    }
 
 
-@pytest.mark.parametrize(("change", "changes_key"), [
-    ({"tensorrt": "11.4.0.106"}, True), ({"compute_capability": "9.0"}, True), ({"gpu": "NVIDIA A10"}, True),
-    ({"tensorrt_cuda": "cu13"}, True),  # TensorRT's own CUDA builds the plan
-    ({"cuda_python_runtime": "13.0"}, False),  # cuda-python only moves memory: not part of the plan
-    ({"cuda_driver": "13.1"}, False),  # a driver update keeps plans valid
-])
+@pytest.mark.parametrize(
+    ("change", "changes_key"),
+    [
+        ({"tensorrt": "11.4.0.106"}, True),
+        ({"compute_capability": "9.0"}, True),
+        ({"gpu": "NVIDIA A10"}, True),
+        ({"tensorrt_cuda": "cu13"}, True),  # TensorRT's own CUDA builds the plan
+        ({"cuda_python_runtime": "13.0"}, False),  # cuda-python only moves memory: not part of the plan
+        ({"cuda_driver": "13.1"}, False),  # a driver update keeps plans valid
+    ],
+)
 def test_fingerprint_changes_with_what_changes_a_plan(change, changes_key) -> None:
     base = digest_value(build_fingerprint_from(ENV, {}))
     assert (digest_value(build_fingerprint_from({**ENV, **change}, {})) != base) is changes_key
@@ -311,34 +355,76 @@ def test_missing_plugin_library_is_a_config_error(tmp_path: Path) -> None:
 
 def test_timing_cache_key_is_tensorrt_version_and_compute_capability() -> None:
     assert timing_cache_key(build_fingerprint_from(ENV, {})) == {
-        "kind": "tensorrt-timing-cache", "tensorrt": "10.13.3.9", "compute_capability": "8.9"}
+        "kind": "tensorrt-timing-cache",
+        "tensorrt": "10.13.3.9",
+        "compute_capability": "8.9",
+    }
 
 
 # -- engine-inspector JSON -------------------------------------------------------------------------
 
 INSPECTOR_11 = {
     "Layers": [
-        {"Name": "conv1 + relu", "LayerType": "CaskConvolution", "TacticValue": "0x1f",
-         "Inputs": [{"Name": "x", "Datatype": "Int8", "Format": "Channel major (kCHW32)"}],
-         "Outputs": [{"Name": "c1", "Datatype": "Half", "Format": "Row major linear (kLINEAR)"}]},
-        {"Name": "head", "LayerType": "CaskGemm",
-         "Outputs": [{"Name": "y", "Datatype": "Float", "Format": "Row major linear (kLINEAR)"}]},
+        {
+            "Name": "conv1 + relu",
+            "LayerType": "CaskConvolution",
+            "TacticValue": "0x1f",
+            "Inputs": [{"Name": "x", "Datatype": "Int8", "Format": "Channel major (kCHW32)"}],
+            "Outputs": [{"Name": "c1", "Datatype": "Half", "Format": "Row major linear (kLINEAR)"}],
+        },
+        {
+            "Name": "head",
+            "LayerType": "CaskGemm",
+            "Outputs": [{"Name": "y", "Datatype": "Float", "Format": "Row major linear (kLINEAR)"}],
+        },
     ],
     "I/O Tensors": [
-        {"Name": "x", "IOMode": "Input", "DataType": "Float", "Dimensions": [-1, 3, 224, 224], "Location": "Device",
-         "IsShapeInferenceIO": False, "ProfileInfo": [{"MinShape": [1, 3, 224, 224], "OptShape": [4, 3, 224, 224],
-                                                       "MaxShape": [8, 3, 224, 224], "Format": "kLINEAR"}]},
-        {"Name": "y", "IOMode": "Output", "DataType": "Float", "Dimensions": [-1, 1000], "Location": "Device",
-         "IsShapeInferenceIO": False},
+        {
+            "Name": "x",
+            "IOMode": "Input",
+            "DataType": "Float",
+            "Dimensions": [-1, 3, 224, 224],
+            "Location": "Device",
+            "IsShapeInferenceIO": False,
+            "ProfileInfo": [
+                {
+                    "MinShape": [1, 3, 224, 224],
+                    "OptShape": [4, 3, 224, 224],
+                    "MaxShape": [8, 3, 224, 224],
+                    "Format": "kLINEAR",
+                }
+            ],
+        },
+        {
+            "Name": "y",
+            "IOMode": "Output",
+            "DataType": "Float",
+            "Dimensions": [-1, 1000],
+            "Location": "Device",
+            "IsShapeInferenceIO": False,
+        },
     ],
 }
 INSPECTOR_10 = {
     "Layers": [
-        {"Name": "conv1", "LayerType": "CaskConvolution", "TacticName": "sm80_xmma_fprop",
-         "Outputs": [{"Name": "c1", "Location": "Device", "Dimensions": [1, 8, 8, 8],
-                      "Format/Datatype": "Channel major FP16 format where channel % 8 == 0"}]},
-        {"Name": "reformat", "LayerType": "Reformat",
-         "Outputs": [{"Name": "y", "Format/Datatype": "Row major linear FP32"}]},
+        {
+            "Name": "conv1",
+            "LayerType": "CaskConvolution",
+            "TacticName": "sm80_xmma_fprop",
+            "Outputs": [
+                {
+                    "Name": "c1",
+                    "Location": "Device",
+                    "Dimensions": [1, 8, 8, 8],
+                    "Format/Datatype": "Channel major FP16 format where channel % 8 == 0",
+                }
+            ],
+        },
+        {
+            "Name": "reformat",
+            "LayerType": "Reformat",
+            "Outputs": [{"Name": "y", "Format/Datatype": "Row major linear FP32"}],
+        },
     ],
     "Bindings": ["x", "y"],
 }
@@ -348,18 +434,27 @@ def test_inspector_11x_layout() -> None:
     insp = parse_inspector(json.dumps(INSPECTOR_11))
     assert insp.layout == "11.x" and insp.detailed
     assert [(t.name, t.mode, t.dtype, t.shape) for t in insp.io] == [
-        ("x", "input", "fp32", (-1, 3, 224, 224)), ("y", "output", "fp32", (-1, 1000))]
+        ("x", "input", "fp32", (-1, 3, 224, 224)),
+        ("y", "output", "fp32", (-1, 1000)),
+    ]
     assert insp.io[0].profiles[0]["max"] == [8, 3, 224, 224]
     assert [(x.name, x.output_dtypes, x.tactic) for x in insp.layers] == [
-        ("conv1 + relu", ("fp16",), "0x1f"), ("head", ("fp32",), "")]
+        ("conv1 + relu", ("fp16",), "0x1f"),
+        ("head", ("fp32",), ""),
+    ]
 
 
 def test_inspector_10x_layout() -> None:
     insp = parse_inspector(json.dumps(INSPECTOR_10))
     assert insp.layout == "10.x" and [t.name for t in insp.io] == ["x", "y"]
-    assert summarize(insp) == {"layout": "10.x", "detailed": True, "layers": 2,
-                               "layer_kinds": {"CaskConvolution": 1, "Reformat": 1},
-                               "output_dtypes": {"fp16": 1, "fp32": 1}, "io": ["x", "y"]}
+    assert summarize(insp) == {
+        "layout": "10.x",
+        "detailed": True,
+        "layers": 2,
+        "layer_kinds": {"CaskConvolution": 1, "Reformat": 1},
+        "output_dtypes": {"fp16": 1, "fp32": 1},
+        "io": ["x", "y"],
+    }
 
 
 def test_inspector_without_detailed_verbosity_has_names_only() -> None:
@@ -375,19 +470,34 @@ def test_inspector_rejects_what_is_not_inspector_output(text: str) -> None:
 
 # -- engine compatibility --------------------------------------------------------------------------
 
-BUILT = {"tensorrt": "10.13.3.9", "compute_capability": "8.9", "gpu": "NVIDIA L4", "version_compatible": False,
-         "hardware_compatibility": "none"}
+BUILT = {
+    "tensorrt": "10.13.3.9",
+    "compute_capability": "8.9",
+    "gpu": "NVIDIA L4",
+    "version_compatible": False,
+    "hardware_compatibility": "none",
+}
 
 
-@pytest.mark.parametrize(("recorded", "here", "message"), [
-    ({}, {"tensorrt": "10.14.1.48"}, "built with TensorRT 10.13.3.9 but this machine has TensorRT 10.14.1.48"),
-    ({}, {"compute_capability": "9.0", "gpu": "NVIDIA H100"}, "compute capability 8.9), this machine has NVIDIA H100"),
-    ({"version_compatible": True}, {"tensorrt": "10.12.0.36"}, "runs only on TensorRT 10.13.3.9 or later"),
-    # Built by an older deploykit with EXCLUDE_LEAN_RUNTIME: only the exact version can run it here.
-    ({"version_compatible": True, "settings": {"flags": ["VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME"]}},
-     {"tensorrt": "10.14.1.48"}, "without its lean runtime (EXCLUDE_LEAN_RUNTIME"),
-    ({"hardware_compatibility": "ampere_plus"}, {"compute_capability": "7.5"}, "Ampere and newer GPUs only"),
-])
+@pytest.mark.parametrize(
+    ("recorded", "here", "message"),
+    [
+        ({}, {"tensorrt": "10.14.1.48"}, "built with TensorRT 10.13.3.9 but this machine has TensorRT 10.14.1.48"),
+        (
+            {},
+            {"compute_capability": "9.0", "gpu": "NVIDIA H100"},
+            "compute capability 8.9), this machine has NVIDIA H100",
+        ),
+        ({"version_compatible": True}, {"tensorrt": "10.12.0.36"}, "runs only on TensorRT 10.13.3.9 or later"),
+        # Built by an older deploykit with EXCLUDE_LEAN_RUNTIME: only the exact version can run it here.
+        (
+            {"version_compatible": True, "settings": {"flags": ["VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME"]}},
+            {"tensorrt": "10.14.1.48"},
+            "without its lean runtime (EXCLUDE_LEAN_RUNTIME",
+        ),
+        ({"hardware_compatibility": "ampere_plus"}, {"compute_capability": "7.5"}, "Ampere and newer GPUs only"),
+    ],
+)
 def test_incompatible_plans_are_refused_with_both_sides_named(recorded, here, message) -> None:
     with pytest.raises(EngineIncompatible) as info:
         check_engine_compatible({**BUILT, **recorded}, {**ENV, **here}, "out/engine")
@@ -395,25 +505,31 @@ def test_incompatible_plans_are_refused_with_both_sides_named(recorded, here, me
     assert "--rebuild-incompatible" in info.value.hint or "rebuild" in info.value.hint
 
 
-@pytest.mark.parametrize(("recorded", "here"), [
-    ({}, {}),
-    ({}, {"gpu": "NVIDIA RTX 4090"}),  # same compute capability, other model: TensorRT runs it
-    ({"version_compatible": True}, {"tensorrt": "10.14.1.48"}),
-    ({"version_compatible": True}, {"tensorrt": "11.4.0.106"}),  # the embedded lean runtime runs on a later major
-    ({"hardware_compatibility": "ampere_plus"}, {"compute_capability": "9.0"}),
-])
+@pytest.mark.parametrize(
+    ("recorded", "here"),
+    [
+        ({}, {}),
+        ({}, {"gpu": "NVIDIA RTX 4090"}),  # same compute capability, other model: TensorRT runs it
+        ({"version_compatible": True}, {"tensorrt": "10.14.1.48"}),
+        ({"version_compatible": True}, {"tensorrt": "11.4.0.106"}),  # the embedded lean runtime runs on a later major
+        ({"hardware_compatibility": "ampere_plus"}, {"compute_capability": "9.0"}),
+    ],
+)
 def test_compatible_plans_pass(recorded, here) -> None:
     check_engine_compatible({**BUILT, **recorded}, {**ENV, **here}, "out/engine")
 
 
 # -- config -> builder settings, through FakeTensorRT (a recording test double, not TensorRT) -----
 
+
 def test_double_build_translates_default_options_on_10x(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = use_double(monkeypatch, Scenario(version="10.13.3.9"))
     summary = build_with_double(tmp_path, fake)
     strongly_typed = 1 << int(fake.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     assert fake.called("create_network") == [("create_network", strongly_typed)]
-    assert fake.called("set_memory_pool_limit") == [("set_memory_pool_limit", fake.MemoryPoolType.WORKSPACE, 4096 << 20)]
+    assert fake.called("set_memory_pool_limit") == [
+        ("set_memory_pool_limit", fake.MemoryPoolType.WORKSPACE, 4096 << 20)
+    ]
     assert ("config.builder_optimization_level", 3) in fake.calls
     assert ("config.hardware_compatibility_level", fake.HardwareCompatibilityLevel.NONE) in fake.calls
     assert ("config.profiling_verbosity", fake.ProfilingVerbosity.DETAILED) in fake.calls
@@ -443,24 +559,35 @@ def test_double_build_writes_the_engine_folder(monkeypatch: pytest.MonkeyPatch, 
     assert meta["compute_capability"] == "8.9"
     # Both CUDA versions are recorded, apart: TensorRT's wheel flavour and cuda-python's runtime.
     assert meta["cuda_python_runtime"] == "12.8" and "tensorrt_cuda" in meta and "cuda_runtime" not in meta
-    assert meta["io"] == [{"name": "x", "mode": "input", "dtype": "float32", "shape": [-1, 3, 8, 8],
-                           "profile": {"min": [1, 3, 8, 8], "opt": [4, 3, 8, 8], "max": [8, 3, 8, 8]}},
-                          {"name": "y", "mode": "output", "dtype": "float32", "shape": [-1, 3, 8, 8]}]
+    assert meta["io"] == [
+        {
+            "name": "x",
+            "mode": "input",
+            "dtype": "float32",
+            "shape": [-1, 3, 8, 8],
+            "profile": {"min": [1, 3, 8, 8], "opt": [4, 3, 8, 8], "max": [8, 3, 8, 8]},
+        },
+        {"name": "y", "mode": "output", "dtype": "float32", "shape": [-1, 3, 8, 8]},
+    ]
     assert meta["onnx_dims"]["x"] == ["batch", 3, 8, 8]
     assert meta["inspector"]["layers"] == 1 and json.loads((engine / "engine_inspector.json").read_text())["Bindings"]
     assert "build_seconds" not in meta  # engine.json has no timings: identical builds describe themselves alike
     assert (tmp_path / "timing.cache").read_bytes() == b"+entry"
 
 
-@pytest.mark.parametrize(("options", "flags"), [
-    ({"version_compatible": True}, ["VERSION_COMPATIBLE"]),  # the lean runtime stays in the plan
-    ({"sparse_weights": True}, ["SPARSE_WEIGHTS"]),
-    ({"refit": True}, ["REFIT"]),
-    ({"strip_plan": True}, ["STRIP_PLAN", "REFIT_IDENTICAL"]),
-    ({"strip_plan": True, "refit": True}, ["REFIT", "STRIP_PLAN"]),
-])
-def test_double_build_sets_the_flags_options_ask_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options,
-                                                     flags) -> None:
+@pytest.mark.parametrize(
+    ("options", "flags"),
+    [
+        ({"version_compatible": True}, ["VERSION_COMPATIBLE"]),  # the lean runtime stays in the plan
+        ({"sparse_weights": True}, ["SPARSE_WEIGHTS"]),
+        ({"refit": True}, ["REFIT"]),
+        ({"strip_plan": True}, ["STRIP_PLAN", "REFIT_IDENTICAL"]),
+        ({"strip_plan": True, "refit": True}, ["REFIT", "STRIP_PLAN"]),
+    ],
+)
+def test_double_build_sets_the_flags_options_ask_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options, flags
+) -> None:
     fake = use_double(monkeypatch)
     summary = build_with_double(tmp_path, fake, **options)
     assert [c[1] for c in fake.called("set_flag")] == [fake.BuilderFlag[f] for f in flags]
@@ -474,7 +601,8 @@ def test_double_version_compatible_plans_allow_host_code(monkeypatch: pytest.Mon
 
 
 def test_double_version_compatible_plan_carries_its_plugins_and_loads_on_a_later_tensorrt(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The compatibility check and the loader agree: a plan the check accepts on 10.14 is loaded there."""
     fake = use_double(monkeypatch)
     lib = tmp_path / "libdeploykit_plugins.so"
@@ -502,7 +630,8 @@ def test_double_version_compatible_plan_carries_its_plugins_and_loads_on_a_later
 
 
 def test_double_version_compatible_plan_also_carries_the_plugins_the_parser_used(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Defect A: the parser's own version-compatible plugin libraries (TensorRT's built-in plugins for a
     version-compatible build) go into the plan too, as trtexec serializes them; once each."""
     vc = tmp_path / "libnvinfer_vc_plugin.so.10"
@@ -529,10 +658,18 @@ def test_double_plain_build_serializes_no_plugins(monkeypatch: pytest.MonkeyPatc
 
 def test_double_build_levels_and_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = use_double(monkeypatch)
-    build_with_double(tmp_path, fake, workspace_mib=512, builder_optimization_level=5,
-                      hardware_compatibility="same_compute_capability")
+    build_with_double(
+        tmp_path,
+        fake,
+        workspace_mib=512,
+        builder_optimization_level=5,
+        hardware_compatibility="same_compute_capability",
+    )
     assert ("config.builder_optimization_level", 5) in fake.calls
-    assert ("config.hardware_compatibility_level", fake.HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY) in fake.calls
+    assert (
+        "config.hardware_compatibility_level",
+        fake.HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY,
+    ) in fake.calls
     assert fake.called("set_memory_pool_limit")[0][2] == 512 * 2**20
 
 
@@ -545,10 +682,16 @@ def test_ampere_plus_on_an_older_gpu_is_a_config_error(monkeypatch: pytest.Monke
 
 # -- timing cache ----------------------------------------------------------------------------------
 
+
 def build_with_cache(tmp_path: Path, fake: FakeTensorRT, cache: bytes | None, **options: object) -> dict:
-    return TensorRTBackend().build(tiny_onnx(tmp_path / "m.onnx"), BuildConfig(tensorrt=TensorRTOptions(**options)),
-                                   tmp_path / "engine", profiles=PROFILES, timing_cache=cache,
-                                   timing_cache_out=tmp_path / "new.cache")
+    return TensorRTBackend().build(
+        tiny_onnx(tmp_path / "m.onnx"),
+        BuildConfig(tensorrt=TensorRTOptions(**options)),
+        tmp_path / "engine",
+        profiles=PROFILES,
+        timing_cache=cache,
+        timing_cache_out=tmp_path / "new.cache",
+    )
 
 
 def test_double_timing_cache_is_seeded_and_returned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -561,16 +704,18 @@ def test_double_timing_cache_is_seeded_and_returned(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("scenario,cache", [(Scenario(cache_accepted=False), b"OTHER-GPU"), (Scenario(), b"CORRUPT")])
-def test_double_rejected_timing_cache_starts_empty(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario,
-                                                   cache) -> None:
+def test_double_rejected_timing_cache_starts_empty(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario, cache
+) -> None:
     fake = use_double(monkeypatch, scenario)
     summary = build_with_cache(tmp_path, fake, cache)
     assert summary["timing_cache"]["reused"] is False and "started empty" in summary["timing_cache"]["note"]
     assert (tmp_path / "new.cache").read_bytes() == b"+entry"
 
 
-def test_error_on_cache_miss_without_a_cache_fails_before_building(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path) -> None:
+def test_error_on_cache_miss_without_a_cache_fails_before_building(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     fake = use_double(monkeypatch)
     with pytest.raises(ConfigError, match="no timing cache"):
         build_with_cache(tmp_path, fake, None, error_on_timing_cache_miss=True)
@@ -592,11 +737,25 @@ def test_timing_cache_off_returns_none(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 # -- failures, through the test double ---------------------------------------------------------------
 
-def test_double_parse_failure_is_one_model_error_listing_every_node(monkeypatch: pytest.MonkeyPatch,
-                                                                     tmp_path: Path) -> None:
-    fake = use_double(monkeypatch, Scenario(
-        parse_errors=[{"index": 1, "name": "post", "op": "BevPool", "error_code": "UNSUPPORTED_NODE",
-                       "text": "No importer registered for op: BevPool"}], unsupported=[1]))
+
+def test_double_parse_failure_is_one_model_error_listing_every_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = use_double(
+        monkeypatch,
+        Scenario(
+            parse_errors=[
+                {
+                    "index": 1,
+                    "name": "post",
+                    "op": "BevPool",
+                    "error_code": "UNSUPPORTED_NODE",
+                    "text": "No importer registered for op: BevPool",
+                }
+            ],
+            unsupported=[1],
+        ),
+    )
     onnx_path = tiny_onnx(tmp_path / "m.onnx", extra_node=("BevPool", "deploykit"))
     with pytest.raises(ModelError) as info:
         TensorRTBackend().build(onnx_path, BuildConfig(), tmp_path / "engine", profiles=PROFILES)
@@ -611,21 +770,42 @@ def test_double_parse_failure_is_one_model_error_listing_every_node(monkeypatch:
 
 
 def test_double_unsupported_standard_op_suggests_surgery_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    use_double(monkeypatch, Scenario(parse_errors=[{"index": 1, "name": "post", "op": "Unique", "error_code":
-                                                    "UNSUPPORTED_NODE", "text": "no importer"}], unsupported=[1]))
+    use_double(
+        monkeypatch,
+        Scenario(
+            parse_errors=[
+                {"index": 1, "name": "post", "op": "Unique", "error_code": "UNSUPPORTED_NODE", "text": "no importer"}
+            ],
+            unsupported=[1],
+        ),
+    )
     with pytest.raises(ModelError) as info:
-        TensorRTBackend().build(tiny_onnx(tmp_path / "m.onnx", extra_node=("Unique", "")), BuildConfig(),
-                                tmp_path / "engine", profiles=PROFILES)
+        TensorRTBackend().build(
+            tiny_onnx(tmp_path / "m.onnx", extra_node=("Unique", "")),
+            BuildConfig(),
+            tmp_path / "engine",
+            profiles=PROFILES,
+        )
     assert info.value.hint.startswith("rewrite or remove the nodes using Unique with a surgery pass")
 
 
 def test_double_out_of_memory_reports_the_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    fake = use_double(monkeypatch, Scenario(build_fails=True, build_log=[
-        (2, "Requested amount of GPU memory (8589934592 bytes) could not be allocated."),
-        (1, "[optimizer.cpp::computeCosts] Error Code 2: OutOfMemory (no further information)")]))
+    fake = use_double(
+        monkeypatch,
+        Scenario(
+            build_fails=True,
+            build_log=[
+                (2, "Requested amount of GPU memory (8589934592 bytes) could not be allocated."),
+                (1, "[optimizer.cpp::computeCosts] Error Code 2: OutOfMemory (no further information)"),
+            ],
+        ),
+    )
     with pytest.raises(EnvironmentProblem) as info:
         build_with_double(tmp_path, fake, workspace_mib=8192)
-    assert "ran out of GPU memory" in info.value.message and "8192 MiB (build.tensorrt.workspace_mib)" in info.value.message
+    assert (
+        "ran out of GPU memory" in info.value.message
+        and "8192 MiB (build.tensorrt.workspace_mib)" in info.value.message
+    )
     assert "Error Code 2: OutOfMemory" in info.value.message and "workspace_mib" in info.value.hint
     assert not (tmp_path / "engine").exists()
 
@@ -657,6 +837,7 @@ def test_missing_plugin_library_fails_before_tensorrt(monkeypatch: pytest.Monkey
 
 
 # -- the logger (our ILogger subclass over the double's ILogger base) -----------------------------------
+
 
 def test_double_logger_captures_per_thread_while_sessions_share_it() -> None:
     """Concurrent gate sessions share one logger: each capture must get its own thread's messages only."""
@@ -708,6 +889,7 @@ def test_double_logger_nested_captures_and_unattributed_messages() -> None:
 
 
 # -- plugin libraries --------------------------------------------------------------------------------
+
 
 def opener_registering(fake: FakeTensorRT, creators: list[tuple[str, str, str]], exports_get_creators: bool = False):
     """A stand-in for ctypes.CDLL: 'loading' registers ``creators`` into the fake registry."""
@@ -764,8 +946,9 @@ def test_plugin_nodes_without_a_creator_are_listed(tmp_path: Path) -> None:
 
     path = tiny_onnx(tmp_path / "m.onnx", extra_node=("bev_pool_v2", "deploykit"))
     model = onnx.load(str(path))
-    model.graph.node[1].attribute.extend([helper.make_attribute("plugin_version", "1"),
-                                          helper.make_attribute("plugin_namespace", "deploykit")])
+    model.graph.node[1].attribute.extend(
+        [helper.make_attribute("plugin_version", "1"), helper.make_attribute("plugin_namespace", "deploykit")]
+    )
     onnx.save(model, str(path))
     nodes = trt_plugins.plugin_nodes(path)
     assert [(n.node, n.creator) for n in nodes] == [("post", ("bev_pool_v2", "1", "deploykit"))]
@@ -783,8 +966,10 @@ def test_plugin_nodes_without_a_creator_are_listed(tmp_path: Path) -> None:
 
 # -- loading an engine folder, through the test double ----------------------------------------------
 
-def built_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario: Scenario | None = None,
-                 **options: object) -> tuple[FakeTensorRT, Path]:
+
+def built_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario: Scenario | None = None, **options: object
+) -> tuple[FakeTensorRT, Path]:
     fake = use_double(monkeypatch, scenario)
     build_with_double(tmp_path, fake, **options)
     return fake, tmp_path / "engine"
@@ -802,7 +987,9 @@ def test_double_load_refuses_a_truncated_plan(monkeypatch: pytest.MonkeyPatch, t
 def test_double_load_refuses_a_plan_from_another_tensorrt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _, engine = built_engine(monkeypatch, tmp_path)
     use_double(monkeypatch, Scenario(version="10.14.1.48"))
-    with pytest.raises(EngineIncompatible, match="built with TensorRT 10.13.3.9 but this machine has TensorRT 10.14.1.48"):
+    with pytest.raises(
+        EngineIncompatible, match="built with TensorRT 10.13.3.9 but this machine has TensorRT 10.14.1.48"
+    ):
         TensorRTBackend().load(engine)
 
 
@@ -815,20 +1002,31 @@ def test_double_load_refuses_a_plan_from_another_gpu(monkeypatch: pytest.MonkeyP
 
 def test_double_load_translates_a_version_tag_refusal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake, engine = built_engine(monkeypatch, tmp_path)
-    fake.scenario.deserialize_fails_with = ("IRuntime::deserializeCudaEngine: Error Code 1: Serialization "
-                                            "(Serialization assertion plan->header.magicTag == rt::kPLAN_MAGIC_TAG failed.)")
+    fake.scenario.deserialize_fails_with = (
+        "IRuntime::deserializeCudaEngine: Error Code 1: Serialization "
+        "(Serialization assertion plan->header.magicTag == rt::kPLAN_MAGIC_TAG failed.)"
+    )
     with pytest.raises(EngineIncompatible, match="refuses the plan"):
         TensorRTBackend().load(engine)
 
 
-@pytest.mark.parametrize(("message", "expected"), [
-    ("IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: BEVPoolV2, version: 1, "
-     "namespace: deploykit.)", "plugin BEVPoolV2 (version 1, namespace 'deploykit') not loaded: pass --plugins"),
-    ("Cannot find plugin: ROIAlign_TRT, version: 2, namespace:.)",
-     "plugin ROIAlign_TRT (version 2, namespace '') not loaded: pass --plugins"),
-])
-def test_double_load_names_a_missing_plugin_not_a_version_mismatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                     message, expected) -> None:
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "IPluginRegistry::getCreator: Error Code 4: API Usage Error (Cannot find plugin: BEVPoolV2, version: 1, "
+            "namespace: deploykit.)",
+            "plugin BEVPoolV2 (version 1, namespace 'deploykit') not loaded: pass --plugins",
+        ),
+        (
+            "Cannot find plugin: ROIAlign_TRT, version: 2, namespace:.)",
+            "plugin ROIAlign_TRT (version 2, namespace '') not loaded: pass --plugins",
+        ),
+    ],
+)
+def test_double_load_names_a_missing_plugin_not_a_version_mismatch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, message, expected
+) -> None:
     fake, engine = built_engine(monkeypatch, tmp_path)
     fake.scenario.deserialize_fails_with = message
     with pytest.raises(EnvironmentProblem) as info:
@@ -836,8 +1034,9 @@ def test_double_load_names_a_missing_plugin_not_a_version_mismatch(monkeypatch: 
     assert expected in info.value.message and info.value.exit_code == 3
 
 
-def test_double_load_does_not_read_any_version_word_as_a_version_mismatch(monkeypatch: pytest.MonkeyPatch,
-                                                                          tmp_path: Path) -> None:
+def test_double_load_does_not_read_any_version_word_as_a_version_mismatch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     fake, engine = built_engine(monkeypatch, tmp_path)
     fake.scenario.deserialize_fails_with = "Error Code 1: Serialization (weights of layer conv1: unknown version 3)"
     with pytest.raises(ArtifactCorrupt, match="cannot deserialize the plan"):
@@ -852,8 +1051,10 @@ def test_double_load_of_a_folder_without_engine_json(monkeypatch: pytest.MonkeyP
 
 # -- the session, through the test doubles (FakeTensorRT + FakeCudart: y = 2 * x on the host) ---------
 
-def double_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario: Scenario | None = None,
-                   **options: object) -> tuple[FakeTensorRT, TensorRTSession]:
+
+def double_session(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario: Scenario | None = None, **options: object
+) -> tuple[FakeTensorRT, TensorRTSession]:
     fake, engine = built_engine(monkeypatch, tmp_path, scenario, **options)
     return fake, TensorRTBackend().load(engine)
 
@@ -878,13 +1079,16 @@ def test_double_session_infer_copies_in_runs_and_copies_out(monkeypatch: pytest.
     assert fake.cudart.calls.count("H2D") == 3 and fake.cudart.calls.count("D2H") == 3
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    (feeds(9), "axis 0 is 9, outside the engine's profile [1, 8]"),
-    (feeds(2, np.float16), "is float16, the engine expects float32"),
-    ({"x": np.zeros((2, 4, 8, 8), np.float32)}, "axis 1 is 4, the engine was built for 3"),
-    ({"x": np.zeros((2, 3, 8), np.float32)}, "the engine expects rank 4"),
-    ({"images": np.zeros((2, 3, 8, 8), np.float32)}, "do not match the engine's inputs ['x']"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (feeds(9), "axis 0 is 9, outside the engine's profile [1, 8]"),
+        (feeds(2, np.float16), "is float16, the engine expects float32"),
+        ({"x": np.zeros((2, 4, 8, 8), np.float32)}, "axis 1 is 4, the engine was built for 3"),
+        ({"x": np.zeros((2, 3, 8), np.float32)}, "the engine expects rank 4"),
+        ({"images": np.zeros((2, 3, 8, 8), np.float32)}, "do not match the engine's inputs ['x']"),
+    ],
+)
 def test_double_session_rejects_bad_feeds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bad, message) -> None:
     _, session = double_session(monkeypatch, tmp_path)
     with pytest.raises(DataError) as info:
@@ -949,8 +1153,7 @@ def test_double_data_dependent_outputs_use_the_allocator(monkeypatch: pytest.Mon
     assert session.runner_info["mode"] == "enqueue" and "data-dependent" in session.runner_info["why"]
 
 
-def test_double_shape_tensor_outputs_are_bound_to_host_memory(monkeypatch: pytest.MonkeyPatch,
-                                                               tmp_path: Path) -> None:
+def test_double_shape_tensor_outputs_are_bound_to_host_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A host-located output (get_tensor_location HOST) gets a host buffer, never a device one nor a copy."""
     fake, session = double_session(monkeypatch, tmp_path, Scenario(shape_output=True))
     for batch in (3, 5):
@@ -974,6 +1177,7 @@ def test_double_session_close_frees_memory(monkeypatch: pytest.MonkeyPatch, tmp_
 
 # -- TensorRT names against the real 10.13 and 11.4 bindings -------------------------------------------
 
+
 def _find_checker() -> Path:
     """$DEPLOYKIT_TRT_NAMES_CHECKER, else ``shared/tensorrt-api`` beside the checkout or above it (worktrees)."""
     if os.environ.get("DEPLOYKIT_TRT_NAMES_CHECKER"):
@@ -983,15 +1187,20 @@ def _find_checker() -> Path:
 
 
 CHECKER = _find_checker()
-TRT_FILES = [BACKENDS / "tensorrt.py", *sorted(BACKENDS.glob("trt_*.py")), REPO / "src" / "deploykit" / "cli" / "doctor.py",
-             REPO / "src" / "deploykit" / "profiling" / "tensorrt.py", REPO / "scripts" / "gpu_check.py"]
+TRT_FILES = [
+    BACKENDS / "tensorrt.py",
+    *sorted(BACKENDS.glob("trt_*.py")),
+    REPO / "src" / "deploykit" / "cli" / "doctor.py",
+    REPO / "src" / "deploykit" / "profiling" / "tensorrt.py",
+    REPO / "scripts" / "gpu_check.py",
+]
 # Qualified names both versions have but the checker's identifier lists lack (they were extracted with
 # `strings`, which misses short enum members), each with where the real bindings define it. An entry
 # exempts only uses written exactly so (``<...>.TensorIOMode.INPUT``): a bare ``.INPUT`` on anything
 # else is still reported. Keep this minimal: a test checks every entry is still used.
 LIST_GAPS = {
     "TensorIOMode.INPUT": "NVIDIA/TensorRT python/src/infer/pyCore.cpp (release/10.13 and 11.x): "
-                          'py::enum_<TensorIOMode>(m, "TensorIOMode").value("INPUT", TensorIOMode::kINPUT)',
+    'py::enum_<TensorIOMode>(m, "TensorIOMode").value("INPUT", TensorIOMode::kINPUT)',
 }
 _GUARD_WORDS = ("major", "version", "hasattr")
 
@@ -1069,12 +1278,14 @@ def test_names_of_one_version_only_sit_behind_a_version_check() -> None:
 
 def test_the_version_guard_check_catches_an_unguarded_name(tmp_path: Path) -> None:
     code = tmp_path / "snippet.py"
-    code.write_text(textwrap.dedent("""
+    code.write_text(
+        textwrap.dedent("""
         def check(trt, parser, data):
             if trt_compat.major(trt) < 11:
                 return parser.supports_model(data)
             return parser.supports_model(data)
-    """))
+    """)
+    )
     (finding,) = run_names_checker([code])
     assert finding[2:] == ("supports_model", "only 10.13")
     assert unguarded_uses(code, "supports_model") == [5]
@@ -1095,13 +1306,20 @@ def conv_onnx(path: Path, *, fp16: bool = False) -> Path:
     dtype, elem = (np.float16, TensorProto.FLOAT16) if fp16 else (np.float32, TensorProto.FLOAT)
     w1 = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(dtype), "w1")
     w2 = numpy_helper.from_array((rng.standard_normal((4, 8, 1, 1)) * 0.3).astype(dtype), "w2")
-    nodes = [helper.make_node("Cast", ["x"], ["xc"], to=elem),
-             helper.make_node("Conv", ["xc", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
-             helper.make_node("Cast", ["c2"], ["y"], to=TensorProto.FLOAT)]
-    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 32, 32])], [w1, w2])
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xc"], to=elem),
+        helper.make_node("Conv", ["xc", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+        helper.make_node("Cast", ["c2"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 32, 32])],
+        [w1, w2],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -1117,10 +1335,17 @@ def int8_qdq_onnx(fp32: Path, out: Path) -> Path:
         def get_next(self):
             return next(self._data, None)
 
-    quantize_static(str(fp32), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    # TensorRT's parser rejects an INT32 bias DequantizeLinear: biases stay float.
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
+    quantize_static(
+        str(fp32),
+        str(out),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        # TensorRT's parser rejects an INT32 bias DequantizeLinear: biases stay float.
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+    )
     return out
 
 
@@ -1158,8 +1383,9 @@ def test_tensorrt_builds_and_matches_onnxruntime(tmp_path: Path, variant: str, t
     session.close()
 
 
-def test_double_plugin_library_travels_with_the_engine_and_loads_once(monkeypatch: pytest.MonkeyPatch,
-                                                                      tmp_path: Path) -> None:
+def test_double_plugin_library_travels_with_the_engine_and_loads_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     fake = use_double(monkeypatch)
     opened: list[str] = []
     real_load = trt_plugins.load_libraries
@@ -1211,21 +1437,38 @@ def test_tensorrt_builds_fp8_qdq_from_modelopt(tmp_path: Path) -> None:
     from deploykit.graph.run import session_from_onnx
 
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32), n)
-               for n, s in (("w1", (32, 3, 3, 3)), ("w2", (64, 32, 3, 3)))]
+    weights = [
+        numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32), n)
+        for n, s in (("w1", (32, 3, 3, 3)), ("w2", (64, 32, 3, 3)))
+    ]
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4), helper.make_node("Relu", ["c1"], ["r1"]),
-         helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1] * 4)], "fp8",
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1] * 4),
+        ],
+        "fp8",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 32, 32])], weights)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 32, 32])],
+        weights,
+    )
     fp32 = tmp_path / "fp32.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
     model = tmp_path / "fp8.onnx"
-    quantize(str(fp32), quantize_mode="fp8", calibration_data={"x": np.concatenate([feeds_for(4)] * 2)},
-             calibration_eps=["cpu"], output_path=str(model))
+    quantize(
+        str(fp32),
+        quantize_mode="fp8",
+        calibration_data={"x": np.concatenate([feeds_for(4)] * 2)},
+        calibration_eps=["cpu"],
+        output_path=str(model),
+    )
     backend = TensorRTBackend()
-    backend.build(model, BuildConfig(backend="tensorrt"), tmp_path / "engine",
-                  profiles={"x": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))})
+    backend.build(
+        model,
+        BuildConfig(backend="tensorrt"),
+        tmp_path / "engine",
+        profiles={"x": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))},
+    )
     session, x = backend.load(tmp_path / "engine"), {"x": feeds_for(2)}
     assert rel_l2(session.infer(x)["y"], session_from_onnx(model, "onnxruntime", level="disabled").infer(x)["y"]) < 5e-2
     session.close()

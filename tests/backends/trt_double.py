@@ -19,9 +19,15 @@ from typing import Any
 import numpy as np
 
 INSPECTOR_10 = {
-    "Layers": [{"Name": "conv1", "LayerType": "CaskConvolution",
-                "Inputs": [{"Name": "x", "Format/Datatype": "Row major linear FP32"}],
-                "Outputs": [{"Name": "y", "Format/Datatype": "Row major linear FP32"}], "TacticName": "sm80_xmma"}],
+    "Layers": [
+        {
+            "Name": "conv1",
+            "LayerType": "CaskConvolution",
+            "Inputs": [{"Name": "x", "Format/Datatype": "Row major linear FP32"}],
+            "Outputs": [{"Name": "y", "Format/Datatype": "Row major linear FP32"}],
+            "TacticName": "sm80_xmma",
+        }
+    ],
     "Bindings": ["x", "y"],
 }
 
@@ -71,8 +77,17 @@ class FakeTensorRT:
     MemoryPoolType = _enum("MemoryPoolType", "WORKSPACE")
     HardwareCompatibilityLevel = _enum("HardwareCompatibilityLevel", "NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY")
     ProfilingVerbosity = _enum("ProfilingVerbosity", "LAYER_NAMES_ONLY", "NONE", "DETAILED")
-    BuilderFlag = _enum("BuilderFlag", "TF32", "REFIT", "SPARSE_WEIGHTS", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME",
-                        "STRIP_PLAN", "REFIT_IDENTICAL", "ERROR_ON_TIMING_CACHE_MISS")
+    BuilderFlag = _enum(
+        "BuilderFlag",
+        "TF32",
+        "REFIT",
+        "SPARSE_WEIGHTS",
+        "VERSION_COMPATIBLE",
+        "EXCLUDE_LEAN_RUNTIME",
+        "STRIP_PLAN",
+        "REFIT_IDENTICAL",
+        "ERROR_ON_TIMING_CACHE_MISS",
+    )
     TensorIOMode = _enum("TensorIOMode", "NONE", "INPUT", "OUTPUT")
     LayerInformationFormat = _enum("LayerInformationFormat", "ONELINE", "JSON")
     DataType = _enum("DataType", "FLOAT", "HALF", "INT8", "INT32", "BF16", "INT64")
@@ -111,8 +126,13 @@ class FakeTensorRT:
         return True
 
     def nptype(self, dtype: Any) -> type:
-        table = {self.DataType.FLOAT: np.float32, self.DataType.HALF: np.float16, self.DataType.INT8: np.int8,
-                 self.DataType.INT32: np.int32, self.DataType.INT64: np.int64}
+        table = {
+            self.DataType.FLOAT: np.float32,
+            self.DataType.HALF: np.float16,
+            self.DataType.INT8: np.int8,
+            self.DataType.INT32: np.int32,
+            self.DataType.INT64: np.int64,
+        }
         if dtype not in table:
             raise TypeError(f"Could not resolve TensorRT datatype to an equivalent numpy datatype: {dtype}")
         return table[dtype]
@@ -446,10 +466,19 @@ class FakeCudart:
     """A stand-in for ``cuda.bindings.runtime``: calls return ``(err, value...)``; device memory is host memory."""
 
     cudaStreamNonBlocking = 1
-    cudaMemcpyKind = _enum("cudaMemcpyKind", "cudaMemcpyHostToHost", "cudaMemcpyHostToDevice",
-                           "cudaMemcpyDeviceToHost", "cudaMemcpyDeviceToDevice")
-    cudaStreamCaptureMode = _enum("cudaStreamCaptureMode", "cudaStreamCaptureModeGlobal",
-                                  "cudaStreamCaptureModeThreadLocal", "cudaStreamCaptureModeRelaxed")
+    cudaMemcpyKind = _enum(
+        "cudaMemcpyKind",
+        "cudaMemcpyHostToHost",
+        "cudaMemcpyHostToDevice",
+        "cudaMemcpyDeviceToHost",
+        "cudaMemcpyDeviceToDevice",
+    )
+    cudaStreamCaptureMode = _enum(
+        "cudaStreamCaptureMode",
+        "cudaStreamCaptureModeGlobal",
+        "cudaStreamCaptureModeThreadLocal",
+        "cudaStreamCaptureModeRelaxed",
+    )
 
     def __init__(self) -> None:
         self._buffers: dict[int, Any] = {}

@@ -20,21 +20,33 @@ def script() -> Path:
     return path
 
 
-def deploykit(*args: str, cwd: Path | None = None, extra_path: tuple[Path, ...] = (), timeout: float = 600,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def deploykit(
+    *args: str,
+    cwd: Path | None = None,
+    extra_path: tuple[Path, ...] = (),
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``deploykit ARGS`` as a user runs it: the entry point, a fresh interpreter, no terminal."""
     path = os.pathsep.join(str(p) for p in (*extra_path, SRC))
     environ = {**os.environ, "PYTHONPATH": path, "COLUMNS": "80", **(env or {})}
     environ.pop("DEPLOYKIT_DEBUG", None)
-    return subprocess.run([str(script()), *args], cwd=cwd, env=environ, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [str(script()), *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def assert_one_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
     """Exit ``code``, stderr ending with exactly ``error: ...`` plus an optional ``hint: ...`` (after any
     progress lines), no traceback; returns the error line."""
     lines = proc.stderr.strip().splitlines()
-    lines = lines[next((i for i, line in enumerate(lines) if line.startswith("error: ")), 0):]
+    lines = lines[next((i for i, line in enumerate(lines) if line.startswith("error: ")), 0) :]
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert lines and lines[0].startswith("error: "), proc.stderr

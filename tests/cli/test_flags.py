@@ -19,9 +19,13 @@ from tests.conftest import TINY_CONFIG
 @pytest.fixture
 def onnx_model(tmp_path):
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [w],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "m.onnx")
     return tmp_path / "m.onnx"
 
@@ -38,15 +42,33 @@ def test_shapes_set_the_named_dims_as_trtexec_takes_them(onnx_model, tmp_path):
     yaml_cfg = tmp_path / "tiny" / "deploykit.yaml"
     yaml_cfg.parent.mkdir()
     yaml_cfg.write_text(TINY_CONFIG.replace("EXPORTER", "dynamo"))
-    assert resolve_config(yaml_cfg, shapes={"x": {"min": (2, 3, 16, 16), "opt": (2, 3, 16, 16),
-                                                  "max": (3, 3, 16, 16)}}).dims["batch"].max == 3
+    assert (
+        resolve_config(yaml_cfg, shapes={"x": {"min": (2, 3, 16, 16), "opt": (2, 3, 16, 16), "max": (3, 3, 16, 16)}})
+        .dims["batch"]
+        .max
+        == 3
+    )
 
 
 def test_shapes_iterations_and_warmup_reach_the_run(onnx_model, tmp_path):
     import json
 
-    proc = run("gate", str(onnx_model), "-w", str(tmp_path / "store"), "--shapes", "x:2x8", "--iterations", "7",
-               "--warmup", "1", "--log-format", "json", "--report-dir", str(tmp_path / "r"))
+    proc = run(
+        "gate",
+        str(onnx_model),
+        "-w",
+        str(tmp_path / "store"),
+        "--shapes",
+        "x:2x8",
+        "--iterations",
+        "7",
+        "--warmup",
+        "1",
+        "--log-format",
+        "json",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert proc.returncode == 0, proc.stderr
     gate = json.loads((tmp_path / "r" / "gate.json").read_text())
     assert gate["iterations"] == 7 and gate["latency"]["n"] == 7 * gate["trials_count"]
@@ -68,7 +90,9 @@ def test_a_bad_override_is_blamed_on_the_override_not_the_file(tmp_path):
     cfg.write_text(TINY_CONFIG.replace("EXPORTER", "dynamo"))
     with pytest.raises(ConfigError) as e:
         load_config(cfg, {"quantize.precision": "INT8"})
-    assert e.value.message.startswith("override quantize.precision='INT8'") and "(did you mean 'int8'?)" in e.value.message
+    assert (
+        e.value.message.startswith("override quantize.precision='INT8'") and "(did you mean 'int8'?)" in e.value.message
+    )
     with pytest.raises(ConfigError, match=r"deploykit.yaml: config.export.exporter"):  # the file's own mistake
         load_config(cfg, {"quantize.precision": "int8"}) if False else _bad_file(cfg)
 
@@ -99,16 +123,28 @@ def test_surgery_errors_name_the_users_file_once(onnx_model, tmp_path):
     assert "result: ERROR (exit 2)" in proc.stdout and line
 
 
-@pytest.mark.parametrize("first", ["import deploykit.surgery.runner; import deploykit",
-                                   "import deploykit; import deploykit.surgery.registry",
-                                   "from deploykit import surgery as deploykit_surgery; import deploykit"])
+@pytest.mark.parametrize(
+    "first",
+    [
+        "import deploykit.surgery.runner; import deploykit",
+        "import deploykit; import deploykit.surgery.registry",
+        "from deploykit import surgery as deploykit_surgery; import deploykit",
+    ],
+)
 def test_deploykit_surgery_is_the_api_function_whatever_was_imported_first(first):
-    code = (f"{first}\nfrom deploykit.errors import ConfigError\n"
-            "try:\n    deploykit.surgery('/nonexistent/deploykit.yaml')\n"
-            "except ConfigError as e:\n    print('api:', e.message)\n"
-            "print(deploykit.surgery.registry.__name__ if hasattr(deploykit.surgery, 'registry') else 'lazy')")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    code = (
+        f"{first}\nfrom deploykit.errors import ConfigError\n"
+        "try:\n    deploykit.surgery('/nonexistent/deploykit.yaml')\n"
+        "except ConfigError as e:\n    print('api:', e.message)\n"
+        "print(deploykit.surgery.registry.__name__ if hasattr(deploykit.surgery, 'registry') else 'lazy')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "api: /nonexistent/deploykit.yaml: config file not found" in proc.stdout
 
@@ -132,14 +168,24 @@ importlib.util.find_spec = lambda name, package=None: (
 """
 
 
-@pytest.mark.parametrize("flags", [("--precision", "fp8"), ("--precision", "int8", "--set", "quantize.target=tensorrt"),
-                                   ("--precision", "fp16")])
+@pytest.mark.parametrize(
+    "flags",
+    [("--precision", "fp8"), ("--precision", "int8", "--set", "quantize.target=tensorrt"), ("--precision", "fp16")],
+)
 def test_without_modelopt_a_quantizer_that_needs_it_is_one_line_exit_3(onnx_model, tmp_path, flags):
     """Through the console script of an install without the quant extra (ModelOpt hidden from it)."""
     (tmp_path / "hide").mkdir()
     (tmp_path / "hide" / "sitecustomize.py").write_text(NO_MODELOPT)
-    proc = run("convert", str(onnx_model), "-w", str(tmp_path / "s"), "--set", "calibration.files=calib", *flags,
-               extra_path=(tmp_path / "hide",))
+    proc = run(
+        "convert",
+        str(onnx_model),
+        "-w",
+        str(tmp_path / "s"),
+        "--set",
+        "calibration.files=calib",
+        *flags,
+        extra_path=(tmp_path / "hide",),
+    )
     assert_one_error(proc, 3, "needs NVIDIA ModelOpt")
     assert "hint: pip install 'deploykit[quant]'" in proc.stderr
     assert not (tmp_path / "s" / "objects").exists() or not list((tmp_path / "s" / "objects").iterdir())
@@ -148,8 +194,20 @@ def test_without_modelopt_a_quantizer_that_needs_it_is_one_line_exit_3(onnx_mode
 def test_duration_sets_the_timed_seconds(onnx_model, tmp_path):
     import json
 
-    proc = run("gate", str(onnx_model), "-w", str(tmp_path / "store"), "--iterations", "5", "--warmup", "1",
-               "--duration", "1.0", "--report-dir", str(tmp_path / "r"))
+    proc = run(
+        "gate",
+        str(onnx_model),
+        "-w",
+        str(tmp_path / "store"),
+        "--iterations",
+        "5",
+        "--warmup",
+        "1",
+        "--duration",
+        "1.0",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert proc.returncode == 0, proc.stderr
     gate = json.loads((tmp_path / "r" / "gate.json").read_text())
     assert gate["iterations"] > 50 and gate["latency"]["n"] == gate["iterations"] * gate["trials_count"]
@@ -168,8 +226,13 @@ def test_every_stage_command_takes_rerun(onnx_model, tmp_path):
     quant = ("--precision", "int8", "--calib-data", str(calib), "--set", "quantize.check_samples=2")
     assert run("gate", str(onnx_model), *common).returncode == 0
     assert run("quantize", str(onnx_model), *common, *quant).returncode == 0
-    for command, stage, extra in (("surgery", "surgery", ()), ("build", "build", ()), ("parity", "parity", ()),
-                                  ("gate", "gate", ()), ("quantize", "quantize", quant)):
+    for command, stage, extra in (
+        ("surgery", "surgery", ()),
+        ("build", "build", ()),
+        ("parity", "parity", ()),
+        ("gate", "gate", ()),
+        ("quantize", "quantize", quant),
+    ):
         proc = run(command, str(onnx_model), *common, *extra, "--rerun", stage)
         assert proc.returncode == 0, (command, proc.stderr)
         status = {s["stage"]: s["status"] for s in json.loads(proc.stdout)["stages"]}
@@ -182,20 +245,50 @@ def test_profile_and_matrix_pass_overrides_as_given(onnx_model, tmp_path):
     import json
 
     edge = ("--set", "gate.targets.edge__box.fps=1")
-    proc = run("profile", str(onnx_model), "-w", str(tmp_path / "store"), "--dim", "batch=1,2,2", "--iterations", "3",
-               "--warmup", "1", "--no-roofline", "--json", *edge)
+    proc = run(
+        "profile",
+        str(onnx_model),
+        "-w",
+        str(tmp_path / "store"),
+        "--dim",
+        "batch=1,2,2",
+        "--iterations",
+        "3",
+        "--warmup",
+        "1",
+        "--no-roofline",
+        "--json",
+        *edge,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["layers"][0]["op_type"] == "MatMul"
     (tmp_path / "net").mkdir()
     (tmp_path / "net" / "deploykit.yaml").write_text(
-        "name: net\nsource: {onnx: ../m.onnx}\ninputs: [{name: x, shape: [batch, 8]}]\ndims: {batch: {min: 1, opt: 1, max: 2}}\nparity: {samples: 1}\n"
-        "gate: {warmup: 1, warmup_s: 0.0, iterations: 5, trials: 1, targets: {default: {fps: 1}}}\n")
-    (tmp_path / "matrix.yaml").write_text("models: [net/deploykit.yaml]\nprecisions: [fp32]\n"
-                                          "targets: [{name: cpu, backend: onnxruntime}]\n")
-    proc = run("matrix", str(tmp_path / "matrix.yaml"), "-w", str(tmp_path / "store"), "-j", "1",
-               "--report-dir", str(tmp_path / "report"), "--log-format", "json", *edge)
+        "name: net\nsource: {onnx: ../m.onnx}\ninputs: [{name: x, shape: [batch, 8]}]\n"
+        "dims: {batch: {min: 1, opt: 1, max: 2}}\nparity: {samples: 1}\n"
+        "gate: {warmup: 1, warmup_s: 0.0, iterations: 5, trials: 1, targets: {default: {fps: 1}}}\n"
+    )
+    (tmp_path / "matrix.yaml").write_text(
+        "models: [net/deploykit.yaml]\nprecisions: [fp32]\ntargets: [{name: cpu, backend: onnxruntime}]\n"
+    )
+    proc = run(
+        "matrix",
+        str(tmp_path / "matrix.yaml"),
+        "-w",
+        str(tmp_path / "store"),
+        "-j",
+        "1",
+        "--report-dir",
+        str(tmp_path / "report"),
+        "--log-format",
+        "json",
+        *edge,
+    )
     assert proc.returncode == 0, proc.stderr
     [cell] = json.loads((tmp_path / "report" / "matrix.json").read_text())["cells"]
     assert cell["status"] == "passed", cell
-    assert_one_error(run("profile", str(onnx_model), "-w", str(tmp_path / "store"), "--set", "gate.targets.edge.box=1"),
-                     2, "gate.targets.edge")  # the same key split in two is an invalid config, as it was
+    assert_one_error(
+        run("profile", str(onnx_model), "-w", str(tmp_path / "store"), "--set", "gate.targets.edge.box=1"),
+        2,
+        "gate.targets.edge",
+    )  # the same key split in two is an invalid config, as it was

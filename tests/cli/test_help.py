@@ -45,9 +45,12 @@ def test_config_show_of_an_onnx_file_is_the_config_deploykit_makes(tmp_path):
     import onnx
     import yaml
 
-    graph = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "det",
-                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["images"], ["y"])],
+        "det",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+    )
     path = tmp_path / "det.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
     code, out, err = run_cli("config", "show", str(path), "--dim", "batch=1,2,4")

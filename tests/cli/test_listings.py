@@ -41,7 +41,9 @@ def test_a_corrupt_store_is_listed_as_such_and_verify_reads_the_run_records(tiny
     assert clean.returncode == 0 and "run records: 0 problem(s)" in clean.stdout, clean.stdout
     [record] = sorted((store / "records").glob("*.json"))
     record.write_text("[]")  # a run record that is not one
-    manifest = next(p for p in sorted((store / "objects").glob("*/manifest.json")) if '"stage": "gate"' in p.read_text())
+    manifest = next(
+        p for p in sorted((store / "objects").glob("*/manifest.json")) if '"stage": "gate"' in p.read_text()
+    )
     manifest.write_text(manifest.read_text().replace('"passed": true', '"passed": false', 1))
     listed = run("artifacts", "ls", "-w", str(store), "--json")
     assert listed.returncode == 4 and "Traceback" not in listed.stderr

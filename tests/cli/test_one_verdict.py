@@ -19,8 +19,12 @@ CASES = {
     "parity": (("--set", "parity.default.max_abs=0", "--set", "parity.default.rel_l2=0"), "FAIL", 1, {"parity"}),
     "gate": (("--set", "gate.targets.default.fps=1e9"), "FAIL", 1, {"gate"}),
     # parity judges an INT8 model by the quantize tolerance (one set of numbers), so both fail
-    "quantize": (("--precision", "int8", "--set", "quantize.tolerances.int8.rel_l2=1e-9"), "FAIL", 1,
-                 {"quantize", "parity"}),
+    "quantize": (
+        ("--precision", "int8", "--set", "quantize.tolerances.int8.rel_l2=1e-9"),
+        "FAIL",
+        1,
+        {"quantize", "parity"},
+    ),
 }
 
 
@@ -45,7 +49,8 @@ def test_every_view_and_the_exit_code_agree(quantizable, tmp_path, case):
     assert {c["group"] for c in result["checks"] if not c["passed"]} == failed_groups
     record = records.RunRecord.from_dict(json.loads((tmp_path / "r" / "run.json").read_text()))
     assert record.exit_code == code and len(record.failed_checks) == len(
-        [c for c in result["checks"] if not c["passed"]])
+        [c for c in result["checks"] if not c["passed"]]
+    )
     # 3. JUnit: failures are exactly the failed checks, in their groups
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
     failing = [c.get("classname").rsplit(".", 1)[-1] for c in suite.iter("testcase") if c.find("failure") is not None]

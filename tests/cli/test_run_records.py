@@ -34,15 +34,22 @@ def test_fp32_and_int8_runs_keep_their_own_records_and_reports(quantizable, tmp_
     cfg, store = quantizable
     fp32 = deploykit.convert(cfg, workdir=store).record
     events = Events()
-    int8 = deploykit.convert(cfg, workdir=store, reporter=events, overrides={"quantize.precision": "int8", **LOOSE}).record
+    int8 = deploykit.convert(
+        cfg, workdir=store, reporter=events, overrides={"quantize.precision": "int8", **LOOSE}
+    ).record
     assert (fp32.identity, int8.identity) == ("tiny.fp32.onnxruntime", "tiny.int8.onnxruntime.onnxruntime")
     assert {p.stem for p in (store / "records").glob("*.json")} >= {fp32.identity, int8.identity}
     assert records.read(store / "records" / f"{fp32.identity}.json").precision == "fp32"  # not overwritten
     assert any(t.startswith("timing FP32 against INT8") for t in events.tasks)  # no frozen bar after calibration
     # every stage of the INT8 run, surgery included, with what it did
-    assert [(s.stage, s.status) for s in int8.stages] == [("export", "reused"), ("surgery", "reused"),
-                                                          ("quantize", "ran"), ("build", "ran"), ("parity", "ran"),
-                                                          ("gate", "ran")]
+    assert [(s.stage, s.status) for s in int8.stages] == [
+        ("export", "reused"),
+        ("surgery", "reused"),
+        ("quantize", "ran"),
+        ("build", "ran"),
+        ("parity", "ran"),
+        ("gate", "ran"),
+    ]
     # the report of the name: the newest, with a note naming the other; a precision picks one
     path, note = write_html(store, "tiny", tmp_path / "r.html", default_stages(), with_plots=False)
     assert "tiny.int8.onnxruntime.onnxruntime" in path.read_text() and "tiny.fp32.onnxruntime" in note
@@ -67,8 +74,13 @@ def test_a_reused_gate_says_cached_and_remeasure_reruns_only_the_gate(tiny, tmp_
     assert "[cached: measured" in human.stdout and "--remeasure" in human.stdout
     assert "(cached: measured by an earlier run)" in (tmp_path / "r" / "summary.md").read_text()
     again = json.loads(run("convert", str(cfg), "-w", str(store), "--remeasure", "--log-format", "json").stdout)
-    assert {s["stage"]: s["status"] for s in again["stages"]} == {"export": "reused", "surgery": "reused",
-                                                                   "build": "reused", "parity": "reused", "gate": "ran"}
+    assert {s["stage"]: s["status"] for s in again["stages"]} == {
+        "export": "reused",
+        "surgery": "reused",
+        "build": "reused",
+        "parity": "reused",
+        "gate": "ran",
+    }
     assert again["gate_cached"] is False
 
 
@@ -96,9 +108,23 @@ def test_a_partial_run_does_not_replace_the_record_of_a_whole_one(tiny):
 def test_progress_covers_the_search_and_the_cpu_timing(quantizable):
     """--log-format json events name each long step, so a progress bar never sits still through them."""
     cfg, store = quantizable
-    proc = run("quantize", str(cfg), "-w", str(store), "--precision", "int8", "--target", "onnxruntime",
-               "--auto-repair", "--set", "quantize.repair.max_iterations=1", "--set",
-               "quantize.tolerances.int8.rel_l2=1e-9", "--log-format", "json")
+    proc = run(
+        "quantize",
+        str(cfg),
+        "-w",
+        str(store),
+        "--precision",
+        "int8",
+        "--target",
+        "onnxruntime",
+        "--auto-repair",
+        "--set",
+        "quantize.repair.max_iterations=1",
+        "--set",
+        "quantize.tolerances.int8.rel_l2=1e-9",
+        "--log-format",
+        "json",
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     events = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     tasks = [e["description"] for e in events if e["event"] == "task_start"]

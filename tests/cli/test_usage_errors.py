@@ -10,19 +10,22 @@ from tests.cli.console import assert_one_error
 from tests.cli.console import deploykit as run
 
 
-@pytest.mark.parametrize(("args", "needles"), [
-    (("convert", "x.yaml", "--precison", "int8"), ("no such option --precison", "did you mean --precision?")),
-    (("convrt",), ("No such command 'convrt'", "Did you mean 'convert'?")),
-    (("gate", "--fps", "abc", "x.yaml"), ("'--fps'", "valid number")),
-    (("convert", "x.yaml", "--precision", "INT8"), ("--precision 'INT8'", "(did you mean 'int8'?)", "fp16 | int8")),
-    (("convert", "x.yaml", "--precision", "int9"), ("--precision 'int9'", "(did you mean 'int8'?)")),
-    (("convert", "x.yaml", "--backend", "tensorrtt"), ("--backend 'tensorrtt'", "(did you mean 'tensorrt'?)")),
-    (("quantize", "x.yaml", "--precision", "fp32"), ("--precision 'fp32'", "fp16 | int8 | fp8 | int4")),
-    (("convert", "x.yaml", "--shapes", "x:1xax3"), ("--shapes 'x:1xax3'", "input:DxDx")),
-    (("convert", "x.yaml", "--dim", "batch=4,1"), ("--dim 'batch=4,1'",)),
-    (("convert", "x.yaml", "--shapes", "x:1x0x3"), ("--shapes 'x:1x0x3'", "from 1 to 2147483647")),
-    (("convert", "x.yaml", "--dim", "batch=1,1,99999999999"), ("--dim 'batch=1,1,99999999999'", "<= 2147483647")),
-])
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("convert", "x.yaml", "--precison", "int8"), ("no such option --precison", "did you mean --precision?")),
+        (("convrt",), ("No such command 'convrt'", "Did you mean 'convert'?")),
+        (("gate", "--fps", "abc", "x.yaml"), ("'--fps'", "valid number")),
+        (("convert", "x.yaml", "--precision", "INT8"), ("--precision 'INT8'", "(did you mean 'int8'?)", "fp16 | int8")),
+        (("convert", "x.yaml", "--precision", "int9"), ("--precision 'int9'", "(did you mean 'int8'?)")),
+        (("convert", "x.yaml", "--backend", "tensorrtt"), ("--backend 'tensorrtt'", "(did you mean 'tensorrt'?)")),
+        (("quantize", "x.yaml", "--precision", "fp32"), ("--precision 'fp32'", "fp16 | int8 | fp8 | int4")),
+        (("convert", "x.yaml", "--shapes", "x:1xax3"), ("--shapes 'x:1xax3'", "input:DxDx")),
+        (("convert", "x.yaml", "--dim", "batch=4,1"), ("--dim 'batch=4,1'",)),
+        (("convert", "x.yaml", "--shapes", "x:1x0x3"), ("--shapes 'x:1x0x3'", "from 1 to 2147483647")),
+        (("convert", "x.yaml", "--dim", "batch=1,1,99999999999"), ("--dim 'batch=1,1,99999999999'", "<= 2147483647")),
+    ],
+)
 def test_a_usage_error_is_one_line_and_exit_2(args, needles):
     proc = run(*args)
     assert_one_error(proc, 2, *needles)
@@ -73,8 +76,9 @@ def test_json_log_format_reports_a_crash_the_supervisor_saw_as_json(tmp_path):
     (tmp_path / "crash.py").write_text(CRASH)
     cfg = tmp_path / "deploykit.yaml"
     cfg.write_text('name: crash\nsource: {factory: "crash:build"}\ninputs: [{name: x, shape: [1, 4]}]\n')
-    proc = run("export", str(cfg), "-w", str(tmp_path / "store"), "--log-format", "json", cwd=tmp_path,
-               extra_path=(tmp_path,))
+    proc = run(
+        "export", str(cfg), "-w", str(tmp_path / "store"), "--log-format", "json", cwd=tmp_path, extra_path=(tmp_path,)
+    )
     assert proc.returncode == 70 and "Traceback" not in proc.stderr, proc.stderr
     result = json.loads(proc.stdout)  # stdout holds exactly one JSON object: the error
     assert result["schema"] == "deploykit.error/1" and result["exit_code"] == 70
@@ -99,11 +103,19 @@ def test_build_with_a_missing_plugin_library_is_a_usage_error_and_makes_nothing(
     assert not (store / "objects").exists() or not list((store / "objects").iterdir())
 
 
-@pytest.mark.parametrize(("words", "expected"), [("convert x.yaml --precision i", ["int8", "int4"]),
-                                                 ("build m.onnx --backend t", ["tensorrt"]),
-                                                 ("quantize m.onnx --target o", ["onnxruntime"])])
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("convert x.yaml --precision i", ["int8", "int4"]),
+        ("build m.onnx --backend t", ["tensorrt"]),
+        ("quantize m.onnx --target o", ["onnxruntime"]),
+    ],
+)
 def test_choices_complete_in_the_shell(words, expected):
-    env = {"_DEPLOYKIT_COMPLETE": "complete_bash", "COMP_WORDS": f"deploykit {words}",
-           "COMP_CWORD": str(len(words.split()))}
+    env = {
+        "_DEPLOYKIT_COMPLETE": "complete_bash",
+        "COMP_WORDS": f"deploykit {words}",
+        "COMP_CWORD": str(len(words.split())),
+    }
     proc = run(env=env)
     assert proc.returncode == 0 and proc.stdout.split() == expected, proc.stderr

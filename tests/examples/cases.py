@@ -18,8 +18,17 @@ def convert(config: Path, store: Path, precision: str = "fp32", target: str = "a
     """One conversion with a short gate against the example's own targets, as written. Whether this
     machine meets them is not the test's business (a busy 2-core VM measured the detector at 8-14 FPS
     against its 20): the result comes back either way; tests assert :func:`accurate`."""
-    return speed_free(deploykit.convert, config, workdir=store, quantize__precision=precision,
-                      quantize__target=target, gate__iterations=5, gate__trials=1, gate__warmup=2, **overrides)
+    return speed_free(
+        deploykit.convert,
+        config,
+        workdir=store,
+        quantize__precision=precision,
+        quantize__target=target,
+        gate__iterations=5,
+        gate__trials=1,
+        gate__warmup=2,
+        **overrides,
+    )
 
 
 def speed_free(run: Any, *args: Any, **kwargs: Any) -> Any:

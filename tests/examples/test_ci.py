@@ -47,8 +47,9 @@ def is_install(line: str) -> bool:
 
 
 def shell(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def base_env(extra: dict[str, str]) -> dict[str, str]:
@@ -118,21 +119,28 @@ def test_github_workflow_run_steps(tiny: tuple[Path, Path], tmp_path: Path) -> N
 def test_github_workflow_asks_only_for_what_it_uses() -> None:
     workflow = github()
     assert workflow["permissions"] == {"contents": "read", "checks": "write"}  # checks: the JUnit check run
-    setup = next(s for s in workflow["jobs"]["convert"]["steps"] if s.get("uses", "").startswith("actions/setup-python"))
+    setup = next(
+        s for s in workflow["jobs"]["convert"]["steps"] if s.get("uses", "").startswith("actions/setup-python")
+    )
     if setup["with"].get("cache") == "pip":  # setup-python's pip cache fails without a file to key it by
         assert (ROOT / setup["with"]["cache-dependency-path"]).is_file()
 
 
-@pytest.mark.parametrize(("file", "schema"), [("github-actions.yml", "vendor.github-workflows"),
-                                              ("gitlab-ci.yml", "vendor.gitlab-ci")])
+@pytest.mark.parametrize(
+    ("file", "schema"), [("github-actions.yml", "vendor.github-workflows"), ("gitlab-ci.yml", "vendor.gitlab-ci")]
+)
 def test_ci_files_validate_against_their_published_schemas(file: str, schema: str) -> None:
     """check-jsonschema ships the schemas it validates against (SchemaStore's github-workflows and
     gitlab-ci): no network. A proxy that refuses every connection proves it."""
     pytest.importorskip("check_jsonschema", reason="check-jsonschema is not installed (pip install -e '.[dev]')")
-    offline = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-               "NO_PROXY": ""}
-    done = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(CI / file)],
-                          capture_output=True, text=True, timeout=120, env=offline)
+    offline = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(CI / file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "validation done" in done.stdout
 
@@ -149,8 +157,10 @@ def fake_curl(folder: Path) -> Path:
     """A `curl` that records its arguments and the note body it was asked to post."""
     folder.mkdir()
     script = folder / "curl"
-    script.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$FAKE_CURL_LOG"\n'
-                      'for a in "$@"; do case "$a" in body@*) cat "${a#body@}" > "$FAKE_CURL_BODY";; esac; done\n')
+    script.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$FAKE_CURL_LOG"\n'
+        'for a in "$@"; do case "$a" in body@*) cat "${a#body@}" > "$FAKE_CURL_BODY";; esac; done\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return folder
 
@@ -161,10 +171,20 @@ def test_gitlab_job_script_and_merge_request_note(tiny: tuple[Path, Path], tmp_p
     variables = dict(job["variables"])
     ws, model = workspace(tiny, tmp_path, variables["DEPLOYKIT_STORE"])
     assert job["cache"]["paths"][0].rstrip("/") == variables["DEPLOYKIT_STORE"]
-    merge_request = {"CI_MERGE_REQUEST_IID": "7", "CI_PROJECT_ID": "42", "CI_API_V4_URL": "https://gitlab.example/api/v4",
-                     "DEPLOYKIT_NOTE_TOKEN": "token-for-the-test"}
-    extra = {**{k: str(v) for k, v in variables.items()}, **model, **merge_request, "CI_PROJECT_DIR": str(ws),
-             "FAKE_CURL_LOG": str(tmp_path / "curl.args"), "FAKE_CURL_BODY": str(tmp_path / "curl.body")}
+    merge_request = {
+        "CI_MERGE_REQUEST_IID": "7",
+        "CI_PROJECT_ID": "42",
+        "CI_API_V4_URL": "https://gitlab.example/api/v4",
+        "DEPLOYKIT_NOTE_TOKEN": "token-for-the-test",
+    }
+    extra = {
+        **{k: str(v) for k, v in variables.items()},
+        **model,
+        **merge_request,
+        "CI_PROJECT_DIR": str(ws),
+        "FAKE_CURL_LOG": str(tmp_path / "curl.args"),
+        "FAKE_CURL_BODY": str(tmp_path / "curl.body"),
+    }
     run_env = base_env(extra)
     run_env["PATH"] = f"{fake_curl(tmp_path / 'bin')}{os.pathsep}{run_env['PATH']}"
     assert all(is_install(line) for line in job["before_script"])  # the one part not run here
@@ -183,8 +203,10 @@ def test_gitlab_job_script_and_merge_request_note(tiny: tuple[Path, Path], tmp_p
     assert "PRIVATE-TOKEN: token-for-the-test" in args
     # A branch pipeline (no merge request) and a merge request without the token post nothing.
     (tmp_path / "curl.args").unlink()
-    for unset, said in (("CI_MERGE_REQUEST_IID", "not a merge-request pipeline"),
-                        ("DEPLOYKIT_NOTE_TOKEN", "DEPLOYKIT_NOTE_TOKEN is not set")):
+    for unset, said in (
+        ("CI_MERGE_REQUEST_IID", "not a merge-request pipeline"),
+        ("DEPLOYKIT_NOTE_TOKEN", "DEPLOYKIT_NOTE_TOKEN is not set"),
+    ):
         done = shell(job["after_script"][-1], ws, {k: v for k, v in run_env.items() if k != unset})
         assert done.returncode == 0 and said in done.stdout and not (tmp_path / "curl.args").exists()
 

@@ -33,7 +33,9 @@ def test_fp32_with_nms_in_the_graph(store, capfd):
     export = result.artifacts["reference"].manifest.summary
     assert export["exporter"] == "torchscript"
     assert "GuardOnDataDependentSymNode" in export["fallback_reason"] and "\x1b" not in export["fallback_reason"]
-    assert "NonMaxSuppression" in {n.op_type for n in load_model(result.artifacts["model"].file("model.onnx")).graph.node}
+    assert "NonMaxSuppression" in {
+        n.op_type for n in load_model(result.artifacts["model"].file("model.onnx")).graph.node
+    }
     parity = result.parity
     assert set(parity["not_compared_elementwise"]) == {"boxes", "scores", "labels"} and parity["outputs"] == {}
     task = next(t for t in parity["tasks"] if t["reference"] == "torch")

@@ -25,8 +25,13 @@ def test_notebook_runs_headless():
 
     # generous bounds: a kernel starting beside a loaded machine's other work must not fail the test
     # (nbclient's default start-up timeout is 60 s); they only stop a hung notebook
-    client = Recording(nb, timeout=1800, startup_timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = Recording(
+        nb,
+        timeout=1800,
+        startup_timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
     client.execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]

@@ -15,8 +15,18 @@ STACK = Path(__file__).resolve().parents[2] / "examples" / "stack" / "stack.yaml
 
 @pytest.mark.e2e
 def test_the_example_stack_runs_and_its_views_agree(tmp_path):
-    code, out, err = run_cli("stack", str(STACK), "-w", str(tmp_path / "store"), "--duration", "2", "--alone", "0.5",
-                             "--report-dir", str(tmp_path / "r"))
+    code, out, err = run_cli(
+        "stack",
+        str(STACK),
+        "-w",
+        str(tmp_path / "store"),
+        "--duration",
+        "2",
+        "--alone",
+        "0.5",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     result = json.loads((tmp_path / "r" / "stack.json").read_text())
     failed = [c for c in result["checks"] if not c["passed"]]
     assert code == result["exit_code"] == (1 if failed else 0), err

@@ -38,11 +38,22 @@ class Worker:
         self.proc: subprocess.Popen | None = None
 
     def _start(self) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(SRC.parent)]), "NO_COLOR": "1",
-               "COLUMNS": "200"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(SRC), str(SRC.parent)]),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
         env.pop("DEPLOYKIT_DEBUG", None)
-        return subprocess.Popen([sys.executable, "-m", "tests.fuzz.worker"], cwd=self.cwd, env=env, text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.fuzz.worker"],
+            cwd=self.cwd,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
 
     def run(self, *argv: str, timeout: float = 120) -> Outcome:
         if self.proc is None or self.proc.poll() is not None:

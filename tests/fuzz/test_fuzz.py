@@ -35,12 +35,21 @@ from tests.fuzz.harness import Worker
 from tests.hostile import models
 from tests.hostile.conftest import CONFIG
 
-settings.register_profile("default", derandomize=True, database=None, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("fuzz", derandomize=False, deadline=None,
-                          max_examples=int(os.environ.get("DEPLOYKIT_FUZZ_EXAMPLES", "2000")),
-                          database=DirectoryBasedExampleDatabase(str(Path(__file__).parents[2] / "build" / "hypothesis")),
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile(
+    "default",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "fuzz",
+    derandomize=False,
+    deadline=None,
+    max_examples=int(os.environ.get("DEPLOYKIT_FUZZ_EXAMPLES", "2000")),
+    database=DirectoryBasedExampleDatabase(str(Path(__file__).parents[2] / "build" / "hypothesis")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 PROFILE = os.environ.get("DEPLOYKIT_FUZZ_PROFILE", "default")
 settings.load_profile(PROFILE)
 
@@ -63,19 +72,48 @@ def _paths(cls: type, prefix: str = "") -> list[str]:
         path = f"{prefix}{f.name}"
         out.append(path)
         tp = hints[f.name]
-        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or ([tp] if dataclasses.is_dataclass(tp) else [])
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or (
+            [tp] if dataclasses.is_dataclass(tp) else []
+        )
         for sub in inner:
             out += _paths(sub, f"{path}.")
     return out
 
 
 PATHS = _paths(Config)
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.integers(-3, 100),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-                    st.sampled_from(["../../x", "/abs", "", "a" * 300, "batch", "x", "fp32", "int8", "1e-3", "nan",
-                                     ".inf", "max", "auto", "module:fn"]))
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) |
-                      st.dictionaries(st.text(max_size=8) | st.sampled_from(PATHS), inner, max_size=4), max_leaves=12)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.integers(-3, 100),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "../../x",
+            "/abs",
+            "",
+            "a" * 300,
+            "batch",
+            "x",
+            "fp32",
+            "int8",
+            "1e-3",
+            "nan",
+            ".inf",
+            "max",
+            "auto",
+            "module:fn",
+        ]
+    ),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.sampled_from(PATHS), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def _valid() -> dict:
@@ -151,10 +189,50 @@ def _dumped(raw: dict) -> str | None:
         return None
 
 
-YAML_TOKENS = st.sampled_from(["&a ", "*a", "*b", "&b ", "[", "]", "{", "}", ": ", ", ", "- ", "\n", "\n  ", "\n    ",
-                               "!!python/object:os.system ", "!!binary ", "!!set ", "<<: ", "? ", "'", '"', "#", "|",
-                               ">", "name", "gate", "x", "1", ".inf", ".nan", "1e309", "9" * 40, "~", "\t", "\\u0000",
-                               "%YAML 1.1\n", "---\n", "...\n", "\xff", "\U0001f600"])
+YAML_TOKENS = st.sampled_from(
+    [
+        "&a ",
+        "*a",
+        "*b",
+        "&b ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ": ",
+        ", ",
+        "- ",
+        "\n",
+        "\n  ",
+        "\n    ",
+        "!!python/object:os.system ",
+        "!!binary ",
+        "!!set ",
+        "<<: ",
+        "? ",
+        "'",
+        '"',
+        "#",
+        "|",
+        ">",
+        "name",
+        "gate",
+        "x",
+        "1",
+        ".inf",
+        ".nan",
+        "1e309",
+        "9" * 40,
+        "~",
+        "\t",
+        "\\u0000",
+        "%YAML 1.1\n",
+        "---\n",
+        "...\n",
+        "\xff",
+        "\U0001f600",
+    ]
+)
 
 
 @_examples(40)
@@ -167,8 +245,10 @@ def test_random_yaml_text(text):
 
 
 @_examples(40)
-@given(key=st.one_of(st.sampled_from(PATHS), st.text(max_size=20)),
-       value=st.one_of(st.text(max_size=60), st.lists(YAML_TOKENS, max_size=12).map("".join)))
+@given(
+    key=st.one_of(st.sampled_from(PATHS), st.text(max_size=20)),
+    value=st.one_of(st.text(max_size=60), st.lists(YAML_TOKENS, max_size=12).map("".join)),
+)
 def test_random_set_values(key, value, tmp_path_factory):
     from deploykit.cli.app import parse_sets
 
@@ -183,20 +263,44 @@ def test_random_set_values(key, value, tmp_path_factory):
 
 # -- matrix files ---------------------------------------------------------------------------------
 
-MATRIX_KEYS = ["models", "precisions", "targets", "store", "overrides", "retries", "transfer",
-               "models[0]", "models[0].name", "models[0].overrides", "models[0].config", "targets[0]",
-               "targets[0].name", "targets[0].backend", "targets[0].resources", "targets[0].resources.CPU",
-               "targets[0].accelerator_type", "targets[0].overrides"]
-MATRIX = {"models": [{"config": "deploykit.yaml", "name": "conv"}], "precisions": ["fp32"],
-          "targets": [{"name": "cpu", "backend": "onnxruntime", "resources": {"CPU": 1}}]}
+MATRIX_KEYS = [
+    "models",
+    "precisions",
+    "targets",
+    "store",
+    "overrides",
+    "retries",
+    "transfer",
+    "models[0]",
+    "models[0].name",
+    "models[0].overrides",
+    "models[0].config",
+    "targets[0]",
+    "targets[0].name",
+    "targets[0].backend",
+    "targets[0].resources",
+    "targets[0].resources.CPU",
+    "targets[0].accelerator_type",
+    "targets[0].overrides",
+]
+MATRIX = {
+    "models": [{"config": "deploykit.yaml", "name": "conv"}],
+    "precisions": ["fp32"],
+    "targets": [{"name": "cpu", "backend": "onnxruntime", "resources": {"CPU": 1}}],
+}
 
 
 def _matrix_set(raw: dict, dotted: str, value: object) -> None:
     node: object = raw
     *parents, leaf = dotted.replace("[0]", ".0").split(".")
     for key in parents:
-        node = node[int(key)] if key == "0" and isinstance(node, list) and node else \
-            node.setdefault(key, {}) if isinstance(node, dict) else None
+        node = (
+            node[int(key)]
+            if key == "0" and isinstance(node, list) and node
+            else node.setdefault(key, {})
+            if isinstance(node, dict)
+            else None
+        )
         if not isinstance(node, (dict, list)):
             return
     if isinstance(node, dict):
@@ -247,22 +351,57 @@ def _matrix_loads_or_is_refused(path: Path, data: bytes) -> None:
         assert e.exit_code == 2 and e.message.startswith(str(path)), e.message
 
 
-MATRIX_TOKENS = YAML_TOKENS | st.sampled_from(["models", "targets", "precisions", "overrides", "resources",
-                                               "CPU", "name", "config", "deploykit.yaml", "fp32"])
+MATRIX_TOKENS = YAML_TOKENS | st.sampled_from(
+    ["models", "targets", "precisions", "overrides", "resources", "CPU", "name", "config", "deploykit.yaml", "fp32"]
+)
 
 
 @_examples(40)
-@given(data=st.one_of(st.text(max_size=200).map(str.encode), st.binary(max_size=200),
-                      st.lists(MATRIX_TOKENS, max_size=40).map(lambda t: "".join(t).encode())))
+@given(
+    data=st.one_of(
+        st.text(max_size=200).map(str.encode),
+        st.binary(max_size=200),
+        st.lists(MATRIX_TOKENS, max_size=40).map(lambda t: "".join(t).encode()),
+    )
+)
 def test_random_matrix_bytes(data, matrix_folder):
     _matrix_loads_or_is_refused(matrix_folder / "bytes.yaml", data)
 
 
 # -- models ---------------------------------------------------------------------------------------
 
-OPS = ["Relu", "Add", "Mul", "MatMul", "Conv", "Reshape", "Transpose", "Concat", "Slice", "Gather", "Range",
-       "ConstantOfShape", "Expand", "Resize", "Softmax", "ReduceMean", "Cast", "Split", "Pad", "TopK", "Einsum",
-       "Identity", "Shape", "Tile", "Where", "Sigmoid", "Flatten", "Squeeze", "Unsqueeze", "Custom"]
+OPS = [
+    "Relu",
+    "Add",
+    "Mul",
+    "MatMul",
+    "Conv",
+    "Reshape",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Gather",
+    "Range",
+    "ConstantOfShape",
+    "Expand",
+    "Resize",
+    "Softmax",
+    "ReduceMean",
+    "Cast",
+    "Split",
+    "Pad",
+    "TopK",
+    "Einsum",
+    "Identity",
+    "Shape",
+    "Tile",
+    "Where",
+    "Sigmoid",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Custom",
+]
 
 
 @st.composite
@@ -279,20 +418,37 @@ def graphs(draw: st.DrawFn) -> bytes:
         ins = [draw(st.sampled_from(tensors)) for _ in range(draw(st.integers(0, 3)))]
         if draw(st.booleans()):
             dims = draw(st.lists(st.integers(0, 4), max_size=3))
-            inits.append(numpy_helper.from_array(rng.standard_normal(dims).astype(np.float32)
-                                                 if draw(st.booleans()) else rng.integers(-3, 4, dims), f"w{i}"))
+            inits.append(
+                numpy_helper.from_array(
+                    rng.standard_normal(dims).astype(np.float32) if draw(st.booleans()) else rng.integers(-3, 4, dims),
+                    f"w{i}",
+                )
+            )
             ins.append(f"w{i}")
-        attrs = draw(st.dictionaries(st.sampled_from(["axis", "axes", "perm", "kernel_shape", "pads", "to", "k",
-                                                      "equation", "mode", "keepdims", "value"]),
-                                     st.one_of(st.integers(-5, 5), st.lists(st.integers(-3, 5), min_size=1, max_size=4),
-                                               st.sampled_from(["ij,jk->ik", "nearest", "", "...,...->"])),
-                                     max_size=2))
+        attrs = draw(
+            st.dictionaries(
+                st.sampled_from(
+                    ["axis", "axes", "perm", "kernel_shape", "pads", "to", "k", "equation", "mode", "keepdims", "value"]
+                ),
+                st.one_of(
+                    st.integers(-5, 5),
+                    st.lists(st.integers(-3, 5), min_size=1, max_size=4),
+                    st.sampled_from(["ij,jk->ik", "nearest", "", "...,...->"]),
+                ),
+                max_size=2,
+            )
+        )
         domain = "custom.fuzz" if op == "Custom" else ""
         nodes.append(helper.make_node(op, ins, [f"t{i}"], name=f"n{i}", domain=domain, **attrs))
         tensors.append(f"t{i}")
     out_shape = draw(st.one_of(st.none(), st.lists(st.integers(1, 4), max_size=3)))
-    graph = helper.make_graph(nodes, "fuzz", [helper.make_tensor_value_info("x", elem, shape)],
-                              [helper.make_tensor_value_info(tensors[-1], TensorProto.FLOAT, out_shape)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "fuzz",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info(tensors[-1], TensorProto.FLOAT, out_shape)],
+        inits,
+    )
     opsets = [helper.make_opsetid("", draw(st.sampled_from([13, 17, 18, 21])))]
     if any(n.domain for n in nodes):
         opsets.append(helper.make_opsetid("custom.fuzz", 1))
@@ -315,7 +471,7 @@ def mutations(draw: st.DrawFn) -> bytes:
         elif kind == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=8))
         elif kind == "delete":
-            del data[at:at + draw(st.integers(1, 8))]
+            del data[at : at + draw(st.integers(1, 8))]
         else:
             del data[at:]
         if not data:
@@ -333,9 +489,10 @@ def worker(tmp_path_factory):
 def _through_the_cli(worker: Worker, data: bytes, folder: Path) -> None:
     path = folder / "model.onnx"
     path.write_bytes(data)
-    for argv in (("inspect", path, "--json"),
-                 ("parity", path, "-w", folder / "store", "--set", "parity.samples=1",
-                  "--set", "limits.stage_timeout_s=60")):
+    for argv in (
+        ("inspect", path, "--json"),
+        ("parity", path, "-w", folder / "store", "--set", "parity.samples=1", "--set", "limits.stage_timeout_s=60"),
+    ):
         outcome = worker.run(*argv)
         assert not outcome.problem(), f"deploykit {' '.join(map(str, argv))}: {outcome.problem()}"
 

@@ -47,9 +47,7 @@ def test_a_declared_dim_name_survives_the_repair():
 
 
 def test_a_wrong_type_and_a_stale_value_info_are_repaired():
-    fixed, found = declared.repair(
-        models.misdeclared(shape=[1, 4, 6], elem=TensorProto.INT64, stale_value_info=True)
-    )
+    fixed, found = declared.repair(models.misdeclared(shape=[1, 4, 6], elem=TensorProto.INT64, stale_value_info=True))
     assert {(d.where, d.tensor) for d in found} == {("output", "y"), ("value_info", "m")}
     assert fixed.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
     assert [vi.name for vi in fixed.graph.value_info] == []

@@ -18,16 +18,26 @@ from deploykit.graph.run import session_from_onnx
 
 def constants_model() -> onnx.ModelProto:
     """Every Constant attribute form feeding one Add chain; one Constant is itself a graph output."""
-    nodes = [helper.make_node("Constant", [], ["t"], name="t", value=numpy_helper.from_array(np.array([1.0, 2.0], np.float32))),
-             helper.make_node("Constant", [], ["f"], name="f", value_float=0.5),
-             helper.make_node("Constant", [], ["fs"], name="fs", value_floats=[3.0, 4.0]),
-             helper.make_node("Constant", [], ["k"], name="k", value_float=7.0),
-             helper.make_node("Add", ["x", "t"], ["a"], name="add_t"),
-             helper.make_node("Add", ["a", "f"], ["b"], name="add_f"),
-             helper.make_node("Add", ["b", "fs"], ["y"], name="add_fs")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
-                               helper.make_tensor_value_info("k", TensorProto.FLOAT, [])])
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["t"], name="t", value=numpy_helper.from_array(np.array([1.0, 2.0], np.float32))
+        ),
+        helper.make_node("Constant", [], ["f"], name="f", value_float=0.5),
+        helper.make_node("Constant", [], ["fs"], name="fs", value_floats=[3.0, 4.0]),
+        helper.make_node("Constant", [], ["k"], name="k", value_float=7.0),
+        helper.make_node("Add", ["x", "t"], ["a"], name="add_t"),
+        helper.make_node("Add", ["a", "f"], ["b"], name="add_f"),
+        helper.make_node("Add", ["b", "fs"], ["y"], name="add_fs"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("k", TensorProto.FLOAT, []),
+        ],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -56,12 +66,22 @@ def test_producers_and_consumers_take_a_model_or_its_graph():
 
 
 def test_consumers_count_a_read_inside_a_subgraph_for_the_node_holding_it():
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["out"])], "then", [],
-                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])],
+    )
     node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch, else_branch=branch)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
     assert [n.name for n in consumers(graph)["x"]] == ["if"]
 
 

@@ -14,12 +14,19 @@ def fp16_graph():
     """x(fp32) -> Cast fp16 -> Add 1.0 -> Mul 1000 -> Cast fp32: rounding and overflow are visible."""
     one = numpy_helper.from_array(np.array(1.0, np.float16), "one")
     big = numpy_helper.from_array(np.array(1000.0, np.float16), "big")
-    nodes = [helper.make_node("Cast", ["x"], ["xh"], name="to16", to=TensorProto.FLOAT16),
-             helper.make_node("Add", ["xh", "one"], ["a"], name="add"),
-             helper.make_node("Mul", ["a", "big"], ["m"], name="mul"),
-             helper.make_node("Cast", ["m"], ["y"], name="to32", to=TensorProto.FLOAT)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], [one, big])
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xh"], name="to16", to=TensorProto.FLOAT16),
+        helper.make_node("Add", ["xh", "one"], ["a"], name="add"),
+        helper.make_node("Mul", ["a", "big"], ["m"], name="mul"),
+        helper.make_node("Cast", ["m"], ["y"], name="to32", to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [one, big],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -57,8 +64,12 @@ def test_emulated_graph_keeps_tensor_names_for_diagnosis():
 
 def test_fp16_inputs_and_outputs_keep_their_declared_type():
     node = helper.make_node("Add", ["x", "x"], ["y"], name="add")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])],
+    )
     session = session_from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     out = session.infer({"x": np.array([1.5, 40000.0], np.float16)})["y"]
     assert out.dtype == np.float16 and out[0] == 3.0 and np.isinf(out[1])
@@ -69,11 +80,18 @@ def fp8_relu_graph():
     """x -> Relu -> QuantizeLinear(FP8 E4M3, symmetric) -> DequantizeLinear -> y."""
     scale = numpy_helper.from_array(np.array(0.01, np.float32), "s")
     zp = helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0])
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("QuantizeLinear", ["r", "s", "zp"], ["q"], name="q"),
-             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="dq")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [scale, zp])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("QuantizeLinear", ["r", "s", "zp"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="dq"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [scale, zp],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
@@ -95,8 +113,9 @@ def test_without_the_guard_onnx_runtime_drops_the_relu_in_front_of_fp8():
     from deploykit.graph.run import session_options
 
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
-    session = ort.InferenceSession(fp8_relu_graph().SerializeToString(), session_options("extended"),
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        fp8_relu_graph().SerializeToString(), session_options("extended"), providers=["CPUExecutionProvider"]
+    )
     y = session.run(None, {"x": x})[0]
     if y.min() >= 0:
         pytest.skip(f"onnxruntime {ort.__version__} no longer rewrites Relu -> FP8 QuantizeLinear")
@@ -109,19 +128,25 @@ def test_int8_graphs_need_no_disabled_optimizer():
 
 
 def _relu_model(shape=(2, 3)):
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", shape[1]])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", shape[1]])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", shape[1]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", shape[1]])],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.mark.parametrize("evaluator", ["as_written", "onnxruntime"])
-@pytest.mark.parametrize(("feeds", "message"), [
-    ({"x": np.zeros((2, 3), np.float64)}, "input 'x' is float64, the model expects float32"),
-    ({"x": np.zeros((2, 3, 1), np.float32)}, "input 'x' has shape [2, 3, 1], the model expects rank 2"),
-    ({"x": np.zeros((2, 4), np.float32)}, "input 'x' axis 1 is 4, the model was built for 3"),
-    ({"images": np.zeros((2, 3), np.float32)}, "feeds ['images'] do not match the model's inputs ['x']"),
-])
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        ({"x": np.zeros((2, 3), np.float64)}, "input 'x' is float64, the model expects float32"),
+        ({"x": np.zeros((2, 3, 1), np.float32)}, "input 'x' has shape [2, 3, 1], the model expects rank 2"),
+        ({"x": np.zeros((2, 4), np.float32)}, "input 'x' axis 1 is 4, the model was built for 3"),
+        ({"images": np.zeros((2, 3), np.float32)}, "feeds ['images'] do not match the model's inputs ['x']"),
+    ],
+)
 def test_every_session_checks_feeds_and_names_the_tensor(evaluator, feeds, message):
     from deploykit.errors import DataError
 
@@ -192,13 +217,31 @@ def _float8_moved(op: str, opset: int):
     ModelOpt writes it for TensorRT (a DPT-style readout slices its tokens, a Swin-style block squeezes)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], [0.0])]
-    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("st", [1]), ("en", [5]), ("ax", [1]), ("sq", [0]))]
-    mid = helper.make_node("Slice", ["q", "st", "en", "ax"], ["m"]) if op == "Slice" else helper.make_node("Squeeze", ["q", "sq"], ["m"])
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"), mid,
-             helper.make_node("DequantizeLinear", ["m", "s", "z"], ["y"], name="dq")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], [0.0]),
+    ]
+    inits += [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (("st", [1]), ("en", [5]), ("ax", [1]), ("sq", [0]))
+    ]
+    mid = (
+        helper.make_node("Slice", ["q", "st", "en", "ax"], ["m"])
+        if op == "Slice"
+        else helper.make_node("Squeeze", ["q", "sq"], ["m"])
+    )
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+        mid,
+        helper.make_node("DequantizeLinear", ["m", "s", "z"], ["y"], name="dq"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 

@@ -28,7 +28,10 @@ class Run:
         return [ln for ln in self.err.splitlines() if ln.startswith("error:")]
 
     def __str__(self) -> str:
-        return f"deploykit {' '.join(self.args)} -> {self.code}\n--- stdout\n{self.out[-3000:]}\n--- stderr\n{self.err[-3000:]}"
+        return (
+            f"deploykit {' '.join(self.args)} -> {self.code}\n"
+            f"--- stdout\n{self.out[-3000:]}\n--- stderr\n{self.err[-3000:]}"
+        )
 
 
 def deploykit(*args: str | Path, cwd: Path | None = None, timeout: float = 240, env: dict | None = None) -> Run:
@@ -36,8 +39,14 @@ def deploykit(*args: str | Path, cwd: Path | None = None, timeout: float = 240, 
     full_env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "250", "NO_COLOR": "1", **(env or {})}
     full_env.pop("DEPLOYKIT_DEBUG", None)
     try:
-        done = subprocess.run([str(CONSOLE_SCRIPT), *map(str, args)], cwd=cwd, env=full_env, capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(CONSOLE_SCRIPT), *map(str, args)],
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as e:  # a hang is a finding, reported like any other failure
         return Run(tuple(map(str, args)), 124, str(e.stdout or ""), f"(hung: killed after {timeout} s)")
     return Run(tuple(map(str, args)), done.returncode, done.stdout, done.stderr)
@@ -67,8 +76,9 @@ def snapshot(store: Path) -> dict[str, str]:
         root = store / sub
         for p in sorted(root.rglob("*")) if root.is_dir() else ():
             if p.is_file() or p.is_symlink():
-                out[p.relative_to(store).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() \
-                    else "link:" + os.readlink(p)
+                out[p.relative_to(store).as_posix()] = (
+                    hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "link:" + os.readlink(p)
+                )
     return out
 
 
@@ -122,13 +132,24 @@ class Suite:
     def __init__(self) -> None:
         self.cases: dict[str, Case] = {}
 
-    def case(self, id: str, code: int, *names: str, names_file: bool = False, store_kept: bool = True,
-             timeout: float = 240, slow: bool = False, env: dict[str, str] | None = None):
+    def case(
+        self,
+        id: str,
+        code: int,
+        *names: str,
+        names_file: bool = False,
+        store_kept: bool = True,
+        timeout: float = 240,
+        slow: bool = False,
+        env: dict[str, str] | None = None,
+    ):
         """Register a case; ``slow`` ones (each run imports onnx: a second of CPU) run under -m slow."""
+
         def register(make):
             assert id not in self.cases, id
             self.cases[id] = Case(id, make, code, names, names_file, store_kept, timeout, slow, env)
             return make
+
         return register
 
     def in_default_suite(self, ids: set[str]) -> None:
@@ -146,8 +167,11 @@ class Suite:
 
     def run_selected(self, request, root: Path, built: tuple[Path, Path]) -> dict[str, Outcome]:
         """Run the cases of the tests pytest selected in this module (all at once)."""
-        selected = {item.callspec.params["case"] for item in request.session.items
-                    if item.module is request.module and hasattr(item, "callspec") and "case" in item.callspec.params}
+        selected = {
+            item.callspec.params["case"]
+            for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec") and "case" in item.callspec.params
+        }
         return self.run_all(root, built, selected)
 
     def run_all(self, root: Path, built: tuple[Path, Path], only: set[str] | None = None) -> dict[str, Outcome]:
@@ -172,8 +196,9 @@ class Suite:
 
         def go(outcome: Outcome) -> None:
             for args in getattr(outcome, "commands", []):
-                outcome.runs.append(deploykit(*args, cwd=outcome.store.parent, timeout=outcome.case.timeout,
-                                              env=outcome.case.env))
+                outcome.runs.append(
+                    deploykit(*args, cwd=outcome.store.parent, timeout=outcome.case.timeout, env=outcome.case.env)
+                )
 
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(go, [o for o in outcomes.values() if o.setup_error is None]))

@@ -21,10 +21,17 @@ def conv(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b")
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 8, 8])], [w, b])
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 8, 8])],
+        [w, b],
+    )
     return _model(g)
 
 
@@ -47,8 +54,9 @@ def sequence_input() -> onnx.ModelProto:
 
 
 def map_input() -> onnx.ModelProto:
-    return identity_io(helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])),
-                       "table")
+    return identity_io(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])), "table"
+    )
 
 
 def tensor_input(elem: int, name: str) -> onnx.ModelProto:
@@ -70,11 +78,17 @@ def function_model(calls: dict[str, list[str]], main: str) -> onnx.ModelProto:
             out = "fy" if i == len(callees or ["Relu"]) - 1 else f"t{i}"
             nodes.append(helper.make_node(callee, [x], [out], domain=domain))
             x = out
-        functions.append(helper.make_function("local", name, ["fx"], ["fy"], nodes,
-                                              [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]))
-    g = helper.make_graph([helper.make_node(main, ["x"], ["y"], domain="local", name="call")], "fn",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        functions.append(
+            helper.make_function(
+                "local", name, ["fx"], ["fy"], nodes, [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+            )
+        )
+    g = helper.make_graph(
+        [helper.make_node(main, ["x"], ["y"], domain="local", name="call")],
+        "fn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     return _model(g, functions, [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
 
 
@@ -99,8 +113,15 @@ def exponential(depth: int = 30) -> onnx.ModelProto:
     return function_model(calls, "F0")
 
 
-def with_external_data(folder: Path, *, location: str = "w.bin", offset: int = 0, length: int | None = None,
-                       data: bytes | None = None, link: str = "") -> Path:
+def with_external_data(
+    folder: Path,
+    *,
+    location: str = "w.bin",
+    offset: int = 0,
+    length: int | None = None,
+    data: bytes | None = None,
+    link: str = "",
+) -> Path:
     """conv() with its weight ``w`` in an external file; ``link`` = 'hard' or 'symlink' makes the
     data file a link to a file outside ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,33 +153,50 @@ def with_external_data(folder: Path, *, location: str = "w.bin", offset: int = 0
 
 
 def cyclic() -> onnx.ModelProto:
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["b"], name="relu")]
-    g = helper.make_graph(nodes, "cyc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])])
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "cyc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
+    )
     return _model(g)
 
 
 def dangling() -> onnx.ModelProto:
     nodes = [helper.make_node("Add", ["x", "ghost"], ["y"], name="add_ghost")]
-    g = helper.make_graph(nodes, "dang", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    g = helper.make_graph(
+        nodes,
+        "dang",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     return _model(g)
 
 
 def nested_ifs(depth: int) -> onnx.ModelProto:
     """``If`` nodes nested ``depth`` deep."""
+
     def branch(level: int) -> onnx.GraphProto:
         out = helper.make_tensor_value_info(f"o{level}", TensorProto.FLOAT, [1, 4])
         if level == 0:
             node = helper.make_node("Identity", ["x"], [f"o{level}"])
         else:
-            node = helper.make_node("If", ["c"], [f"o{level}"], then_branch=branch(level - 1),
-                                    else_branch=branch(0))
+            node = helper.make_node("If", ["c"], [f"o{level}"], then_branch=branch(level - 1), else_branch=branch(0))
         return helper.make_graph([node], f"b{level}", [], [out])
-    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch(depth), else_branch=branch(0))],
-                          "ifs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
-                                  helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch(depth), else_branch=branch(0))],
+        "ifs",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     return _model(g)
 
 
@@ -167,11 +205,18 @@ def wide(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     w = numpy_helper.from_array((rng.standard_normal((64, 3, 3, 3)) * 0.2).astype(np.float32), "w")
     w2 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w2")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
-    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 16, 16])], [w, w2])
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 16, 16])],
+        [w, w2],
+    )
     return _model(g)
 
 
@@ -183,15 +228,18 @@ def conv_rank_mismatch() -> onnx.ModelProto:
     return model
 
 
-def misdeclared(shape: list | None = (), elem: int = TensorProto.FLOAT, stale_value_info: bool = False,
-                batch: int | str = 1) -> onnx.ModelProto:
+def misdeclared(
+    shape: list | None = (), elem: int = TensorProto.FLOAT, stale_value_info: bool = False, batch: int | str = 1
+) -> onnx.ModelProto:
     """A PP-OCR-style recognizer head: x [batch, 4, 8] -> MatMul -> Softmax -> y, whose output is
     declared with ``shape`` and ``elem`` (the real one: float [batch, 4, 6]); optionally a
     ``value_info`` entry for the MatMul output with a wrong rank."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
-             helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1)]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1),
+    ]
     y = helper.make_tensor_value_info("y", elem, None if shape is None else list(shape))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8])
     g = helper.make_graph(nodes, "rec", [x], [y], [w])

@@ -45,9 +45,7 @@ def _project(folder, **kw):
     return cfg
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES]
-)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES])
 def test_a_contradicted_declaration_is_repaired_and_said_once(case, tmp_path):
     kw, said = CASES[case]
     cfg = _project(tmp_path, **kw)

@@ -105,8 +105,6 @@ def test_a_store_error_never_runs_the_exporter_fallback(case, outcomes):
     suite.check(outcome)
     for run in outcome.runs:
         assert "torchscript exporter" not in run.err and "export.exporter" not in run.err, str(run)
-    assert not list((outcome.store / "records").glob("*-torchscript*")), (
-        "the fallback's trial run was recorded"
-    )
+    assert not list((outcome.store / "records").glob("*-torchscript*")), "the fallback's trial run was recorded"
     after = {k for k in snapshot(outcome.store) if k.startswith("objects/")}
     assert after <= {k for k in outcome.before if k.startswith("objects/")}, "the fallback made new objects"

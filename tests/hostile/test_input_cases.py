@@ -232,9 +232,7 @@ def test_a_full_disk_in_quantize_prints_no_library_traceback(tmp_path, size):
     shape = [d.dim_value or 1 for d in onnx.load(str(model)).graph.input[0].type.tensor_type.shape.dim]
     (tmp_path / "calib").mkdir()
     for i in range(4):
-        np.save(
-            tmp_path / "calib" / f"s{i}.npy", np.random.default_rng(i).random([1, *shape[1:]], np.float32)
-        )
+        np.save(tmp_path / "calib" / f"s{i}.npy", np.random.default_rng(i).random([1, *shape[1:]], np.float32))
     with tmpfs(tmp_path / "small", size) as disk:
         run = deploykit(
             "quantize", model, "--precision", "int8", "--calib-data", tmp_path / "calib", "-w", disk / "store"

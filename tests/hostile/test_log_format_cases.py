@@ -58,9 +58,7 @@ CASES = {
 DEFAULT = {"plugins-check-empty", "artifacts-verify", "inspect", "report"}
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES]
-)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[] if c in DEFAULT else [pytest.mark.slow]) for c in CASES])
 def test_log_format_json_gives_one_object(case, project, tmp_path):
     _, store = project
     make, code = CASES[case]

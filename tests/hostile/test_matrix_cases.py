@@ -42,9 +42,7 @@ def _targets(n: int) -> str:
 # id -> (matrix text or bytes, extra args, names the error line must contain)
 CASES: dict[str, tuple[str | bytes, tuple[str, ...], tuple[str, ...]]] = {
     "alias-bomb-in-overrides": (
-        _replace("name: conv}", "name: conv, overrides: {gate.iterations: *i}}").replace(
-            "models:", BOMB + "models:"
-        ),
+        _replace("name: conv}", "name: conv, overrides: {gate.iterations: *i}}").replace("models:", BOMB + "models:"),
         (),
         ("alias",),
     ),

@@ -92,8 +92,14 @@ def _register_external(case: str, settings: dict, names: tuple[str, ...]) -> Non
 
 for _case, (_, _names) in ONNX_CASES.items():
     _register_onnx(_case, _names)
-for _case in ("recursive-function", "mutual-recursion", "deep-function-chain", "exponential-functions", "nested-ifs",
-              "native-abort"):
+for _case in (
+    "recursive-function",
+    "mutual-recursion",
+    "deep-function-chain",
+    "exponential-functions",
+    "nested-ifs",
+    "native-abort",
+):
     _register_inspect(_case)
 for _case, _data in BYTES_CASES.items():
     _register_bytes(_case, _data)
@@ -101,7 +107,7 @@ for _case, (_settings, _names) in EXTERNAL.items():
     _register_external(_case, _settings, _names)
 
 
-FAILING_FORWARD = '''
+FAILING_FORWARD = """
 import torch
 from torch import nn
 
@@ -119,7 +125,7 @@ class Masked(nn.Module):
 
 def build():
     return Masked().eval()
-'''
+"""
 
 
 def _npz_with_object(path: Path) -> None:
@@ -199,12 +205,20 @@ def _fifo(folder, cfg, store, files):
     return [("quantize", cfg, "--precision", "int8", "--calib-data", folder / "arrays", "-w", store)]
 
 
-@suite.case("torch-error-in-export-check", 4, "RuntimeError", "to_padded_tensor", "tokens=[1, 3, 4]", "mask=[1, 3]",
-            store_kept=False)
+@suite.case(
+    "torch-error-in-export-check",
+    4,
+    "RuntimeError",
+    "to_padded_tensor",
+    "tokens=[1, 3, 4]",
+    "mask=[1, 3]",
+    store_kept=False,
+)
 def _torch_error(folder, cfg, store, files):
     (folder / "masked.py").write_text(FAILING_FORWARD)
     cfg = folder / "deploykit.yaml"
-    cfg.write_text(textwrap.dedent("""
+    cfg.write_text(
+        textwrap.dedent("""
         name: masked
         source: {factory: "masked:build"}
         inputs:
@@ -212,7 +226,8 @@ def _torch_error(folder, cfg, store, files):
           - {name: mask, shape: [1, 3]}
         export: {exporter: torchscript}
         gate: {allow_missing_target: true}
-    """))
+    """)
+    )
     return [("export", cfg, "-w", store)]
 
 
@@ -220,8 +235,10 @@ def _torch_error(folder, cfg, store, files):
 def _broken_factory(folder, cfg, store, files):
     (folder / "broken.py").write_text("def build(:\n")
     cfg = folder / "deploykit.yaml"
-    cfg.write_text('name: b\nsource: {factory: "broken:build"}\ninputs: [{name: x, shape: [1, 4]}]\n'
-                   "gate: {allow_missing_target: true}\n")
+    cfg.write_text(
+        'name: b\nsource: {factory: "broken:build"}\ninputs: [{name: x, shape: [1, 4]}]\n'
+        "gate: {allow_missing_target: true}\n"
+    )
     return [("convert", cfg, "-w", store)]
 
 
@@ -231,6 +248,7 @@ def _non_utf8(field: bytes, skip: int = 0) -> object:
         data[data.index(field) + skip] = 0x80  # protobuf hands such a string back as bytes
         (folder / "bad.onnx").write_bytes(bytes(data))
         return [("convert", folder / "bad.onnx", "-w", store), ("inspect", folder / "bad.onnx")]
+
     return make
 
 
@@ -240,9 +258,18 @@ suite.case("non-utf8-tensor-name", 4, "not UTF-8 text", slow=True)(_non_utf8(b"\
 
 
 # One case of each kind runs in the default suite; every run here imports onnx (a second of CPU).
-DEFAULT = {"convert-recursive-function", "inspect-recursive-function", "convert-sequence-input", "convert-native-abort",
-           "convert-exponential-functions", "unreadable-truncated", "external-offset-beyond-file",
-           "external-hard-link-outside", "data-npz-object-array", "torch-error-in-export-check"}
+DEFAULT = {
+    "convert-recursive-function",
+    "inspect-recursive-function",
+    "convert-sequence-input",
+    "convert-native-abort",
+    "convert-exponential-functions",
+    "unreadable-truncated",
+    "external-offset-beyond-file",
+    "external-hard-link-outside",
+    "data-npz-object-array",
+    "torch-error-in-export-check",
+}
 suite.in_default_suite(DEFAULT)
 
 
@@ -254,4 +281,3 @@ def outcomes(request, built, tmp_path_factory):
 @pytest.mark.parametrize("case", suite.params())
 def test_hostile_model_or_data(case, outcomes):
     suite.check(outcomes[case])
-

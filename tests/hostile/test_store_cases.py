@@ -87,9 +87,13 @@ def _manifest_case(id: str, write, *names: str) -> None:
         path, gate = _by_stage(store, "ingest") / "manifest.json", _by_stage(store, "gate")
         write(path)
         digest = path.parent.name
-        return [_convert(cfg, store), ("artifacts", "show", digest[:12], "-w", store), ("artifacts", "ls", "-w", store),
-                ("artifacts", "lineage", gate.name[:12], "-w", store),
-                ("artifacts", "verify", "-w", store)]
+        return [
+            _convert(cfg, store),
+            ("artifacts", "show", digest[:12], "-w", store),
+            ("artifacts", "ls", "-w", store),
+            ("artifacts", "lineage", gate.name[:12], "-w", store),
+            ("artifacts", "verify", "-w", store),
+        ]
 
 
 _manifest_case("truncated", lambda p: p.write_bytes(p.read_bytes()[:40]), "not valid JSON")
@@ -98,8 +102,9 @@ _manifest_case("missing", lambda p: p.unlink(), "missing")
 _manifest_case("binary", lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "not valid JSON")
 _manifest_case("extra-field", lambda p: _edit(p, lambda m: m.update(trusted=True)), "unknown fields trusted")
 _manifest_case("wrong-type", lambda p: _edit(p, lambda m: m.update(files="model.onnx")), "'files'")
-_manifest_case("file-outside", lambda p: _edit(p, lambda m: m["files"].update({"../../x": "0" * 64})),
-               "outside the artifact")
+_manifest_case(
+    "file-outside", lambda p: _edit(p, lambda m: m["files"].update({"../../x": "0" * 64})), "outside the artifact"
+)
 _manifest_case("reformatted", lambda p: p.write_text(json.dumps(json.loads(p.read_text()))), "edited")
 _manifest_case("old-schema", lambda p: _edit(p, lambda m: m.update(schema_version=1)), "schema")
 
@@ -175,9 +180,16 @@ def _report_dir(folder, cfg, store, files):
     return [("convert", cfg, "-w", store, "--report-dir", folder / "reports")]
 
 
-DEFAULT = {"gate-verdict-edited", "recipe-points-at-another-artifact", "unlisted-file-in-artifact",
-           "manifest-truncated", "run-record-corrupt", "lock-is-a-folder", "report-dir-is-a-file",
-           "show-path-as-digest"}
+DEFAULT = {
+    "gate-verdict-edited",
+    "recipe-points-at-another-artifact",
+    "unlisted-file-in-artifact",
+    "manifest-truncated",
+    "run-record-corrupt",
+    "lock-is-a-folder",
+    "report-dir-is-a-file",
+    "show-path-as-digest",
+}
 suite.in_default_suite(DEFAULT)
 
 

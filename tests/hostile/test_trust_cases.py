@@ -133,9 +133,7 @@ def _other_artifact(folder, cfg, store, files):
     return [_verify(store), _report(folder, store)]
 
 
-@suite.case(
-    "record-of-another-run", 4, "records/conv.int8.onnxruntime.onnxruntime.json", "record of another run"
-)
+@suite.case("record-of-another-run", 4, "records/conv.int8.onnxruntime.onnxruntime.json", "record of another run")
 def _moved(folder, cfg, store, files):
     shutil.copy(store / RECORD, store / "records" / "conv.int8.onnxruntime.onnxruntime.json")
     return [_verify(store)]
@@ -312,9 +310,7 @@ def test_without_a_key_a_resealed_forgery_verifies_the_documented_boundary(proje
 )
 def test_with_the_key_a_forged_artifact_is_remade_never_reused(keyed_built, tmp_path, stage):
     cfg, store = _copy(keyed_built, tmp_path)
-    files, manifest = (
-        _claim_fps(2e7) if stage == "gate" else (lambda f: None, lambda m: m["summary"].update(forged=1))
-    )
+    files, manifest = _claim_fps(2e7) if stage == "gate" else (lambda f: None, lambda m: m["summary"].update(forged=1))
     forged = reseal(store, by_stage(store, stage), files=files, manifest=manifest)
     run = deploykit("convert", cfg, "-w", store, "--log-format", "json", env=KEYED)
     assert run.code == 0, str(run)

@@ -49,9 +49,7 @@ def conv_net(opset: int = 17) -> onnx.ModelProto:
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["y"], name="relu"),
     ]
-    return model(
-        nodes, [value("x", F, [1, 3, 8, 8])], [value("y", F, [1, 4, 8, 8])], [init("w", w)], opset=opset
-    )
+    return model(nodes, [value("x", F, [1, 3, 8, 8])], [value("y", F, [1, 4, 8, 8])], [init("w", w)], opset=opset)
 
 
 def single(
@@ -76,11 +74,7 @@ def rules(report, version: str | None = None) -> set[str]:
 
 
 def errors(report, version: str | None = None) -> set[str]:
-    return {
-        f.rule
-        for f in report.findings
-        if f.severity == "error" and (version is None or version in f.versions)
-    }
+    return {f.rule for f in report.findings if f.severity == "error" and (version is None or version in f.versions)}
 
 
 LIBRARY = r"""

@@ -71,9 +71,7 @@ def test_lint_a_model_file_exits_4_on_an_error(tmp_path, refused, code):
             ["10.13", "11"],
         ) and det["fix"]
     human = run_cli("lint", str(path), "--for", "tensorrt=11")
-    assert (
-        human[0] == code and "lint: TensorRT 11: " in human[1] and "10.13" not in human[1].split("lint:")[1]
-    )
+    assert human[0] == code and "lint: TensorRT 11: " in human[1] and "10.13" not in human[1].split("lint:")[1]
     assert f"(exit {code})" in human[1]
 
 
@@ -85,9 +83,7 @@ def test_lint_refuses_a_target_that_is_not_tensorrt(tmp_path):
 def test_the_api_lints_a_file_and_a_config_alike(tmp_path):
     cfg = config(tmp_path, refused=True)
     direct = deploykit.lint(tmp_path / "model.onnx", versions=("11",), dims={"batch": (1, 2, 4)})
-    piped = deploykit.lint(
-        cfg, versions=("11",), workdir=tmp_path / "store"
-    )  # the graph after ingest + surgery
+    piped = deploykit.lint(cfg, versions=("11",), workdir=tmp_path / "store")  # the graph after ingest + surgery
     assert direct.exit_code == piped.exit_code == 4
     assert [(f.rule, f.node) for f in direct.findings] == [(f.rule, f.node) for f in piped.findings]
     code, out, _ = run_cli("lint", str(cfg), "-w", str(tmp_path / "store"), "--json")  # reuses every artifact
@@ -122,9 +118,7 @@ def test_convert_records_the_lint_as_a_check_in_every_view(tmp_path, refused, co
     )
     record = RunRecord.from_dict(json.loads((tmp_path / "r" / "run.json").read_text()))
     lint = record.group("lint")
-    assert [c.name for c in lint] == ["TensorRT 10.13", "TensorRT 11"] and all(
-        c.passed != refused for c in lint
-    )
+    assert [c.name for c in lint] == ["TensorRT 10.13", "TensorRT 11"] and all(c.passed != refused for c in lint)
     assert record.exit_code == code and record.stage("lint").status == "ran"
     assert {c.group for c in record.failed_checks} <= {"lint", "parity"}
     suite = ET.fromstring(views(record)["junit"].split("?>", 1)[1])
@@ -132,9 +126,7 @@ def test_convert_records_the_lint_as_a_check_in_every_view(tmp_path, refused, co
     assert [c.get("name") for c in lint_cases] == ["TensorRT 10.13", "TensorRT 11"]
     assert [c.find("failure") is not None for c in lint_cases] == [refused, refused]
     assert re.search(rf"^### TensorRT lint — {status}$", views(record)["markdown"], re.M)
-    assert ("det" in views(record)["markdown"]) == refused and "<h2>TensorRT lint</h2>" in views(record)[
-        "html"
-    ]
+    assert ("det" in views(record)["markdown"]) == refused and "<h2>TensorRT lint</h2>" in views(record)["html"]
 
 
 def test_a_tensorrt_build_without_tensorrt_exits_3_after_the_lint(tmp_path):
@@ -143,15 +135,11 @@ def test_a_tensorrt_build_without_tensorrt_exits_3_after_the_lint(tmp_path):
     if TensorRTBackend().availability().available:
         pytest.skip("TensorRT works on this machine")
     cfg = config(tmp_path, refused=False, backend="tensorrt")
-    code, out, err = run_cli(
-        "convert", str(cfg), "-w", str(tmp_path / "store"), "--report-dir", str(tmp_path / "r")
-    )
+    code, out, err = run_cli("convert", str(cfg), "-w", str(tmp_path / "store"), "--report-dir", str(tmp_path / "r"))
     assert code == 3 and "tensorrt" in err.lower()
     assert "lint: PASS — TensorRT 10.13: 0 errors, 0 warnings; TensorRT 11: 0 errors, 0 warnings" in out
     record = RunRecord.from_dict(json.loads((tmp_path / "r" / "run.json").read_text()))
-    assert [s.stage for s in record.stages][-2:] == ["lint", "build"] and record.stage(
-        "build"
-    ).status == "failed"
+    assert [s.stage for s in record.stages][-2:] == ["lint", "build"] and record.stage("build").status == "failed"
     assert record.error_code == 3 and len(record.group("lint")) == 2
 
 

@@ -59,11 +59,7 @@ def test_the_tables_cover_the_versions_deploykit_offers_and_every_restriction_is
     for v in VERSIONS:
         t = table(v)
         pin = t.source["pinned_by"]
-        assert (
-            len(pin["parser_commit"]) == 40
-            and pin["tag"].startswith("NVIDIA/TensorRT v")
-            and t.source["read_on"]
-        )
+        assert len(pin["parser_commit"]) == 40 and pin["tag"].startswith("NVIDIA/TensorRT v") and t.source["read_on"]
         assert t.ops["Conv"].supported and not t.ops["ConvInteger"].supported
     assert "Attention" not in table("10.13").ops and table("11").ops["Attention"].supported
     assert "BatchedNMS_TRT" in table("11").removed_plugins and not table("10.13").removed_plugins
@@ -83,9 +79,7 @@ def test_for_picks_the_tables(spec, want):
     assert parse_for(list(spec)) == want
 
 
-@pytest.mark.parametrize(
-    "spec", ["onnxruntime", "tensorrt=9.0", "tensorrt=10.8", "tensorrt=12", "tensorrt=x"]
-)
+@pytest.mark.parametrize("spec", ["onnxruntime", "tensorrt=9.0", "tensorrt=10.8", "tensorrt=12", "tensorrt=x"])
 def test_for_refuses_what_has_no_table(spec):
     with pytest.raises(UsageError):
         parse_for([spec])

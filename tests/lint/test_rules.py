@@ -91,9 +91,7 @@ def test_topk_unsorted_is_an_error():
 )
 def test_resize_modes(attrs, bad):
     x = value("x", F, [1, 3, 4, 4])
-    m = single(
-        "Resize", ["x", "", "s"], [x], [init("s", np.array([1, 1, 2, 2], np.float32))], opset=19, **attrs
-    )
+    m = single("Resize", ["x", "", "s"], [x], [init("s", np.array([1, 1, 2, 2], np.float32))], opset=19, **attrs)
     assert ("op.attribute" in errors(lint(m))) == bad
 
 
@@ -136,9 +134,7 @@ def test_an_input_type_the_matrix_does_not_list_is_a_warning():
 
 def test_opset_outside_the_documented_range_warns():
     assert rules(lint(conv_net(opset=8))) == {"opset.range"}
-    assert rules(lint(conv_net(opset=24))) == set() or rules(lint(conv_net(opset=24)), "10.13") == {
-        "opset.range"
-    }
+    assert rules(lint(conv_net(opset=24))) == set() or rules(lint(conv_net(opset=24)), "10.13") == {"opset.range"}
     assert rules(lint(conv_net(opset=24)), "11") == set()
 
 
@@ -320,15 +316,15 @@ def test_unpaired_quantize_and_dequantize_into_softmax_are_placement_warnings():
         ok_inits,
     )
     assert rules(lint(fused)) == set()
-    both = model(nodes[:2] + [helper.make_node("Softmax", ["d"], ["y"]), helper.make_node("Relu", ["d"], ["z"])],
-                 [value("x", F, [4])], [value("y", F, [4]), value("z", F, [4])], ok_inits)
+    both = model(
+        nodes[:2] + [helper.make_node("Softmax", ["d"], ["y"]), helper.make_node("Relu", ["d"], ["z"])],
+        [value("x", F, [4])],
+        [value("y", F, [4]), value("z", F, [4])],
+        ok_inits,
+    )
     assert rules(lint(both)) == set()  # a quantizable reader fuses the pair; the Softmax reads float
-    assert {(f.rule, f.severity, f.node) for f in lint(standalone).findings} == {
-        ("qdq.placement", "warning", "dq")
-    }
-    assert ("qdq.placement", "warning", "q") in {
-        (f.rule, f.severity, f.node) for f in lint(unpaired).findings
-    }
+    assert {(f.rule, f.severity, f.node) for f in lint(standalone).findings} == {("qdq.placement", "warning", "dq")}
+    assert ("qdq.placement", "warning", "q") in {(f.rule, f.severity, f.node) for f in lint(unpaired).findings}
 
 
 # -- shapes -------------------------------------------------------------------------------------
@@ -349,10 +345,7 @@ def test_dynamic_inputs_need_profiles_that_fit():
     wrong = lint(m, profiles={"x": [(1, 3, 9, 8), (2, 3, 9, 8), (4, 3, 9, 8)]})
     assert errors(wrong) == {"shape.profile"} and "fixed to 8" in wrong.findings[0].message
     unknown = lint(m, profiles={"x": [(1, 3, 8, 8)] * 3, "images": [(1,)] * 3})
-    assert (
-        "did you mean" in " ".join(f.message for f in unknown.findings)
-        or "images" in unknown.findings[0].node
-    )
+    assert "did you mean" in " ".join(f.message for f in unknown.findings) or "images" in unknown.findings[0].node
 
 
 def test_each_input_is_judged_by_its_own_profile():
@@ -437,13 +430,10 @@ def test_a_removed_builtin_plugin_is_an_error_on_11_only():
 
 
 def test_a_current_builtin_plugin_needs_a_shipped_version():
-    assert (
-        errors(lint(plugin_node_model("ROIAlign_TRT", namespace="", version="2", domain=""), plugins=()))
-        == set()
-    )
-    assert errors(
-        lint(plugin_node_model("ROIAlign_TRT", namespace="", version="7", domain=""), plugins=())
-    ) == {"plugin.missing"}
+    assert errors(lint(plugin_node_model("ROIAlign_TRT", namespace="", version="2", domain=""), plugins=())) == set()
+    assert errors(lint(plugin_node_model("ROIAlign_TRT", namespace="", version="7", domain=""), plugins=())) == {
+        "plugin.missing"
+    }
 
 
 def test_a_custom_node_with_an_onnx_body_is_inlined_and_its_body_linted():

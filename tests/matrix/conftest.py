@@ -43,10 +43,13 @@ def _free_port() -> int:
 def _start(args: list[str], node_dir: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     ray_bin = str(Path(sys.executable).with_name("ray"))
     with open(log, "w") as out:
-        return subprocess.Popen([ray_bin, "start", *args, "--node-ip-address=127.0.0.1", "--disable-usage-stats",
-                                 "--block"], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**env, "DEPLOYKIT_NODE_DIR": str(node_dir)})
+        return subprocess.Popen(
+            [ray_bin, "start", *args, "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**env, "DEPLOYKIT_NODE_DIR": str(node_dir)},
+        )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -65,18 +68,39 @@ def _stop(proc: subprocess.Popen) -> None:
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'deploykit[ray]')")
     root = tmp_path_factory.mktemp("ray")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join(
-        [SRC, str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join(
+            [SRC, str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     old_auth = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # this driver joins without a token, like the nodes
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    procs = [_start(["--head", f"--port={port}", f"--ray-client-server-port={_free_port()}", "--num-cpus=1",
-                     "--include-dashboard=false", f"--temp-dir={root / 'tmp'}"], root / "head", root / "head.log", env)]
+    procs = [
+        _start(
+            [
+                "--head",
+                f"--port={port}",
+                f"--ray-client-server-port={_free_port()}",
+                "--num-cpus=1",
+                "--include-dashboard=false",
+                f"--temp-dir={root / 'tmp'}",
+            ],
+            root / "head",
+            root / "head.log",
+            env,
+        )
+    ]
     try:
         time.sleep(3)
-        procs.append(_start([f"--address={address}", "--num-cpus=1", '--resources={"far": 4}'], root / "far",
-                            root / "far.log", env))
+        procs.append(
+            _start(
+                [f"--address={address}", "--num-cpus=1", '--resources={"far": 4}'], root / "far", root / "far.log", env
+            )
+        )
         ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
         deadline = time.monotonic() + 120
         while sum(n["Alive"] for n in ray.nodes()) < 2:

@@ -12,7 +12,7 @@ import yaml
 
 from tests.quant import models
 
-MODEL_CONFIG = '''
+MODEL_CONFIG = """
 name: {name}
 source: {{onnx: model.onnx}}
 inputs: [{{name: x, shape: [1, 3, 16, 16]}}]
@@ -21,7 +21,7 @@ validation: {{files: calib, samples: 2}}
 quantize: {{method: max, check_samples: 4}}
 parity: {{samples: 2}}
 gate: {{warmup: 2, warmup_s: 0.0, iterations: 10, trials: 2, targets: {{default: {{fps: 1}}}}}}
-'''
+"""
 
 
 def write_model(folder: Path, name: str, seed: int, channels: tuple[int, ...] = (8, 16)) -> Path:
@@ -37,11 +37,16 @@ def write_model(folder: Path, name: str, seed: int, channels: tuple[int, ...] = 
     return config
 
 
-def write_matrix(path: Path, configs: list[Path], precisions: list[str], targets: list[dict[str, Any]] | None = None,
-                 **extra: Any) -> Path:
+def write_matrix(
+    path: Path, configs: list[Path], precisions: list[str], targets: list[dict[str, Any]] | None = None, **extra: Any
+) -> Path:
     targets = targets or [{"name": "cpu", "backend": "onnxruntime"}]
-    body = {"models": [str(c.relative_to(path.parent)) for c in configs], "precisions": precisions,
-            "targets": targets, **extra}
+    body = {
+        "models": [str(c.relative_to(path.parent)) for c in configs],
+        "precisions": precisions,
+        "targets": targets,
+        **extra,
+    }
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path
 

@@ -26,13 +26,21 @@ def test_local_matrix_shares_work_reports_every_cell_and_reruns_nothing(tmp_path
     nocal.write_text(nocal.read_text().replace("calibration: {files: calib, samples: 12}\n", ""))
     targets = [{"name": "cpu"}, {"name": "orin", "resources": {"orin": 1}}]
     matrix = write_matrix(tmp_path / "matrix.yaml", [good, nocal], ["fp32", "int8"], targets)
-    code, out, err = run_cli("matrix", str(matrix), "-w", str(tmp_path / "store"), "-j", "2",
-                             "--report-dir", str(tmp_path / "report"))
+    code, out, err = run_cli(
+        "matrix", str(matrix), "-w", str(tmp_path / "store"), "-j", "2", "--report-dir", str(tmp_path / "report")
+    )
     report = json.loads((tmp_path / "report" / "matrix.json").read_text())
     cells = {c["id"]: c for c in report["cells"]}
     assert {k: c["status"] for k, c in cells.items()} == {
-        "good/fp32/cpu": "passed", "good/fp32/orin": "error", "good/int8/cpu": "passed", "good/int8/orin": "error",
-        "nocal/fp32/cpu": "passed", "nocal/fp32/orin": "error", "nocal/int8/cpu": "error", "nocal/int8/orin": "error"}
+        "good/fp32/cpu": "passed",
+        "good/fp32/orin": "error",
+        "good/int8/cpu": "passed",
+        "good/int8/orin": "error",
+        "nocal/fp32/cpu": "passed",
+        "nocal/fp32/orin": "error",
+        "nocal/int8/cpu": "error",
+        "nocal/int8/orin": "error",
+    }
     # The invalid cell says why in its row; the unschedulable target was refused before it ran.
     assert cells["nocal/int8/cpu"]["exit_code"] == 2 and "needs calibration data" in cells["nocal/int8/cpu"]["error"]
     assert cells["good/fp32/orin"]["exit_code"] == 3 and cells["good/fp32/orin"]["attempts"] == 0
@@ -42,8 +50,13 @@ def test_local_matrix_shares_work_reports_every_cell_and_reruns_nothing(tmp_path
     assert report["work"]["shared_ran"] == 5 and report["work"]["cell_ran"] == 9
     good_int8 = cells["good/int8/cpu"]
     assert [(s["stage"], s["status"]) for s in good_int8["stages"]] == [
-        ("ingest", "reused"), ("surgery", "reused"), ("quantize", "reused"), ("build", "ran"), ("parity", "ran"),
-        ("gate", "ran")]
+        ("ingest", "reused"),
+        ("surgery", "reused"),
+        ("quantize", "reused"),
+        ("build", "ran"),
+        ("parity", "ran"),
+        ("gate", "ran"),
+    ]
     assert good_int8["gate"]["fps"] > 0 and good_int8["parity"]["passed"]
     # JUnit: one testcase per model x precision x target.
     suite = ET.parse(tmp_path / "report" / "junit.xml").getroot()
@@ -62,7 +75,7 @@ def test_local_matrix_shares_work_reports_every_cell_and_reruns_nothing(tmp_path
     assert "good" in again._repr_html_() and "<table>" in again._repr_html_()
 
 
-HANG = '''
+HANG = """
 import time
 from pathlib import Path
 
@@ -77,7 +90,7 @@ def samples():
     rng = np.random.default_rng(0)
     for _ in range(2):
         yield {{"x": rng.random((1, 3, 16, 16), dtype=np.float32)}}
-'''
+"""
 
 
 @pytest.mark.slow  # ~40 s: `make test` runs it in its second step with the Ray tests
@@ -87,17 +100,37 @@ def test_ctrl_c_keeps_finished_cells_and_the_next_run_reuses_them(tmp_path):
     hang = tmp_path / "hang"
     hang.write_text("")
     (slow.parent / "hang_data.py").write_text(textwrap.dedent(HANG.format(hang=str(hang))))
-    slow.write_text(slow.read_text().replace("validation: {files: calib, samples: 2}",
-                                             "validation: {function: 'hang_data:samples', samples: 2}"))
+    slow.write_text(
+        slow.read_text().replace(
+            "validation: {files: calib, samples: 2}", "validation: {function: 'hang_data:samples', samples: 2}"
+        )
+    )
     matrix = write_matrix(tmp_path / "matrix.yaml", [quick, slow], ["fp32"], [{"name": "cpu"}])
     store = tmp_path / "store"
-    cmd = [sys.executable, "-c", "from deploykit.cli.app import main; main()", "matrix", str(matrix), "-w", str(store),
-           "-j", "2", "--report-dir", str(tmp_path / "report")]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from deploykit.cli.app import main; main()",
+        "matrix",
+        str(matrix),
+        "-w",
+        str(store),
+        "-j",
+        "2",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
     # SIGINT at its default, as under a terminal: a test run started in the background by a
     # non-interactive shell inherits SIGINT ignored, and the Ctrl-C below would never arrive
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 240
         while not (store / "runs" / "quick.fp32.cpu.json").exists():
@@ -114,7 +147,9 @@ def test_ctrl_c_keeps_finished_cells_and_the_next_run_reuses_them(tmp_path):
     assert proc.returncode == 130, err
     report = json.loads((tmp_path / "report" / "matrix.json").read_text())
     assert report["interrupted"] and {c["id"]: c["status"] for c in report["cells"]} == {
-        "quick/fp32/cpu": "passed", "slow/fp32/cpu": "interrupted"}
+        "quick/fp32/cpu": "passed",
+        "slow/fp32/cpu": "interrupted",
+    }
     hang.unlink()
     again = deploykit.matrix(matrix, workdir=store, jobs=2)
     assert again.passed

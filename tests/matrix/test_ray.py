@@ -32,12 +32,16 @@ def _shared_digests(result) -> dict[tuple[str, str, str], str]:
 
 def test_two_by_two_on_ray_equals_the_local_pool(ray_cluster, tmp_path):
     matrix = two_by_two(tmp_path / "m", targets=FAR)
-    on_ray = deploykit.matrix(matrix, ray=ray_cluster.address, workdir=tmp_path / "ray-store",
-                              report_dir=tmp_path / "report")
+    on_ray = deploykit.matrix(
+        matrix, ray=ray_cluster.address, workdir=tmp_path / "ray-store", report_dir=tmp_path / "report"
+    )
     # The same cells in the local pool: this machine has no `far` resource, so the target asks for none.
-    here = write_matrix(matrix.with_name("here.yaml"), [matrix.parent / "a" / "deploykit.yaml",
-                                                        matrix.parent / "b" / "deploykit.yaml"], ["fp32", "int8"],
-                        [{"name": "far"}])
+    here = write_matrix(
+        matrix.with_name("here.yaml"),
+        [matrix.parent / "a" / "deploykit.yaml", matrix.parent / "b" / "deploykit.yaml"],
+        ["fp32", "int8"],
+        [{"name": "far"}],
+    )
     local = deploykit.matrix(here, workdir=tmp_path / "local-store", jobs=2)
     assert on_ray.passed and local.passed, (on_ray, local)
     assert [c.id for c in on_ray.cells] == [c.id for c in local.cells] and len(on_ray.cells) == 4
@@ -89,8 +93,11 @@ def test_a_killed_worker_is_retried_and_the_retry_is_reported(ray_cluster, tmp_p
     config = write_model(tmp_path / "m" / "slow", "slow", seed=3)
     pid_file = tmp_path / "worker.pid"
     (config.parent / "slow_data.py").write_text(textwrap.dedent(SLOW_DATA.format(pid=str(pid_file))))
-    config.write_text(config.read_text().replace("validation: {files: calib, samples: 2}",
-                                                 "validation: {function: 'slow_data:samples', samples: 2}"))
+    config.write_text(
+        config.read_text().replace(
+            "validation: {files: calib, samples: 2}", "validation: {function: 'slow_data:samples', samples: 2}"
+        )
+    )
     matrix = write_matrix(tmp_path / "m" / "matrix.yaml", [config], ["fp32"], FAR, retries=2)
     killed: list[int] = []
 
@@ -106,8 +113,9 @@ def test_a_killed_worker_is_retried_and_the_retry_is_reported(ray_cluster, tmp_p
 
     killer = threading.Thread(target=kill_when_hung, daemon=True)
     killer.start()
-    result = deploykit.matrix(matrix, ray=ray_cluster.address, workdir=tmp_path / "store",
-                              report_dir=tmp_path / "report")
+    result = deploykit.matrix(
+        matrix, ray=ray_cluster.address, workdir=tmp_path / "store", report_dir=tmp_path / "report"
+    )
     killer.join(timeout=5)
     assert killed, "the cell never reached the slow data function"
     cell = result.cells[0]
@@ -158,8 +166,16 @@ def test_cli_on_ray_prints_the_table_and_exits_with_the_failure(ray_cluster, tmp
     config = write_model(tmp_path / "m" / "a", "a", seed=7)
     targets = [{"name": "orin", "resources": {"orin": 1}}, FAR[0]]
     matrix = write_matrix(tmp_path / "m" / "matrix.yaml", [config], ["fp32"], targets)
-    code, out, err = run_cli("matrix", str(matrix), "--ray", ray_cluster.address, "-w", str(tmp_path / "store"),
-                             "--report-dir", str(tmp_path / "r"))
+    code, out, err = run_cli(
+        "matrix",
+        str(matrix),
+        "--ray",
+        ray_cluster.address,
+        "-w",
+        str(tmp_path / "store"),
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert code == 3, err
     assert "a/fp32/orin: error" in err and "cannot be scheduled" in err
     assert "deploykit matrix: matrix" in out and "passed" in out
@@ -168,8 +184,9 @@ def test_cli_on_ray_prints_the_table_and_exits_with_the_failure(ray_cluster, tmp
 
 def test_transfer_shared_lets_every_node_use_the_store_path_itself(ray_cluster, tmp_path):
     config = write_model(tmp_path / "m" / "a", "shared_fs", seed=8)
-    matrix = write_matrix(tmp_path / "m" / "matrix.yaml", [config], ["fp32"], FAR, transfer="shared",
-                          store="shared-store")
+    matrix = write_matrix(
+        tmp_path / "m" / "matrix.yaml", [config], ["fp32"], FAR, transfer="shared", store="shared-store"
+    )
     result = deploykit.matrix(matrix, ray=ray_cluster.address)
     cell = result.cells[0]
     assert cell.status == "passed" and cell.transfer == {}  # nothing went through the object store

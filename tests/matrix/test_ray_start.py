@@ -15,8 +15,10 @@ from deploykit.matrix import ray_executor
 from tests.conftest import run_cli
 from tests.matrix.helpers import write_matrix, write_model
 
-TIMEOUT = ("The current node timed out during startup. This could happen because some of the raylet failed to "
-           "startup or the GCS has become overloaded.")
+TIMEOUT = (
+    "The current node timed out during startup. This could happen because some of the raylet failed to "
+    "startup or the GCS has become overloaded."
+)
 
 
 class StandInRay(types.ModuleType):
@@ -37,8 +39,9 @@ class StandInRay(types.ModuleType):
         raise self.failure
 
 
-@pytest.mark.parametrize("failure", [Exception(TIMEOUT), TimeoutError("Timed out after 30 seconds while waiting "
-                                                                      "for node to startup.")])
+@pytest.mark.parametrize(
+    "failure", [Exception(TIMEOUT), TimeoutError("Timed out after 30 seconds while waiting for node to startup.")]
+)
 def test_a_start_up_timeout_is_exit_3_with_what_to_try(failure, monkeypatch):
     ray = StandInRay(failure)
     with pytest.raises(EnvironmentProblem) as caught:

@@ -20,16 +20,22 @@ def _plan(matrix, tmp_path, **extra):
     return make_plan(spec, resolve_models(spec, matrix), Store(tmp_path / "store"), extra)
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    ({"precision": ["int8"]}, "matrix: unknown key 'precision' (did you mean 'precisions'?)"),
-    ({"targets": [{"name": "cpu", "backend": "onnxrt"}]}, "targets[0] (cpu): unknown backend 'onnxrt'"),
-    ({"targets": [{"name": "cpu"}, {"name": "cpu"}]}, "targets[0] and targets[1] are both named 'cpu'"),
-    ({"targets": [{"name": "cpu", "resources": {"GPU": -1}}]}, "resources.GPU must be between 0 and"),
-    ({"targets": [{"name": "cpu", "gpus": 1}]}, "matrix.targets[0]: unknown key 'gpus'"),
-    ({"models": ["a/deploykit.yaml", "missing/deploykit.yaml"]}, "models[1]: model config missing/deploykit.yaml not found"),
-    ({"models": ["a/deploykit.yaml", "a/deploykit.yaml"]}, "models[0] and models[1] are both named 'net_a'"),
-    ({"precisions": ["int7"]}, "matrix.precisions[0]: 'int7' is not one of"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"precision": ["int8"]}, "matrix: unknown key 'precision' (did you mean 'precisions'?)"),
+        ({"targets": [{"name": "cpu", "backend": "onnxrt"}]}, "targets[0] (cpu): unknown backend 'onnxrt'"),
+        ({"targets": [{"name": "cpu"}, {"name": "cpu"}]}, "targets[0] and targets[1] are both named 'cpu'"),
+        ({"targets": [{"name": "cpu", "resources": {"GPU": -1}}]}, "resources.GPU must be between 0 and"),
+        ({"targets": [{"name": "cpu", "gpus": 1}]}, "matrix.targets[0]: unknown key 'gpus'"),
+        (
+            {"models": ["a/deploykit.yaml", "missing/deploykit.yaml"]},
+            "models[1]: model config missing/deploykit.yaml not found",
+        ),
+        ({"models": ["a/deploykit.yaml", "a/deploykit.yaml"]}, "models[0] and models[1] are both named 'net_a'"),
+        ({"precisions": ["int7"]}, "matrix.precisions[0]: 'int7' is not one of"),
+    ],
+)
 def test_file_level_errors_exit_2_naming_the_entry_before_anything_runs(tmp_path, edit, message):
     import yaml
 
@@ -52,20 +58,29 @@ def test_ray_without_ray_installed_is_one_line_exit_3(tmp_path, monkeypatch):
 
 
 def test_shared_stages_are_planned_once_per_model_precision_and_flavour(tmp_path):
-    targets = [{"name": "cpu"}, {"name": "cpu-b", "overrides": {"gate.iterations": 5}},
-               {"name": "cpu-basic", "overrides": {"build.optimization_level": "basic"}}]
+    targets = [
+        {"name": "cpu"},
+        {"name": "cpu-b", "overrides": {"gate.iterations": 5}},
+        {"name": "cpu-basic", "overrides": {"build.optimization_level": "basic"}},
+    ]
     plan = _plan(two_by_two(tmp_path, targets=targets), tmp_path)
     assert len(plan.cells) == 12 and all(c.error is None for c in plan.cells)
     shared = {j.id: j for j in plan.jobs.values() if j.kind == "shared"}
     # Per model: one ingest+surgery job for all 6 cells; int8 quantizes once for cpu and cpu-b (gate
     # settings do not reach the quantizer) and once more for cpu-basic (the ORT level does).
     assert sorted((j.model, j.stages, len(j.cells)) for j in shared.values()) == [
-        ("net_a", ("ingest", "surgery"), 6), ("net_a", ("quantize",), 1), ("net_a", ("quantize",), 2),
-        ("net_b", ("ingest", "surgery"), 6), ("net_b", ("quantize",), 1), ("net_b", ("quantize",), 2)]
+        ("net_a", ("ingest", "surgery"), 6),
+        ("net_a", ("quantize",), 1),
+        ("net_a", ("quantize",), 2),
+        ("net_b", ("ingest", "surgery"), 6),
+        ("net_b", ("quantize",), 1),
+        ("net_b", ("quantize",), 2),
+    ]
     a_int8_cpu, a_int8_b = (next(c for c in plan.cells if c.id == f"net_a/int8/{t}") for t in ("cpu", "cpu-b"))
     assert a_int8_cpu.job == a_int8_b.job and plan.jobs[a_int8_cpu.job].until == "quantize"
-    assert plan.jobs[a_int8_cpu.job].deps == (next(j.id for j in shared.values() if j.model == "net_a"
-                                                   and j.stages == ("ingest", "surgery")),)
+    assert plan.jobs[a_int8_cpu.job].deps == (
+        next(j.id for j in shared.values() if j.model == "net_a" and j.stages == ("ingest", "surgery")),
+    )
     fp32 = next(c for c in plan.cells if c.id == "net_a/fp32/cpu")
     assert plan.jobs[fp32.job].stages == ("ingest", "surgery")
     assert plan.jobs[fp32.id].deps == (fp32.job,) and plan.jobs[fp32.id].until is None

@@ -75,4 +75,6 @@ def test_a_bundle_carries_every_file_the_config_names_and_keys_stay_equal(tmp_pa
     there = load_config(placed, {"quantize.precision": "int8"})
     from deploykit.matrix.plan import shared_chain
 
-    assert shared_chain(cfg, Store(tmp_path / "a")) == shared_chain(there, Store(tmp_path / "b"))  # paths never enter keys
+    assert shared_chain(cfg, Store(tmp_path / "a")) == shared_chain(
+        there, Store(tmp_path / "b")
+    )  # paths never enter keys

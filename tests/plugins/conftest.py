@@ -45,8 +45,10 @@ def cpu_kernels(tmp_path_factory: pytest.TempPathFactory):
     from deploykit.plugins.build import BuildOptions, build_plugins
     from deploykit.plugins.native import CpuKernels
 
-    result = build_plugins(tmp_path_factory.mktemp("plugins-cpu-py"),
-                           BuildOptions(cuda=False, warnings_as_errors=True, targets=("deploykit_plugins_cpu",)))
+    result = build_plugins(
+        tmp_path_factory.mktemp("plugins-cpu-py"),
+        BuildOptions(cuda=False, warnings_as_errors=True, targets=("deploykit_plugins_cpu",)),
+    )
     return CpuKernels(Path(result.outputs["cpu"]))
 
 
@@ -59,13 +61,29 @@ def plugin_model(op_type: str, attrs: dict, *, float_type: int | None = None, op
 
     op = description(op_type)
     float_type = float_type or TensorProto.FLOAT
-    inputs = [helper.make_tensor_value_info(t.name, TensorProto.INT32 if t.dtype == "int32" else float_type,
-                                            [d if isinstance(d, int) else None for d in t.shape]) for t in op.inputs]
+    inputs = [
+        helper.make_tensor_value_info(
+            t.name,
+            TensorProto.INT32 if t.dtype == "int32" else float_type,
+            [d if isinstance(d, int) else None for d in t.shape],
+        )
+        for t in op.inputs
+    ]
     output = helper.make_tensor_value_info("out", float_type, [None] * len(op.outputs[0].shape))
-    node = helper.make_node(op_type, [t.name for t in op.inputs], ["out"], name="plugin", domain="deploykit",
-                            plugin_version="1", plugin_namespace="deploykit", **attrs)
+    node = helper.make_node(
+        op_type,
+        [t.name for t in op.inputs],
+        ["out"],
+        name="plugin",
+        domain="deploykit",
+        plugin_version="1",
+        plugin_namespace="deploykit",
+        **attrs,
+    )
     graph = helper.make_graph([node], "one_plugin", inputs, [output])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("deploykit", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("deploykit", 1)]
+    )
     return attach_bodies(model)[0] if bodies else model
 
 

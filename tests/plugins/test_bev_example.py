@@ -53,9 +53,15 @@ def test_bev_example_converts_with_its_plugin_node(fp32_run):
 def _convert_int8(fp32_run: tuple, tmp_path: Path, target: str = "auto") -> deploykit.RunResult:
     shutil.copytree(fp32_run[1], tmp_path / "store")  # export and surgery are reused
     # The tensorrt target's FP16 rest is not what ONNX Runtime computes (docs/architecture.md, pitfalls): FP32 here.
-    return deploykit.convert(EXAMPLE, workdir=tmp_path / "store", quantize__precision="int8",
-                             quantize__target=target, quantize__high_precision="fp32",
-                             gate__iterations=10, gate__trials=1)
+    return deploykit.convert(
+        EXAMPLE,
+        workdir=tmp_path / "store",
+        quantize__precision="int8",
+        quantize__target=target,
+        quantize__high_precision="fp32",
+        gate__iterations=10,
+        gate__trials=1,
+    )
 
 
 def _check_int8(result: deploykit.RunResult) -> None:
@@ -67,8 +73,6 @@ def _check_int8(result: deploykit.RunResult) -> None:
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
     assert {types[node.input[0]], types[node.input[1]], types[node.output[0]]} == {onnx.TensorProto.FLOAT}
     assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 8
-
-
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])

@@ -10,7 +10,7 @@ from deploykit.source import export_hooks
 from deploykit.surgery import plugin_bodies
 from tests.plugins.conftest import plugin_model
 
-MODULE = '''
+MODULE = """
 import torch
 
 
@@ -21,16 +21,16 @@ class Double(torch.nn.Module):
 
 def make():
     return Double()
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 name: hooked
 source: {factory: "tiny_double:make"}
 inputs: [{name: x, shape: [2, 3]}]
 export: {exporter: torchscript}
 surgery: {passes: []}
 gate: {allow_missing_target: true}
-'''
+"""
 
 
 def test_a_registered_model_hook_shapes_every_export(tmp_path, monkeypatch):

@@ -81,8 +81,17 @@ class BevPoolDims(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_int64)
         for name in (
-            "batch", "cameras", "depth_bins", "height", "width", "channels",
-            "num_points", "num_intervals", "bev_z", "bev_y", "bev_x",
+            "batch",
+            "cameras",
+            "depth_bins",
+            "height",
+            "width",
+            "channels",
+            "num_points",
+            "num_intervals",
+            "bev_z",
+            "bev_y",
+            "bev_x",
         )
     ]
 
@@ -107,11 +116,27 @@ class CpuKernels:
         self.lib = ctypes.CDLL(str(path))
         self.lib.deploykit_plugins_abi_version.restype = ctypes.c_int32
         self.lib.deploykit_bev_pool_v2_cpu.argtypes = [
-            _F32, _F32, _I32, _I32, _I32, _I32, _I32, ctypes.POINTER(BevPoolDims), _F32, ctypes.c_char_p, ctypes.c_size_t,
+            _F32,
+            _F32,
+            _I32,
+            _I32,
+            _I32,
+            _I32,
+            _I32,
+            ctypes.POINTER(BevPoolDims),
+            _F32,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
         ]
         self.lib.deploykit_bev_pool_v2_cpu.restype = ctypes.c_int32
         self.lib.deploykit_pillar_scatter_cpu.argtypes = [
-            _F32, _I32, _I32, ctypes.POINTER(PillarScatterDims), _F32, ctypes.c_char_p, ctypes.c_size_t,
+            _F32,
+            _I32,
+            _I32,
+            ctypes.POINTER(PillarScatterDims),
+            _F32,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
         ]
         self.lib.deploykit_pillar_scatter_cpu.restype = ctypes.c_int32
 
@@ -130,8 +155,13 @@ class CpuKernels:
             out = np.full((b, *bev_shape, c), np.nan, np.float32)
         err = ctypes.create_string_buffer(512)
         status = self.lib.deploykit_bev_pool_v2_cpu(
-            depth.ctypes.data_as(_F32), feat.ctypes.data_as(_F32), *(a.ctypes.data_as(_I32) for a in ints),
-            ctypes.byref(dims), out.ctypes.data_as(_F32), err, len(err),
+            depth.ctypes.data_as(_F32),
+            feat.ctypes.data_as(_F32),
+            *(a.ctypes.data_as(_I32) for a in ints),
+            ctypes.byref(dims),
+            out.ctypes.data_as(_F32),
+            err,
+            len(err),
         )
         self._check(status, err)
         return out
@@ -146,8 +176,13 @@ class CpuKernels:
             out = np.full((b, c, *grid), np.nan, np.float32)
         err = ctypes.create_string_buffer(512)
         status = self.lib.deploykit_pillar_scatter_cpu(
-            features.ctypes.data_as(_F32), coords.ctypes.data_as(_I32), num_pillars.ctypes.data_as(_I32),
-            ctypes.byref(dims), out.ctypes.data_as(_F32), err, len(err),
+            features.ctypes.data_as(_F32),
+            coords.ctypes.data_as(_I32),
+            num_pillars.ctypes.data_as(_I32),
+            ctypes.byref(dims),
+            out.ctypes.data_as(_F32),
+            err,
+            len(err),
         )
         self._check(status, err)
         return out
@@ -292,11 +327,13 @@ def test_bev_pool_without_points_or_intervals_is_zero(cpu):
     ],
 )
 def test_bev_pool_rejects_rank_out_of_range(cpu, tensor, value, message):
-    inputs = dict(zip(
-        ("depth", "feat", "ranks_depth", "ranks_feat", "ranks_bev", "starts", "lengths"),
-        make_bev_inputs(np.random.default_rng(1), 1, 2, 3, 2, 2, 4, (2, 3, 3), keep=1.0),
-        strict=True,
-    ))
+    inputs = dict(
+        zip(
+            ("depth", "feat", "ranks_depth", "ranks_feat", "ranks_bev", "starts", "lengths"),
+            make_bev_inputs(np.random.default_rng(1), 1, 2, 3, 2, 2, 4, (2, 3, 3), keep=1.0),
+            strict=True,
+        )
+    )
     inputs[tensor][5] = value
     out = np.full((1, 2, 3, 3, 4), np.nan, np.float32)
     with pytest.raises(NativeError, match=message) as caught:
@@ -327,12 +364,14 @@ def test_negative_sizes_are_argument_errors(cpu):
     err = ctypes.create_string_buffer(256)
     out = np.zeros(1, np.float32)
     dims = BevPoolDims(1, 1, 1, 1, 1, 1, 0, 0, 1, -2, 1)
-    status = cpu.lib.deploykit_bev_pool_v2_cpu(None, None, None, None, None, None, None, ctypes.byref(dims),
-                                               out.ctypes.data_as(_F32), err, len(err))
+    status = cpu.lib.deploykit_bev_pool_v2_cpu(
+        None, None, None, None, None, None, None, ctypes.byref(dims), out.ctypes.data_as(_F32), err, len(err)
+    )
     assert (status, err.value.decode()) == (ERR_ARGUMENT, "BEVPoolV2: size Y = -2 is negative")
     pillar_dims = PillarScatterDims(1, -3, 1, 1, 1)
-    status = cpu.lib.deploykit_pillar_scatter_cpu(None, None, None, ctypes.byref(pillar_dims),
-                                                  out.ctypes.data_as(_F32), err, len(err))
+    status = cpu.lib.deploykit_pillar_scatter_cpu(
+        None, None, None, ctypes.byref(pillar_dims), out.ctypes.data_as(_F32), err, len(err)
+    )
     assert (status, err.value.decode()) == (ERR_ARGUMENT, "PillarScatter: size P = -3 is negative")
 
 
@@ -376,7 +415,12 @@ def test_pillar_scatter_by_hand(cpu):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        (2, 10, r"coords\[1, 3\] = \(-?\d+, 0, 10, \d+\) puts \(y, x\) = \(10, \d+\) outside the grid \(ny, nx\) = \(10, 12\)"),
+        (
+            2,
+            10,
+            r"coords\[1, 3\] = \(-?\d+, 0, 10, \d+\) puts \(y, x\) = \(10, \d+\) "
+            r"outside the grid \(ny, nx\) = \(10, 12\)",
+        ),
         (3, -1, r"coords\[1, 3\] = \(-?\d+, 0, \d+, -1\) puts \(y, x\) = \(\d+, -1\) outside the grid"),
     ],
 )
@@ -434,8 +478,18 @@ def cuda_build(tmp_path_factory) -> Path:
     options = [f"-DCMAKE_CUDA_ARCHITECTURES={TEST_ARCHS}"]
     if TRT_INCLUDE is not None:
         options.append(f"-DTENSORRT_INCLUDE_DIR={TRT_INCLUDE}")
-    _run([CMAKE, "-S", PLUGINS, "-B", build, "-DCMAKE_COMPILE_WARNING_AS_ERROR=ON",
-          "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *options])
+    _run(
+        [
+            CMAKE,
+            "-S",
+            PLUGINS,
+            "-B",
+            build,
+            "-DCMAKE_COMPILE_WARNING_AS_ERROR=ON",
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+            *options,
+        ]
+    )
     return build
 
 

@@ -1,5 +1,6 @@
 """What an installed deploykit needs of the plugin sources: nothing for a model without plugin nodes;
-the op descriptions (shipped in the package) for one with them; a build folder that is not site-packages. (.ci/run installs a wheel and runs scripts/smoke_install.sh outside the checkout.)"""
+the op descriptions (shipped in the package) for one with them; a build folder that is not
+site-packages. (.ci/run installs a wheel and runs scripts/smoke_install.sh outside the checkout.)"""
 
 import pytest
 from onnx import TensorProto, helper
@@ -13,9 +14,12 @@ def test_a_model_without_plugin_nodes_never_reads_the_op_descriptions(monkeypatc
         raise ConfigError("plugin sources not found")
 
     monkeypatch.setattr(onnx_functions, "descriptions", missing)
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Custom", ["y"], ["z"], domain="other")],
-                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Custom", ["y"], ["z"], domain="other")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])],
+    )
     assert onnx_functions.plugin_nodes(graph) == []
     ours = helper.make_node("BEVPoolV2", ["y"], ["z"], domain="deploykit")
     with pytest.raises(ConfigError):  # a plugin node does need them
@@ -51,8 +55,13 @@ def test_the_package_build_step_ships_the_plugin_sources(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)], cwd=root,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     shipped = tmp_path / "deploykit" / "_plugin_sources"
     assert (shipped / "CMakeLists.txt").is_file() and (shipped / "bev_pool" / "bev_pool.yaml").is_file()

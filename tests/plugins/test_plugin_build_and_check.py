@@ -86,13 +86,13 @@ def test_cli_check_on_a_missing_file(tmp_path):
 # Stand-in libraries: what the check reads, without CUDA or TensorRT
 
 
-STAND_IN = r'''
+STAND_IN = r"""
 #include <stdint.h>
 #define API __attribute__((visibility("default")))
 static const char *names[] = {NAMES};
 API void *getCreators(int32_t *n) { *n = (int32_t)(sizeof(names) / sizeof(names[0])); return (void *)names; }
 API void setLoggerFinder(void *finder) { (void)finder; }
-'''
+"""
 
 
 def _stand_in(folder: Path, names: list[str]) -> Path:
@@ -117,8 +117,10 @@ def test_check_falls_back_to_embedded_names_and_says_what_it_did_not_check(tmp_p
     assert report.passed and report.method == "strings"
     details = {f.check: (f.status, f.detail) for f in report.findings}
     assert details["creators"][0] == "not checked"
-    assert details["creator BEVPoolV2"][0] == "ok" and "not checked: that they belong to one creator" in details[
-        "creator BEVPoolV2"][1]
+    assert (
+        details["creator BEVPoolV2"][0] == "ok"
+        and "not checked: that they belong to one creator" in details["creator BEVPoolV2"][1]
+    )
 
 
 @needs_cc
@@ -129,8 +131,9 @@ def test_check_fails_when_a_name_is_missing(tmp_path, no_tensorrt):
     assert [f.check for f in failed] == ["creator PillarScatter"]
 
 
-def _glue_check(folder: Path, creators: list[dict], monkeypatch: pytest.MonkeyPatch | None = None,
-                library: Path | None = None) -> Path:
+def _glue_check(
+    folder: Path, creators: list[dict], monkeypatch: pytest.MonkeyPatch | None = None, library: Path | None = None
+) -> Path:
     """A stand-in deploykit_trt_glue_check that prints the creators JSON the real one prints; with
     ``monkeypatch``, ``folder`` becomes deploykit's build folder with ``library`` as its TensorRT library."""
     from deploykit.plugins import build
@@ -147,9 +150,15 @@ def _glue_check(folder: Path, creators: list[dict], monkeypatch: pytest.MonkeyPa
 
 
 def _described_creators() -> list[dict]:
-    return [{"name": op.plugin_name, "version": op.plugin_version, "namespace": op.plugin_namespace,
-             "fields": [{"name": a.name, "type": "int32", "length": a.length} for a in op.attributes]}
-            for op in descriptions().values()]
+    return [
+        {
+            "name": op.plugin_name,
+            "version": op.plugin_version,
+            "namespace": op.plugin_namespace,
+            "fields": [{"name": a.name, "type": "int32", "length": a.length} for a in op.attributes],
+        }
+        for op in descriptions().values()
+    ]
 
 
 @needs_cc
@@ -198,11 +207,13 @@ def test_a_truncated_elf_is_invalid_input(tmp_path, cut, no_tensorrt):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(NVCC is None or TRT_INCLUDE is None, reason="needs nvcc and TensorRT headers "
-                                                                "(plugins/tools/fetch_trt_headers.sh)")
+@pytest.mark.skipif(
+    NVCC is None or TRT_INCLUDE is None, reason="needs nvcc and TensorRT headers (plugins/tools/fetch_trt_headers.sh)"
+)
 def test_check_the_real_tensorrt_plugin_library(tmp_path):
-    result = build_plugins(tmp_path / "build", BuildOptions(tensorrt_include_dir=str(TRT_INCLUDE),
-                                                            cuda_architectures="90"))
+    result = build_plugins(
+        tmp_path / "build", BuildOptions(tensorrt_include_dir=str(TRT_INCLUDE), cuda_architectures="90")
+    )
     code, out, err = run_cli("plugins", "check", result.outputs["tensorrt"])
     assert code == 0, out + err
     assert "glue_check" in out or "tensorrt" in out

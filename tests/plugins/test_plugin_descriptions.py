@@ -54,8 +54,11 @@ def test_shapes_bind_and_disagreements_name_both_places():
 def test_attribute_and_dtype_checks():
     pillars = description("PillarScatter")
     assert check_attributes(pillars, {"grid": [496, 432]}, "node 'x'") == {"grid": (496, 432)}
-    with pytest.raises(ModelError, match=r"PillarScatter node 'x': missing required attribute 'grid' "
-                                         r"\(2 positive ints: ny, nx\)"):
+    with pytest.raises(
+        ModelError,
+        match=r"PillarScatter node 'x': missing required attribute 'grid' "
+        r"\(2 positive ints: ny, nx\)",
+    ):
         check_attributes(pillars, {}, "node 'x'")
     with pytest.raises(ModelError, match=r"attribute 'grid' = \[496, -1\] must be 2 positive ints"):
         check_attributes(pillars, {"grid": [496, -1]}, "node 'x'")
@@ -65,7 +68,9 @@ def test_attribute_and_dtype_checks():
 
 
 def test_importing_the_package_loads_neither_torch_nor_onnx():
-    code = ("import sys, deploykit.plugins, deploykit.plugins.descriptions, deploykit.cli.plugins; "
-            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))")
+    code = (
+        "import sys, deploykit.plugins, deploykit.plugins.descriptions, deploykit.cli.plugins; "
+        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -75,7 +75,7 @@ def bev():
 '''
 
 CONFIGS = {
-    "pillars": '''
+    "pillars": """
 name: pillars
 source: {factory: "plugin_models:pillars"}
 inputs:
@@ -86,8 +86,8 @@ dims: {batch: {min: 1, opt: 2, max: 3}}
 export: {exporter: EXPORTER}
 parity: {samples: 1}
 gate: {warmup: 1, iterations: 3, trials: 1, allow_missing_target: true}
-''',
-    "bev": '''
+""",
+    "bev": """
 name: bev
 source: {factory: "plugin_models:bev"}
 inputs:
@@ -95,7 +95,7 @@ inputs:
 export: {exporter: EXPORTER}
 parity: {samples: 1}
 gate: {warmup: 1, iterations: 3, trials: 1, allow_missing_target: true}
-''',
+""",
 }
 PLUGIN = {"pillars": ("PillarScatter", {"grid": [16, 20]}), "bev": ("BEVPoolV2", {"bev_shape": [1, 6, 7]})}
 

@@ -73,12 +73,15 @@ def test_float16_node_runs_on_the_cpu_provider():
     np.testing.assert_allclose(got.astype(np.float32), bev_pool_reference(*half, (1, 8, 8)), rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize(("index", "value", "node", "reported"), [
-    (2, 24, "gather_ranks_depth", "idx=24"),
-    (2, -1, "gather_ranks_depth", "idx=-25"),  # a negative index is moved out of range, not wrapped
-    (3, 8, "gather_ranks_feat", "idx=8"),
-    (4, 18, "scatter_ranks_bev", "indice = 18"),
-])
+@pytest.mark.parametrize(
+    ("index", "value", "node", "reported"),
+    [
+        (2, 24, "gather_ranks_depth", "idx=24"),
+        (2, -1, "gather_ranks_depth", "idx=-25"),  # a negative index is moved out of range, not wrapped
+        (3, 8, "gather_ranks_feat", "idx=8"),
+        (4, 18, "scatter_ranks_bev", "indice = 18"),
+    ],
+)
 def test_bev_pool_function_fails_on_ranks_out_of_range(index, value, node, reported):
     inputs = list(make_bev_inputs(np.random.default_rng(3), 1, 2, 3, 2, 2, 4, (2, 3, 3), keep=1.0))
     inputs[index][0] = value  # the first point starts the first interval, so every rank of it is read
@@ -108,8 +111,11 @@ def test_pillar_scatter_function_fails_on_a_live_pillar_off_the_grid():
 
 def test_missing_required_attribute_is_named():
     model = plugin_model("BEVPoolV2", {}, bodies=False)
-    with pytest.raises(ModelError, match=r"BEVPoolV2 node 'plugin': missing required attribute 'bev_shape' "
-                                         r"\(3 positive ints: Z, Y, X\)"):
+    with pytest.raises(
+        ModelError,
+        match=r"BEVPoolV2 node 'plugin': missing required attribute 'bev_shape' "
+        r"\(3 positive ints: Z, Y, X\)",
+    ):
         attach_bodies(model)
     with pytest.raises(ModelError, match=r"missing required attribute 'grid' \(2 positive ints: ny, nx\)"):
         attach_bodies(plugin_model("PillarScatter", {}, bodies=False))
@@ -117,16 +123,23 @@ def test_missing_required_attribute_is_named():
 
 @pytest.mark.parametrize("value", [[1, 8], [1, 0, 8]])
 def test_malformed_attribute_is_named(value):
-    with pytest.raises(ModelError, match=rf"attribute 'bev_shape' = \[{', '.join(map(str, value))}\] must be "
-                                         r"3 positive ints"):
+    with pytest.raises(
+        ModelError,
+        match=rf"attribute 'bev_shape' = \[{', '.join(map(str, value))}\] must be "
+        r"3 positive ints",
+    ):
         attach_bodies(plugin_model("BEVPoolV2", {"bev_shape": value}, bodies=False))
 
 
 def test_static_shapes_and_dtypes_are_checked_when_known():
     """Ranks are usually initializers: a P that differs, or int64 ranks, is caught before anything runs."""
     model = plugin_model("BEVPoolV2", {"bev_shape": [1, 3, 3]}, bodies=False)
-    model.graph.initializer.extend([numpy_helper.from_array(np.zeros(10, np.int32), "ranks_depth"),
-                                    numpy_helper.from_array(np.zeros(9, np.int32), "ranks_feat")])
+    model.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.zeros(10, np.int32), "ranks_depth"),
+            numpy_helper.from_array(np.zeros(9, np.int32), "ranks_feat"),
+        ]
+    )
     with pytest.raises(ModelError, match=r"ranks_feat has P = 9 but ranks_depth has P = 10"):
         attach_bodies(model)
     del model.graph.initializer[1]

@@ -32,8 +32,9 @@ def test_bev_pool_paths_agree(cpu_kernels, case, seed):
     paths = {
         "cpp": cpu_kernels.bev_pool_v2(*inputs, bev_shape),
         "torch": bev_pool_v2(*(torch.from_numpy(a) for a in inputs), list(bev_shape)).numpy(),
-        "onnx": run_onnx(plugin_model("BEVPoolV2", {"bev_shape": list(bev_shape)}),
-                         dict(zip(BEV_NAMES, inputs, strict=True))),
+        "onnx": run_onnx(
+            plugin_model("BEVPoolV2", {"bev_shape": list(bev_shape)}), dict(zip(BEV_NAMES, inputs, strict=True))
+        ),
     }
     for name, got in paths.items():
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=name)
@@ -47,7 +48,9 @@ def test_pillar_scatter_paths_agree(cpu_kernels, case):
     paths = {
         "cpp": cpu_kernels.pillar_scatter(*inputs, grid),
         "torch": pillar_scatter(*(torch.from_numpy(a) for a in inputs), list(grid)).numpy(),
-        "onnx": run_onnx(plugin_model("PillarScatter", {"grid": list(grid)}), dict(zip(PILLAR_NAMES, inputs, strict=True))),
+        "onnx": run_onnx(
+            plugin_model("PillarScatter", {"grid": list(grid)}), dict(zip(PILLAR_NAMES, inputs, strict=True))
+        ),
     }
     for name, got in paths.items():
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
@@ -86,5 +89,9 @@ def test_binding_checks_what_the_c_abi_cannot_see(cpu_kernels):
 def test_binding_reads_non_contiguous_arrays(cpu_kernels):
     features, coords, counts = make_pillar_inputs(np.random.default_rng(7), 2, 6, 3, (4, 5), [6, 2])
     strided = np.asfortranarray(features)
-    np.testing.assert_allclose(cpu_kernels.pillar_scatter(strided, coords, counts, (4, 5)),
-                               pillar_scatter_reference(features, coords, counts, (4, 5)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        cpu_kernels.pillar_scatter(strided, coords, counts, (4, 5)),
+        pillar_scatter_reference(features, coords, counts, (4, 5)),
+        rtol=1e-6,
+        atol=1e-6,
+    )

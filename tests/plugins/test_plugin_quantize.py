@@ -55,8 +55,15 @@ def plugin_onnx() -> onnx.ModelProto:
     buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter's notice
-        torch.onnx.export(TinyBev().eval(), (torch.randn(SHAPE),), buf, dynamo=False, opset_version=18,
-                          input_names=["images"], output_names=["out"])
+        torch.onnx.export(
+            TinyBev().eval(),
+            (torch.randn(SHAPE),),
+            buf,
+            dynamo=False,
+            opset_version=18,
+            input_names=["images"],
+            output_names=["out"],
+        )
     return attach_bodies(onnx.load_model_from_string(buf.getvalue()))[0]
 
 
@@ -90,8 +97,8 @@ def test_inline_then_restore_gives_the_plugin_back_unchanged(plugin_onnx):
     expected = _run(plugin_onnx, images)
     np.testing.assert_allclose(_run(inlined.model, images), expected, rtol=1e-6, atol=1e-6)
     restored = restore_plugins(inlined.model, inlined)
-    original, = _plugins(plugin_onnx)
-    node, = _plugins(restored)
+    (original,) = _plugins(plugin_onnx)
+    (node,) = _plugins(restored)
     assert node.SerializeToString() == original.SerializeToString()
     assert [f.name for f in restored.functions] == ["BEVPoolV2"]
     assert Counter(n.op_type for n in restored.graph.node) == Counter(n.op_type for n in plugin_onnx.graph.node)
@@ -116,10 +123,17 @@ def test_onnxruntime_int8_keeps_the_plugin_node(plugin_onnx, tmp_path):
 
     inlined = inline_plugins(plugin_onnx)
     onnx.save(inlined.model, tmp_path / "inlined.onnx")
-    quantize_static(str(tmp_path / "inlined.onnx"), str(tmp_path / "q.onnx"), _Reader(_samples(8, 2)),
-                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                    nodes_to_exclude=list(inlined.node_names), extra_options={"ActivationSymmetric": True},
-                    reduce_range=resolve_reduce_range("auto"))  # AVX2 without VNNI: 8-bit weights saturate
+    quantize_static(
+        str(tmp_path / "inlined.onnx"),
+        str(tmp_path / "q.onnx"),
+        _Reader(_samples(8, 2)),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        nodes_to_exclude=list(inlined.node_names),
+        extra_options={"ActivationSymmetric": True},
+        reduce_range=resolve_reduce_range("auto"),
+    )  # AVX2 without VNNI: 8-bit weights saturate
     restored = restore_plugins(onnx.load(tmp_path / "q.onnx"), inlined)
     onnx.checker.check_model(restored)
     assert len(_plugins(restored)) == 1 and [f.name for f in restored.functions] == ["BEVPoolV2"]
@@ -165,9 +179,17 @@ def _modelopt_int8(path, output, high_precision: str, **kwargs) -> onnx.ModelPro
 
     # ModelOpt patches onnxruntime.quantization in place; unguarded, later tests' quantize_static breaks.
     with ort_patch_guard():
-        quantize(str(path), quantize_mode="int8", calibration_data={"images": _samples(8, 5)[:, 0]},
-                 calibration_method="max", calibration_eps=["cpu"], output_path=str(output),
-                 high_precision_dtype=high_precision, log_level="ERROR", **kwargs)
+        quantize(
+            str(path),
+            quantize_mode="int8",
+            calibration_data={"images": _samples(8, 5)[:, 0]},
+            calibration_method="max",
+            calibration_eps=["cpu"],
+            output_path=str(output),
+            high_precision_dtype=high_precision,
+            log_level="ERROR",
+            **kwargs,
+        )
     return onnx.load(output)
 
 
@@ -182,16 +204,21 @@ def test_modelopt_loses_the_function_without_the_helpers(plugin_onnx, tmp_path):
 def test_modelopt_int8_keeps_the_plugin_node_in_fp32(plugin_onnx, tmp_path, high_precision):
     inlined = inline_plugins(plugin_onnx)
     onnx.save(inlined.model, tmp_path / "inlined.onnx")
-    quantized = _modelopt_int8(tmp_path / "inlined.onnx", tmp_path / "q.onnx", high_precision,
-                               nodes_to_exclude=list(inlined.node_names),
-                               op_types_to_exclude_fp16=list(EXCLUDE_FP16_OP_TYPES))
+    quantized = _modelopt_int8(
+        tmp_path / "inlined.onnx",
+        tmp_path / "q.onnx",
+        high_precision,
+        nodes_to_exclude=list(inlined.node_names),
+        op_types_to_exclude_fp16=list(EXCLUDE_FP16_OP_TYPES),
+    )
     restored = restore_plugins(quantized, inlined)
     onnx.checker.check_model(restored)
-    plugin, = _plugins(restored)
+    (plugin,) = _plugins(restored)
     assert [f.name for f in restored.functions] == ["BEVPoolV2"]
     assert Counter(n.op_type for n in restored.graph.node)["QuantizeLinear"] >= 4
-    types = {vi.name: vi.type.tensor_type.elem_type
-             for vi in onnx.shape_inference.infer_shapes(restored).graph.value_info}
+    types = {
+        vi.name: vi.type.tensor_type.elem_type for vi in onnx.shape_inference.infer_shapes(restored).graph.value_info
+    }
     assert types[plugin.input[0]] == types[plugin.input[1]] == types[plugin.output[0]] == onnx.TensorProto.FLOAT
     images = _samples(1, 6)[0]
     got = _run(restored, images)  # ONNX Runtime's CPU provider runs it: no FP16 ScatterND(add)
@@ -207,7 +234,7 @@ def test_restore_survives_a_constant_folder_in_between(plugin_onnx):
     folded = Sanitize().run(inlined.model).model
     assert "ranks_depth" not in {t.name for t in folded.graph.initializer}
     restored = restore_plugins(folded, inlined)
-    node, = _plugins(restored)
+    (node,) = _plugins(restored)
     assert list(node.input) == list(_plugins(plugin_onnx)[0].input)
     images = _samples(1, 7)[0]
     np.testing.assert_allclose(_run(restored, images), _run(plugin_onnx, images), rtol=1e-5, atol=1e-5)
@@ -222,14 +249,20 @@ def test_fp16_autocast_around_the_plugin_keeps_it_fp32(plugin_onnx, tmp_path):
 
     inlined = inline_plugins(plugin_onnx)
     onnx.save(inlined.model, tmp_path / "inlined.onnx")
-    converted = convert_to_mixed_precision(str(tmp_path / "inlined.onnx"), low_precision_type="fp16",
-                                           nodes_to_exclude=[f"^{re.escape(n)}$" for n in inlined.node_names],
-                                           data_max=np.inf, init_max=np.inf, keep_io_types=True)
+    converted = convert_to_mixed_precision(
+        str(tmp_path / "inlined.onnx"),
+        low_precision_type="fp16",
+        nodes_to_exclude=[f"^{re.escape(n)}$" for n in inlined.node_names],
+        data_max=np.inf,
+        init_max=np.inf,
+        keep_io_types=True,
+    )
     restored = restore_plugins(converted, inlined)
     onnx.checker.check_model(restored)
-    plugin, = _plugins(restored)
-    types = {vi.name: vi.type.tensor_type.elem_type
-             for vi in onnx.shape_inference.infer_shapes(restored).graph.value_info}
+    (plugin,) = _plugins(restored)
+    types = {
+        vi.name: vi.type.tensor_type.elem_type for vi in onnx.shape_inference.infer_shapes(restored).graph.value_info
+    }
     assert {types[plugin.input[0]], types[plugin.input[1]], types[plugin.output[0]]} == {onnx.TensorProto.FLOAT}
     assert any(t == onnx.TensorProto.FLOAT16 for t in types.values())  # the rest did become FP16
     images = _samples(1, 8)[0]

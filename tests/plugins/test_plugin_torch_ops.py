@@ -57,17 +57,24 @@ def test_bev_pool_float16_sums_in_float32():
 
 
 def _bad_bev_inputs():
-    return dict(zip(("depth", "feat", "ranks_depth", "ranks_feat", "ranks_bev", "starts", "lengths"),
-                    _torch(make_bev_inputs(np.random.default_rng(3), 1, 2, 3, 2, 2, 4, (2, 3, 3), keep=1.0)),
-                    strict=True))
+    return dict(
+        zip(
+            ("depth", "feat", "ranks_depth", "ranks_feat", "ranks_bev", "starts", "lengths"),
+            _torch(make_bev_inputs(np.random.default_rng(3), 1, 2, 3, 2, 2, 4, (2, 3, 3), keep=1.0)),
+            strict=True,
+        )
+    )
 
 
-@pytest.mark.parametrize(("tensor", "value", "message"), [
-    ("ranks_depth", 24, r"BEVPoolV2: ranks_depth\[5\] = 24 is outside \[0, 24\) \(B\*N\*D\*H\*W\)"),
-    ("ranks_depth", -1, r"ranks_depth\[5\] = -1 is outside \[0, 24\)"),
-    ("ranks_feat", 8, r"ranks_feat\[5\] = 8 is outside \[0, 8\) \(B\*N\*H\*W\)"),
-    ("ranks_bev", 18, r"ranks_bev\[5\] = 18 is outside \[0, 18\) \(B\*Z\*Y\*X\)"),
-])
+@pytest.mark.parametrize(
+    ("tensor", "value", "message"),
+    [
+        ("ranks_depth", 24, r"BEVPoolV2: ranks_depth\[5\] = 24 is outside \[0, 24\) \(B\*N\*D\*H\*W\)"),
+        ("ranks_depth", -1, r"ranks_depth\[5\] = -1 is outside \[0, 24\)"),
+        ("ranks_feat", 8, r"ranks_feat\[5\] = 8 is outside \[0, 8\) \(B\*N\*H\*W\)"),
+        ("ranks_bev", 18, r"ranks_bev\[5\] = 18 is outside \[0, 18\) \(B\*Z\*Y\*X\)"),
+    ],
+)
 def test_bev_pool_names_the_rank_out_of_range(tensor, value, message):
     inputs = _bad_bev_inputs()
     inputs[tensor][5] = value
@@ -79,16 +86,22 @@ def test_bev_pool_names_the_rank_out_of_range(tensor, value, message):
 def test_bev_pool_names_the_interval_outside_the_points(start, length):
     inputs = _bad_bev_inputs()
     inputs["starts"][2], inputs["lengths"][2] = start, length
-    with pytest.raises(DataError, match=rf"interval 2 \(interval_starts\[2\] = {start}, interval_lengths\[2\] = "
-                                        rf"{length}\) is outside the 24 points"):
+    with pytest.raises(
+        DataError,
+        match=rf"interval 2 \(interval_starts\[2\] = {start}, interval_lengths\[2\] = "
+        rf"{length}\) is outside the 24 points",
+    ):
         bev_pool_v2(*inputs.values(), [2, 3, 3])
 
 
-@pytest.mark.parametrize(("tensor", "message"), [
-    ("ranks_feat", r"ranks_feat has P = 23 \(dim 0\) but ranks_depth has P = 24"),
-    ("ranks_bev", r"ranks_bev has P = 23 \(dim 0\) but ranks_depth has P = 24"),
-    ("lengths", r"interval_lengths has K = \d+ \(dim 0\) but interval_starts has K = \d+"),
-])
+@pytest.mark.parametrize(
+    ("tensor", "message"),
+    [
+        ("ranks_feat", r"ranks_feat has P = 23 \(dim 0\) but ranks_depth has P = 24"),
+        ("ranks_bev", r"ranks_bev has P = 23 \(dim 0\) but ranks_depth has P = 24"),
+        ("lengths", r"interval_lengths has K = \d+ \(dim 0\) but interval_starts has K = \d+"),
+    ],
+)
 def test_bev_pool_refuses_mismatched_lengths(tensor, message):
     inputs = _bad_bev_inputs()
     inputs[tensor] = inputs[tensor][:-1]
@@ -96,11 +109,14 @@ def test_bev_pool_refuses_mismatched_lengths(tensor, message):
         bev_pool_v2(*inputs.values(), [2, 3, 3])
 
 
-@pytest.mark.parametrize(("tensor", "dtype", "message"), [
-    ("ranks_depth", torch.int64, r"ranks_depth must be int32, got int64"),
-    ("depth", torch.float64, r"depth must be float32 or float16, got float64"),
-    ("feat", torch.float16, r"feat is float16 but depth is float32"),
-])
+@pytest.mark.parametrize(
+    ("tensor", "dtype", "message"),
+    [
+        ("ranks_depth", torch.int64, r"ranks_depth must be int32, got int64"),
+        ("depth", torch.float64, r"depth must be float32 or float16, got float64"),
+        ("feat", torch.float16, r"feat is float16 but depth is float32"),
+    ],
+)
 def test_bev_pool_refuses_wrong_dtypes(tensor, dtype, message):
     inputs = _bad_bev_inputs()
     inputs[tensor] = inputs[tensor].to(dtype)
@@ -133,11 +149,18 @@ def test_pillar_scatter_with_no_live_pillar_is_zero():
     assert not pillar_scatter(features, coords, torch.zeros(2, dtype=torch.int32), [5, 5]).any()
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    (2, 10, r"PillarScatter: coords\[1, 3\] = \(-?\d+, 0, 10, \d+\) puts \(y, x\) = \(10, \d+\) outside the grid "
-            r"\(ny, nx\) = \(10, 12\)"),
-    (3, -1, r"coords\[1, 3\] = \(-?\d+, 0, \d+, -1\) puts \(y, x\) = \(\d+, -1\)"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            2,
+            10,
+            r"PillarScatter: coords\[1, 3\] = \(-?\d+, 0, 10, \d+\) puts \(y, x\) = \(10, \d+\) outside the grid "
+            r"\(ny, nx\) = \(10, 12\)",
+        ),
+        (3, -1, r"coords\[1, 3\] = \(-?\d+, 0, \d+, -1\) puts \(y, x\) = \(\d+, -1\)"),
+    ],
+)
 def test_pillar_scatter_names_the_pillar_off_the_grid(field, value, message):
     features, coords, counts = _torch(make_pillar_inputs(np.random.default_rng(6), 2, 8, 3, (10, 12), [8, 5]))
     coords[1, 3, field] = value
@@ -173,8 +196,12 @@ def test_fake_tensors_give_the_output_shape_without_data():
         ranks = [torch.empty(1000, dtype=torch.int32) for _ in range(3)]
         intervals = [torch.empty(50, dtype=torch.int32) for _ in range(2)]
         assert tuple(bev_pool_v2(depth, feat, *ranks, *intervals, [1, 128, 128]).shape) == (2, 1, 128, 128, 80)
-        out = pillar_scatter(torch.empty(2, 100, 64), torch.empty(2, 100, 4, dtype=torch.int32),
-                             torch.empty(2, dtype=torch.int32), [496, 432])
+        out = pillar_scatter(
+            torch.empty(2, 100, 64),
+            torch.empty(2, 100, 4, dtype=torch.int32),
+            torch.empty(2, dtype=torch.int32),
+            [496, 432],
+        )
         assert tuple(out.shape) == (2, 64, 496, 432)
         with pytest.raises(DataError, match="ranks_feat has P = 999"):
             bev_pool_v2(depth, feat, ranks[0], ranks[1][:999], ranks[2], *intervals, [1, 128, 128])

@@ -29,16 +29,21 @@ def include_dir(folder: Path, major: int, minor: int, patch: int = 0, *, indirec
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "NvInferRuntime.h").write_text("// stand-in\n")
     if indirect:
-        text = (f"#define TRT_MAJOR_ENTERPRISE {major}\n#define TRT_MINOR_ENTERPRISE {minor}\n"
-                f"#define TRT_PATCH_ENTERPRISE {patch}\n#define NV_TENSORRT_MAJOR TRT_MAJOR_ENTERPRISE\n"
-                "#define NV_TENSORRT_MINOR TRT_MINOR_ENTERPRISE\n#define NV_TENSORRT_PATCH TRT_PATCH_ENTERPRISE\n")
+        text = (
+            f"#define TRT_MAJOR_ENTERPRISE {major}\n#define TRT_MINOR_ENTERPRISE {minor}\n"
+            f"#define TRT_PATCH_ENTERPRISE {patch}\n#define NV_TENSORRT_MAJOR TRT_MAJOR_ENTERPRISE\n"
+            "#define NV_TENSORRT_MINOR TRT_MINOR_ENTERPRISE\n#define NV_TENSORRT_PATCH TRT_PATCH_ENTERPRISE\n"
+        )
     else:
-        text = f"#define NV_TENSORRT_MAJOR {major}\n#define NV_TENSORRT_MINOR {minor}\n#define NV_TENSORRT_PATCH {patch}\n"
+        text = (
+            f"#define NV_TENSORRT_MAJOR {major}\n#define NV_TENSORRT_MINOR {minor}\n#define NV_TENSORRT_PATCH {patch}\n"
+        )
     (folder / "NvInferVersion.h").write_text(text)
     return folder
 
 
 # -- reading the headers' version --------------------------------------------------------------------
+
 
 def test_header_version_follows_the_macro_indirection(tmp_path: Path) -> None:
     assert trt_headers.header_version(include_dir(tmp_path / "a", 10, 14, 1)) == (10, 14, 1)
@@ -53,6 +58,7 @@ def test_header_version_of_the_real_fetched_headers() -> None:
 
 
 # -- choosing them ------------------------------------------------------------------------------------
+
 
 def test_choose_refuses_headers_of_another_major_than_the_installed_tensorrt(tmp_path: Path) -> None:
     ten = include_dir(tmp_path / "ten", 10, 14, 1)
@@ -72,8 +78,11 @@ def test_choose_builds_no_glue_when_only_the_fetched_10x_headers_exist_for_tenso
 
 
 def test_choose_prefers_the_installed_minor_then_the_same_major(tmp_path: Path) -> None:
-    found = [(include_dir(tmp_path / "a", 11, 1), "the system"), (include_dir(tmp_path / "b", 11, 4), "the wheel"),
-             (include_dir(tmp_path / "c", 10, 14), "the fetched set")]
+    found = [
+        (include_dir(tmp_path / "a", 11, 1), "the system"),
+        (include_dir(tmp_path / "b", 11, 4), "the wheel"),
+        (include_dir(tmp_path / "c", 10, 14), "the fetched set"),
+    ]
     assert trt_headers.choose("", "11.4.0.106", found).include_dir == str(tmp_path / "b")
     assert trt_headers.choose("", "11.2.0.1", found).version == (11, 1, 0)
     assert trt_headers.choose("", "10.13.3.9", found).version == (10, 14, 0)
@@ -106,13 +115,13 @@ def test_build_options_turn_the_glue_off_when_no_headers_fit(tmp_path: Path, mon
 
 # -- the record in the library, read from the file ---------------------------------------------------
 
-STAND_IN = r'''
+STAND_IN = r"""
 #include <stdint.h>
 #define API __attribute__((visibility("default")))
 API const int32_t deploykit_tensorrt_headers[3] = {MAJOR, MINOR, 1};
 API void *getCreators(int32_t *n) { *n = 0; return 0; }
 API void setLoggerFinder(void *finder) { (void)finder; }
-'''
+"""
 
 
 def stand_in(folder: Path, major: int | None, minor: int = 14, *, cudart: str = "") -> Path:
@@ -127,11 +136,14 @@ def stand_in(folder: Path, major: int | None, minor: int = 14, *, cudart: str = 
     link = []
     if cudart:
         (folder / "empty.c").write_text("int deploykit_stand_in_cudart;\n")
-        subprocess.run(["cc", "-shared", "-fPIC", f"-Wl,-soname,{cudart}", "-o", folder / cudart, folder / "empty.c"],
-                       check=True)
+        subprocess.run(
+            ["cc", "-shared", "-fPIC", f"-Wl,-soname,{cudart}", "-o", folder / cudart, folder / "empty.c"], check=True
+        )
         link = [f"-L{folder}", f"-l:{cudart}", "-Wl,--no-as-needed"]
-    subprocess.run(["cc", "-shared", "-fPIC", "-fvisibility=hidden", "-O2", "-Wl,--no-as-needed", "-o", library,
-                    source, *link], check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-fvisibility=hidden", "-O2", "-Wl,--no-as-needed", "-o", library, source, *link],
+        check=True,
+    )
     return library
 
 
@@ -155,6 +167,7 @@ def test_double_load_libraries_refuses_another_major_before_opening_it(tmp_path:
             opened.append(path)
             fake.registry.all_creators.append(Creator("BEVPoolV2", "1", "deploykit"))
             return object()
+
         return opener
 
     eleven = FakeTensorRT(Scenario(version="11.4.0.106"))
@@ -175,13 +188,17 @@ def no_tensorrt(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize(("installed", "status", "text"), [
-    ("11.4.0.106", "failed", "compiled against the TensorRT 10.14 headers but this is TensorRT 11.4.0.106"),
-    ("10.13.3.9", "ok", "TensorRT 10.13.3.9 is installed (same major)"),
-    ("", "ok", "no TensorRT installed here to compare with: it runs only on TensorRT 10.x"),
-])
-def test_plugins_check_compares_the_record_with_the_installed_tensorrt(tmp_path: Path, monkeypatch, no_tensorrt,
-                                                                      installed, status, text) -> None:
+@pytest.mark.parametrize(
+    ("installed", "status", "text"),
+    [
+        ("11.4.0.106", "failed", "compiled against the TensorRT 10.14 headers but this is TensorRT 11.4.0.106"),
+        ("10.13.3.9", "ok", "TensorRT 10.13.3.9 is installed (same major)"),
+        ("", "ok", "no TensorRT installed here to compare with: it runs only on TensorRT 10.x"),
+    ],
+)
+def test_plugins_check_compares_the_record_with_the_installed_tensorrt(
+    tmp_path: Path, monkeypatch, no_tensorrt, installed, status, text
+) -> None:
     monkeypatch.setattr(trt_headers, "installed_tensorrt", lambda: installed)
     finding = {f.check: f for f in library_check.check_library(stand_in(tmp_path, 10)).findings}["TensorRT headers"]
     assert finding.status == status and text in finding.detail
@@ -194,8 +211,9 @@ def test_plugins_check_says_when_the_library_records_nothing(tmp_path: Path, no_
 
 
 @needs_cc
-def test_plugins_check_warns_when_the_cuda_runtime_differs_from_tensorrts(tmp_path: Path, monkeypatch,
-                                                                          no_tensorrt) -> None:
+def test_plugins_check_warns_when_the_cuda_runtime_differs_from_tensorrts(
+    tmp_path: Path, monkeypatch, no_tensorrt
+) -> None:
     from deploykit.backends import trt_compat
 
     library = stand_in(tmp_path, 10, cudart="libcudart.so.13")

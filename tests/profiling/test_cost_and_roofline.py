@@ -12,15 +12,18 @@ from deploykit.profiling.peaks import Peaks, monotonic
 from deploykit.profiling.summary import layer_row, render_markdown, summarize
 
 
-def conv_layer(n: int, cin: int, cout: int, hw: int, k: int, groups: int = 1, op: str = "Conv",
-               dtype: str = "fp32") -> Layer:
+def conv_layer(
+    n: int, cin: int, cout: int, hw: int, k: int, groups: int = 1, op: str = "Conv", dtype: str = "fp32"
+) -> Layer:
     x = Tensor(dtype, (n, cin, hw, hw))
     w = Tensor(dtype, (cout, cin // groups, k, k))
     y = Tensor(dtype, (n, cout, hw, hw))
     return Layer("conv", op, compute_precision(op, [x, w]), [x, w], [y])
 
 
-@pytest.mark.parametrize(("cin", "cout", "k", "groups"), [(3, 16, 3, 1), (32, 32, 3, 32), (64, 128, 1, 1), (8, 16, 5, 2)])
+@pytest.mark.parametrize(
+    ("cin", "cout", "k", "groups"), [(3, 16, 3, 1), (32, 32, 3, 32), (64, 128, 1, 1), (8, 16, 5, 2)]
+)
 def test_conv_flops_are_two_macs_per_output_element_and_weight(cin, cout, k, groups) -> None:
     n, hw = 2, 7
     layer = conv_layer(n, cin, cout, hw, k, groups)
@@ -33,7 +36,9 @@ def test_conv_flops_are_two_macs_per_output_element_and_weight(cin, cout, k, gro
 def test_qlinearconv_reads_its_weight_at_input_3_and_computes_in_int8() -> None:
     x, scale, zero = Tensor("uint8", (1, 8, 5, 5)), Tensor("fp32", ()), Tensor("uint8", ())
     w = Tensor("int8", (4, 8, 3, 3))
-    layer = Layer("q", "QLinearConv", "", [x, scale, zero, w, scale, zero, scale, zero], [Tensor("uint8", (1, 4, 5, 5))])
+    layer = Layer(
+        "q", "QLinearConv", "", [x, scale, zero, w, scale, zero, scale, zero], [Tensor("uint8", (1, 4, 5, 5))]
+    )
     assert compute_precision("QLinearConv", layer.inputs) == "int8"
     assert layer_cost(layer).flops == 2 * (4 * 5 * 5) * (8 * 3 * 3)
 
@@ -41,11 +46,23 @@ def test_qlinearconv_reads_its_weight_at_input_3_and_computes_in_int8() -> None:
 def test_matmul_gemm_pool_reduce_movement() -> None:
     a, b = Tensor("fp32", (4, 6, 32)), Tensor("fp32", (32, 10))
     assert layer_cost(Layer("m", "MatMul", "fp32", [a, b], [Tensor("fp32", (4, 6, 10))])).flops == 2 * 4 * 6 * 10 * 32
-    gemm = Layer("g", "Gemm", "fp32", [Tensor("fp32", (12, 5)), Tensor("fp32", (12, 7))], [Tensor("fp32", (5, 7))],
-                 attributes={"transA": 1})
+    gemm = Layer(
+        "g",
+        "Gemm",
+        "fp32",
+        [Tensor("fp32", (12, 5)), Tensor("fp32", (12, 7))],
+        [Tensor("fp32", (5, 7))],
+        attributes={"transA": 1},
+    )
     assert layer_cost(gemm).flops == 2 * 5 * 7 * 12
-    pool = Layer("p", "MaxPool", "fp32", [Tensor("fp32", (1, 3, 8, 8))], [Tensor("fp32", (1, 3, 4, 4))],
-                 attributes={"kernel_shape": [2, 2]})
+    pool = Layer(
+        "p",
+        "MaxPool",
+        "fp32",
+        [Tensor("fp32", (1, 3, 8, 8))],
+        [Tensor("fp32", (1, 3, 4, 4))],
+        attributes={"kernel_shape": [2, 2]},
+    )
     assert layer_cost(pool).flops == 3 * 4 * 4 * 4
     gap = Layer("r", "GlobalAveragePool", "fp32", [Tensor("fp32", (1, 3, 8, 8))], [Tensor("fp32", (1, 3, 1, 1))])
     assert layer_cost(gap).flops == 3 * 8 * 8
@@ -75,14 +92,17 @@ def test_roofline_columns_by_hand() -> None:
 
 
 def test_memory_bound_layers_are_judged_by_bandwidth_at_their_working_set() -> None:
-    small = Layer("relu", "Relu", "fp32", [Tensor("fp32", (1, 64, 32, 32))], [Tensor("fp32", (1, 64, 32, 32))],
-                  times_ms=[0.1])  # 512 KiB moved: fits the 1 MiB tier
+    small = Layer(
+        "relu", "Relu", "fp32", [Tensor("fp32", (1, 64, 32, 32))], [Tensor("fp32", (1, 64, 32, 32))], times_ms=[0.1]
+    )  # 512 KiB moved: fits the 1 MiB tier
     row = layer_row(small, 1.0, PEAKS)
     assert row["bound"] == "memory" and row["memory_peak"] == 200e9
     nbytes = 2 * 64 * 32 * 32 * 4
     assert math.isclose(row["floor_ms"], nbytes / 200e9 * 1e3)
     assert math.isclose(row["roofline_flops"], (64 * 32 * 32) / nbytes * 200e9)
-    copy = Layer("t", "Transpose", "fp32", [Tensor("fp32", (4096, 4096))], [Tensor("fp32", (4096, 4096))], times_ms=[10.0])
+    copy = Layer(
+        "t", "Transpose", "fp32", [Tensor("fp32", (4096, 4096))], [Tensor("fp32", (4096, 4096))], times_ms=[10.0]
+    )
     row = layer_row(copy, 10.0, PEAKS)  # no FLOPs: the distance from the roof is in bandwidth, at the DRAM tier
     assert row["memory_peak"] == 20e9 and math.isclose(row["of_roofline"], (2 * 4096 * 4096 * 4 / 10e-3) / 20e9)
 
@@ -99,8 +119,11 @@ def test_monotonic_bandwidth_repairs_noisy_cache_tiers() -> None:
 
 
 def test_summary_aggregates_top_n_op_types_precisions_and_the_floor() -> None:
-    layers = [conv_layer(1, 16, 16, 28, 3), conv_layer(1, 16, 32, 28, 1, op="QLinearConv", dtype="uint8"),
-              Layer("relu", "Relu", "fp32", [Tensor("fp32", (1, 16, 28, 28))], [Tensor("fp32", (1, 16, 28, 28))])]
+    layers = [
+        conv_layer(1, 16, 16, 28, 3),
+        conv_layer(1, 16, 32, 28, 1, op="QLinearConv", dtype="uint8"),
+        Layer("relu", "Relu", "fp32", [Tensor("fp32", (1, 16, 28, 28))], [Tensor("fp32", (1, 16, 28, 28))]),
+    ]
     layers[1].inputs = [layers[1].inputs[0], Tensor("fp32", ()), Tensor("uint8", ()), Tensor("int8", (32, 16, 1, 1))]
     for layer, name, times in zip(layers, ("a", "b", "c"), ([3.0], [1.0], [0.5, 0.5]), strict=True):
         layer.name, layer.times_ms = name, times

@@ -29,16 +29,24 @@ def conv_net(path: Path) -> Path:
     rng = np.random.default_rng(0)
 
     def weight(name: str, shape: tuple[int, ...]):
-        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name
+        )
 
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4, name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
-             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1] * 4, name="conv2"),
-             helper.make_node("GlobalAveragePool", ["c2"], ["y"], name="gap")]
-    graph = helper.make_graph(nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32, 1, 1])],
-                              [weight("w1", (16, 3, 3, 3)), weight("w2", (32, 16, 3, 3))])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4, name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1] * 4, name="conv2"),
+        helper.make_node("GlobalAveragePool", ["c2"], ["y"], name="gap"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32, 1, 1])],
+        [weight("w1", (16, 3, 3, 3)), weight("w2", (32, 16, 3, 3))],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -80,17 +88,30 @@ def test_onnxruntime_profile_has_every_node_of_the_optimized_graph(engine: Path,
 
 
 def event(name: str, ts: int, dur: int, op: str = "Conv", cat: str = "Node") -> dict:
-    return {"cat": cat, "name": name, "ts": ts, "dur": dur,
-            "args": {"op_name": op, "provider": "CPUExecutionProvider",
-                     "input_type_shape": [{"float": [1, 3, 8, 8]}, {"float": [4, 3, 3, 3]}],
-                     "output_type_shape": [{"float": [1, 4, 8, 8]}]}}
+    return {
+        "cat": cat,
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "args": {
+            "op_name": op,
+            "provider": "CPUExecutionProvider",
+            "input_type_shape": [{"float": [1, 3, 8, 8]}, {"float": [4, 3, 3, 3]}],
+            "output_type_shape": [{"float": [1, 4, 8, 8]}],
+        },
+    }
 
 
 def test_events_are_assigned_to_runs_warmups_dropped_and_repeats_summed() -> None:
     runs = [{"cat": "Session", "name": "model_run", "ts": t, "dur": 100} for t in (0, 1000, 2000)]
-    events = runs + [event("a_kernel_time", 10, 50), event("a_kernel_time", 1010, 30), event("a_kernel_time", 1060, 20),
-                     event("a_fence_before", 1005, 1), event("a_kernel_time", 2010, 40),
-                     event("b_kernel_time", 2050, 8, op="Relu")]
+    events = runs + [
+        event("a_kernel_time", 10, 50),
+        event("a_kernel_time", 1010, 30),
+        event("a_kernel_time", 1060, 20),
+        event("a_fence_before", 1005, 1),
+        event("a_kernel_time", 2010, 40),
+        event("b_kernel_time", 2050, 8, op="Relu"),
+    ]
     layers, run_ms = ort_profile.layers_from_events(events, warmup=1, attributes={})
     by_name = {layer.name: layer for layer in layers}
     assert by_name["a"].times_ms == [0.05, 0.04]  # run 2: two executions summed; run 1 (warm-up) dropped
@@ -108,13 +129,17 @@ def test_events_without_a_run_after_warmup_are_refused() -> None:
 
 # -- peaks --------------------------------------------------------------------------------------------
 
+
 def test_peaks_are_measured_once_then_read_from_the_cache(tmp_path: Path) -> None:
     calls: list[tuple[set[str], bool]] = []
 
     def measure(precisions: set[str], copy: bool) -> dict:
         calls.append((set(precisions), copy))
-        return {"gemm_flops": {p: 1e9 * (1 + len(calls)) for p in precisions},
-                "bandwidth": {1024: 5e9} if copy else {}, "method": {"copy": "fake"}}
+        return {
+            "gemm_flops": {p: 1e9 * (1 + len(calls)) for p in precisions},
+            "bandwidth": {1024: 5e9} if copy else {},
+            "method": {"copy": "fake"},
+        }
 
     key = {"machine": "test"}
     first = cached_peaks(tmp_path, key, "dev", {"fp32"}, measure, {"fp32", "int8"})
@@ -139,12 +164,27 @@ def test_cpu_peaks_are_measured_through_onnxruntime() -> None:
 
 # -- command line, gate, report ----------------------------------------------------------------------
 
+
 def test_cli_profile_of_an_onnx_file_writes_json_markdown_and_html(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setattr("deploykit.profiling.run.machine_peaks", lambda record, layers, d: (TEST_PEAKS, ""))
     model = conv_net(tmp_path / "conv_net.onnx")
-    code, out, err = run_cli("profile", str(model), "--dim", "batch=1,2,4", "-w", str(tmp_path / "store"),
-                             "--iterations", "5", "--warmup", "1", "--top", "2", "-o", str(tmp_path / "out"))
+    code, out, err = run_cli(
+        "profile",
+        str(model),
+        "--dim",
+        "batch=1,2,4",
+        "-w",
+        str(tmp_path / "store"),
+        "--iterations",
+        "5",
+        "--warmup",
+        "1",
+        "--top",
+        "2",
+        "-o",
+        str(tmp_path / "out"),
+    )
     assert code == 0, err
     assert "conv2" in out and "roofline floor" in out
     report = json.loads((tmp_path / "out" / "profile.json").read_text())
@@ -169,8 +209,15 @@ def test_gate_profile_writes_the_profile_and_the_report_shows_it(tmp_path: Path,
 
     monkeypatch.setattr("deploykit.profiling.run.machine_peaks", lambda record, layers, d: (TEST_PEAKS, ""))
     model = conv_net(tmp_path / "conv_net.onnx")
-    result = deploykit.convert(model, workdir=tmp_path / "store", dims={"batch": (1, 1, 2)}, gate__profile=True,
-                               gate__iterations=5, gate__trials=1, gate__warmup=1)
+    result = deploykit.convert(
+        model,
+        workdir=tmp_path / "store",
+        dims={"batch": (1, 1, 2)},
+        gate__profile=True,
+        gate__iterations=5,
+        gate__trials=1,
+        gate__warmup=1,
+    )
     gate = result.artifacts["gate"]
     profile = json.loads(gate.file("profile.json").read_text())
     assert json.loads(gate.file("gate.json").read_text())["profile"]["top"] == profile["top"]
@@ -179,8 +226,9 @@ def test_gate_profile_writes_the_profile_and_the_report_shows_it(tmp_path: Path,
     assert "Per-layer profile" in markdown.render(result.record)  # the run's summary.md
     html = write_report(result.name, tmp_path / "report.html", workdir=tmp_path / "store").read_text()
     assert "Per-layer profile (onnxruntime)" in html and "roofline" in html
-    plain = deploykit.convert(model, workdir=tmp_path / "store", dims={"batch": (1, 1, 2)}, gate__iterations=5,
-                              gate__trials=1, gate__warmup=1)
+    plain = deploykit.convert(
+        model, workdir=tmp_path / "store", dims={"batch": (1, 1, 2)}, gate__iterations=5, gate__trials=1, gate__warmup=1
+    )
     assert plain.artifacts["gate"].digest != gate.digest  # gate.profile enters the gate's recipe key
     assert not (plain.artifacts["gate"].path / "profile.json").exists()
 
@@ -197,14 +245,22 @@ def test_plots_use_the_figure_api_and_leave_pyplot_alone(tmp_path: Path) -> None
         "uris = [plots.profile_layers(p), plots.roofline(p)]\n"
         "assert all(u.startswith('data:image/png;base64,') and len(u) > 2000 for u in uris)\n"
         "assert raw() == before, (before, raw())\n"
-        "assert 'matplotlib.pyplot' not in sys.modules\n")
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
     from deploykit.profiling.layers import Layer, Tensor
     from deploykit.profiling.summary import summarize
 
-    layer = Layer("conv", "Conv", "fp32", [Tensor("fp32", (1, 8, 16, 16)), Tensor("fp32", (8, 8, 3, 3))],
-                  [Tensor("fp32", (1, 8, 16, 16))], times_ms=[0.2])
-    relu = Layer("relu", "Relu", "fp32", [Tensor("fp32", (1, 8, 16, 16))], [Tensor("fp32", (1, 8, 16, 16))],
-                 times_ms=[0.05])
+    layer = Layer(
+        "conv",
+        "Conv",
+        "fp32",
+        [Tensor("fp32", (1, 8, 16, 16)), Tensor("fp32", (8, 8, 3, 3))],
+        [Tensor("fp32", (1, 8, 16, 16))],
+        times_ms=[0.2],
+    )
+    relu = Layer(
+        "relu", "Relu", "fp32", [Tensor("fp32", (1, 8, 16, 16))], [Tensor("fp32", (1, 8, 16, 16))], times_ms=[0.05]
+    )
     (tmp_path / "p.json").write_text(json.dumps(summarize([layer, relu], TEST_PEAKS, backend="onnxruntime")))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -23,26 +23,58 @@ from tests.backends.trt_double import Scenario
 # DETAILED inspector output of a Q/DQ network where one convolution did not take INT8 (its inputs are Half).
 INSPECTOR = {
     "Layers": [
-        {"Name": "conv1 + relu1", "LayerType": "CaskConvolution", "ParameterType": "Convolution",
-         "Inputs": [{"Name": "x_q", "Dimensions": [2, 16, 32, 32], "Format/Datatype": "Thirty-two wide channel "
-                     "vectorized row major Int8 format"}],
-         "Outputs": [{"Name": "c1", "Dimensions": [2, 32, 32, 32], "Format/Datatype": "Thirty-two wide channel "
-                      "vectorized row major Int8 format"}],
-         "Kernel": [3, 3], "OutMaps": 32, "Groups": 1, "Weights": {"Type": "Int8", "Count": 4608},
-         "Bias": {"Type": "Float", "Count": 32}, "TacticName": "sm90_xmma_fprop_implicit_gemm_int8",
-         "Metadata": "[ONNX Layer: /conv1/Conv]\x1e[ONNX Layer: /relu1/Relu]"},
-        {"Name": "conv2", "LayerType": "CaskConvolution", "ParameterType": "Convolution",
-         "Inputs": [{"Name": "c1", "Dimensions": [2, 32, 32, 32], "Datatype": "Half", "Format": "Channel major"}],
-         "Outputs": [{"Name": "c2", "Dimensions": [2, 8, 32, 32], "Datatype": "Half", "Format": "Channel major"}],
-         "Kernel": [1, 1], "OutMaps": 8, "Groups": 2, "Weights": {"Type": "Half", "Count": 128}},
-        {"Name": "Reformatting CopyNode for Output Tensor 0", "LayerType": "Reformat",
-         "Inputs": [{"Name": "c2", "Dimensions": [2, 8, 32, 32], "Format/Datatype": "Channel major FP16 format"}],
-         "Outputs": [{"Name": "y", "Dimensions": [2, 8, 32, 32], "Format/Datatype": "Row major linear FP32"}]},
+        {
+            "Name": "conv1 + relu1",
+            "LayerType": "CaskConvolution",
+            "ParameterType": "Convolution",
+            "Inputs": [
+                {
+                    "Name": "x_q",
+                    "Dimensions": [2, 16, 32, 32],
+                    "Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format",
+                }
+            ],
+            "Outputs": [
+                {
+                    "Name": "c1",
+                    "Dimensions": [2, 32, 32, 32],
+                    "Format/Datatype": "Thirty-two wide channel vectorized row major Int8 format",
+                }
+            ],
+            "Kernel": [3, 3],
+            "OutMaps": 32,
+            "Groups": 1,
+            "Weights": {"Type": "Int8", "Count": 4608},
+            "Bias": {"Type": "Float", "Count": 32},
+            "TacticName": "sm90_xmma_fprop_implicit_gemm_int8",
+            "Metadata": "[ONNX Layer: /conv1/Conv]\x1e[ONNX Layer: /relu1/Relu]",
+        },
+        {
+            "Name": "conv2",
+            "LayerType": "CaskConvolution",
+            "ParameterType": "Convolution",
+            "Inputs": [{"Name": "c1", "Dimensions": [2, 32, 32, 32], "Datatype": "Half", "Format": "Channel major"}],
+            "Outputs": [{"Name": "c2", "Dimensions": [2, 8, 32, 32], "Datatype": "Half", "Format": "Channel major"}],
+            "Kernel": [1, 1],
+            "OutMaps": 8,
+            "Groups": 2,
+            "Weights": {"Type": "Half", "Count": 128},
+        },
+        {
+            "Name": "Reformatting CopyNode for Output Tensor 0",
+            "LayerType": "Reformat",
+            "Inputs": [{"Name": "c2", "Dimensions": [2, 8, 32, 32], "Format/Datatype": "Channel major FP16 format"}],
+            "Outputs": [{"Name": "y", "Dimensions": [2, 8, 32, 32], "Format/Datatype": "Row major linear FP32"}],
+        },
     ],
     "Bindings": ["x", "y"],
 }
-TIMES = {"conv1 + relu1": [0.20, 0.22, 0.21], "conv2": [0.05, 0.05, 0.06],
-         "Reformatting CopyNode for Output Tensor 0": [0.01, 0.01, 0.01], "__myl_Gelu_0": [0.03, 0.03, 0.03]}
+TIMES = {
+    "conv1 + relu1": [0.20, 0.22, 0.21],
+    "conv2": [0.05, 0.05, 0.06],
+    "Reformatting CopyNode for Output Tensor 0": [0.01, 0.01, 0.01],
+    "__myl_Gelu_0": [0.03, 0.03, 0.03],
+}
 
 
 def test_inspector_layers_say_which_precision_each_layer_ran_in() -> None:
@@ -61,8 +93,11 @@ def test_inspector_layers_say_which_precision_each_layer_ran_in() -> None:
 
 
 def test_by_precision_shows_where_int8_did_not_take() -> None:
-    report = summarize(layers_from_inspector(json.dumps(INSPECTOR), TIMES),
-                       Peaks("gpu", {"fp16": 400e12, "int8": 800e12}, {1 << 30: 3e12}), backend="tensorrt")
+    report = summarize(
+        layers_from_inspector(json.dumps(INSPECTOR), TIMES),
+        Peaks("gpu", {"fp16": 400e12, "int8": 800e12}, {1 << 30: 3e12}),
+        backend="tensorrt",
+    )
     shares = {g["precision"]: g["ms"] for g in report["by_precision"]}
     assert shares["int8"] == pytest.approx(0.21) and shares["fp16"] == pytest.approx(0.05 + 0.01)
     rows = {r["name"]: r for r in report["layers"]}
@@ -76,8 +111,9 @@ def test_inspector_json_that_is_not_one_is_refused() -> None:
         layers_from_inspector(json.dumps({"Bindings": []}), {})
 
 
-def test_double_layer_times_attach_the_profiler_only_while_profiling(monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Path) -> None:
+def test_double_layer_times_attach_the_profiler_only_while_profiling(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from deploykit.backends.tensorrt import TensorRTBackend
 
     fake = use_double(monkeypatch, Scenario(layer_ms={"conv1": 0.5, "head": 0.25}))
@@ -114,8 +150,13 @@ def test_double_profile_engine_on_a_tensorrt_folder(monkeypatch: pytest.MonkeyPa
 
 def test_gpu_peaks_measure_fp8_only_on_gpus_that_have_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     calls = []
-    monkeypatch.setattr(profile_run, "cached_peaks", lambda d, key, device, needed, measure, measurable:
-                        calls.append((key, measurable)) or Peaks("x", {"fp32": 1.0}, {1: 1.0}))
+    monkeypatch.setattr(
+        profile_run,
+        "cached_peaks",
+        lambda d, key, device, needed, measure, measurable: (
+            calls.append((key, measurable)) or Peaks("x", {"fp32": 1.0}, {1: 1.0})
+        ),
+    )
     record = {"backend": "tensorrt", "gpu": "NVIDIA H200", "compute_capability": "9.0", "tensorrt": "10.13.3.9"}
     profile_run.machine_peaks(record, [], tmp_path)
     profile_run.machine_peaks({**record, "gpu": "NVIDIA A100", "compute_capability": "8.0"}, [], tmp_path)
@@ -127,10 +168,16 @@ def test_gpu_peaks_measure_fp8_only_on_gpus_that_have_it(monkeypatch: pytest.Mon
 
 # -- real TensorRT (skipped without TensorRT and a GPU) ------------------------------------------------
 
+
 @pytest.mark.tensorrt
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("deploykit.backends.tensorrt", fromlist=["TensorRTBackend"]).TensorRTBackend()
-                    .availability().available, reason="needs TensorRT and a GPU")
+@pytest.mark.skipif(
+    not __import__("deploykit.backends.tensorrt", fromlist=["TensorRTBackend"])
+    .TensorRTBackend()
+    .availability()
+    .available,
+    reason="needs TensorRT and a GPU",
+)
 def test_tensorrt_profile_of_fp32_and_int8_engines(tmp_path: Path) -> None:
     """On a GPU: per-layer times from IProfiler, and the INT8 engine's convolutions reported as int8."""
     from deploykit.backends.tensorrt import TensorRTBackend
@@ -141,8 +188,12 @@ def test_tensorrt_profile_of_fp32_and_int8_engines(tmp_path: Path) -> None:
     profiles = {"x": ((1, 3, 32, 32), (2, 3, 32, 32), (4, 3, 32, 32))}
     for name, model in (("fp32", fp32), ("int8", int8_qdq_onnx(fp32, tmp_path / "int8.onnx"))):
         TensorRTBackend().build(model, BuildConfig(backend="tensorrt"), tmp_path / name, profiles=profiles)
-        report = profile_run.profile_engine(tmp_path / name, profile_run.engine_feeds(tmp_path / name, {}),
-                                            ProfileOptions(iterations=20, warmup=5), peaks_dir=tmp_path / "peaks")
+        report = profile_run.profile_engine(
+            tmp_path / name,
+            profile_run.engine_feeds(tmp_path / name, {}),
+            ProfileOptions(iterations=20, warmup=5),
+            peaks_dir=tmp_path / "peaks",
+        )
         assert report["layers_count"] >= 1 and report["total_ms"] > 0 and report["floor_ms"] > 0
         precisions = {g["precision"] for g in report["by_precision"]}
         assert ("int8" in precisions) == (name == "int8"), report["by_precision"]

@@ -1,8 +1,9 @@
 """Leave ``deploykit.metrics.divergence`` out of the package namespace after each test.
 
-The repair loop imports ``deploykit.metrics.divergence``, which sets the package attribute; the parity tests
-replace ``sys.modules["deploykit.metrics.divergence"]`` and rely on ``from deploykit.metrics import divergence as diagnose`` finding
-their replacement, which a leftover attribute shadows. (The module stays in ``sys.modules``.)
+The repair loop imports ``deploykit.metrics.divergence``, which sets the package attribute; the parity
+tests replace ``sys.modules["deploykit.metrics.divergence"]`` and rely on
+``from deploykit.metrics import divergence as diagnose`` finding their replacement, which a leftover
+attribute shadows. (The module stays in ``sys.modules``.)
 """
 
 from __future__ import annotations

@@ -74,8 +74,9 @@ class DecoderLayer(nn.Module):
     def forward(self, tgt, memory, mask, pos, query_pos):
         q = k = tgt + query_pos
         tgt = self.norm1(tgt + self.self_attn(q, k, value=tgt)[0])
-        tgt = self.norm2(tgt + self.multihead_attn(tgt + query_pos, memory + pos, value=memory,
-                                                    key_padding_mask=mask)[0])
+        tgt = self.norm2(
+            tgt + self.multihead_attn(tgt + query_pos, memory + pos, value=memory, key_padding_mask=mask)[0]
+        )
         return self.norm3(tgt + self.linear2(F.relu(self.linear1(tgt))))
 
 

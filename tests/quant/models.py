@@ -17,19 +17,30 @@ INPUT = "x"
 
 def _conv(name: str, x: str, w: np.ndarray, b: np.ndarray, inits: list, pads: int | None = None) -> onnx.NodeProto:
     k = w.shape[-1]
-    inits += [numpy_helper.from_array(w.astype(np.float32), f"{name}.weight"),
-              numpy_helper.from_array(b.astype(np.float32), f"{name}.bias")]
+    inits += [
+        numpy_helper.from_array(w.astype(np.float32), f"{name}.weight"),
+        numpy_helper.from_array(b.astype(np.float32), f"{name}.bias"),
+    ]
     pad = k // 2 if pads is None else pads
-    return helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}_out"], name=name,
-                            pads=[pad] * 4, kernel_shape=[k, k])
+    return helper.make_node(
+        "Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}_out"], name=name, pads=[pad] * 4, kernel_shape=[k, k]
+    )
 
 
 def he(rng: np.random.Generator, cout: int, cin: int, k: int) -> np.ndarray:
     return rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))
 
 
-def cnn(channels: tuple[int, ...] = (8, 16), *, size: int = 16, opset: int = 17, seed: int = 0,
-        head: str = "none", outlier: float = 0.0, batch: str | int = "N") -> onnx.ModelProto:
+def cnn(
+    channels: tuple[int, ...] = (8, 16),
+    *,
+    size: int = 16,
+    opset: int = 17,
+    seed: int = 0,
+    head: str = "none",
+    outlier: float = 0.0,
+    batch: str | int = "N",
+) -> onnx.ModelProto:
     """Conv/Relu stack then a 1x1 head conv; ``head='sigmoid'`` ends in a Sigmoid (a bounded output).
 
     ``outlier`` > 0 multiplies channel 0 of the first conv by that factor and divides what the
@@ -45,16 +56,23 @@ def cnn(channels: tuple[int, ...] = (8, 16), *, size: int = 16, opset: int = 17,
             b[0] = abs(b[0]) * outlier + outlier  # channel 0 stays positive and large after Relu
         if outlier and i == 1:
             w[:, 0] /= outlier
-        nodes += [_conv(f"conv{i}", x, w, b, inits), helper.make_node("Relu", [f"conv{i}_out"], [f"relu{i}"],
-                                                                     name=f"relu{i}")]
+        nodes += [
+            _conv(f"conv{i}", x, w, b, inits),
+            helper.make_node("Relu", [f"conv{i}_out"], [f"relu{i}"], name=f"relu{i}"),
+        ]
         x, cin = f"relu{i}", cout
     nodes.append(_conv("head", x, he(rng, 4, cin, 1), rng.standard_normal(4) * 0.1, inits))
     out = "head_out"
     if head == "sigmoid":
         nodes.append(helper.make_node("Sigmoid", [out], ["y"], name="sigmoid"))
         out = "y"
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [batch, 3, size, size])],
-                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, opset)
 
 
@@ -70,15 +88,30 @@ def depthwise(size: int = 32, seed: int = 0, spread: float = 1.0) -> onnx.ModelP
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
 
-    def conv(name: str, x: str, cout: int, cin: int, k: int, group: int = 1, stride: int = 1,
-             gain: np.ndarray | None = None) -> str:
+    def conv(
+        name: str, x: str, cout: int, cin: int, k: int, group: int = 1, stride: int = 1, gain: np.ndarray | None = None
+    ) -> str:
         w = he(rng, cout, cin // group, k)
         if gain is not None:
             w *= gain[:, None, None, None]
-        inits.extend([numpy_helper.from_array(w.astype(np.float32), f"{name}.weight"),
-                      numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"{name}.bias")])
-        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}_out"], name=name,
-                                      pads=[k // 2] * 4, kernel_shape=[k, k], group=group, strides=[stride] * 2))
+        inits.extend(
+            [
+                numpy_helper.from_array(w.astype(np.float32), f"{name}.weight"),
+                numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"{name}.bias"),
+            ]
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{name}.weight", f"{name}.bias"],
+                [f"{name}_out"],
+                name=name,
+                pads=[k // 2] * 4,
+                kernel_shape=[k, k],
+                group=group,
+                strides=[stride] * 2,
+            )
+        )
         return f"{name}_out"
 
     def hswish(x: str, name: str) -> str:
@@ -88,22 +121,34 @@ def depthwise(size: int = 32, seed: int = 0, spread: float = 1.0) -> onnx.ModelP
     x, c = hswish(conv("stem", INPUT, 16, 3, 3, stride=2), "stem_act"), 16
     for i, (expand, out) in enumerate([(48, 24), (72, 24), (96, 32)]):
         e = hswish(conv(f"b{i}_expand", x, expand, c, 1), f"b{i}_expand_act")
-        d = hswish(conv(f"b{i}_dw", e, expand, expand, 3, group=expand, gain=np.exp(rng.normal(0, spread, expand))),
-                   f"b{i}_dw_act")
+        d = hswish(
+            conv(f"b{i}_dw", e, expand, expand, 3, group=expand, gain=np.exp(rng.normal(0, spread, expand))),
+            f"b{i}_dw_act",
+        )
         p = conv(f"b{i}_project", d, out, expand, 1)
         if out == c:
             nodes.append(helper.make_node("Add", [p, x], [f"b{i}_sum"], name=f"b{i}_add"))
             p = f"b{i}_sum"
         x, c = p, out
     nodes.append(helper.make_node("Sigmoid", [conv("head", x, 1, c, 1)], ["prob"], name="sigmoid"))
-    graph = helper.make_graph(nodes, "depthwise", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
-                                                                                ["N", 3, size, size])],
-                              [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "depthwise",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
-def mobile_detector(size: int = 640, widths: tuple[int, ...] = (16, 24, 40, 64, 96), blocks: tuple[int, ...] = (1, 4, 5, 5, 4),
-                    seed: int = 0, spread: float = 0.3, residual: float = 0.2) -> onnx.ModelProto:
+def mobile_detector(
+    size: int = 640,
+    widths: tuple[int, ...] = (16, 24, 40, 64, 96),
+    blocks: tuple[int, ...] = (1, 4, 5, 5, 4),
+    seed: int = 0,
+    spread: float = 0.3,
+    residual: float = 0.2,
+) -> onnx.ModelProto:
     """A DBNet-style text detector built from MobileNetV3 blocks: a stride-2 stem, stages of inverted
     residual blocks (1x1 expand, 3x3 depthwise, 1x1 project; HardSwish) whose first block strides 2,
     a 1x1 head on the last stage, nearest upsampling to 1/4 of the input, and a Sigmoid map.
@@ -119,10 +164,24 @@ def mobile_detector(size: int = 640, widths: tuple[int, ...] = (16, 24, 40, 64, 
     gains: dict[str, np.ndarray] = {}
 
     def conv(name: str, x: str, cout: int, cin: int, k: int, group: int = 1, stride: int = 1) -> str:
-        inits.extend([numpy_helper.from_array(he(rng, cout, cin // group, k).astype(np.float32), f"{name}.weight"),
-                      numpy_helper.from_array(np.zeros(cout, np.float32), f"{name}.bias")])
-        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}_out"], name=name,
-                                      pads=[k // 2] * 4, kernel_shape=[k, k], group=group, strides=[stride] * 2))
+        inits.extend(
+            [
+                numpy_helper.from_array(he(rng, cout, cin // group, k).astype(np.float32), f"{name}.weight"),
+                numpy_helper.from_array(np.zeros(cout, np.float32), f"{name}.bias"),
+            ]
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{name}.weight", f"{name}.bias"],
+                [f"{name}_out"],
+                name=name,
+                pads=[k // 2] * 4,
+                kernel_shape=[k, k],
+                group=group,
+                strides=[stride] * 2,
+            )
+        )
         if group > 1:
             gains[name] = np.exp(rng.normal(0, spread, cout))
         return f"{name}_out"
@@ -150,20 +209,26 @@ def mobile_detector(size: int = 640, widths: tuple[int, ...] = (16, 24, 40, 64, 
     nodes.append(helper.make_node("Sigmoid", [conv("head", "head_up", 1, 32, 3)], ["prob"], name="sigmoid"))
 
     def graph(side: int) -> onnx.ModelProto:
-        g = helper.make_graph(nodes, "mobile_detector", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
-                                                                                      [1, 3, side, side])],
-                              [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)], inits)
+        g = helper.make_graph(
+            nodes,
+            "mobile_detector",
+            [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [1, 3, side, side])],
+            [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
+            inits,
+        )
         return _model(g, 17)
 
-    small = normalize_convs(graph(2 ** (len(widths) + 2)), images(4, size=2 ** (len(widths) + 2), seed=seed + 1),
-                            gains, rng)
+    small = normalize_convs(
+        graph(2 ** (len(widths) + 2)), images(4, size=2 ** (len(widths) + 2), seed=seed + 1), gains, rng
+    )
     del inits[:]
     inits.extend(small.graph.initializer)  # the weights do not depend on the input size
     return graph(size)
 
 
-def normalize_convs(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]], gains: dict[str, np.ndarray],
-                    rng: np.random.Generator) -> onnx.ModelProto:
+def normalize_convs(
+    model: onnx.ModelProto, samples: list[dict[str, np.ndarray]], gains: dict[str, np.ndarray], rng: np.random.Generator
+) -> onnx.ModelProto:
     """Rescale each Conv, in graph order, so every output channel has mean ~ N(0, 0.1) and standard
     deviation ``gains[name][c]`` (1 by default) on ``samples``: BatchNorm statistics from data, folded."""
     import onnxruntime as ort
@@ -179,11 +244,13 @@ def normalize_convs(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]
         gain = gains.get(node.name, np.ones_like(std))
         w, b = (numpy_helper.to_array(weights[n]) for n in node.input[1:3])
         factor = gain / std
-        weights[node.input[1]].CopyFrom(numpy_helper.from_array((w * factor[:, None, None, None]).astype(np.float32),
-                                                                node.input[1]))
+        weights[node.input[1]].CopyFrom(
+            numpy_helper.from_array((w * factor[:, None, None, None]).astype(np.float32), node.input[1])
+        )
         beta = rng.normal(0, 0.1, len(b))
-        weights[node.input[2]].CopyFrom(numpy_helper.from_array(((b - mean) * factor + beta).astype(np.float32),
-                                                                node.input[2]))
+        weights[node.input[2]].CopyFrom(
+            numpy_helper.from_array(((b - mean) * factor + beta).astype(np.float32), node.input[2])
+        )
     return model
 
 
@@ -196,7 +263,9 @@ def _model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
 def with_constant_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """The same model with every initializer held in a Constant node (old exporters, paddle2onnx)."""
     out = onnx.ModelProto.FromString(model.SerializeToString())
-    constants = [helper.make_node("Constant", [], [i.name], value=i, name=f"const_{i.name}") for i in out.graph.initializer]
+    constants = [
+        helper.make_node("Constant", [], [i.name], value=i, name=f"const_{i.name}") for i in out.graph.initializer
+    ]
     del out.graph.initializer[:]
     nodes = constants + list(out.graph.node)
     del out.graph.node[:]
@@ -211,15 +280,26 @@ def batchnorm_overflow(size: int = 16, var: float = 1e8) -> onnx.ModelProto:
     conv0 = _conv("conv0", INPUT, he(rng, 8, 3, 3) * 1e4, np.zeros(8), inits)  # big pre-BN activations
     scale, bias = np.ones(8, np.float32), np.full(8, 0.1, np.float32)
     mean, variance = np.zeros(8, np.float32), np.full(8, 1e8 * 0 + var, np.float32)
-    inits += [numpy_helper.from_array(a, n) for a, n in ((scale, "bn.scale"), (bias, "bn.bias"), (mean, "bn.mean"),
-                                                         (variance, "bn.var"))]
-    bn = helper.make_node("BatchNormalization", ["conv0_out", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["bn_out"],
-                          name="bn", epsilon=1e-5)
+    inits += [
+        numpy_helper.from_array(a, n)
+        for a, n in ((scale, "bn.scale"), (bias, "bn.bias"), (mean, "bn.mean"), (variance, "bn.var"))
+    ]
+    bn = helper.make_node(
+        "BatchNormalization",
+        ["conv0_out", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
+        ["bn_out"],
+        name="bn",
+        epsilon=1e-5,
+    )
     relu = helper.make_node("Relu", ["bn_out"], ["relu"], name="relu")
     head = _conv("head", "relu", he(rng, 4, 8, 1), np.zeros(4), inits)
-    graph = helper.make_graph([conv0, bn, relu, head], "bn", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
-                                                                                           ["N", 3, size, size])],
-                              [helper.make_tensor_value_info("head_out", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        [conv0, bn, relu, head],
+        "bn",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("head_out", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
@@ -231,9 +311,13 @@ def activation_overflow(size: int = 16) -> onnx.ModelProto:
     conv0 = _conv("conv0", INPUT, weight, np.full(8, 1e4), inits)
     relu = helper.make_node("Relu", ["conv0_out"], ["relu"], name="relu")
     head = _conv("head", "relu", he(rng, 4, 8, 1) * 1e-4, np.zeros(4), inits)
-    graph = helper.make_graph([conv0, relu, head], "big", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
-                                                                                         ["N", 3, size, size])],
-                              [helper.make_tensor_value_info("head_out", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        [conv0, relu, head],
+        "big",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("head_out", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
@@ -242,29 +326,46 @@ def packed_detector(size: int = 16, classes: int = 2, seed: int = 0) -> onnx.Mod
     scores in [0, 1] along the channel axis, as exported detectors write ``[N, 4 + C, ...]``."""
     rng = np.random.default_rng(seed)
     inits: list = []
-    nodes = [_conv("stem", INPUT, he(rng, 8, 3, 3), rng.standard_normal(8) * 0.1, inits),
-             helper.make_node("Relu", ["stem_out"], ["feat"], name="relu"),
-             _conv("box", "feat", he(rng, 4, 8, 1), rng.standard_normal(4) * 0.1, inits),
-             _conv("cls", "feat", he(rng, classes, 8, 1), rng.standard_normal(classes) * 0.5, inits),
-             helper.make_node("Sigmoid", ["box_out"], ["box_unit"], name="box_sigmoid"),
-             helper.make_node("Mul", ["box_unit", "pixels"], ["boxes"], name="box_scale"),
-             helper.make_node("Sigmoid", ["cls_out"], ["scores"], name="cls_sigmoid"),
-             helper.make_node("Concat", ["boxes", "scores"], ["packed"], name="pack", axis=1)]
+    nodes = [
+        _conv("stem", INPUT, he(rng, 8, 3, 3), rng.standard_normal(8) * 0.1, inits),
+        helper.make_node("Relu", ["stem_out"], ["feat"], name="relu"),
+        _conv("box", "feat", he(rng, 4, 8, 1), rng.standard_normal(4) * 0.1, inits),
+        _conv("cls", "feat", he(rng, classes, 8, 1), rng.standard_normal(classes) * 0.5, inits),
+        helper.make_node("Sigmoid", ["box_out"], ["box_unit"], name="box_sigmoid"),
+        helper.make_node("Mul", ["box_unit", "pixels"], ["boxes"], name="box_scale"),
+        helper.make_node("Sigmoid", ["cls_out"], ["scores"], name="cls_sigmoid"),
+        helper.make_node("Concat", ["boxes", "scores"], ["packed"], name="pack", axis=1),
+    ]
     inits.append(numpy_helper.from_array(np.array(640.0, np.float32), "pixels"))
-    graph = helper.make_graph(nodes, "packed", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("packed", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "packed",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("packed", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
 def matmul_mlp(opset: int = 17) -> onnx.ModelProto:
     """x[N, 64] -> MatMul(64x64) -> Relu -> MatMul(64x16): for int4 weight-only."""
     rng = np.random.default_rng(2)
-    inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(np.float32), "w0"),
-             numpy_helper.from_array((rng.standard_normal((64, 16)) / 8).astype(np.float32), "w1")]
-    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h"], name="mm0"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w1"], ["y"], name="mm1")]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(np.float32), "w0"),
+        numpy_helper.from_array((rng.standard_normal((64, 16)) / 8).astype(np.float32), "w1"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["h"], name="mm0"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w1"], ["y"], name="mm1"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, opset)
 
 
@@ -273,12 +374,19 @@ def conv_integer() -> onnx.ModelProto:
     rng = np.random.default_rng(3)
     w = rng.integers(-20, 20, (4, 3, 3, 3)).astype(np.int8)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.int8(0), "w_zp")]
-    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xzp"], name="dq"),
-             helper.make_node("ConvInteger", ["xq", "w", "xzp", "w_zp"], ["ci"], name="convint", pads=[1] * 4),
-             helper.make_node("Cast", ["ci"], ["cf"], name="cast", to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["cf", "xs"], ["y"], name="rescale")]
-    graph = helper.make_graph(nodes, "ci", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xzp"], name="dq"),
+        helper.make_node("ConvInteger", ["xq", "w", "xzp", "w_zp"], ["ci"], name="convint", pads=[1] * 4),
+        helper.make_node("Cast", ["ci"], ["cf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["cf", "xs"], ["y"], name="rescale"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ci",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 13)
 
 
@@ -287,10 +395,20 @@ def unmergeable_dims() -> onnx.ModelProto:
     inference cannot merge 'a' and 'b' and fails (unless skipped)."""
     rng = np.random.default_rng(4)
     inits = [numpy_helper.from_array((rng.standard_normal((8, 8)) / 3).astype(np.float32), "w")]
-    nodes = [helper.make_node("Add", ["x", "z"], ["s"], name="add"), helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
-    graph = helper.make_graph(nodes, "dims", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", 8]),
-                                              helper.make_tensor_value_info("z", TensorProto.FLOAT, ["b", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    nodes = [
+        helper.make_node("Add", ["x", "z"], ["s"], name="add"),
+        helper.make_node("MatMul", ["s", "w"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dims",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", 8]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["b", 8]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
@@ -299,19 +417,26 @@ def classifier(size: int = 16, classes: int = 10, seed: int = 0) -> onnx.ModelPr
     32 channels, so ModelOpt's FP8 rules quantize the second convolution."""
     rng = np.random.default_rng(seed)
     inits: list = []
-    nodes = [_conv("conv0", INPUT, he(rng, 32, 3, 3), rng.standard_normal(32) * 0.1, inits),
-             helper.make_node("Relu", ["conv0_out"], ["relu0"], name="relu0"),
-             _conv("conv1", "relu0", he(rng, 32, 32, 3), rng.standard_normal(32) * 0.1, inits),
-             helper.make_node("Relu", ["conv1_out"], ["relu1"], name="relu1"),
-             helper.make_node("GlobalAveragePool", ["relu1"], ["pooled"], name="pool"),
-             helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten", axis=1),
-             helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1)]
-    inits += [numpy_helper.from_array((rng.standard_normal((classes, 32)) / np.sqrt(32) * 4).astype(np.float32),
-                                      "fc.weight"),
-              numpy_helper.from_array((rng.standard_normal(classes) * 0.1).astype(np.float32), "fc.bias")]
-    graph = helper.make_graph(nodes, "classifier", [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT,
-                                                                                  ["N", 3, size, size])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)], inits)
+    nodes = [
+        _conv("conv0", INPUT, he(rng, 32, 3, 3), rng.standard_normal(32) * 0.1, inits),
+        helper.make_node("Relu", ["conv0_out"], ["relu0"], name="relu0"),
+        _conv("conv1", "relu0", he(rng, 32, 32, 3), rng.standard_normal(32) * 0.1, inits),
+        helper.make_node("Relu", ["conv1_out"], ["relu1"], name="relu1"),
+        helper.make_node("GlobalAveragePool", ["relu1"], ["pooled"], name="pool"),
+        helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
+    ]
+    inits += [
+        numpy_helper.from_array((rng.standard_normal((classes, 32)) / np.sqrt(32) * 4).astype(np.float32), "fc.weight"),
+        numpy_helper.from_array((rng.standard_normal(classes) * 0.1).astype(np.float32), "fc.bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
@@ -325,8 +450,9 @@ def encoder(tokens: int = 16, dim: int = 32, heads: int = 2, seed: int = 0) -> o
     nodes: list = []
 
     def weight(name: str, rows: int, cols: int) -> str:
-        inits.append(numpy_helper.from_array((rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32),
-                                             name))
+        inits.append(
+            numpy_helper.from_array((rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32), name)
+        )
         return name
 
     def const(name: str, value: np.ndarray) -> str:
@@ -345,8 +471,15 @@ def encoder(tokens: int = 16, dim: int = 32, heads: int = 2, seed: int = 0) -> o
     split = const("heads_shape", np.array([0, 0, heads, head], np.int64))
     merge = const("merge_shape", np.array([0, 0, dim], np.int64))
     h = layer_norm("x", "ln0")
-    q, k, v = (node("Transpose", [node("Reshape", [node("MatMul", [h, weight(f"w{t}", dim, dim)], f"{t}_proj"), split],
-                                      f"{t}_heads")], f"{t}_t", perm=[0, 2, 1, 3]) for t in "qkv")
+    q, k, v = (
+        node(
+            "Transpose",
+            [node("Reshape", [node("MatMul", [h, weight(f"w{t}", dim, dim)], f"{t}_proj"), split], f"{t}_heads")],
+            f"{t}_t",
+            perm=[0, 2, 1, 3],
+        )
+        for t in "qkv"
+    )
     kt = node("Transpose", [k], "k_tt", perm=[0, 1, 3, 2])
     scores = node("Mul", [node("MatMul", [q, kt], "qk"), const("inv_sqrt", np.array(head**-0.5, np.float32))], "scaled")
     attn = node("MatMul", [node("Softmax", [scores], "attn_probs", axis=-1), v], "attn")
@@ -354,9 +487,13 @@ def encoder(tokens: int = 16, dim: int = 32, heads: int = 2, seed: int = 0) -> o
     x1 = node("Add", ["x", node("MatMul", [ctx, weight("wo", dim, dim)], "out_proj")], "res0")
     m = node("Relu", [node("MatMul", [layer_norm(x1, "ln1"), weight("w1", dim, 2 * dim)], "mlp_up")], "mlp_act")
     node("Add", [x1, node("MatMul", [m, weight("w2", 2 * dim, dim)], "mlp_down")], "y")
-    graph = helper.make_graph(nodes, "encoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                               ["N", tokens, dim])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "encoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", tokens, dim])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     return _model(graph, 17)
 
 
@@ -367,14 +504,23 @@ def sliced_tokens(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     arrays = {"w1": rng.standard_normal((16, 16)) / 4, "w2": rng.standard_normal((64, 8)) / 8}
     inits = [numpy_helper.from_array(a.astype(np.float32), k) for k, a in arrays.items()]
-    inits += [numpy_helper.from_array(np.array(v, np.int64), k)
-              for k, v in (("start", [0]), ("end", [4]), ("axis", [1]), ("flat", [1, 64]))]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-             helper.make_node("Slice", ["h", "start", "end", "axis"], ["s"], name="slice"),
-             helper.make_node("Reshape", ["s", "flat"], ["r"], name="reshape"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "sliced", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    inits += [
+        numpy_helper.from_array(np.array(v, np.int64), k)
+        for k, v in (("start", [0]), ("end", [4]), ("axis", [1]), ("flat", [1, 64]))
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Slice", ["h", "start", "end", "axis"], ["s"], name="slice"),
+        helper.make_node("Reshape", ["s", "flat"], ["r"], name="reshape"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sliced",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        inits,
+    )
     return _model(graph, 17)
 
 

@@ -16,19 +16,22 @@ def source(tmp_path, **cfg):
 
 
 def test_a_function_module_beside_the_config_is_importable(tmp_path):
-    (tmp_path / "calib_fn_local.py").write_text(textwrap.dedent("""
+    (tmp_path / "calib_fn_local.py").write_text(
+        textwrap.dedent("""
         import numpy as np
         def samples():
             for i in range(3):
                 yield {"x": np.full((1, 3, 4, 4), i, np.float32)}
-    """))
+    """)
+    )
     src = source(tmp_path, function="calib_fn_local:samples", samples=3)
     assert [float(s["x"].max()) for s in src] == [0.0, 1.0, 2.0]
     assert src.fingerprint()["module"]  # the module's digest enters the recipe key
 
 
 def test_a_function_that_yields_nothing_or_raises_is_a_data_error(tmp_path):
-    (tmp_path / "calib_fn_bad.py").write_text(textwrap.dedent("""
+    (tmp_path / "calib_fn_bad.py").write_text(
+        textwrap.dedent("""
         def empty():
             return []
         def broken():
@@ -36,7 +39,8 @@ def test_a_function_that_yields_nothing_or_raises_is_a_data_error(tmp_path):
             raise RuntimeError("camera offline")
         def boom():
             raise OSError("no such dataset")
-    """))
+    """)
+    )
     with pytest.raises(DataError, match="yields no samples"):
         list(source(tmp_path, function="calib_fn_bad:empty"))
     with pytest.raises(DataError, match="calib_fn_bad:boom: raised OSError: no such dataset"):
@@ -62,10 +66,17 @@ def test_a_stacked_npy_is_split_into_samples_and_said(tmp_path):
     """[10, 3, 4, 4] for a batch-1 input: 10 samples, in order, read one at a time."""
     stack = np.random.default_rng(0).standard_normal((10, 3, 4, 4)).astype(np.float32)
     np.save(tmp_path / "calib.npy", stack)
-    src = DataSource(DataConfig(files="calib.npy", samples=64), tmp_path, [InputInfo("x", (1, 3, 4, 4), "float32")],
-                     what="calibration")
-    with pytest.warns(UserWarning, match=r"calib.npy holds 10 samples stacked on the first axis of x "
-                                         r"\(the model's batch is 1\): read as 10 samples"):
+    src = DataSource(
+        DataConfig(files="calib.npy", samples=64),
+        tmp_path,
+        [InputInfo("x", (1, 3, 4, 4), "float32")],
+        what="calibration",
+    )
+    with pytest.warns(
+        UserWarning,
+        match=r"calib.npy holds 10 samples stacked on the first axis of x "
+        r"\(the model's batch is 1\): read as 10 samples",
+    ):
         samples = list(src)
     assert len(samples) == 10 and all(s["x"].shape == (1, 3, 4, 4) for s in samples)
     np.testing.assert_array_equal(np.concatenate([s["x"] for s in samples]), stack)
@@ -90,10 +101,14 @@ def test_stacks_with_their_own_batch_axis_and_a_batch_that_divides_them(tmp_path
 
 def test_a_stacked_npz_with_unequal_inputs_names_them(tmp_path):
     rng = np.random.default_rng(2)
-    np.savez(tmp_path / "two.npz", a=rng.standard_normal((4, 3)).astype(np.float32),
-             b=rng.standard_normal((5, 3)).astype(np.float32))
-    two = DataSource(DataConfig(files="two.npz"), tmp_path, [InputInfo("a", (1, 3), "float32"),
-                                                             InputInfo("b", (1, 3), "float32")])
+    np.savez(
+        tmp_path / "two.npz",
+        a=rng.standard_normal((4, 3)).astype(np.float32),
+        b=rng.standard_normal((5, 3)).astype(np.float32),
+    )
+    two = DataSource(
+        DataConfig(files="two.npz"), tmp_path, [InputInfo("a", (1, 3), "float32"), InputInfo("b", (1, 3), "float32")]
+    )
     with pytest.raises(DataError, match=r"two.npz: inputs hold different numbers of stacked samples \(a 4, b 5\)"):
         list(two)
 
@@ -140,7 +155,9 @@ def test_stacked_files_keep_the_readers_limits(tmp_path):
         list(DataSource(DataConfig(files="cut.npy"), tmp_path, info))
     np.save(tmp_path / "big.npy", np.ones((3, 1, 3, 64, 64), np.float32))  # 3 samples of 48 KiB
     big = [InputInfo("x", (1, 3, 64, 64), "float32")]
-    with pytest.warns(UserWarning, match="holds 3 samples"), \
-            pytest.raises(DataError, match=r"big.npy\[0\]: input 'x' .* above limits.max_input_mib \(0.03\)"):
+    with (
+        pytest.warns(UserWarning, match="holds 3 samples"),
+        pytest.raises(DataError, match=r"big.npy\[0\]: input 'x' .* above limits.max_input_mib \(0.03\)"),
+    ):
         list(DataSource(DataConfig(files="big.npy"), tmp_path, big, max_input_mib=0.03))
     assert len(list(DataSource(DataConfig(files="big.npy", samples=3), tmp_path, big, max_input_mib=0.05))) == 3

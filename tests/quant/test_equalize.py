@@ -51,11 +51,18 @@ def test_equalization_lowers_int8_error_on_a_depthwise_network(flavour):
     ref = session_from_onnx(model, "as_written")
 
     def error(**cfg):
-        job = Job(model, QuantizeConfig(precision="int8", high_precision="fp32", method="max", **cfg), flavour,
-                  SampleStream(calib), reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False)
+        job = Job(
+            model,
+            QuantizeConfig(precision="int8", high_precision="fp32", method="max", **cfg),
+            flavour,
+            SampleStream(calib),
+            reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False,
+        )
         result = quantize_model(job)
         session = session_from_onnx(result.model, flavour_for(flavour).evaluator)
-        return float(np.mean([compare(ref.infer(s)["prob"], session.infer(s)["prob"])["rel_l2"] for s in valid])), result
+        return float(
+            np.mean([compare(ref.infer(s)["prob"], session.infer(s)["prob"])["rel_l2"] for s in valid])
+        ), result
 
     plain, _ = error()
     equalized, result = error(equalize=True)

@@ -37,8 +37,9 @@ def test_overflow_nodes_names_weight_and_activation_offenders():
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_out_of_range_nodes_stay_fp32_and_the_result_is_right(precision):
     data = models.images(8)
-    result = quantize_model(Job(models.batchnorm_overflow(), QuantizeConfig(precision=precision), "tensorrt",
-                                SampleStream(data)))
+    result = quantize_model(
+        Job(models.batchnorm_overflow(), QuantizeConfig(precision=precision), "tensorrt", SampleStream(data))
+    )
     assert {"bn", "conv0"} <= set(result.fp32)
     assert result.check.passed and result.check.metrics["head_out"]["rel_l2"] < 0.02
     fp32_bn = [n for n in result.model.graph.node if n.name == "bn"][0]
@@ -47,13 +48,20 @@ def test_out_of_range_nodes_stay_fp32_and_the_result_is_right(precision):
 
 def test_refuse_policy_names_the_nodes():
     with pytest.raises(ModelError, match=r"FP16 would overflow in 2 node\(s\): bn: weight 'bn.var'"):
-        quantize_model(Job(models.batchnorm_overflow(), QuantizeConfig(precision="fp16", fp16_overflow="refuse"),
-                           "tensorrt", SampleStream(models.images(4))))
+        quantize_model(
+            Job(
+                models.batchnorm_overflow(),
+                QuantizeConfig(precision="fp16", fp16_overflow="refuse"),
+                "tensorrt",
+                SampleStream(models.images(4)),
+            )
+        )
 
 
 def test_activation_overflow_is_found_from_calibration_ranges():
-    result = quantize_model(Job(models.activation_overflow(), QuantizeConfig(precision="int8"), "tensorrt",
-                                SampleStream(models.images(4))))
+    result = quantize_model(
+        Job(models.activation_overflow(), QuantizeConfig(precision="int8"), "tensorrt", SampleStream(models.images(4)))
+    )
     why = result.fp32["conv0"]
     assert why.code == "fp16_activation_overflow" and "'conv0_out'" in str(why)
     assert "relu" in result.fp32
@@ -77,8 +85,14 @@ def test_nan_inf_with_refuse_policy_is_an_error_naming_the_node(monkeypatch):
 
     monkeypatch.setattr(fp16, "overflow_nodes", lambda *a, **k: {})
     with pytest.raises(ModelError, match="NaN/Inf in output.*first at node 'conv0'"):
-        quantize_model(Job(models.activation_overflow(), QuantizeConfig(precision="fp16", fp16_overflow="refuse"),
-                           "tensorrt", SampleStream(models.images(4))))
+        quantize_model(
+            Job(
+                models.activation_overflow(),
+                QuantizeConfig(precision="fp16", fp16_overflow="refuse"),
+                "tensorrt",
+                SampleStream(models.images(4)),
+            )
+        )
 
 
 def _value_info(name, dims):
@@ -94,11 +108,20 @@ def test_the_fp16_graph_declares_no_dim_name_its_source_did_not():
     source's own names stay."""
     from onnx import TensorProto, helper
 
-    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Reshape", ["x", "shape"], ["r"]),
-             helper.make_node("ReduceMean", ["r", "axis"], ["m"], keepdims=1), helper.make_node("Mul", ["r", "m"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [_value_info("x", ["N", 64])], [_value_info("y", ["N", 64])],
-                              [helper.make_tensor("axis", TensorProto.INT64, [1], [1])],
-                              value_info=[_value_info("r", [2, 64]), _value_info("m", [2, 1])])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("ReduceMean", ["r", "axis"], ["m"], keepdims=1),
+        helper.make_node("Mul", ["r", "m"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [_value_info("x", ["N", 64])],
+        [_value_info("y", ["N", 64])],
+        [helper.make_tensor("axis", TensorProto.INT64, [1], [1])],
+        value_info=[_value_info("r", [2, 64]), _value_info("m", [2, 1])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     converted = to_fp16(model, [])
     declared = [v for v in (*converted.graph.value_info, *converted.graph.output)]
@@ -114,16 +137,23 @@ def test_forgetting_invented_dims_reaches_subgraphs_and_keeps_the_source_names()
 
     from deploykit.quant.fp16 import forget_invented_dims
 
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["b"])], "branch", [],
-                               [_value_info("b", ["unk", "N"])])
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["b"])], "branch", [], [_value_info("b", ["unk", "N"])]
+    )
     node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
-    graph = helper.make_graph([node], "g", [_value_info("x", ["N", 4]),
-                                            helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-                              [_value_info("y", ["unk", 4])], value_info=[_value_info("t", ["unk", "unk__3", "N"])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [_value_info("x", ["N", 4]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [_value_info("y", ["unk", 4])],
+        value_info=[_value_info("t", ["unk", "unk__3", "N"])],
+    )
     source = helper.make_model(helper.make_graph([], "s", [_value_info("x", ["N", 4])], []))
     assert forget_invented_dims(model := helper.make_model(graph), source) == 5
-    dims = [[d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim]
-            for v in (*model.graph.value_info, *model.graph.output, *model.graph.node[0].attribute[0].g.output)]
+    dims = [
+        [d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim]
+        for v in (*model.graph.value_info, *model.graph.output, *model.graph.node[0].attribute[0].g.output)
+    ]
     assert dims == [[None, None, "N"], [None, 4], [None, "N"]]
 
 
@@ -140,9 +170,11 @@ def test_fp16_of_a_dynamo_exported_detr_style_detector_runs_in_onnx_runtime(tmp_
 
     shutil.copy(Path(__file__).with_name("detr_style.py"), tmp_path / "detr_style.py")
     cfg = tmp_path / "deploykit.yaml"
-    cfg.write_text("name: detr\nsource: {factory: 'detr_style:build'}\n"
-                   "inputs: [{name: images, shape: [N, 3, 128, 128], kind: image}]\n"
-                   "dims: {N: {min: 1, opt: 1, max: 2}}\noutputs: [logits, boxes]\nexport: {exporter: dynamo}\n"
-                   "quantize: {precision: fp16, target: onnxruntime}\nbuild: {optimization_level: extended}\n")
+    cfg.write_text(
+        "name: detr\nsource: {factory: 'detr_style:build'}\n"
+        "inputs: [{name: images, shape: [N, 3, 128, 128], kind: image}]\n"
+        "dims: {N: {min: 1, opt: 1, max: 2}}\noutputs: [logits, boxes]\nexport: {exporter: dynamo}\n"
+        "quantize: {precision: fp16, target: onnxruntime}\nbuild: {optimization_level: extended}\n"
+    )
     record = deploykit.convert(cfg, workdir=tmp_path / "store", until="parity").record
     assert record.exit_code == 0 and {c.group for c in record.checks} >= {"quantize", "parity"}

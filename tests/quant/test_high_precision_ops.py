@@ -18,13 +18,23 @@ def block():
     """MatMul -> LayerNormalization -> Softmax -> MatMul: an attention-like block."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.3, n) for n in ("w1", "w2")]
-    inits += [numpy_helper.from_array(np.ones(16, np.float32), "gamma"), numpy_helper.from_array(np.zeros(16, np.float32), "beta")]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-             helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["n"], name="ln", axis=-1),
-             helper.make_node("Softmax", ["n"], ["p"], name="softmax", axis=-1),
-             helper.make_node("MatMul", ["p", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    inits += [
+        numpy_helper.from_array(np.ones(16, np.float32), "gamma"),
+        numpy_helper.from_array(np.zeros(16, np.float32), "beta"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["n"], name="ln", axis=-1),
+        helper.make_node("Softmax", ["n"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
@@ -45,8 +55,7 @@ def test_layernorm_and_softmax_stay_in_float_by_default_and_matmuls_are_quantize
     quantized = quantized_node_names(result.model)
     assert {"mm1", "mm2"} <= quantized and not {"ln", "softmax"} & quantized
     assert result.excluded["ln"].code == "high_precision_op"
-    assert str(result.excluded["ln"]) == ("LayerNormalization kept in higher precision "
-                                          "(quantize.high_precision_ops)")
+    assert str(result.excluded["ln"]) == ("LayerNormalization kept in higher precision (quantize.high_precision_ops)")
 
 
 def test_the_default_can_be_changed():

@@ -34,9 +34,11 @@ PRESET = Tolerance(rel_l2=0.1, cosine=0.995, rel_floor=1e-2)
 
 def test_ratios_compare_each_value_with_its_limit():
     parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.97),)))
-    m = Measurement({"prob": {"rel_l2": 0.12, "cosine": 0.9975, "max_abs": 0.9, "nonfinite": 0}},
-                    [{"label": "probability_map[0]", "kind": "probability_map", "metrics": {"iou": 0.94},
-                      "inconclusive": ""}], 4)
+    m = Measurement(
+        {"prob": {"rel_l2": 0.12, "cosine": 0.9975, "max_abs": 0.9, "nonfinite": 0}},
+        [{"label": "probability_map[0]", "kind": "probability_map", "metrics": {"iou": 0.94}, "inconclusive": ""}],
+        4,
+    )
     s = score(m, parity, PRESET)
     assert s.ratios["prob.rel_l2"] == pytest.approx(1.2)
     assert s.ratios["prob.cosine"] == pytest.approx(0.5)  # shortfall 0.0025 of an allowed 0.005
@@ -49,23 +51,44 @@ def test_ratios_compare_each_value_with_its_limit():
 
 def test_nan_outputs_and_vacuous_checks():
     parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob"),)))
-    m = Measurement({"prob": {"rel_l2": 0.01, "cosine": 1.0, "nonfinite": 3}},
-                    [{"label": "probability_map[0]", "kind": "probability_map", "metrics": {"iou": 0.0},
-                      "inconclusive": "no reference pixel reaches the threshold 0.5"}], 2)
+    m = Measurement(
+        {"prob": {"rel_l2": 0.01, "cosine": 1.0, "nonfinite": 3}},
+        [
+            {
+                "label": "probability_map[0]",
+                "kind": "probability_map",
+                "metrics": {"iou": 0.0},
+                "inconclusive": "no reference pixel reaches the threshold 0.5",
+            }
+        ],
+        2,
+    )
     s = score(m, parity, PRESET)
     assert not s.passed and s.ratios["prob.nonfinite"] >= 1e3 and "probability_map[0].iou" not in s.ratios
 
 
-CHECKS = [ClassificationCheck("y"), DetectionCheck("b", "s"), SegmentationCheck("y"), DepthCheck("y"),
-          TrajectoryCheck("y", scores="s"), ProbabilityMapCheck("y")]  # with scores, min_top1 is a limit too
+CHECKS = [
+    ClassificationCheck("y"),
+    DetectionCheck("b", "s"),
+    SegmentationCheck("y"),
+    DepthCheck("y"),
+    TrajectoryCheck("y", scores="s"),
+    ProbabilityMapCheck("y"),
+]  # with scores, min_top1 is a limit too
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: type(c).__name__)
 def test_limit_fields_are_exactly_the_fields_limits_read(check):
     """A cached measurement is re-scored at new limits: every field that moves a limit must be in
     LIMIT_FIELDS (left out of the cache key), and no other field may be."""
-    kind = {ClassificationCheck: "classification", DetectionCheck: "detection", SegmentationCheck: "segmentation",
-            DepthCheck: "depth", TrajectoryCheck: "trajectory", ProbabilityMapCheck: "probability_map"}[type(check)]
+    kind = {
+        ClassificationCheck: "classification",
+        DetectionCheck: "detection",
+        SegmentationCheck: "segmentation",
+        DepthCheck: "depth",
+        TrajectoryCheck: "trajectory",
+        ProbabilityMapCheck: "probability_map",
+    }[type(check)]
 
     def limits(c):
         return build_tasks(TaskChecks(**{kind: (c,)}))[0].limits()
@@ -80,10 +103,14 @@ def test_limit_fields_are_exactly_the_fields_limits_read(check):
 
 def test_measurement_settings_ignore_limits_but_not_what_changes_a_measurement():
     base = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.97),)))
-    tighter = dataclasses.replace(base, default=Tolerance(rel_l2=0.01, cosine=0.9999),
-                                  tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.99),)))
-    other_threshold = dataclasses.replace(base, tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob",
-                                                                                                      threshold=0.3),)))
+    tighter = dataclasses.replace(
+        base,
+        default=Tolerance(rel_l2=0.01, cosine=0.9999),
+        tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.99),)),
+    )
+    other_threshold = dataclasses.replace(
+        base, tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", threshold=0.3),))
+    )
     assert measurement_settings(base) == measurement_settings(tighter)
     assert measurement_settings(base) != measurement_settings(other_threshold)
 
@@ -96,8 +123,11 @@ def test_the_judge_agrees_with_a_parity_comparison_on_the_same_samples():
             from onnx import numpy_helper
 
             w = numpy_helper.to_array(init)
-            init.CopyFrom(numpy_helper.from_array((w * (1 + 0.05 * np.sin(np.arange(w.size)).reshape(w.shape)))
-                                                  .astype(np.float32), init.name))
+            init.CopyFrom(
+                numpy_helper.from_array(
+                    (w * (1 + 0.05 * np.sin(np.arange(w.size)).reshape(w.shape))).astype(np.float32), init.name
+                )
+            )
     samples = models.images(5, seed=3)
     parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("y", min_iou=0.99),)))
     judge = Judge(model, samples, session_from_onnx, parity, PRESET, "int8", "5 samples")

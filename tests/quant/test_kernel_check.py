@@ -56,25 +56,39 @@ def test_a_kernel_wrong_on_tail_channels_is_named_and_a_faithful_one_is_not(monk
     samples = models.images(8)
     placed = _placed(models.cnn((24,), batch=1), samples, monkeypatch)
     assert {"conv0", "head"} <= g.quantized_node_names(placed)
-    monkeypatch.setattr(run, "session_from_onnx", lambda m, evaluator="as_written", **kw: session_from_onnx(
-        m, "as_written", **{k: v for k, v in kw.items() if k != "level"}))  # "fused" = the Q/DQ graph itself
+    monkeypatch.setattr(
+        run,
+        "session_from_onnx",
+        lambda m, evaluator="as_written", **kw: session_from_onnx(
+            m, "as_written", **{k: v for k, v in kw.items() if k != "level"}
+        ),
+    )  # "fused" = the Q/DQ graph itself
     assert miscomputed(placed, "extended") == {}
     monkeypatch.setattr(run, "session_from_onnx", _TailChannelFault(session_from_onnx))
     found = miscomputed(placed, "extended")
     assert set(found) == {"conv0"}  # 24 output channels; the head has 4
     assert found["conv0"].code == "kernel_miscomputes" and found["conv0"].sentence.startswith(
-        "ONNX Runtime's integer kernel on this CPU computes it wrong (Conv, ")
+        "ONNX Runtime's integer kernel on this CPU computes it wrong (Conv, "
+    )
     assert miscomputed(placed, "disabled") == {}  # nothing is fused there
 
 
 def test_quantize_keeps_a_miscomputed_node_in_float_and_says_so(monkeypatch):
     monkeypatch.setattr(run, "session_from_onnx", _TailChannelFault(session_from_onnx))
-    result = quantize_model(Job(models.cnn((24, 8), batch=1), QuantizeConfig(precision="int8"), "onnxruntime",
-                                SampleStream(models.images(8))))
+    result = quantize_model(
+        Job(
+            models.cnn((24, 8), batch=1),
+            QuantizeConfig(precision="int8"),
+            "onnxruntime",
+            SampleStream(models.images(8)),
+        )
+    )
     assert result.excluded["conv0"].code == "kernel_miscomputes"
     assert "conv0" not in g.quantized_node_names(result.model) and "conv1" in g.quantized_node_names(result.model)
-    assert any(n.startswith("ONNX Runtime's integer kernels on this CPU compute 1 quantized node(s) wrong (conv0)")
-               for n in result.notes)
+    assert any(
+        n.startswith("ONNX Runtime's integer kernels on this CPU compute 1 quantized node(s) wrong (conv0)")
+        for n in result.notes
+    )
 
 
 @pytest.mark.parametrize("channels", [(24, 20), (17, 48)])
@@ -82,8 +96,9 @@ def test_on_this_cpu_the_onnxruntime_flavour_computes_what_its_graph_says(channe
     # channel counts that are not multiples of 16: the faulty VNNI/AMX kernels get them wrong, so
     # without the check this fails on such a CPU; elsewhere it holds because the kernels are right
     model = models.cnn(channels, batch=1, size=24)
-    result = quantize_model(Job(model, QuantizeConfig(precision="int8"), "onnxruntime",
-                                SampleStream(models.images(16, size=24))))
+    result = quantize_model(
+        Job(model, QuantizeConfig(precision="int8"), "onnxruntime", SampleStream(models.images(16, size=24)))
+    )
     fused, written = session_from_onnx(result.model, "onnxruntime"), session_from_onnx(result.model, "as_written")
     for sample in models.images(4, size=24, seed=7):
         a, b = fused.infer(sample), written.infer(sample)
@@ -93,6 +108,7 @@ def test_on_this_cpu_the_onnxruntime_flavour_computes_what_its_graph_says(channe
 def test_nodes_that_run_the_same_kernel_on_the_same_shapes_are_checked_once(monkeypatch):
     samples = models.images(8)
     placed = _placed(models.cnn((24, 24, 24), batch=1), samples, monkeypatch)
+
     def faithful(m, evaluator="as_written", **kw):  # "fused" = the Q/DQ graph itself, then the fault on top
         return session_from_onnx(m, "as_written", **{k: v for k, v in kw.items() if k != "level"})
 

@@ -17,7 +17,9 @@ def test_convolution_flops_and_a_compute_bound_layer_costs_more_at_higher_precis
     costs = roofline(model, groups, ("int8", "fp8", "fp16", "fp32"), "int8", "fp16")
     delta = costs.delta["conv1"]
     assert delta["fp8"] == pytest.approx(0.0) and 0 < delta["fp16"] < delta["fp32"]
-    assert delta["fp16"] == pytest.approx(_flops(conv1, shapes) * (1 / PEAKS["fp16"] - 1 / PEAKS["int8"]) / 1e6, rel=0.01)
+    assert delta["fp16"] == pytest.approx(
+        _flops(conv1, shapes) * (1 / PEAKS["fp16"] - 1 / PEAKS["int8"]) / 1e6, rel=0.01
+    )
     assert costs.of({"conv1": "fp32"}) == pytest.approx(costs.top) and "no GPU measured" in costs.method
 
 
@@ -34,7 +36,9 @@ def test_the_cpu_estimate_is_load_independent_and_knows_depthwise_int8_gains_not
     from deploykit.quant.reader import SampleStream
 
     model = models.depthwise()
-    result = quantize_model(Job(model, QuantizeConfig(precision="int8"), "onnxruntime", SampleStream(models.images(8, size=32))))
+    result = quantize_model(
+        Job(model, QuantizeConfig(precision="int8"), "onnxruntime", SampleStream(models.images(8, size=32)))
+    )
     groups = {g.name: g for g in find_groups(result.model)}
     one, two = (cpu_estimate(result.reference, result.model, groups, ("int8", "fp32")) for _ in range(2))
     assert one == two  # nothing measured: the same graph gets the same costs under any load

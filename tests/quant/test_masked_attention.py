@@ -17,20 +17,33 @@ from tests.test_input_kinds import write_model
 
 def masked_logits_model():
     """Where(padding, -inf, logits) -> Softmax: the graph torch's masked_fill exports to."""
-    nodes = [helper.make_node("Where", ["padding", "neg_inf", "logits"], ["masked"], name="mask"),
-             helper.make_node("Softmax", ["masked"], ["weights"], name="softmax", axis=-1)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4]),
-                                           helper.make_tensor_value_info("padding", TensorProto.BOOL, [1, 4])],
-                              [helper.make_tensor_value_info("weights", TensorProto.FLOAT, [1, 4])],
-                              [numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf")])
+    nodes = [
+        helper.make_node("Where", ["padding", "neg_inf", "logits"], ["masked"], name="mask"),
+        helper.make_node("Softmax", ["masked"], ["weights"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("padding", TensorProto.BOOL, [1, 4]),
+        ],
+        [helper.make_tensor_value_info("weights", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf")],
+    )
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 @pytest.mark.parametrize("method", ["max", "percentile", "mse"])
 def test_a_tensor_holding_minus_inf_is_ranged_on_its_finite_values(method):
     rng = np.random.default_rng(0)
-    samples = [{"logits": rng.standard_normal((1, 4)).astype(np.float32) * 3,
-                "padding": np.array([[False, False, i % 2 == 0, True]])} for i in range(8)]
+    samples = [
+        {
+            "logits": rng.standard_normal((1, 4)).astype(np.float32) * 3,
+            "padding": np.array([[False, False, i % 2 == 0, True]]),
+        }
+        for i in range(8)
+    ]
     result = calibrate(masked_logits_model(), samples, RangeSettings(method), (method,))
     r = result.sets[method]["masked"]
     finite = [s["logits"][~s["padding"]] for s in samples]
@@ -48,15 +61,23 @@ def masked_model(tmp_path_factory):
         (root / folder).mkdir()
         for i in range(count):
             tokens, real = int(rng.integers(2, 5)), int(rng.integers(1, 3))
-            np.savez(root / folder / f"s{i}.npz", tokens=rng.standard_normal((2, tokens, 8)).astype(np.float32),
-                     padding=np.broadcast_to(np.arange(tokens) >= min(real, tokens), (2, tokens)).copy())
+            np.savez(
+                root / folder / f"s{i}.npz",
+                tokens=rng.standard_normal((2, tokens, 8)).astype(np.float32),
+                padding=np.broadcast_to(np.arange(tokens) >= min(real, tokens), (2, tokens)).copy(),
+            )
     # A random-weight toy: its INT8 error is not what this file tests (the tolerance is loosened).
-    return write_model(root, extra="""
+    return write_model(
+        root,
+        extra="""
         calibration: {files: calib, samples: 24}
         validation: {files: valid, samples: 6}
         # high_precision_ops off: the Softmax must be kept out by the masking rule alone
-        quantize: {high_precision_ops: [], tolerances: {int8: {rel_l2: 0.3, cosine: 0.95}, fp8: {rel_l2: 0.3, cosine: 0.95}}}
-    """), root / "store"
+        quantize:
+          high_precision_ops: []
+          tolerances: {int8: {rel_l2: 0.3, cosine: 0.95}, fp8: {rel_l2: 0.3, cosine: 0.95}}
+    """,
+    ), root / "store"
 
 
 def padded_perturbed(model_path, evaluator):
@@ -67,19 +88,23 @@ def padded_perturbed(model_path, evaluator):
     padding = np.broadcast_to(np.arange(4) >= 2, (2, 4)).copy()
     other = tokens.copy()
     other[:, 2:] = rng.standard_normal((2, 2, 8)) * 5
-    return session.run_all({"tokens": tokens, "padding": padding}), session.run_all({"tokens": other, "padding": padding})
+    return session.run_all({"tokens": tokens, "padding": padding}), session.run_all(
+        {"tokens": other, "padding": padding}
+    )
 
 
 def test_int8_keeps_the_masking_path_exact(masked_model):
     cfg, store = masked_model
-    result = deploykit.convert(cfg, workdir=store, quantize__precision="int8", quantize__target="onnxruntime",
-                               gate__iterations=2)
+    result = deploykit.convert(
+        cfg, workdir=store, quantize__precision="int8", quantize__target="onnxruntime", gate__iterations=2
+    )
     assert result.passed, repr(result)
     excluded = result.report("model", "precision.json")["excluded_from_quantization"]
     masking = {name for name, why in excluded.items() if why["code"] == "masking"}
     assert masking and all(why["code"] in ("masking", "output_tail") for why in excluded.values())
-    assert {"Where", "Softmax"} <= {n.op_type for n in load_model(result.artifacts["model"].file("model.onnx")).graph.node
-                                    if n.name in excluded}
+    assert {"Where", "Softmax"} <= {
+        n.op_type for n in load_model(result.artifacts["model"].file("model.onnx")).graph.node if n.name in excluded
+    }
     a, b = padded_perturbed(result.artifacts["model"].file("model.onnx"), "onnxruntime")
     # the valid tokens' outputs: padded tokens get exactly zero weight, quantized or not
     assert np.array_equal(a["mixed"][:, :2], b["mixed"][:, :2])
@@ -89,8 +114,9 @@ def test_int8_keeps_the_masking_path_exact(masked_model):
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
 def test_tensorrt_flavour_keeps_the_masking_path_exact(masked_model, precision):
     cfg, store = masked_model
-    result = deploykit.convert(cfg, workdir=store, quantize__precision=precision, quantize__target="tensorrt",
-                               gate__iterations=2)
+    result = deploykit.convert(
+        cfg, workdir=store, quantize__precision=precision, quantize__target="tensorrt", gate__iterations=2
+    )
     assert result.passed, repr(result)
     a, b = padded_perturbed(result.artifacts["model"].file("model.onnx"), "as_written")
     assert np.array_equal(a["mixed"][:, :2], b["mixed"][:, :2])

@@ -13,17 +13,26 @@ from tests.quant import models
 
 
 def quantize(model, samples=None, **cfg):
-    return quantize_model(Job(model, QuantizeConfig(precision="int8", **cfg), "onnxruntime",
-                              SampleStream(samples or models.images(16)),
-                              reduce_range=ort_flavour.resolve_reduce_range("auto")))
+    return quantize_model(
+        Job(
+            model,
+            QuantizeConfig(precision="int8", **cfg),
+            "onnxruntime",
+            SampleStream(samples or models.images(16)),
+            reduce_range=ort_flavour.resolve_reduce_range("auto"),
+        )
+    )
 
 
-@pytest.mark.parametrize("features, machine, expected", [
-    (["avx2", "fma"], "x86_64", True),  # AVX2 without VNNI: u8s8 saturates unless 7-bit weights
-    (["avx2", "avx512_vnni"], "x86_64", False),
-    (["avx2", "avx_vnni"], "x86_64", False),
-    ([], "aarch64", False),
-])
+@pytest.mark.parametrize(
+    "features, machine, expected",
+    [
+        (["avx2", "fma"], "x86_64", True),  # AVX2 without VNNI: u8s8 saturates unless 7-bit weights
+        (["avx2", "avx512_vnni"], "x86_64", False),
+        (["avx2", "avx_vnni"], "x86_64", False),
+        ([], "aarch64", False),
+    ],
+)
 def test_reduce_range_follows_the_cpu(monkeypatch, features, machine, expected):
     import deploykit.store.environment as env
 
@@ -51,8 +60,13 @@ def test_activation_scales_and_zero_points_come_from_deploykit_ranges():
 
 
 def test_symbolic_shape_inference_failure_is_skipped_and_said():
-    samples = [{"x": np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32),
-                "z": np.random.default_rng(i + 99).standard_normal((2, 8)).astype(np.float32)} for i in range(64)]
+    samples = [
+        {
+            "x": np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32),
+            "z": np.random.default_rng(i + 99).standard_normal((2, 8)).astype(np.float32),
+        }
+        for i in range(64)
+    ]
     result = quantize(models.unmergeable_dims(), samples)
     assert any("symbolic shape inference failed" in n for n in result.notes)
     assert {n.op_type for n in result.model.graph.node} >= {"QuantizeLinear", "Add", "MatMul"}
@@ -61,8 +75,9 @@ def test_symbolic_shape_inference_failure_is_skipped_and_said():
 
 def test_fp8_is_refused_for_the_onnxruntime_target_and_auto_picks_tensorrt():
     with pytest.raises(ConfigError, match="fp8 with target onnxruntime.*QLinearConv"):
-        quantize_model(Job(models.cnn((8,)), QuantizeConfig(precision="fp8"), "onnxruntime",
-                           SampleStream(models.images(2))))
+        quantize_model(
+            Job(models.cnn((8,)), QuantizeConfig(precision="fp8"), "onnxruntime", SampleStream(models.images(2)))
+        )
     assert QuantizeConfig(precision="fp8").flavour("onnxruntime") == "tensorrt"
     assert QuantizeConfig(precision="int8").flavour("onnxruntime") == "onnxruntime"
     assert QuantizeConfig(precision="int8").flavour("tensorrt") == "tensorrt"
@@ -116,8 +131,9 @@ def test_an_excluded_node_reads_float_tensors_while_its_neighbours_stay_quantize
     assert made_by[conv2.input[0]].op_type == "DequantizeLinear"
     # no Q/DQ is left that nothing reads, and no scale or zero point without a reader
     read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
-    assert all(o in read for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
-               for o in n.output)
+    assert all(
+        o in read for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear") for o in n.output
+    )
     assert {i.name for i in model.graph.initializer} <= read
     assert result.check.passed
 
@@ -153,8 +169,12 @@ def test_an_excluded_node_after_a_fused_clip_gets_the_clip_and_its_bounds_back()
     relu0 = next(n for n in graph.node if n.name == "relu0")
     relu0.op_type, relu0.name = "Clip", "clip0"
     relu0.input.extend(["clip_lo", "clip_hi"])
-    graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "clip_lo"),
-                              numpy_helper.from_array(np.array(0.5, np.float32), "clip_hi")])
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(0.0, np.float32), "clip_lo"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "clip_hi"),
+        ]
+    )
     onnx.checker.check_model(model)
     result = quantize(model, exclude_nodes=("conv1",))
     restored = [n for n in result.model.graph.node if n.op_type == "Clip"]
@@ -164,9 +184,14 @@ def test_an_excluded_node_after_a_fused_clip_gets_the_clip_and_its_bounds_back()
     assert result.check.passed
 
 
-@pytest.mark.parametrize("make, data", [(models.classifier, lambda: models.images(24)),
-                                        (models.encoder, lambda: models.tokens(24)),
-                                        (lambda: models.depthwise(), lambda: models.images(24, size=32))])
+@pytest.mark.parametrize(
+    "make, data",
+    [
+        (models.classifier, lambda: models.images(24)),
+        (models.encoder, lambda: models.tokens(24)),
+        (lambda: models.depthwise(), lambda: models.images(24, size=32)),
+    ],
+)
 def test_rescaling_the_qdq_graph_gives_what_the_quantizer_writes_for_those_ranges(make, data):
     """Method auto runs ORT's quantizer once and rewrites scales, zero points and int32 biases per
     range set: the result must be the graph the quantizer itself writes for that set, bit for bit."""
@@ -179,15 +204,20 @@ def test_rescaling_the_qdq_graph_gives_what_the_quantizer_writes_for_those_range
     sets = calibrate(model, samples, RangeSettings("auto"), ("max", "percentile")).sets
     assert sets["max"] != sets["percentile"]
     placed = ort_flavour.quantize(model, samples[0], sets["max"], exclude=[], per_channel=True, reduce_range=True)
-    direct = ort_flavour.quantize(model, samples[0], sets["percentile"], exclude=[], per_channel=True, reduce_range=True)
+    direct = ort_flavour.quantize(
+        model, samples[0], sets["percentile"], exclude=[], per_channel=True, reduce_range=True
+    )
     rescaled = ort_flavour.rescale(placed, model, sets["percentile"], placed_with=sets["max"])
     want = {i.name: numpy_helper.to_array(i) for i in direct.graph.initializer}
     got = {i.name: numpy_helper.to_array(i) for i in rescaled.graph.initializer}
     assert set(got) == set(want)
     assert all(got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]) for k in want)
     assert [n.SerializeToString() for n in rescaled.graph.node] == [n.SerializeToString() for n in direct.graph.node]
-    changed = [k for k in want if not np.array_equal(want[k], numpy_helper.to_array(
-        next(i for i in placed.graph.initializer if i.name == k)))]
+    changed = [
+        k
+        for k in want
+        if not np.array_equal(want[k], numpy_helper.to_array(next(i for i in placed.graph.initializer if i.name == k)))
+    ]
     assert any(k.endswith("_scale") for k in changed) and any(k.endswith("bias_quantized") for k in changed)
 
 
@@ -230,8 +260,9 @@ def test_orts_own_calibration_does_not_run(monkeypatch):
     import onnxruntime
 
     real = onnxruntime.InferenceSession.__init__
-    monkeypatch.setattr(onnxruntime.InferenceSession, "__init__",
-                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(
+        onnxruntime.InferenceSession, "__init__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
     from deploykit.quant import prepare as g
     from deploykit.quant.ranges import RangeSettings, collect_ranges
 
@@ -254,8 +285,9 @@ def test_a_packed_detector_output_keeps_its_scores(monkeypatch):
 
     def score_error(quantized):
         session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
-        return max(float(np.abs(session.run(None, s)[0][:, 4:] - reference.run(None, s)[0][:, 4:]).max())
-                   for s in fresh)
+        return max(
+            float(np.abs(session.run(None, s)[0][:, 4:] - reference.run(None, s)[0][:, 4:]).max()) for s in fresh
+        )
 
     result = quantize(model, calib)
     assert result.excluded["pack"].code == "mixed_ranges"

@@ -18,8 +18,9 @@ from tests.quant import models
 
 
 def base_of(model, flavour, data, **cfg):
-    result = quantize_model(Job(model, QuantizeConfig(precision="int8", **cfg), flavour, SampleStream(data),
-                                reduce_range=True))
+    result = quantize_model(
+        Job(model, QuantizeConfig(precision="int8", **cfg), flavour, SampleStream(data), reduce_range=True)
+    )
     return result, {g.name: g for g in find_groups(result.base)}
 
 
@@ -41,17 +42,26 @@ def test_groups_join_a_conv_with_its_activation_in_both_flavours():
 def attention(tokens=8, dim=16):
     """x -> q, k, v projections -> softmax(q k^T / 4) v -> output projection."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((dim, dim)) / 4).astype(np.float32), n)
-             for n in ("wq", "wk", "wv", "wo")] + [numpy_helper.from_array(np.array(4.0, np.float32), "scale")]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((dim, dim)) / 4).astype(np.float32), n)
+        for n in ("wq", "wk", "wv", "wo")
+    ] + [numpy_helper.from_array(np.array(4.0, np.float32), "scale")]
     nodes = [helper.make_node("MatMul", ["x", w], [w[1]], name=f"proj_{w[1]}") for w in ("wq", "wk", "wv")]
-    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="kt"),
-              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
-              helper.make_node("Div", ["scores", "scale"], ["scaled"], name="scaled"),
-              helper.make_node("Softmax", ["scaled"], ["attn"], axis=-1, name="softmax"),
-              helper.make_node("MatMul", ["attn", "v"], ["mixed"], name="mix"),
-              helper.make_node("MatMul", ["mixed", "wo"], ["y"], name="proj_o")]
-    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, dim])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="kt"),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+        helper.make_node("Div", ["scores", "scale"], ["scaled"], name="scaled"),
+        helper.make_node("Softmax", ["scaled"], ["attn"], axis=-1, name="softmax"),
+        helper.make_node("MatMul", ["attn", "v"], ["mixed"], name="mix"),
+        helper.make_node("MatMul", ["mixed", "wo"], ["y"], name="proj_o"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "attn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, dim])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
@@ -85,14 +95,20 @@ def test_fp8_and_fp32_layers_in_an_int8_fp16_graph():
     model, data = models.depthwise(), models.images(8, size=32)
     result, groups = base_of(model, "tensorrt", data, repair=RepairConfig(enabled=True, max_iterations=1))
     assert opset_version(result.base) == 21 and flavour_for("tensorrt").ladder("int8", "fp16", 21) == (
-        "int8", "fp8", "fp16", "fp32")
+        "int8",
+        "fp8",
+        "fp16",
+        "fp32",
+    )
     patched = apply_patch(result.base, result.reference, groups, {"b0_dw": "fp8", "b1_dw": "fp32"}, "int8", "fp16")
     onnx.checker.check_model(patched)
     inits = {t.name: t for t in patched.graph.initializer}
     nodes = {n.name: n for n in patched.graph.node}
     made_by = {o: n for n in patched.graph.node for o in n.output}
     dw_inputs = [made_by[i] for i in nodes["b0_dw"].input if i in made_by]
-    assert {inits[d.input[2]].data_type for d in dw_inputs if d.op_type == "DequantizeLinear"} == {TensorProto.FLOAT8E4M3FN}
+    assert {inits[d.input[2]].data_type for d in dw_inputs if d.op_type == "DequantizeLinear"} == {
+        TensorProto.FLOAT8E4M3FN
+    }
     others = [made_by[i] for i in nodes["b0_project"].input if i in made_by]
     assert {inits[d.input[2]].data_type for d in others if d.op_type == "DequantizeLinear"} == {TensorProto.INT8}
     types = tensor_types(onnx.shape_inference.infer_shapes(patched))
@@ -109,8 +125,10 @@ def test_the_same_patch_gives_the_same_bytes_in_any_order():
     one = apply_patch(result.base, result.reference, groups, {"b0_dw": "fp32", "head": "fp32"}, "int8", "fp32")
     two = apply_patch(result.base, result.reference, groups, {"head": "fp32", "b0_dw": "fp32"}, "int8", "fp32")
     assert one.SerializeToString() == two.SerializeToString()
-    assert apply_patch(result.base, result.reference, groups, {}, "int8", "fp32").SerializeToString() == \
-        result.base.SerializeToString()
+    assert (
+        apply_patch(result.base, result.reference, groups, {}, "int8", "fp32").SerializeToString()
+        == result.base.SerializeToString()
+    )
 
 
 def test_layer_precisions_naming_a_missing_group_is_a_config_error():

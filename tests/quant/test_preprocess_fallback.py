@@ -25,8 +25,9 @@ def _patched(monkeypatch, first: BaseException, second: BaseException | None = N
             raise second
         return real.quant_pre_process(src, dst, **kwargs)
 
-    monkeypatch.setattr(ort_flavour, "private_ort_quantization",
-                        lambda: SimpleNamespace(quant_pre_process=quant_pre_process))
+    monkeypatch.setattr(
+        ort_flavour, "private_ort_quantization", lambda: SimpleNamespace(quant_pre_process=quant_pre_process)
+    )
     return calls
 
 

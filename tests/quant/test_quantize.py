@@ -54,8 +54,9 @@ def test_exclusions_by_name_op_type_and_pattern_stay_unquantized(flavour):
     from deploykit.quant.prepare import quantized_node_names
 
     model = models.cnn((16, 16, 16))
-    result = quantize_model(job(model, flavour, exclude_nodes=("conv0",), exclude_patterns=("^conv2$", "nomatch"),
-                                high_precision="fp32"))
+    result = quantize_model(
+        job(model, flavour, exclude_nodes=("conv0",), exclude_patterns=("^conv2$", "nomatch"), high_precision="fp32")
+    )
     assert {"conv0", "conv2"}.isdisjoint(quantized_weights(result.model))
     assert {"conv1", "head"} <= quantized_weights(result.model)
     if flavour == "tensorrt":  # ModelOpt also leaves the inputs of an excluded node in float
@@ -134,9 +135,17 @@ def test_with_validation_data_auto_keeps_the_ranges_parity_task_scores_best(flav
     judging = Judging(parity, val, "8 validation samples")
 
     def run(method):
-        return quantize_model(Job(model, QuantizeConfig(precision="int8", high_precision="fp32", method=method,
-                                                        repair=RepairConfig(auto=False)),  # the plain graphs
-                                  flavour, SampleStream(data), judging=judging))
+        return quantize_model(
+            Job(
+                model,
+                QuantizeConfig(
+                    precision="int8", high_precision="fp32", method=method, repair=RepairConfig(auto=False)
+                ),  # the plain graphs
+                flavour,
+                SampleStream(data),
+                judging=judging,
+            )
+        )
 
     iou = {m: run(m).check.tasks[0]["metrics"]["iou"] for m in AUTO_METHODS}  # each method's graph on its own
     auto = run("auto")

@@ -12,8 +12,12 @@ from tests.quant import models
 
 def identity_model(op="Identity", width=64):
     node = helper.make_node(op, ["x"], ["y"], name="op")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -96,16 +100,24 @@ def test_outputs_before_their_layout_ops_keep_max_calibration():
     """A box head's Conv output reaches the model output through Transpose/Reshape: it is the result."""
     from deploykit.quant.prepare import through_layout
 
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-             helper.make_node("Transpose", ["a"], ["b"], name="t", perm=[1, 0]),
-             helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
-             helper.make_node("Reshape", ["s", "shape"], ["s2"], name="r"),
-             helper.make_node("Concat", ["b", "c"], ["y"], name="cat", axis=0),
-             helper.make_node("Neg", ["x"], ["c"], name="neg"),
-             helper.make_node("Add", ["s2", "x"], ["z"], name="add")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-                               helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Transpose", ["a"], ["b"], name="t", perm=[1, 0]),
+        helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+        helper.make_node("Reshape", ["s", "shape"], ["s2"], name="r"),
+        helper.make_node("Concat", ["b", "c"], ["y"], name="cat", axis=0),
+        helper.make_node("Neg", ["x"], ["c"], name="neg"),
+        helper.make_node("Add", ["s2", "x"], ["z"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+    )
     model = helper.make_model(graph)
     assert through_layout(model, {"y", "z"}, {"s"}) == {"y", "z", "b", "c", "a", "s", "s2"}
 
@@ -127,8 +139,9 @@ def test_calibration_reads_the_samples_once_for_every_method():
     from deploykit.quant.ranges import calibrate
     from deploykit.quant.reader import SampleStream
 
-    result = calibrate(identity_model(), SampleStream(factory), RangeSettings("percentile"),
-                       ("max", "percentile", "mse", "entropy"))
+    result = calibrate(
+        identity_model(), SampleStream(factory), RangeSettings("percentile"), ("max", "percentile", "mse", "entropy")
+    )
     assert len(calls) == 1
     assert {r.method for r in (s["y"] for s in result.sets.values())} == {"max", "percentile", "mse", "entropy"}
     later = result.statistics.ranges("entropy")  # derived again without reading the samples
@@ -137,8 +150,12 @@ def test_calibration_reads_the_samples_once_for_every_method():
 
 def test_nan_in_an_activation_names_the_tensor_and_node():
     node = helper.make_node("Log", ["x"], ["y"], name="the_log")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ModelError, match="NaN in tensor 'y' \\(node 'the_log'\\)"):
         collect_ranges(model, [{"x": np.array([[1, 2, -1, 3]], np.float32)}], RangeSettings("max"))
@@ -169,16 +186,32 @@ def test_per_tensor_choice_clips_only_the_tensor_whose_histogram_gains_from_it()
     from deploykit.quant.ranges import calibrate
 
     rng = np.random.default_rng(3)
-    nodes = [helper.make_node("Identity", ["x"], ["heavy"], name="a"), helper.make_node("Identity", ["u"], ["flat"], name="b")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 65536]),
-                                           helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 65536])],
-                              [helper.make_tensor_value_info("heavy", TensorProto.FLOAT, None),
-                               helper.make_tensor_value_info("flat", TensorProto.FLOAT, None)])
+    nodes = [
+        helper.make_node("Identity", ["x"], ["heavy"], name="a"),
+        helper.make_node("Identity", ["u"], ["flat"], name="b"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 65536]),
+            helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 65536]),
+        ],
+        [
+            helper.make_tensor_value_info("heavy", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("flat", TensorProto.FLOAT, None),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     # a Gaussian bulk and one value in 1.3 million 60x larger: clipping it costs less than the coarse
     # steps it forces on every other value (at 1 in 80 thousand it does not: MSE keeps it, rightly)
-    samples = [{"x": rng.standard_normal((1, 65536)).astype(np.float32),
-                "u": rng.uniform(-1, 1, (1, 65536)).astype(np.float32)} for _ in range(20)]
+    samples = [
+        {
+            "x": rng.standard_normal((1, 65536)).astype(np.float32),
+            "u": rng.uniform(-1, 1, (1, 65536)).astype(np.float32),
+        }
+        for _ in range(20)
+    ]
     samples[7]["x"][0, 100] = 60.0
     stats = calibrate(model, samples, RangeSettings("auto"), ("histogram",)).statistics
     choice = stats.per_tensor(only={"heavy", "flat"})
@@ -192,13 +225,19 @@ def test_tensors_holding_the_same_values_are_read_once_and_share_their_ranges(mo
     """Identity/Reshape/Transpose outputs hold their input's values: the tap reads the input only."""
     from deploykit.quant import ranges as r
 
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-             helper.make_node("Identity", ["a"], ["b"], name="id"),
-             helper.make_node("Reshape", ["b", "shape"], ["c"], name="reshape"),
-             helper.make_node("Neg", ["c"], ["y"], name="neg")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [helper.make_tensor("shape", TensorProto.INT64, [2], [8, 8])])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Identity", ["a"], ["b"], name="id"),
+        helper.make_node("Reshape", ["b", "shape"], ["c"], name="reshape"),
+        helper.make_node("Neg", ["c"], ["y"], name="neg"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("shape", TensorProto.INT64, [2], [8, 8])],
+    )
     model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     assert r.same_values(model, ["x", "a", "b", "c", "y"]) == {"b": "a", "c": "a"}
     exposed = []
@@ -216,8 +255,9 @@ def test_histograms_take_every_kth_sample_and_min_max_every_sample():
     n = 16 + 3 * r.HISTOGRAM_SAMPLES  # a stream three times longer than the histograms need
     samples = heavy_tailed(n)
     samples[60] = {"x": np.full((1, 64), 500.0, np.float32)}  # folded 44th: not a histogram sample (every 3rd)
-    result = r.calibrate(identity_model(), samples, RangeSettings("percentile"), ("max", "histogram"), hold_out=16,
-                         expected=n)
+    result = r.calibrate(
+        identity_model(), samples, RangeSettings("percentile"), ("max", "histogram"), hold_out=16, expected=n
+    )
     st = result.statistics.stats["y"]
     every = -(-(n - 16) // r.HISTOGRAM_SAMPLES)
     assert every == 3 and st.counts.sum() == 64 * r.HISTOGRAM_SAMPLES  # a third of the samples, 64 values each

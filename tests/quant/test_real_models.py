@@ -36,8 +36,12 @@ def pages(n: int, size: int, seed: int) -> list[np.ndarray]:
         while y < size - 16:
             height = int(rng.integers(12, 28))
             words = " ".join("".join(rng.choice(letters, int(rng.integers(2, 9)))) for _ in range(8))
-            draw.text((int(rng.integers(2, 20)), y), words, fill=tuple(int(v) for v in rng.integers(0, 80, 3)),
-                      font=ImageFont.load_default(size=height))
+            draw.text(
+                (int(rng.integers(2, 20)), y),
+                words,
+                fill=tuple(int(v) for v in rng.integers(0, 80, 3)),
+                font=ImageFont.load_default(size=height),
+            )
             y += int(height * rng.uniform(1.3, 2.2))
         page = np.asarray(image, np.float32) + rng.normal(0, 5, (size, size, 3))
         x = (np.clip(page, 0, 255) / 255 - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225]
@@ -74,8 +78,15 @@ def test_text_detector_int8_beats_onnx_runtime_quantize_static_on_the_thresholde
     model = fixed_input(need("ocr/ppocrv6_det_tiny.onnx"), "x", [1, 3, 256, 256])
     calib = [{"x": p} for p in pages(24, 256, 0)]
     valid = [{"x": p} for p in pages(6, 256, 100)]
-    result = quantize_model(Job(model, QuantizeConfig(precision="int8"), "onnxruntime", SampleStream(calib),
-                                reduce_range=resolve_reduce_range("auto")))
+    result = quantize_model(
+        Job(
+            model,
+            QuantizeConfig(precision="int8"),
+            "onnxruntime",
+            SampleStream(calib),
+            reduce_range=resolve_reduce_range("auto"),
+        )
+    )
     fp32_path = tmp_path / "fp32.onnx"
     onnx.save(model, str(fp32_path))
 
@@ -91,8 +102,10 @@ def test_text_detector_int8_beats_onnx_runtime_quantize_static_on_the_thresholde
     ours = session_from_onnx(result.model, "onnxruntime")
     theirs = session_from_onnx(str(tmp_path / "ort.onnx"), "onnxruntime")
     name = model.graph.output[0].name
-    iou = [(map_iou(ref.infer(s)[name], ours.infer(s)[name], 0.3), map_iou(ref.infer(s)[name], theirs.infer(s)[name], 0.3))
-           for s in valid]
+    iou = [
+        (map_iou(ref.infer(s)[name], ours.infer(s)[name], 0.3), map_iou(ref.infer(s)[name], theirs.infer(s)[name], 0.3))
+        for s in valid
+    ]
     mine, orts = np.mean([a for a, _ in iou]), np.mean([b for _, b in iou])
     assert mine >= orts and mine > 0.85, (mine, orts)
 
@@ -109,8 +122,13 @@ def test_packed_yolo_output_of_a_real_detector_is_decoded_for_detection_parity()
     ref = session_from_onnx(path, "as_written").infer({"images": page})
     got = session_from_onnx(path, "onnxruntime", level="all").infer({"images": page})
     got = {k: v[..., ::-1].copy() for k, v in got.items()}  # the candidate's boxes in another order
-    tasks = build_tasks(from_value(TaskChecks, {"detection": [{"packed": {"output": "output0"}, "score_threshold": 0.25,
-                                                               "min_recall": 0.99}]}, "parity.tasks"))
+    tasks = build_tasks(
+        from_value(
+            TaskChecks,
+            {"detection": [{"packed": {"output": "output0"}, "score_threshold": 0.25, "min_recall": 0.99}]},
+            "parity.tasks",
+        )
+    )
     tasks[0].add(ref, got)
     result = tasks[0].result()
     assert result["metrics"]["reference_boxes"] > 0 and result["inconclusive"] == ""

@@ -26,8 +26,17 @@ FLAVOURS = ["tensorrt", "onnxruntime"]
 
 
 def run(model, data, flavour, judging=None, lookup=None, **cfg):
-    return quantize_model(Job(model, QuantizeConfig(precision="int8", **cfg), flavour, SampleStream(data),
-                              reduce_range=True, judging=judging or Judging(), search_cache=lookup))
+    return quantize_model(
+        Job(
+            model,
+            QuantizeConfig(precision="int8", **cfg),
+            flavour,
+            SampleStream(data),
+            reduce_range=True,
+            judging=judging or Judging(),
+            search_cache=lookup,
+        )
+    )
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -59,8 +68,15 @@ def test_a_depthwise_hardswish_network_reaches_a_task_tolerance_plain_int8_misse
     plain = run(model, data, flavour, judging, tolerances=tight, repair=RepairConfig(auto=False))
     assert not plain.check.passed and plain.check.data == "8 validation samples"
     if flavour == "tensorrt":
-        fp8 = quantize_model(Job(model, QuantizeConfig(precision="fp8", tolerances=tight, repair=RepairConfig(auto=False)),
-                                 flavour, SampleStream(data), judging=judging))
+        fp8 = quantize_model(
+            Job(
+                model,
+                QuantizeConfig(precision="fp8", tolerances=tight, repair=RepairConfig(auto=False)),
+                flavour,
+                SampleStream(data),
+                judging=judging,
+            )
+        )
         assert not fp8.check.passed
     fixed = run(model, data, flavour, judging, tolerances=tight, repair=RepairConfig(enabled=True))
     assert fixed.check.passed and fixed.repair.stopped.code == "passed"
@@ -145,14 +161,22 @@ def test_a_failed_search_says_when_no_mix_can_beat_fp32(int8_faster, monkeypatch
     int8_at(monkeypatch, 0.5 if int8_faster else 0.9999)
     model, data, val = models.depthwise(), models.images(24, size=32), models.images(4, size=32, seed=9)
     unreachable = QuantTolerances(int8=Tolerance(rel_l2=1e-6))
-    found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "4 validation samples"),
-                tolerances=unreachable, repair=RepairConfig(enabled=True, max_nodes=2, max_iterations=6))
+    found = run(
+        model,
+        data,
+        "onnxruntime",
+        Judging(probability_map(0.5), val, "4 validation samples"),
+        tolerances=unreachable,
+        repair=RepairConfig(enabled=True, max_nodes=2, max_iterations=6),
+    )
     assert not found.check.passed
     assert ("ranked_by_accuracy" in found.repair.stopped.codes) is not int8_faster, found.repair.stopped
     if not int8_faster:  # the sentence names the precisions
         said = str(found.repair.stopped)
-        assert ("INT8 alone is not 1.1x faster than every group at FP32 here" in said
-                and "so no mix can pass faster than FP32: the search ranked by accuracy alone" in said)
+        assert (
+            "INT8 alone is not 1.1x faster than every group at FP32 here" in said
+            and "so no mix can pass faster than FP32: the search ranked by accuracy alone" in said
+        )
 
 
 @pytest.mark.slow  # a 76-group search twice (about a minute each): .ci/run runs it with the slow tests
@@ -164,9 +188,14 @@ def test_unless_capped_the_search_may_raise_more_than_64_groups(cap, monkeypatch
     but the last (that one would make it as slow as FP32); a stand-in makes INT8 twice as fast."""
     int8_at(monkeypatch, 0.5)
     model, data, val = models.mobile_detector(size=32), models.images(8, size=32), models.images(2, size=32, seed=9)
-    found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "2 validation samples"),
-                tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-6)),
-                repair=RepairConfig(enabled=True, max_iterations=12, samples=1, **({} if cap is None else {"max_nodes": cap})))
+    found = run(
+        model,
+        data,
+        "onnxruntime",
+        Judging(probability_map(0.5), val, "2 validation samples"),
+        tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-6)),
+        repair=RepairConfig(enabled=True, max_iterations=12, samples=1, **({} if cap is None else {"max_nodes": cap})),
+    )
     assert not found.check.passed
     groups = len(found.repair.groups)
     assert groups > 64
@@ -201,14 +230,21 @@ def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch
     int8_at(monkeypatch, 0.5)
     monkeypatch.setattr(mixed, "_timer", lambda *a: lambda states: {"fp32": 3.70, "base": 3.58, "chosen": 4.67})
     model, data, val = models.depthwise(), models.images(24, size=32), models.images(4, size=32, seed=9)
-    found = run(model, data, "onnxruntime", Judging(probability_map(0.5), val, "4 validation samples"),
-                tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-6)),
-                repair=RepairConfig(enabled=True, max_nodes=2, max_iterations=6))
+    found = run(
+        model,
+        data,
+        "onnxruntime",
+        Judging(probability_map(0.5), val, "4 validation samples"),
+        tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-6)),
+        repair=RepairConfig(enabled=True, max_nodes=2, max_iterations=6),
+    )
     assert not found.check.passed
     assert "ranked_by_accuracy" not in found.repair.stopped.codes  # the profiler's view
     assert "timed_not_faster" in found.repair.stopped.codes
-    assert ("timed after the search, INT8 alone is not 1.1x faster than FP32 here (3.58 vs 3.7 ms), so no mix "
-            "could pass faster than FP32") in str(found.repair.stopped)  # the numbers the sentence carries
+    assert (
+        "timed after the search, INT8 alone is not 1.1x faster than FP32 here (3.58 vs 3.7 ms), so no mix "
+        "could pass faster than FP32"
+    ) in str(found.repair.stopped)  # the numbers the sentence carries
 
 
 def test_two_runs_on_the_same_data_choose_the_same_mix():
@@ -217,8 +253,9 @@ def test_two_runs_on_the_same_data_choose_the_same_mix():
     model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
     judging = Judging(probability_map(0.95), val, "8 validation samples")
     tight = QuantTolerances(int8=Tolerance(rel_l2=0.04, cosine=0.999))
-    first, second = (run(model, data, "onnxruntime", judging, tolerances=tight, repair=RepairConfig(enabled=True))
-                     for _ in range(2))
+    first, second = (
+        run(model, data, "onnxruntime", judging, tolerances=tight, repair=RepairConfig(enabled=True)) for _ in range(2)
+    )
     assert first.layer_precisions and first.layer_precisions == second.layer_precisions
     assert [r["group"] for r in first.repair.sensitivity] == [r["group"] for r in second.repair.sensitivity]
     assert first.repair.costs == second.repair.costs
@@ -234,8 +271,18 @@ def test_the_search_runs_unasked_when_plain_int8_misses_a_task_check_on_validati
     assert not plain.check.passed and plain.repair is None  # switched off: the plain verdict stands
     found = run(model, data, "onnxruntime", judging)  # repair.enabled is false; auto is on by default
     assert found.repair is not None and found.check.passed
-    assert any(n.startswith("plain INT8 missed parity's task check on the validation data: the mixed-precision "
-                            "search ran (quantize.repair.auto: false turns this off)") for n in found.notes)
-    no_task = run(model, data, "onnxruntime", Judging(ParityConfig(), val, "8 validation samples"),
-                  tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-4)))
+    assert any(
+        n.startswith(
+            "plain INT8 missed parity's task check on the validation data: the mixed-precision "
+            "search ran (quantize.repair.auto: false turns this off)"
+        )
+        for n in found.notes
+    )
+    no_task = run(
+        model,
+        data,
+        "onnxruntime",
+        Judging(ParityConfig(), val, "8 validation samples"),
+        tolerances=QuantTolerances(int8=Tolerance(rel_l2=1e-4)),
+    )
     assert not no_task.check.passed and no_task.repair is None  # an elementwise miss alone does not start it

@@ -55,8 +55,14 @@ def test_spread_out_error_is_bisected_to_the_shortest_passing_prefix():
 def test_a_pass_on_few_samples_is_confirmed_and_the_search_goes_on_when_it_fails_on_all():
     weights = {"a": 2.0, "b": 0.15, "c": 0.05}
     log = []
-    out = search(additive(weights, limit=0.25, full_extra=0.1, log=log), latency, rank(moves(weights)), {}, ladders(weights),
-                 Budget(20, 10))
+    out = search(
+        additive(weights, limit=0.25, full_extra=0.1, log=log),
+        latency,
+        rank(moves(weights)),
+        {},
+        ladders(weights),
+        Budget(20, 10),
+    )
     assert (("a",), False) in log and (("a",), True) in log  # a alone: 0.2 on few samples, 0.3 on all
     assert out.passed and out.best == {"a": "fp32", "b": "fp32"}
     confirmed = [patch for patch, full in log if full]
@@ -70,8 +76,9 @@ def test_the_best_state_is_returned_when_later_states_are_worse():
     out = search(additive(weights, limit=0.45), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
     assert out.passed and out.best == {"a": "fp32", "b": "fp32"}
     assert out.steps[-1].action == "trim" and not out.steps[-1].score.passed  # the last state is worse
-    nothing = search(additive(weights, limit=0.1, floor=0.2), latency, rank(moves(weights)), {},
-                     ladders(weights), Budget(20, 10))
+    nothing = search(
+        additive(weights, limit=0.1, floor=0.2), latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10)
+    )
     assert not nothing.passed and nothing.best == {"a": "fp32", "b": "fp32", "c": "fp32"}
     assert nothing.stopped == Stop.ALL_RAISED_FAIL(n=3)  # "every ranked group raised (3) still fails"
 
@@ -95,25 +102,49 @@ def test_fp8_moves_that_fail_together_are_tried_at_the_fallback_before_giving_up
     order = rank([Move(g, "fp8", w, 1.0) for g, w in weights.items()])
     no_fallback = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10))
     assert not no_fallback.passed and no_fallback.stopped == Stop.ALL_RAISED_FAIL(n=3)
-    out = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10), fallback=dict.fromkeys(weights, "fp16"))
+    out = search(
+        evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10), fallback=dict.fromkeys(weights, "fp16")
+    )
     assert out.passed and out.stopped.code == "passed"
     assert out.best == {"a": "fp16", "b": "fp8"}  # a, b in FP16 is the shortest prefix; b goes back to FP8
-    assert not search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10),
-                      fallback={"a": "fp8"}).passed  # a fallback equal to the move adds nothing
+    assert not search(
+        evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10), fallback={"a": "fp8"}
+    ).passed  # a fallback equal to the move adds nothing
     # every group at the fallback is the top state: judged as the bisection's upper end, never returned
     top = latency(dict.fromkeys(weights, "fp16"))
-    capped = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10, ceiling=top),
-                    fallback=dict.fromkeys(weights, "fp16"))
+    capped = search(
+        evaluate,
+        latency,
+        order,
+        {},
+        ladders(weights, ladder),
+        Budget(30, 10, ceiling=top),
+        fallback=dict.fromkeys(weights, "fp16"),
+    )
     assert capped.passed and capped.best == {"a": "fp16", "b": "fp8"}
     # the ceiling summed in another order than the search's latency (in the last bits: the 60-conv
     # detector's tensorrt search never tried its fallback and failed at IoU 0.919 where it passes)
     for rounded in (top * (1 - 1e-12), top * (1 + 1e-12)):
-        again = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10, ceiling=rounded),
-                       fallback=dict.fromkeys(weights, "fp16"))
+        again = search(
+            evaluate,
+            latency,
+            order,
+            {},
+            ladders(weights, ladder),
+            Budget(30, 10, ceiling=rounded),
+            fallback=dict.fromkeys(weights, "fp16"),
+        )
         assert again.passed and again.best == capped.best
     limit[0] = 0.01  # now only the top state passes: said, and not returned
-    only_top = search(evaluate, latency, order, {}, ladders(weights, ladder), Budget(30, 10, ceiling=top),
-                      fallback=dict.fromkeys(weights, "fp16"))
+    only_top = search(
+        evaluate,
+        latency,
+        order,
+        {},
+        ladders(weights, ladder),
+        Budget(30, 10, ceiling=top),
+        fallback=dict.fromkeys(weights, "fp16"),
+    )
     assert not only_top.passed and only_top.stopped.code == "only_all_pass"
     assert only_top.stopped.sentence.startswith("cannot pass faster than every layer at the top")
     assert latency(only_top.best) < top
@@ -134,14 +165,26 @@ def test_trimming_steps_down_the_ladder():
     def evaluate(patch, full):
         return Score({"r": {None: 3.0, "fp8": 0.9, "fp16": 0.5}[patch.get("a")]})
 
-    out = search(evaluate, lambda p: 10.0 + {"fp8": 0.0, "fp16": 1.0}.get(p.get("a"), 0.0),
-                 rank([Move("a", "fp8", 1.0, 0.0), Move("a", "fp16", 2.5, 1.0)]), {}, {"a": ladder}, Budget(20, 5))
+    out = search(
+        evaluate,
+        lambda p: 10.0 + {"fp8": 0.0, "fp16": 1.0}.get(p.get("a"), 0.0),
+        rank([Move("a", "fp8", 1.0, 0.0), Move("a", "fp16", 2.5, 1.0)]),
+        {},
+        {"a": ladder},
+        Budget(20, 5),
+    )
     assert out.best == {"a": "fp8"}  # raised to FP16 (the most gain), trimmed to FP8: faster and still passing
 
 
 def test_faster_and_more_accurate_moves_rank_first_and_no_gain_last():
-    order = rank([Move("a", "fp32", 1.0, 1.0), Move("d", "fp32", 0.1, -0.5), Move("z", "fp32", -0.2, 0.1),
-                  Move("b", "fp32", 3.0, 1.0)])
+    order = rank(
+        [
+            Move("a", "fp32", 1.0, 1.0),
+            Move("d", "fp32", 0.1, -0.5),
+            Move("z", "fp32", -0.2, 0.1),
+            Move("b", "fp32", 3.0, 1.0),
+        ]
+    )
     assert [m.group for m in order] == ["d", "b", "a", "z"]
 
 
@@ -210,10 +253,13 @@ def test_contiguous_groups_come_first_when_boundaries_cost():
 
     borders = Borders(((5.0, "", ("a",)), (5.0, "a", ("b",)), (5.0, "b", ("c",))), "int8", "fp32")
     costs = Costs({g: {"fp32": 1.0} for g in "abc"}, 10.0, 13.0, "us", "test", borders)
-    order = order_moves([Move(g, "fp32", 1.0 if g != "b" else 1.05, 1.0) for g in "abc"], _marginal(costs),
-                        _neighbours(costs))
+    order = order_moves(
+        [Move(g, "fp32", 1.0 if g != "b" else 1.05, 1.0) for g in "abc"], _marginal(costs), _neighbours(costs)
+    )
     assert order[0].group == "a"  # its input conversion goes away: cheaper than b's two new ones
-    assert [m.group for m in order] == ["a", "b", "c"] and order[1].cost == 1.0  # b next to raised a: one boundary moves
+    assert [m.group for m in order] == ["a", "b", "c"] and order[
+        1
+    ].cost == 1.0  # b next to raised a: one boundary moves
     assert [m.group for m in rank([Move(g, "fp32", 1.0 if g != "b" else 1.05, 1.0) for g in "abc"])][0] == "b"
     assert costs.of({"b": "fp32"}) == 10.0 + 1.0 + 10.0  # an island: a dequantize in, a quantize out
     assert costs.of({"a": "fp32", "b": "fp32", "c": "fp32"}) == 13.0 - 5.0  # the input's quantize is gone too

@@ -7,11 +7,14 @@ from deploykit.quant.speed import SpeedCheck
 from tests.quant import models
 
 
-@pytest.mark.parametrize(("fp32_ms", "int8_ms", "says"), [
-    (2.0, 1.0, None),  # 2x faster: nothing to say
-    (1.0, 0.95, "not faster than"),  # 1.05x is within a VM's drift
-    (1.0, 1.5, "slower than"),
-])
+@pytest.mark.parametrize(
+    ("fp32_ms", "int8_ms", "says"),
+    [
+        (2.0, 1.0, None),  # 2x faster: nothing to say
+        (1.0, 0.95, "not faster than"),  # 1.05x is within a VM's drift
+        (1.0, 1.5, "slower than"),
+    ],
+)
 def test_the_warning_says_plainly_when_int8_is_not_faster(fp32_ms, int8_ms, says):
     check = SpeedCheck(fp32_ms, int8_ms, rounds=5, iterations=10, batch=1, evaluator="ort")
     assert check.speedup == pytest.approx(fp32_ms / int8_ms)
@@ -29,8 +32,9 @@ def test_compare_times_both_graphs_on_the_sample_within_its_budget():
     from deploykit.quant.reader import SampleStream
 
     fp32 = models.cnn((8, 16))
-    int8 = quantize_model(Job(fp32, QuantizeConfig(precision="int8"), "onnxruntime",
-                              SampleStream(models.images(16)))).model
+    int8 = quantize_model(
+        Job(fp32, QuantizeConfig(precision="int8"), "onnxruntime", SampleStream(models.images(16)))
+    ).model
     sample = models.images(1, batch=2)[0]
     check = speed.compare(fp32, int8, sample, "extended", budget_s=0.2)
     assert check.fp32_ms > 0 and check.quantized_ms > 0

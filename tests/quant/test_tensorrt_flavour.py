@@ -14,16 +14,18 @@ from tests.quant import models
 
 def quantize(model, precision="int8", samples=None, **cfg):
     cfg.setdefault("high_precision", "fp32")
-    return quantize_model(Job(model, QuantizeConfig(precision=precision, **cfg), "tensorrt",
-                              SampleStream(samples or models.images(16))))
+    return quantize_model(
+        Job(model, QuantizeConfig(precision=precision, **cfg), "tensorrt", SampleStream(samples or models.images(16)))
+    )
 
 
 def initializers(model):
     return {i.name: i for i in model.graph.initializer}
 
 
-@pytest.mark.parametrize("precision, zp_type, qmax", [("int8", TensorProto.INT8, 127.0),
-                                                      ("fp8", TensorProto.FLOAT8E4M3FN, 448.0)])
+@pytest.mark.parametrize(
+    "precision, zp_type, qmax", [("int8", TensorProto.INT8, 127.0), ("fp8", TensorProto.FLOAT8E4M3FN, 448.0)]
+)
 def test_graph_follows_tensorrt_rules_and_scales_come_from_deploykit_ranges(precision, zp_type, qmax):
     result = quantize(models.cnn((32, 32)), precision)
     model, inits = result.model, initializers(result.model)
@@ -34,7 +36,11 @@ def test_graph_follows_tensorrt_rules_and_scales_come_from_deploykit_ranges(prec
         zp = inits[node.input[2]]
         assert zp.data_type == zp_type and not np.any(numpy_helper.to_array(zp).astype(np.float32))  # symmetric
         assert np.all(numpy_helper.to_array(inits[node.input[1]]) > 0)
-    weight_dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0].endswith("weight_QuantizeLinear_Output")]
+    weight_dq = [
+        n
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0].endswith("weight_QuantizeLinear_Output")
+    ]
     for dq in weight_dq:  # per-channel weights: a 1-D scale over output channels, axis 0
         scale = numpy_helper.to_array(inits[dq.input[1]])
         assert scale.ndim == 1 and scale.size > 1
@@ -48,8 +54,9 @@ def test_graph_follows_tensorrt_rules_and_scales_come_from_deploykit_ranges(prec
 
 def test_convolutions_modelopt_skips_are_listed_with_the_reason():
     result = quantize(models.cnn((32, 32)), "fp8")  # ModelOpt runs no FP8 conv with < 16 input channels
-    assert result.unquantized["conv0"] == Kept.PLACEMENT_RULES(op="Conv", shape=" (weight [32, 3, 3, 3])",
-                                                               tool="ModelOpt")
+    assert result.unquantized["conv0"] == Kept.PLACEMENT_RULES(
+        op="Conv", shape=" (weight [32, 3, 3, 3])", tool="ModelOpt"
+    )
     assert "conv1" not in result.unquantized
 
 
@@ -86,8 +93,11 @@ def test_weights_in_constant_nodes_of_an_opset_11_model_are_quantized_per_channe
     assert not old.graph.initializer and sum(n.op_type == "Constant" for n in old.graph.node) == 6
     result = quantize(old, "int8")
     assert result.preparation["constants_to_initializers"] == 6 and result.preparation["opset_from"] == 11
-    weight_dq = [n for n in result.model.graph.node if n.op_type == "DequantizeLinear"
-                 and n.input[0].endswith("weight_QuantizeLinear_Output")]
+    weight_dq = [
+        n
+        for n in result.model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0].endswith("weight_QuantizeLinear_Output")
+    ]
     assert len(weight_dq) == 3  # all three convolutions, per channel
     assert result.check.passed
 

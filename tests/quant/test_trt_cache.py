@@ -6,12 +6,15 @@ from deploykit.errors import ArtifactCorrupt
 from deploykit.quant import trt_cache
 
 
-@pytest.mark.parametrize("amax, bits", [
-    (127.0, "3f800000"),   # scale 1.0: sign 0, exponent 127, mantissa 0
-    (254.0, "40000000"),   # scale 2.0: exponent 128
-    (63.5, "3f000000"),    # scale 0.5: exponent 126
-    (1.0, "3c010204"),     # scale 1/127 = 2^-7 * 1.00787...: exponent 120 (0x78), mantissa 0x010204
-])
+@pytest.mark.parametrize(
+    "amax, bits",
+    [
+        (127.0, "3f800000"),  # scale 1.0: sign 0, exponent 127, mantissa 0
+        (254.0, "40000000"),  # scale 2.0: exponent 128
+        (63.5, "3f000000"),  # scale 0.5: exponent 126
+        (1.0, "3c010204"),  # scale 1/127 = 2^-7 * 1.00787...: exponent 120 (0x78), mantissa 0x010204
+    ],
+)
 def test_scale_is_big_endian_float32_bits_of_amax_over_127(amax, bits):
     text = trt_cache.render({"t": amax}, "10.3.0")
     assert text.splitlines()[1] == f"t: {bits}"

@@ -18,7 +18,14 @@ def test_report_command_writes_one_self_contained_file(tiny, tmp_path):
     code, stdout, err = run_cli("report", "tiny", "-w", str(store), "-o", str(out))
     assert code == 0, err
     page = out.read_text()
-    for section in ("Stages", "Artifact lineage", "Parity", "Gate", "Throughput and latency (ms)", "Platform and tools"):
+    for section in (
+        "Stages",
+        "Artifact lineage",
+        "Parity",
+        "Gate",
+        "Throughput and latency (ms)",
+        "Platform and tools",
+    ):
         assert f">{section}" in page
     assert not re.search(r"""(src|href)=['"]?(https?:|//)""", page)  # nothing fetched from elsewhere
     images = re.findall(r"src='data:image/png;base64,[A-Za-z0-9+/=]+'", page)
@@ -84,12 +91,14 @@ def test_the_search_plot_draws_with_the_figure_api_and_leaves_pyplot_alone():
     import subprocess
     import sys
 
-    code = ("import sys, base64\n"
-            "from deploykit.report import plots\n"
-            "rows = [{'step': i, 'latency_vs_top': 0.6 + 0.1 * i, 'worst_ratio': 3.0 / (i + 1), 'passed': i > 2,\n"
-            "         'kept': i in (0, 3), 'chosen': i == 3} for i in range(5)]\n"
-            "uri = plots.search_pareto(rows, 'ms')\n"
-            "assert base64.b64decode(uri.split(',', 1)[1])[:8] == b'\\x89PNG\\r\\n\\x1a\\n'\n"
-            "assert 'matplotlib.pyplot' not in sys.modules\n")
+    code = (
+        "import sys, base64\n"
+        "from deploykit.report import plots\n"
+        "rows = [{'step': i, 'latency_vs_top': 0.6 + 0.1 * i, 'worst_ratio': 3.0 / (i + 1), 'passed': i > 2,\n"
+        "         'kept': i in (0, 3), 'chosen': i == 3} for i in range(5)]\n"
+        "uri = plots.search_pareto(rows, 'ms')\n"
+        "assert base64.b64decode(uri.split(',', 1)[1])[:8] == b'\\x89PNG\\r\\n\\x1a\\n'\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

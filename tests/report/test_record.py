@@ -40,15 +40,36 @@ def test_a_failed_run_says_why_in_every_view_and_junit_says_each_metric_once():
     from deploykit.report.terminal import result_line
 
     store = "/srv/ci/.deploykit"
-    c = Check("parity", "scores vs onnx", "fail", False, "rel_l2", 0.3, 0.1, "<=",
-              "rel_l2 0.3 > 0.1; cosine 0.9 < 0.995")
-    record = RunRecord("m", "fp32", "onnxruntime", "", checks=(c,), error="parity failed: scores vs onnx: rel_l2 0.3 > 0.1",
-                       hint=f"the full report is {store}/objects/{'ab' * 32}/parity.json", error_code=1, workdir=store,
-                       stages=(StageStatus("parity", "ran", 0.1, "ab" * 32, error="parity failed (hint: the full report "
-                                           f"is {store}/objects/{'ab' * 32}/parity.json)"),))
+    c = Check(
+        "parity", "scores vs onnx", "fail", False, "rel_l2", 0.3, 0.1, "<=", "rel_l2 0.3 > 0.1; cosine 0.9 < 0.995"
+    )
+    record = RunRecord(
+        "m",
+        "fp32",
+        "onnxruntime",
+        "",
+        checks=(c,),
+        error="parity failed: scores vs onnx: rel_l2 0.3 > 0.1",
+        hint=f"the full report is {store}/objects/{'ab' * 32}/parity.json",
+        error_code=1,
+        workdir=store,
+        stages=(
+            StageStatus(
+                "parity",
+                "ran",
+                0.1,
+                "ab" * 32,
+                error=f"parity failed (hint: the full report is {store}/objects/{'ab' * 32}/parity.json)",
+            ),
+        ),
+    )
     data = record.to_dict()
     assert (data["error"], data["error_code"], data["exit_code"], data["verdict"]) == (
-        "parity failed: scores vs onnx: rel_l2 0.3 > 0.1", 1, 1, "FAIL")
+        "parity failed: scores vs onnx: rel_l2 0.3 > 0.1",
+        1,
+        1,
+        "FAIL",
+    )
     assert result_line(record).startswith("result: FAIL (exit 1) — 1 failed: parity scores vs onnx")
     xml = junit.render(record)
     assert 'errors="0"' in xml and 'failures="1"' in xml
@@ -60,8 +81,13 @@ def test_a_failed_run_says_why_in_every_view_and_junit_says_each_metric_once():
 def test_a_build_only_run_does_not_claim_checks_passed():
     from deploykit.report.terminal import result_line
 
-    built = RunRecord("m", "fp32", "onnxruntime", "", stages=(StageStatus("ingest", "ran"), StageStatus("build", "ran")))
-    assert result_line(built) == "result: PASS (exit 0) — no checks: the run stopped after build, before parity and the gate"
+    built = RunRecord(
+        "m", "fp32", "onnxruntime", "", stages=(StageStatus("ingest", "ran"), StageStatus("build", "ran"))
+    )
+    assert (
+        result_line(built)
+        == "result: PASS (exit 0) — no checks: the run stopped after build, before parity and the gate"
+    )
 
 
 def test_worst_metric_ignores_unchecked_and_infinite_limits():
@@ -116,11 +142,16 @@ def test_the_record_of_a_failed_run_holds_its_error_and_code(tiny, tmp_path):
 
     cfg, store = tiny
     with pytest.raises(TargetMissed) as caught:
-        deploykit.convert(cfg, workdir=store, report_dir=tmp_path / "reports", progress=False,
-                          targets={"default": {"fps": 1e9}})
+        deploykit.convert(
+            cfg, workdir=store, report_dir=tmp_path / "reports", progress=False, targets={"default": {"fps": 1e9}}
+        )
     record = caught.value.result.record
     assert record.error == caught.value.message and record.error_code == 1 and record.exit_code == 1
     stored = json.loads((tmp_path / "reports" / "run.json").read_text())
     assert (stored["error"], stored["error_code"], stored["exit_code"], stored["verdict"]) == (
-        caught.value.message, 1, 1, "FAIL")
+        caught.value.message,
+        1,
+        1,
+        "FAIL",
+    )
     assert str(store.resolve()) not in (tmp_path / "reports" / "summary.md").read_text()

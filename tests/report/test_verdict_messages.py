@@ -31,8 +31,14 @@ def test_a_recall_failure_is_named_by_recall_not_by_a_limit_switched_off():
     ref = _packed(rng)
     got = ref.copy()
     got[0, 4:, ::3] *= 0.2  # a third of the boxes lose their scores: recall drops, matched stays high-ish
-    check = DetectionCheck(packed=PackedDetections("out"), min_matched=0.0, min_recall=0.99, min_mean_iou=0.0,
-                           max_score_delta=1.0, max_class_flips=1.0)
+    check = DetectionCheck(
+        packed=PackedDetections("out"),
+        min_matched=0.0,
+        min_recall=0.99,
+        min_mean_iou=0.0,
+        max_score_delta=1.0,
+        max_class_flips=1.0,
+    )
     report = _comparison(ParityConfig(tasks=TaskChecks(detection=(check,))), ref, got)
     [task] = [c for c in parity_checks(report) if c.group == "task"]
     assert not task.passed and task.metric == "recall"
@@ -40,8 +46,17 @@ def test_a_recall_failure_is_named_by_recall_not_by_a_limit_switched_off():
 
 
 def test_an_inconclusive_check_never_prints_a_false_comparison():
-    c = Check("task", "segmentation[0] vs onnx", "inconclusive", False, "pixel_agreement", 1.0, 0.99, ">=",
-              "the reference argmax is class 0 everywhere")
+    c = Check(
+        "task",
+        "segmentation[0] vs onnx",
+        "inconclusive",
+        False,
+        "pixel_agreement",
+        1.0,
+        0.99,
+        ">=",
+        "the reference argmax is class 0 everywhere",
+    )
     line = c.verdict_line()
     assert "1 >= 0.99" in line and "<" not in line and "inconclusive: the reference argmax" in line
     assert Check("parity", "x", "fail", False, "rel_l2", 0.3, 0.1, "<=").verdict_line() == "rel_l2 0.3 > 0.1"
@@ -88,22 +103,47 @@ def test_a_large_error_on_an_output_that_varies_is_not_called_input_independent(
 
 
 def test_summary_names_the_diagnosis_and_the_calibration_samples_that_set_the_ranges():
-    diagnosis = {"status": "ran", "threshold": 0.05, "first_exceeding": [
-        {"tensor": "conv3_out", "node": "conv3", "op_type": "Conv", "rel_l2": 0.21}]}
-    record = RunRecord("m", "int8", "onnxruntime", "onnxruntime",
-                       checks=(Check("parity", "y vs onnx", "fail", False, "rel_l2", 0.3, 0.1, "<="),),
-                       details={"parity": {"diagnosis": diagnosis, "outputs": {}},
-                                "quantize": {"samples": 64, "range_samples": 48, "precision": "int8",
-                                             "check": {"samples": 16, "data": "16 held-out calibration samples"}}})
+    diagnosis = {
+        "status": "ran",
+        "threshold": 0.05,
+        "first_exceeding": [{"tensor": "conv3_out", "node": "conv3", "op_type": "Conv", "rel_l2": 0.21}],
+    }
+    record = RunRecord(
+        "m",
+        "int8",
+        "onnxruntime",
+        "onnxruntime",
+        checks=(Check("parity", "y vs onnx", "fail", False, "rel_l2", 0.3, 0.1, "<="),),
+        details={
+            "parity": {"diagnosis": diagnosis, "outputs": {}},
+            "quantize": {
+                "samples": 64,
+                "range_samples": 48,
+                "precision": "int8",
+                "check": {"samples": 16, "data": "16 held-out calibration samples"},
+            },
+        },
+    )
     text = "\n".join(_parity(record))
     assert "First diverging tensor: `conv3_out` (node `conv3`, Conv, rel-L2 0.21)" in text and "ran: _" not in text
     none = {**diagnosis, "first_exceeding": []}
-    quiet = RunRecord("m", "int8", "onnxruntime", "onnxruntime", checks=record.checks,
-                      details={"parity": {"diagnosis": none, "outputs": {}}})
+    quiet = RunRecord(
+        "m",
+        "int8",
+        "onnxruntime",
+        "onnxruntime",
+        checks=record.checks,
+        details={"parity": {"diagnosis": none, "outputs": {}}},
+    )
     assert "_per-layer diagnosis ran: no tensor exceeds rel-L2 0.05_" in "\n".join(_parity(quiet))
-    quantize = RunRecord("m", "int8", "onnxruntime", "onnxruntime",
-                         checks=(Check("quantize", "y", "pass", True, "rel_l2", 0.02, 0.1, "<="),),
-                         details=record.details)
+    quantize = RunRecord(
+        "m",
+        "int8",
+        "onnxruntime",
+        "onnxruntime",
+        checks=(Check("quantize", "y", "pass", True, "rel_l2", 0.02, 0.1, "<="),),
+        details=record.details,
+    )
     assert "ranges from 48 of 64 samples read" in "\n".join(_quantize(quantize))
 
 
@@ -115,11 +155,17 @@ def test_the_cpu_speed_reason_comes_from_the_model():
 
     assert "depthwise convolutions take" in why_not_faster(models.depthwise())
     rng = np.random.default_rng(0)
-    w, r = (numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
-            for n, s in (("W", (1, 24, 8)), ("R", (1, 24, 8))))
-    gru = helper.make_graph([helper.make_node("GRU", ["x", "W", "R"], ["y", "h"], hidden_size=8, name="gru")], "g",
-                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 8])],
-                            [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)], [w, r])
+    w, r = (
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("W", (1, 24, 8)), ("R", (1, 24, 8)))
+    )
+    gru = helper.make_graph(
+        [helper.make_node("GRU", ["x", "W", "R"], ["y", "h"], hidden_size=8, name="gru")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 8])],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)],
+        [w, r],
+    )
     said = why_not_faster(helper.make_model(gru, opset_imports=[helper.make_opsetid("", 17)]))
     assert "GRU" in said and "depthwise" not in said.lower()
 
@@ -139,7 +185,12 @@ def test_the_spent_budget_hint_offers_high_precision_only_where_the_flavour_read
 def test_the_quantize_line_names_the_metric_of_an_output_with_no_limit():
     from deploykit.report.terminal import verdict_lines
 
-    record = RunRecord("m", "int8", "onnxruntime", "onnxruntime",
-                       checks=(Check("quantize", "sigmoid_0.tmp_0", "pass", True, "rel_l2", 0.0312, None, "<="),))
+    record = RunRecord(
+        "m",
+        "int8",
+        "onnxruntime",
+        "onnxruntime",
+        checks=(Check("quantize", "sigmoid_0.tmp_0", "pass", True, "rel_l2", 0.0312, None, "<="),),
+    )
     line = next(x for x in verdict_lines(record) if x.startswith("quantize:"))
     assert line == "quantize: PASS — worst: sigmoid_0.tmp_0 rel_l2 0.0312 (reported, no limit) (1 checks)"

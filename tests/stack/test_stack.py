@@ -33,6 +33,7 @@ class Sleeper:
             if self.fail_every and self.runs % self.fail_every == 0:
                 raise RuntimeError("stand-in failure")
             time.sleep(self.ms / 1000)
+
         return run
 
 
@@ -45,7 +46,9 @@ def write_stack(tmp_path, text):
 
 def standins(monkeypatch, sessions):
     def load_all(spec, workdir, reporter=None):
-        return {n: stack_models.Loaded(n, sessions[n], {"x": np.zeros((1, 4), np.float32)}, "stand-in") for n in spec.models}
+        return {
+            n: stack_models.Loaded(n, sessions[n], {"x": np.zeros((1, 4), np.float32)}, "stand-in") for n in spec.models
+        }
 
     monkeypatch.setattr(stack_models, "load_all", load_all)
 
@@ -63,6 +66,7 @@ models:
 
 # -- the frame arithmetic ----------------------------------------------------------------------------
 
+
 def test_releases_and_the_frame_after_a_slow_one():
     assert released(0.0, 1.0, 0.1) == 10 and released(0.0, 1.05, 0.1) == 11 and released(0.0, 0.0, 0.1) == 0
     assert next_frame(0, 0.0, 0.1, 0.05, 10) == (1, 0)  # done early: wait for frame 1
@@ -73,19 +77,30 @@ def test_releases_and_the_frame_after_a_slow_one():
 
 # -- bad input -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("edit, says", [
-    ("detector: {model: nope.onnx, rate_hz: 10}", "models.detector.model: nope.onnx not found"),
-    ("detector: {model: m.onnx, rate_hz: 0}", "models.detector.rate_hz: 0 is not a positive, finite number"),
-    ("detector: {model: m.onnx, rate_hz: .nan}", "models.detector.rate_hz: nan is not a positive, finite number"),
-    ("detector: {model: m.onnx}", "models.detector.rate_hz: missing"),
-    ("detector: {model: m.onnx, rate_hz: 10, consumes: planner}\n  planner: {model: m.onnx, consumes: detector}",
-     "models.detector.rate_hz: detector consumes 'planner'"),
-    ("detector: {model: m.onnx, consumes: planner}\n  planner: {model: m.onnx, consumes: detector}",
-     "the chain has a cycle (detector -> planner -> detector)"),
-    ("detector: {model: m.onnx, consumes: radar}", "models.detector.consumes: no model named 'radar'"),
-    ("detector: {model: m.onnx, rate_hz: 10, deadline_ms: -1}", "models.detector.deadline_ms: -1 is not a positive"),
-    ("detector: {model: m.onnx, rate_hz: 10, rate: 5}", "did you mean 'rate_hz'"),
-])
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ("detector: {model: nope.onnx, rate_hz: 10}", "models.detector.model: nope.onnx not found"),
+        ("detector: {model: m.onnx, rate_hz: 0}", "models.detector.rate_hz: 0 is not a positive, finite number"),
+        ("detector: {model: m.onnx, rate_hz: .nan}", "models.detector.rate_hz: nan is not a positive, finite number"),
+        ("detector: {model: m.onnx}", "models.detector.rate_hz: missing"),
+        (
+            "detector: {model: m.onnx, rate_hz: 10, consumes: planner}\n  planner: {model: m.onnx, consumes: detector}",
+            "models.detector.rate_hz: detector consumes 'planner'",
+        ),
+        (
+            "detector: {model: m.onnx, consumes: planner}\n  planner: {model: m.onnx, consumes: detector}",
+            "the chain has a cycle (detector -> planner -> detector)",
+        ),
+        ("detector: {model: m.onnx, consumes: radar}", "models.detector.consumes: no model named 'radar'"),
+        (
+            "detector: {model: m.onnx, rate_hz: 10, deadline_ms: -1}",
+            "models.detector.deadline_ms: -1 is not a positive",
+        ),
+        ("detector: {model: m.onnx, rate_hz: 10, rate: 5}", "did you mean 'rate_hz'"),
+    ],
+)
 def test_bad_stack_files_exit_2_naming_the_entry_before_anything_runs(tmp_path, edit, says):
     path = write_stack(tmp_path, f"models:\n  {edit}\n")
     code, out, err = run_cli("stack", str(path), "-w", str(tmp_path / "store"))
@@ -115,6 +130,7 @@ def test_a_deadline_below_the_best_case_fails_at_once(tmp_path, monkeypatch):
 
 # -- verdicts on stand-in sessions ------------------------------------------------------------------
 
+
 def test_a_stack_reports_each_model_and_fails_on_the_one_that_cannot_keep_up(tmp_path, monkeypatch):
     sessions = {"detector": Sleeper(2.0), "planner": Sleeper(1.0), "segmenter": Sleeper(30.0)}
     standins(monkeypatch, sessions)
@@ -135,7 +151,11 @@ def test_a_stack_reports_each_model_and_fails_on_the_one_that_cannot_keep_up(tmp
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
     assert suite.get("failures") == "1" and int(suite.get("tests")) == len(result["checks"])
     names = {c.get("name") for c in suite.findall("testcase")}
-    assert {"detector: deadline 5000 ms", "planner: errors", "detector -> planner: end-to-end deadline 10000 ms"} <= names
+    assert {
+        "detector: deadline 5000 ms",
+        "planner: errors",
+        "detector -> planner: end-to-end deadline 10000 ms",
+    } <= names
     summary = (tmp_path / "r" / "summary.md").read_text()
     assert "FAIL (exit 1)" in summary and "| segmenter | 50 |" in summary
     assert "failed" in (tmp_path / "r" / "report.html").read_text()
@@ -146,8 +166,10 @@ def test_the_python_api_returns_a_result_with_a_notebook_view(tmp_path, monkeypa
     import deploykit
 
     standins(monkeypatch, {"a": Sleeper(1.0), "b": Sleeper(1.0, fail_every=3)})
-    path = write_stack(tmp_path, "duration_s: 0.5\nalone_s: 0\nmodels:\n  a: {model: m.onnx, rate_hz: 20}\n"
-                                 "  b: {model: m.onnx, rate_hz: 20}\n")
+    path = write_stack(
+        tmp_path,
+        "duration_s: 0.5\nalone_s: 0\nmodels:\n  a: {model: m.onnx, rate_hz: 20}\n  b: {model: m.onnx, rate_hz: 20}\n",
+    )
     result = deploykit.stack(path)
     assert not result.passed and result.exit_code == 1
     assert [c.name for c in result.failed_checks] == ["b: errors"]
@@ -173,13 +195,22 @@ def test_a_real_onnx_model_builds_once_and_runs_on_its_own_thread_budget(tmp_pat
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [w],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "mm.onnx")
-    stack = {"duration_s": 0.5, "alone_s": 0.2, "models": {
-        "a": {"model": str(tmp_path / "mm.onnx"), "rate_hz": 20, "deadline_ms": 10000, "threads": 1},
-        "b": {"model": str(tmp_path / "mm.onnx"), "consumes": "a", "threads": 1}}}
+    stack = {
+        "duration_s": 0.5,
+        "alone_s": 0.2,
+        "models": {
+            "a": {"model": str(tmp_path / "mm.onnx"), "rate_hz": 20, "deadline_ms": 10000, "threads": 1},
+            "b": {"model": str(tmp_path / "mm.onnx"), "consumes": "a", "threads": 1},
+        },
+    }
     first = run_stack(stack, workdir=tmp_path / "store")
     again = run_stack(stack, workdir=tmp_path / "store")
     assert first.passed and again.passed and "(ran)" in first.models["a"]["source"]

@@ -11,13 +11,13 @@ from deploykit.backends.tensorrt import TensorRTBackend
 from tests.backends.test_tensorrt import tiny_onnx, use_double
 from tests.conftest import run_cli
 
-CONFIG = '''
+CONFIG = """
 name: t
 source: {onnx: model.onnx}
 inputs: [{name: x, shape: [batch, 3, 8, 8]}]
 dims: {batch: {min: 1, opt: 2, max: 6}}
 build: {backend: tensorrt}
-'''
+"""
 
 
 def test_double_build_stage_passes_profiles_and_keeps_the_timing_cache(monkeypatch, tmp_path):
@@ -33,8 +33,9 @@ def test_double_build_stage_passes_profiles_and_keeps_the_timing_cache(monkeypat
     first = (store / "objects" / cache / "timing.cache").read_bytes()
     assert first and fake.called("create_timing_cache") == [("create_timing_cache", b"")]
     # Another builder setting: a new engine, built with the stored timings.
-    deploykit.convert(tmp_path / "deploykit.yaml", workdir=store, until="build",
-                      build__tensorrt={"builder_optimization_level": 2})
+    deploykit.convert(
+        tmp_path / "deploykit.yaml", workdir=store, until="build", build__tensorrt={"builder_optimization_level": 2}
+    )
     assert fake.called("create_timing_cache")[-1] == ("create_timing_cache", first)
 
 
@@ -53,8 +54,9 @@ def test_tensorrt_backend_absent_exits_3_with_the_reason(tmp_path):
         pytest.skip("TensorRT works on this machine")
     tiny_onnx(tmp_path / "model.onnx")
     (tmp_path / "deploykit.yaml").write_text(CONFIG)
-    code, _, err = run_cli("convert", str(tmp_path / "deploykit.yaml"), "-w", str(tmp_path / "store"),
-                           "--allow-missing-target")
+    code, _, err = run_cli(
+        "convert", str(tmp_path / "deploykit.yaml"), "-w", str(tmp_path / "store"), "--allow-missing-target"
+    )
     assert code == 3
     errors = [line for line in err.splitlines() if line.startswith("error:")]  # progress lines go to stderr too
     assert len(errors) == 1 and "tensorrt" in errors[0].lower() and "hint:" in err

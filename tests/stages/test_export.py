@@ -26,12 +26,12 @@ def build():
     return Branchy()
 '''
 
-CONFIG = '''
+CONFIG = """
 name: m
 source: {factory: "FACTORY"}
 inputs: [{name: x, shape: [2, 5]}]
 gate: {warmup: 1, iterations: 3, targets: {default: {fps: 1, batch: 2}}}
-'''
+"""
 
 
 def setup(tmp_path, source: str, factory: str = "branchy:build", **extra: str):
@@ -74,13 +74,16 @@ def test_torchscript_exporter_exports_dynamic_batch(tmp_path):
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
 
 
-@pytest.mark.parametrize("source, factory, error, match", [
-    (BRANCHY, "nosuchmodule:build", ConfigError, "module 'nosuchmodule' not found"),
-    (BRANCHY, "branchy:nosuchfn", ConfigError, "has no function 'nosuchfn'"),
-    ("import nosuchdependency\n", "branchy:build", ModelError, "importing 'branchy' failed"),
-    ("raise RuntimeError('boom')\n", "branchy:build", ModelError, "raised RuntimeError: boom"),
-    ("def build():\n    return 42\n", "branchy:build", ModelError, "returned int, not a torch.nn.Module"),
-])
+@pytest.mark.parametrize(
+    "source, factory, error, match",
+    [
+        (BRANCHY, "nosuchmodule:build", ConfigError, "module 'nosuchmodule' not found"),
+        (BRANCHY, "branchy:nosuchfn", ConfigError, "has no function 'nosuchfn'"),
+        ("import nosuchdependency\n", "branchy:build", ModelError, "importing 'branchy' failed"),
+        ("raise RuntimeError('boom')\n", "branchy:build", ModelError, "raised RuntimeError: boom"),
+        ("def build():\n    return 42\n", "branchy:build", ModelError, "returned int, not a torch.nn.Module"),
+    ],
+)
 def test_bad_factory(tmp_path, source, factory, error, match):
     cfg = setup(tmp_path, source, factory)
     with pytest.raises(error, match=match):
@@ -110,9 +113,13 @@ def test_weights_are_loaded_without_unpickling_code(tmp_path):
     result = deploykit.convert(cfg, workdir=tmp_path / "store", until="export")
     model = onnx.load(result.artifacts["model"].file("model.onnx"))
     weights = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    assert any(w.shape == (3, 5) and (abs(w - reference.weight.detach().numpy()) < 1e-7).all()
-               or w.shape == (5, 3) and (abs(w.T - reference.weight.detach().numpy()) < 1e-7).all()
-               for w in weights.values())
+    assert any(
+        w.shape == (3, 5)
+        and (abs(w - reference.weight.detach().numpy()) < 1e-7).all()
+        or w.shape == (5, 3)
+        and (abs(w.T - reference.weight.detach().numpy()) < 1e-7).all()
+        for w in weights.values()
+    )
 
     class Evil:
         def __reduce__(self):
@@ -132,8 +139,10 @@ def test_a_factory_imports_its_own_sibling_not_another_folders_module_of_that_na
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "layers.py").write_text(f"WIDTH = {width}\n")
         (tmp_path / folder / "net.py").write_text(
-            "import torch\nfrom layers import WIDTH\n\ndef build():\n    return torch.nn.Linear(2, WIDTH)\n")
+            "import torch\nfrom layers import WIDTH\n\ndef build():\n    return torch.nn.Linear(2, WIDTH)\n"
+        )
         (tmp_path / folder / "deploykit.yaml").write_text(
-            "name: n\nsource: {factory: 'net:build'}\ninputs: [{name: x, shape: [1, 2]}]\n")
+            "name: n\nsource: {factory: 'net:build'}\ninputs: [{name: x, shape: [1, 2]}]\n"
+        )
     widths = [build_model(load_config(tmp_path / f / "deploykit.yaml")).out_features for f in ("a", "b", "a")]
     assert widths == [3, 5, 3]

@@ -17,7 +17,6 @@ def model(tmp_path):
     return gate_model(tmp_path)
 
 
-
 def test_trials_give_median_and_spread_after_timed_warmup(model):
     g = gate(model).gate
     assert len(g["trials"]) == 3 and len(g["trials_ms"]) == 3 and all(len(t) == 20 for t in g["trials_ms"])
@@ -69,6 +68,7 @@ def test_progress_is_reported_between_trials_only(model):
             @contextlib.contextmanager
             def cm():
                 yield lambda n=1: events.append((description, n))
+
             return cm()
 
     gate(model, reporter=Spy())
@@ -77,11 +77,20 @@ def test_progress_is_reported_between_trials_only(model):
 
 # -- targets -------------------------------------------------------------------------------------------
 
+
 def test_latency_target_and_junit_has_one_testcase_per_model_and_target(model, tmp_path):
     with pytest.raises(TargetMissed, match=r"p99 \d+\.\d+ ms \(median of 3 trials\) > target 1e-06 ms"):
         gate(model, gate__targets={"default": {"latency_ms_p99": 1e-6, "fps": 1}})
-    code, _, _ = run_cli("gate", str(model), "-w", str(tmp_path / "store"), "--set",
-                         "gate.targets.default.latency_ms_p99=1e-6", "--report-dir", str(tmp_path / "r"))
+    code, _, _ = run_cli(
+        "gate",
+        str(model),
+        "-w",
+        str(tmp_path / "store"),
+        "--set",
+        "gate.targets.default.latency_ms_p99=1e-6",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert code == 1
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
     cases = {c.get("name"): c for c in suite.findall("testcase") if c.get("classname") == "deploykit.m.gate"}
@@ -94,18 +103,28 @@ def test_latency_target_and_junit_has_one_testcase_per_model_and_target(model, t
 
 
 def test_target_with_neither_fps_nor_latency_exits_2(model):
-    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
-                           "gate.targets={cpu: {batch: 2}}")
+    code, _, err = run_cli(
+        "gate", str(model), "-w", str(model.parent / "store"), "--set", "gate.targets={cpu: {batch: 2}}"
+    )
     assert code == 2 and "gate.targets.cpu: a target needs 'fps', 'latency_ms_p99' or 'deadline_ms'" in err
 
 
 def test_missing_target_is_an_error_unless_allowed(model):
-    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
-                           "gate.targets={nvidia-h200: {fps: 1}}")
+    code, _, err = run_cli(
+        "gate", str(model), "-w", str(model.parent / "store"), "--set", "gate.targets={nvidia-h200: {fps: 1}}"
+    )
     assert code == 2 and "no target for this platform" in err and "--allow-missing-target" in err
-    code, _, _ = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
-                         "gate.targets={nvidia-h200: {fps: 1}}", "--allow-missing-target",
-                         "--report-dir", str(model.parent / "r"))
+    code, _, _ = run_cli(
+        "gate",
+        str(model),
+        "-w",
+        str(model.parent / "store"),
+        "--set",
+        "gate.targets={nvidia-h200: {fps: 1}}",
+        "--allow-missing-target",
+        "--report-dir",
+        str(model.parent / "r"),
+    )
     assert code == 0
     assert ET.parse(model.parent / "r" / "junit.xml").getroot().get("skipped") == "1"
 
@@ -116,6 +135,7 @@ def test_target_for_another_precision_is_refused(model):
 
 
 # -- baseline ------------------------------------------------------------------------------------------
+
 
 def baseline_from(model, tmp_path, edit=None):
     report = gate(model).gate
@@ -142,11 +162,21 @@ def test_regression_beyond_the_spread_fails_and_says_by_how_much(model, tmp_path
     def ten_times_faster(r):
         r["fps_trials"] = [f * 10 for f in r["fps_trials"]]
         for t in r["trials"]:
-            t["p99_ms"] /= 10_000  # p99 spreads far more than fps under load (/100 was covered once): a margin no spread covers
+            t["p99_ms"] /= (
+                10_000  # p99 spreads far more than fps under load (/100 was covered once): a margin no spread covers
+            )
 
     path = baseline_from(model, tmp_path, ten_times_faster)
-    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--baseline", str(path),
-                           "--report-dir", str(tmp_path / "r"))
+    code, _, err = run_cli(
+        "gate",
+        str(model),
+        "-w",
+        str(model.parent / "store"),
+        "--baseline",
+        str(path),
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert code == 1
     assert "gate failed: fps" in err and "% slower, at least" in err
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
@@ -157,14 +187,17 @@ def test_regression_beyond_the_spread_fails_and_says_by_how_much(model, tmp_path
     assert "% slower" in (tmp_path / "r" / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (lambda r: r.update(model="other"), "it measured model 'other', this run is 'm'"),
-    (lambda r: r.update(platform="cpu:Other CPU"), "it measured platform 'cpu:Other CPU'"),
-    (lambda r: r["device"].update(model="Other CPU"), "it was measured on cpu 'Other CPU'"),
-    (lambda r: r.update(batch=4), "it measured batch 4, this run measures batch 1"),
-    (lambda r: r.pop("schema"), "not a deploykit.gate/3 report"),
-    (lambda r: r.update(schema="deploykit.gate/2"), "older reports measured fps as batch / median latency"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda r: r.update(model="other"), "it measured model 'other', this run is 'm'"),
+        (lambda r: r.update(platform="cpu:Other CPU"), "it measured platform 'cpu:Other CPU'"),
+        (lambda r: r["device"].update(model="Other CPU"), "it was measured on cpu 'Other CPU'"),
+        (lambda r: r.update(batch=4), "it measured batch 4, this run measures batch 1"),
+        (lambda r: r.pop("schema"), "not a deploykit.gate/3 report"),
+        (lambda r: r.update(schema="deploykit.gate/2"), "older reports measured fps as batch / median latency"),
+    ],
+)
 def test_baseline_from_another_model_or_platform_is_refused(model, tmp_path, edit, reason):
     path = baseline_from(model, tmp_path, edit)
     with pytest.raises(UsageError, match="cannot be compared|not a deploykit") as e:

@@ -45,9 +45,16 @@ def test_fps_is_judged_on_wall_clock_throughput_not_the_best_case(model, monkeyp
 
 def test_a_deadline_reports_misses_runs_and_the_worst_case(model, monkeypatch, standin_clock, tmp_path):
     scripted(monkeypatch, standin_clock, [1, 1, 1, 9, 9, 9, 1, 1, 1, 1])
-    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
-                           "gate.targets={default: {deadline_ms: 5, max_miss_rate: 0.25}}",
-                           "--report-dir", str(tmp_path / "r"))
+    code, _, err = run_cli(
+        "gate",
+        str(model),
+        "-w",
+        str(model.parent / "store"),
+        "--set",
+        "gate.targets={default: {deadline_ms: 5, max_miss_rate: 0.25}}",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert code == 1 and "deadline 5 ms: 18 of 60 frames late (30.00%; longest run 3) > allowed 25%" in err
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
     case = next(c for c in suite.findall("testcase") if c.get("name") == "m on default batch 1: deadline 5 ms")
@@ -76,16 +83,20 @@ def test_the_html_report_plots_latency_over_time_with_the_deadline(model, monkey
 
 
 def test_bad_deadline_fields_exit_2_naming_the_field(model):
-    for text, says in (("{deadline_ms: 0}", "deadline_ms must be a positive number"),
-                       ("{deadline_ms: .nan}", "deadline_ms must be a positive number of milliseconds, got nan"),
-                       ("{deadline_ms: 5, max_miss_rate: 2}", "max_miss_rate must be a share from 0 to 1")):
-        code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--set",
-                               f"gate.targets.default={text}")
+    for text, says in (
+        ("{deadline_ms: 0}", "deadline_ms must be a positive number"),
+        ("{deadline_ms: .nan}", "deadline_ms must be a positive number of milliseconds, got nan"),
+        ("{deadline_ms: 5, max_miss_rate: 2}", "max_miss_rate must be a share from 0 to 1"),
+    ):
+        code, _, err = run_cli(
+            "gate", str(model), "-w", str(model.parent / "store"), "--set", f"gate.targets.default={text}"
+        )
         assert code == 2 and "gate.targets.default" in err and says in err, err
         assert len(err.strip().splitlines()) <= 2  # one line (and its hint), no traceback
 
 
 # -- the timed batch and shapes ------------------------------------------------------------------
+
 
 def test_shapes_set_the_timed_batch_on_a_config(model, monkeypatch, standin_clock):
     scripted(monkeypatch, standin_clock, [1.0])
@@ -103,14 +114,23 @@ def test_shapes_set_the_timed_batch_on_a_config(model, monkeypatch, standin_cloc
 def test_shapes_set_the_timed_batch_on_an_onnx_source(model, monkeypatch, standin_clock):
     scripted(monkeypatch, standin_clock, [1.0])
     onnx_file = model.parent / "model.onnx"
-    code, _, err = run_cli("gate", str(onnx_file), "-w", str(model.parent / "store2"), "--shapes", "x:2x8",
-                           "--report-dir", str(model.parent / "r"))
+    code, _, err = run_cli(
+        "gate",
+        str(onnx_file),
+        "-w",
+        str(model.parent / "store2"),
+        "--shapes",
+        "x:2x8",
+        "--report-dir",
+        str(model.parent / "r"),
+    )
     assert code == 0, err
     g = load_json(model.parent / "r" / "gate.json")
     assert g["batch"] == 2 and g["shapes"] == {"x": [2, 8]}
 
 
 # -- trtexec's timing flags -----------------------------------------------------------------------
+
 
 def test_use_cuda_graph_is_refused_on_the_cpu_before_anything_runs(model):
     for flag in ("--useCudaGraph", "--use-cuda-graph"):
@@ -123,8 +143,19 @@ def test_use_cuda_graph_is_refused_on_the_cpu_before_anything_runs(model):
 
 def test_timing_flags_set_their_fields(model, monkeypatch, standin_clock):
     session = scripted(monkeypatch, standin_clock, [1, 1, 1, 1, 6])
-    code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), "--noDataTransfers",
-                           "--avgRuns", "5", "--warmUp", "50", "--iterations", "20")
+    code, _, err = run_cli(
+        "gate",
+        str(model),
+        "-w",
+        str(model.parent / "store"),
+        "--noDataTransfers",
+        "--avgRuns",
+        "5",
+        "--warmUp",
+        "50",
+        "--iterations",
+        "20",
+    )
     assert code == 0, err
     g = _gate_json(model)
     assert g["timed"]["data_transfers"] is False and "no host<->device copies" in g["timed"]["what"]
@@ -142,8 +173,9 @@ def test_no_data_transfers_times_the_engine_alone_where_a_session_can(tiny, stan
 
     cfg, _ = tiny
     session = WithDevice(standin_clock, [2.0])
-    out = measure_batch(session, load_config(cfg, {"gate.data_transfers": False, "gate.cuda_graph": "on"}), 1,
-                        SilentReporter())
+    out = measure_batch(
+        session, load_config(cfg, {"gate.data_transfers": False, "gate.cuda_graph": "on"}), 1, SilentReporter()
+    )
     assert out["latency"]["p50_ms"] == pytest.approx(0.5) and "engine_only" not in out
     assert session.options == [{"engine": "alone", "cuda_graph": "on"}]
     assert out["timed"]["what"] == "engine alone (no host<->device copies)"

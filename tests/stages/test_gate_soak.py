@@ -27,8 +27,11 @@ class Ageing(StandInSession):
 
 
 def test_a_soak_fails_on_drift_memory_growth_nan_and_errors(model, monkeypatch, standin_clock):
-    session = Ageing(standin_clock, [1.0] * 15000 + [2.0] * 100000,
-                     outputs=lambda n: {"y": np.full((1, 8), np.nan if n > 20000 else 0.0, np.float32)})
+    session = Ageing(
+        standin_clock,
+        [1.0] * 15000 + [2.0] * 100000,
+        outputs=lambda n: {"y": np.full((1, 8), np.nan if n > 20000 else 0.0, np.float32)},
+    )
     standin_engine(monkeypatch, session)
     start = standin_clock.ns
     monkeypatch.setattr(soak, "rss_bytes", lambda: (100 << 20) + int((standin_clock.ns - start) / 1e9 * (10 << 20)))
@@ -52,14 +55,18 @@ def test_a_clean_soak_passes_and_is_measured_on_every_run(model, monkeypatch, st
     session = StandInSession(standin_clock, [1.0, 1.2])
     standin_engine(monkeypatch, session)
     monkeypatch.setattr(soak, "rss_bytes", lambda: 100 << 20)
-    first = gate(model, overrides={**SOAK, "gate.soak_s": 5, "gate.targets": {"default": {"deadline_ms": 1.1,
-                                                                                          "max_miss_rate": 0.6}}})
+    first = gate(
+        model,
+        overrides={**SOAK, "gate.soak_s": 5, "gate.targets": {"default": {"deadline_ms": 1.1, "max_miss_rate": 0.6}}},
+    )
     s = first.gate["soak"]
     assert first.passed and s["iterations"] == pytest.approx(5000 / 1.1, abs=10) and s["errors"]["count"] == 0
     # alternating 1.0 / 1.2 ms: half late, never more than two in a row (an output check takes one run between)
     assert s["deadline"]["miss_rate"] == pytest.approx(0.5, abs=0.002) and s["deadline"]["longest_miss_run"] <= 2
-    again = gate(model, overrides={**SOAK, "gate.soak_s": 5, "gate.targets": {"default": {"deadline_ms": 1.1,
-                                                                                          "max_miss_rate": 0.6}}})
+    again = gate(
+        model,
+        overrides={**SOAK, "gate.soak_s": 5, "gate.targets": {"default": {"deadline_ms": 1.1, "max_miss_rate": 0.6}}},
+    )
     assert again.record.stage("gate").status == "ran" and not again.record.gate_cached
     assert again.record.stage("build").status == "reused"
 

@@ -14,21 +14,26 @@ def small_onnx(path, batch="N"):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2])
     w = helper.make_tensor("w", TensorProto.FLOAT, [4, 2], [0.5, -1, 2, 0.25, 1, 1, -0.5, 3])
     k = helper.make_node("Constant", [], ["k"], value=helper.make_tensor("kv", TensorProto.FLOAT, [], [2.0]))
-    graph = helper.make_graph([k, helper.make_node("MatMul", ["x", "w"], ["m"]),
-                               helper.make_node("Mul", ["m", "k"], ["y"])], "g", [x], [y], [w])
+    graph = helper.make_graph(
+        [k, helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Mul", ["m", "k"], ["y"])],
+        "g",
+        [x],
+        [y],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
     return path
 
 
-CONFIG = '''
+CONFIG = """
 name: s
 source: {onnx: model.onnx}
 inputs: [{name: INPUT, shape: [batch, 4]}]
 dims: {batch: {min: 1, opt: 2, max: 8}}
 gate: {warmup: 1, iterations: 5, targets: {default: {fps: 1}}}
-'''
+"""
 
 
 def test_onnx_source_runs_every_stage_and_sanitize_folds_constants(tmp_path):
@@ -61,7 +66,9 @@ def test_broken_onnx_file_exit_4(tmp_path, damage):
     cfg.write_text(CONFIG.replace("INPUT", "x"))
     code, _, err = run_cli("convert", str(cfg), "-w", str(tmp_path / "store"))
     assert code == 4, err
-    assert "model.onnx" in err and ("not a readable ONNX model" in err or "holds no graph" in err or "invalid ONNX" in err)
+    assert "model.onnx" in err and (
+        "not a readable ONNX model" in err or "holds no graph" in err or "invalid ONNX" in err
+    )
 
 
 def test_external_data_outside_the_model_folder_is_refused(tmp_path):
@@ -78,8 +85,18 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path):
 
 def test_file_commands_build_and_surgery(tmp_path):
     path = small_onnx(tmp_path / "model.onnx")
-    code, out, err = run_cli("surgery", str(path), "--pass", "sanitize", "-o", str(tmp_path / "clean.onnx"),
-                             "-w", str(tmp_path / "store"), "--dim", "N=1,2,4")
+    code, out, err = run_cli(
+        "surgery",
+        str(path),
+        "--pass",
+        "sanitize",
+        "-o",
+        str(tmp_path / "clean.onnx"),
+        "-w",
+        str(tmp_path / "store"),
+        "--dim",
+        "N=1,2,4",
+    )
     assert code == 0, err
     assert [n.op_type for n in onnx.load(tmp_path / "clean.onnx").graph.node] == ["MatMul", "Mul"]
     code, out, err = run_cli("build", str(path), "-o", str(tmp_path / "engine"), "-w", str(tmp_path / "store"))

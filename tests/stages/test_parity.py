@@ -30,14 +30,21 @@ gate: {warmup: 1, warmup_s: 0, iterations: 5, trials: 2, targets: {default: {fps
 def mlp(extra_nodes=(), extra_outputs=(), extra_inits=()):
     """x (batch, 8) -> MatMul -> h1 -> Relu -> h2 -> MatMul -> logits (batch, 10)."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal((16, 10)).astype(np.float32), "w2"), *extra_inits]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h1"], name="fc1"),
-             helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
-             helper.make_node("MatMul", ["h2", "w2"], ["logits"], name="fc2"), *extra_nodes]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((16, 10)).astype(np.float32), "w2"),
+        *extra_inits,
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h1"], name="fc1"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
+        helper.make_node("MatMul", ["h2", "w2"], ["logits"], name="fc2"),
+        *extra_nodes,
+    ]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10]), *extra_outputs]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              outputs, inits)
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])], outputs, inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -53,14 +60,20 @@ def convert(cfg, tmp_path, **kw):
 
 def test_task_and_elementwise_parity_are_both_reported(tmp_path):
     cfg = write(tmp_path, mlp())
-    cfg.write_text(cfg.read_text().replace("parity: {samples: 2, diagnose_top: 3}",
-                                           "parity: {samples: 2, tasks: {classification: [{output: logits, k: 3}]}}"))
+    cfg.write_text(
+        cfg.read_text().replace(
+            "parity: {samples: 2, diagnose_top: 3}",
+            "parity: {samples: 2, tasks: {classification: [{output: logits, k: 3}]}}",
+        )
+    )
     report = convert(cfg, tmp_path).parity
     assert report["status"] == "pass" and report["passed"]
     assert report["outputs"]["logits"]["onnx"]["status"] == "pass"
     [task] = report["tasks"]
     assert task["label"] == "classification[0]" and task["reference"] == "onnx"
-    assert task["metrics"]["top1"] == 1.0 and task["metrics"]["rows"] == 6  # 2 samples at batch 2 (opt), 2 at batch 1 (min)
+    assert (
+        task["metrics"]["top1"] == 1.0 and task["metrics"]["rows"] == 6
+    )  # 2 samples at batch 2 (opt), 2 at batch 1 (min)
     assert report["data"]["kind"] == "random" and "no validation data" in report["data"]["note"]
 
 
@@ -85,17 +98,30 @@ def test_all_zero_reference_output_is_inconclusive_not_pass(tmp_path):
 def detector(score_scale):
     """boxes (batch, 5, 4) and scores (batch, 5) = sigmoid(...) * score_scale."""
     rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(rng.standard_normal((8, 20)).astype(np.float32), "wb"),
-             numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "ws"),
-             numpy_helper.from_array(np.array([-1, 5, 4], np.int64), "shape"),
-             numpy_helper.from_array(np.array(score_scale, np.float32), "scale")]
-    nodes = [helper.make_node("MatMul", ["x", "wb"], ["b0"]), helper.make_node("Abs", ["b0"], ["b1"]),
-             helper.make_node("Reshape", ["b1", "shape"], ["boxes"]),
-             helper.make_node("MatMul", ["x", "ws"], ["s0"]), helper.make_node("Sigmoid", ["s0"], ["s1"]),
-             helper.make_node("Mul", ["s1", "scale"], ["scores"])]
-    graph = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["batch", 5, 4]),
-                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 5])], inits)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 20)).astype(np.float32), "wb"),
+        numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "ws"),
+        numpy_helper.from_array(np.array([-1, 5, 4], np.int64), "shape"),
+        numpy_helper.from_array(np.array(score_scale, np.float32), "scale"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wb"], ["b0"]),
+        helper.make_node("Abs", ["b0"], ["b1"]),
+        helper.make_node("Reshape", ["b1", "shape"], ["boxes"]),
+        helper.make_node("MatMul", ["x", "ws"], ["s0"]),
+        helper.make_node("Sigmoid", ["s0"], ["s1"]),
+        helper.make_node("Mul", ["s1", "scale"], ["scores"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "det",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["batch", 5, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 5]),
+        ],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -118,8 +144,11 @@ def test_detection_with_no_box_above_threshold_is_inconclusive(tmp_path):
 
 def test_task_on_an_output_of_the_wrong_shape_exits_4(tmp_path):
     cfg = write(tmp_path, mlp())
-    cfg.write_text(cfg.read_text().replace("parity: {samples: 2, diagnose_top: 3}",
-                                           "parity: {tasks: {detection: [{boxes: logits, scores: logits}]}}"))
+    cfg.write_text(
+        cfg.read_text().replace(
+            "parity: {samples: 2, diagnose_top: 3}", "parity: {tasks: {detection: [{boxes: logits, scores: logits}]}}"
+        )
+    )
     code, _, err = run_cli("parity", str(cfg), "-w", str(tmp_path / "store"))
     assert code == 4
     assert "parity.tasks.detection[0] expects boxes (..., N, 4); output 'logits' has shape [2, 10]" in err
@@ -140,12 +169,15 @@ def test_validation_data_replaces_random_inputs(tmp_path):
     assert "validation data (files val.npz)" in report["data"]["note"]
 
 
-@pytest.mark.parametrize("array, message", [
-    (np.ones((2, 7), np.float32), "input 'x' has shape [2, 7], the model expects ['batch', 8]"),
-    (np.ones((2, 8), np.float64), "input 'x' has dtype float64, the model expects float32"),
-    # [3, 8] would be a stack of 3 samples (3 is no batch the model takes); [1, 3, 8] is one sample of batch 3
-    (np.ones((1, 3, 8), np.float32), "input 'x' axis 0 is 3, outside dim 'batch' range [1, 2]"),
-])
+@pytest.mark.parametrize(
+    "array, message",
+    [
+        (np.ones((2, 7), np.float32), "input 'x' has shape [2, 7], the model expects ['batch', 8]"),
+        (np.ones((2, 8), np.float64), "input 'x' has dtype float64, the model expects float32"),
+        # [3, 8] would be a stack of 3 samples (3 is no batch the model takes); [1, 3, 8] is one sample of batch 3
+        (np.ones((1, 3, 8), np.float32), "input 'x' axis 0 is 3, outside dim 'batch' range [1, 2]"),
+    ],
+)
 def test_validation_data_that_does_not_match_the_inputs_exits_4(tmp_path, array, message):
     cfg = write(tmp_path, mlp(), "validation: {files: val.npy}\n")
     np.save(tmp_path / "val.npy", array)
@@ -199,10 +231,17 @@ def compare_graphs(reference, candidate, feeds, top=10):
         return dict(zip(names, s.run(names, feeds), strict=True))
 
     ref, cand = run_all(reference), run_all(candidate)
-    rows = [{"name": n, "rel_l2": float(np.linalg.norm(cand[n] - r) / (np.linalg.norm(r) or 1))}
-            for n, r in ref.items() if n in cand]
-    return {"first": [r for r in rows if r["rel_l2"] > 1e-3][:1], "tensors": rows, "threshold": 1e-3,
-            "top": sorted(rows, key=lambda r: -r["rel_l2"])[:top]}
+    rows = [
+        {"name": n, "rel_l2": float(np.linalg.norm(cand[n] - r) / (np.linalg.norm(r) or 1))}
+        for n, r in ref.items()
+        if n in cand
+    ]
+    return {
+        "first": [r for r in rows if r["rel_l2"] > 1e-3][:1],
+        "tensors": rows,
+        "threshold": 1e-3,
+        "top": sorted(rows, key=lambda r: -r["rel_l2"])[:top],
+    }
 
 
 def test_failure_runs_the_per_layer_diagnosis_on_the_onnx_candidate(tmp_path, monkeypatch):
@@ -264,7 +303,11 @@ def test_a_diagnosis_that_breaks_is_recorded_not_raised(tmp_path, monkeypatch):
     with pytest.raises(ParityFailed, match="parity failed: logits vs onnx"):
         convert(cfg, tmp_path, surgery__passes=["plant:PlantBadLayer"])
     d = json.loads(next((tmp_path / "store").rglob("parity.json")).read_text())["diagnosis"]
-    assert d == {"status": "failed", "candidate": d["candidate"], "reason": "RuntimeError: cannot expose intermediate tensors"}
+    assert d == {
+        "status": "failed",
+        "candidate": d["candidate"],
+        "reason": "RuntimeError: cannot expose intermediate tensors",
+    }
 
 
 def test_validation_data_equal_to_calibration_data_is_flagged(tmp_path):

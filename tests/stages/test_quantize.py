@@ -33,15 +33,30 @@ def onnx_model(tmp_path):
 
 
 def quantize_artifacts(store: Path) -> list[dict]:
-    manifests = [json.loads(p.read_text()) for p in (store / "objects").glob("*/manifest.json")] \
-        if (store / "objects").is_dir() else []
+    manifests = (
+        [json.loads(p.read_text()) for p in (store / "objects").glob("*/manifest.json")]
+        if (store / "objects").is_dir()
+        else []
+    )
     return [m for m in manifests if m["stage"] == "quantize"]
 
 
 def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, onnx_model):
     calib = write_images(tmp_path / "calib", 12)
-    code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "tensorrt",
-                             "--calib-data", str(calib), "-o", str(tmp_path / "out"), "-w", str(tmp_path / "store"))
+    code, out, err = run_cli(
+        "quantize",
+        str(onnx_model),
+        "--precision",
+        "int8",
+        "--target",
+        "tensorrt",
+        "--calib-data",
+        str(calib),
+        "-o",
+        str(tmp_path / "out"),
+        "-w",
+        str(tmp_path / "store"),
+    )
     assert code == 0, err
     files = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"model.onnx", "ranges.json", "calibration.cache", "precision.json", "manifest.json"} <= files
@@ -59,8 +74,18 @@ def test_cli_quantize_writes_model_ranges_cache_and_precision_report(tmp_path, o
 def test_a_stacked_npz_calibrates_as_its_samples_and_the_cli_says_so(tmp_path, onnx_model):
     """A [24, 3, H, W] file is 24 samples (it was refused as one sample of the wrong shape)."""
     np.savez(tmp_path / "calib.npz", x=np.concatenate([s["x"] for s in models.images(24)]))
-    code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "onnxruntime",
-                             "--calib-data", str(tmp_path / "calib.npz"), "-w", str(tmp_path / "store"))
+    code, out, err = run_cli(
+        "quantize",
+        str(onnx_model),
+        "--precision",
+        "int8",
+        "--target",
+        "onnxruntime",
+        "--calib-data",
+        str(tmp_path / "calib.npz"),
+        "-w",
+        str(tmp_path / "store"),
+    )
     assert code == 0, err
     assert "holds 24 samples stacked on the first axis of x" in out
     assert "ranges from 18 of 24 samples, checked on 6 held out" in out
@@ -70,8 +95,12 @@ def test_a_stacked_npz_calibrates_as_its_samples_and_the_cli_says_so(tmp_path, o
 
 def test_unchanged_data_reuses_the_artifact_and_changed_data_recalibrates(tmp_path, onnx_model):
     calib = write_arrays(tmp_path / "calib", [s["x"] for s in models.images(6)])
-    kwargs = {"workdir": tmp_path / "store", "calib_data": calib, "quantize__precision": "int8",
-              "quantize__target": "onnxruntime"}
+    kwargs = {
+        "workdir": tmp_path / "store",
+        "calib_data": calib,
+        "quantize__precision": "int8",
+        "quantize__target": "onnxruntime",
+    }
     from deploykit import api
 
     first = api.quantize(onnx_model, **kwargs)
@@ -107,8 +136,18 @@ gate: {warmup: 1, iterations: 5, allow_missing_target: true}
 def test_fewer_samples_than_requested_warns_and_proceeds(tmp_path, onnx_model):
     calib = write_images(tmp_path / "calib", 5)
     with pytest.warns(UserWarning, match="5 samples available, 50 requested"):
-        code, out, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--calib-data", str(calib),
-                                 "--set", "calibration.samples=50", "-w", str(tmp_path / "store"))
+        code, out, err = run_cli(
+            "quantize",
+            str(onnx_model),
+            "--precision",
+            "int8",
+            "--calib-data",
+            str(calib),
+            "--set",
+            "calibration.samples=50",
+            "-w",
+            str(tmp_path / "store"),
+        )
     assert code == 0, err
     summary = quantize_artifacts(tmp_path / "store")[0]["summary"]
     assert summary["samples"] == 5
@@ -126,8 +165,18 @@ def test_int8_without_calibration_data_is_a_config_error(tmp_path, onnx_model):
 def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(tmp_path):
     model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
     calib = write_images(tmp_path / "calib", 16)
-    args = ["quantize", str(model), "--precision", "int8", "--target", "tensorrt", "--calib-data", str(calib),
-            "-w", str(tmp_path / "store")]
+    args = [
+        "quantize",
+        str(model),
+        "--precision",
+        "int8",
+        "--target",
+        "tensorrt",
+        "--calib-data",
+        str(calib),
+        "-w",
+        str(tmp_path / "store"),
+    ]
     code, _, err = run_cli(*args)
     assert code == 1 and "misses its tolerance" in err and "--auto-repair" in err
     code, out, err = run_cli(*args, "--auto-repair", "-o", str(tmp_path / "out"))
@@ -140,21 +189,34 @@ def test_a_quantized_model_missing_its_tolerance_fails_and_auto_repair_fixes_it(
     assert search["stopped"]["code"] in ("passed", "passed_refined") and search["stopped"]["sentence"] == "passed"
     assert all(set(why) == {"code", "sentence"} for why in report["excluded_from_quantization"].values())
     assert (tmp_path / "out" / "base.onnx").is_file() and (tmp_path / "out" / "sensitivity.json").is_file()
-    code, _, err = run_cli("report", summary_run_name(tmp_path / "store"), "-w", str(tmp_path / "store"),
-                           "-o", str(tmp_path / "r.html"))
+    code, _, err = run_cli(
+        "report", summary_run_name(tmp_path / "store"), "-w", str(tmp_path / "store"), "-o", str(tmp_path / "r.html")
+    )
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     assert "Mixed-precision search: " in page and "quantize.layer_precisions" in page
-    section = page[page.index("Mixed-precision search: "):].split("<h2")[0]
+    section = page[page.index("Mixed-precision search: ") :].split("<h2")[0]
     assert "<code>conv1</code>" in section and "data:image/png;base64," in section  # the Pareto plot
 
 
 def test_a_spent_search_budget_says_so_and_does_not_suggest_enabling_it(tmp_path):
     model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
     calib = write_images(tmp_path / "calib", 16)
-    code, _, err = run_cli("quantize", str(model), "--precision", "int8", "--target", "onnxruntime", "--calib-data",
-                           str(calib), "-w", str(tmp_path / "store"), "--auto-repair",
-                           "--set", "quantize.repair.max_iterations=1")
+    code, _, err = run_cli(
+        "quantize",
+        str(model),
+        "--precision",
+        "int8",
+        "--target",
+        "onnxruntime",
+        "--calib-data",
+        str(calib),
+        "-w",
+        str(tmp_path / "store"),
+        "--auto-repair",
+        "--set",
+        "quantize.repair.max_iterations=1",
+    )
     assert code == 1 and "misses its tolerance" in err
     assert "search stopped: evaluation budget spent (1)" in err and "enable quantize.repair" not in err
     assert "high_precision" not in err  # the onnxruntime flavour's float rest is FP32 already
@@ -176,8 +238,19 @@ def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch
     model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
     calib = write_images(tmp_path / "calib", 16)
     with pytest.warns(UserWarning) as caught:
-        code, _, err = run_cli("quantize", str(model), "--precision", "int8", "--target", "onnxruntime",
-                               "--calib-data", str(calib), "-w", str(tmp_path / "store"), "--auto-repair")
+        code, _, err = run_cli(
+            "quantize",
+            str(model),
+            "--precision",
+            "int8",
+            "--target",
+            "onnxruntime",
+            "--calib-data",
+            str(calib),
+            "-w",
+            str(tmp_path / "store"),
+            "--auto-repair",
+        )
     assert code == 0, err
     said = next(str(w.message) for w in caught if "FP32 on this CPU" in str(w.message))
     assert said in next(m for m in quantize_artifacts(tmp_path / "store"))["summary"]["warnings"]  # and recorded
@@ -194,16 +267,31 @@ def _garbage_images(folder: Path) -> Path:
 BAD_INPUTS = {
     "empty folder": (lambda d: (d / "calib").mkdir() or d / "calib", [], "holds no"),
     "undecodable image": (lambda d: _garbage_images(d / "calib"), [], "broken.png: cannot decode image"),
-    "wrong shape": (lambda d: write_arrays(d / "calib", [np.zeros((1, 3, 8, 8), np.float32)]), [],
-                    "has shape [1, 3, 8, 8], the model expects ['N', 3, 16, 16]"),
-    "wrong dtype": (lambda d: write_arrays(d / "calib", [np.zeros((1, 3, 16, 16), np.float64)]), [],
-                    "has dtype float64, the model expects float32"),
-    "nan": (lambda d: write_arrays(d / "calib", [np.full((1, 3, 16, 16), np.nan, np.float32)]), [],
-            "contains NaN or Inf"),
-    "missing excluded node": (lambda d: write_images(d / "calib", 4), ["--set", "quantize.exclude_nodes=[conv9]"],
-                              "exclude_nodes names 'conv9', which the model does not have"),
-    "int4 without matmul": (lambda d: write_images(d / "calib", 4), ["--precision", "int4"],
-                            "int4 quantizes MatMul/Gemm weights, and the model has none"),
+    "wrong shape": (
+        lambda d: write_arrays(d / "calib", [np.zeros((1, 3, 8, 8), np.float32)]),
+        [],
+        "has shape [1, 3, 8, 8], the model expects ['N', 3, 16, 16]",
+    ),
+    "wrong dtype": (
+        lambda d: write_arrays(d / "calib", [np.zeros((1, 3, 16, 16), np.float64)]),
+        [],
+        "has dtype float64, the model expects float32",
+    ),
+    "nan": (
+        lambda d: write_arrays(d / "calib", [np.full((1, 3, 16, 16), np.nan, np.float32)]),
+        [],
+        "contains NaN or Inf",
+    ),
+    "missing excluded node": (
+        lambda d: write_images(d / "calib", 4),
+        ["--set", "quantize.exclude_nodes=[conv9]"],
+        "exclude_nodes names 'conv9', which the model does not have",
+    ),
+    "int4 without matmul": (
+        lambda d: write_images(d / "calib", 4),
+        ["--precision", "int4"],
+        "int4 quantizes MatMul/Gemm weights, and the model has none",
+    ),
 }
 
 
@@ -211,8 +299,19 @@ BAD_INPUTS = {
 def test_bad_input_exits_4_naming_the_thing_and_writes_nothing(tmp_path, onnx_model, case):
     make, extra, message = BAD_INPUTS[case]
     calib = make(tmp_path)
-    args = ["quantize", str(onnx_model), "--precision", "int8", "--calib-data", str(calib),
-            "-w", str(tmp_path / "store"), "-o", str(tmp_path / "out"), *extra]
+    args = [
+        "quantize",
+        str(onnx_model),
+        "--precision",
+        "int8",
+        "--calib-data",
+        str(calib),
+        "-w",
+        str(tmp_path / "store"),
+        "-o",
+        str(tmp_path / "out"),
+        *extra,
+    ]
     if "--precision" in extra:
         args[2:4] = []
     code, _, err = run_cli(*args)
@@ -252,8 +351,9 @@ def test_onnxruntime_int8_is_timed_against_fp32_and_a_slower_model_is_called_out
     assert code == 0, err
     summary = quantize_artifacts(tmp_path / "store2")[0]["summary"]
     assert any("INT8 is slower than FP32" in w for w in summary["warnings"])
-    code, _, err = run_cli("report", summary_run_name(tmp_path / "store2"), "-w", str(tmp_path / "store2"),
-                           "-o", str(tmp_path / "r.html"))
+    code, _, err = run_cli(
+        "report", summary_run_name(tmp_path / "store2"), "-w", str(tmp_path / "store2"), "-o", str(tmp_path / "r.html")
+    )
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     assert "Quantization: INT8 (onnxruntime flavour)" in page and "INT8 is slower than FP32" in page
@@ -262,8 +362,18 @@ def test_onnxruntime_int8_is_timed_against_fp32_and_a_slower_model_is_called_out
 
 def test_tensorrt_flavour_is_not_timed_on_the_cpu(tmp_path, onnx_model):
     calib = write_images(tmp_path / "calib", 12)
-    code, _, err = run_cli("quantize", str(onnx_model), "--precision", "int8", "--target", "tensorrt",
-                           "--calib-data", str(calib), "-w", str(tmp_path / "store"))
+    code, _, err = run_cli(
+        "quantize",
+        str(onnx_model),
+        "--precision",
+        "int8",
+        "--target",
+        "tensorrt",
+        "--calib-data",
+        str(calib),
+        "-w",
+        str(tmp_path / "store"),
+    )
     assert code == 0, err
     assert quantize_artifacts(tmp_path / "store")[0]["summary"]["cpu_speed"] is None
 
@@ -306,8 +416,9 @@ def test_search_passed_implies_parity_passed_through_convert_with_validation_dat
     judged = next(m for m in manifests if m["stage"] == "parity" and m["parents"]["model"] == searched["digest"])
     parity = json.loads((tmp_path / "store" / "objects" / judged["digest"] / "parity.json").read_text())
     assert parity["passed"] and parity["samples"] == 8, parity["failures"]
-    assert parity["outputs"]["prob"]["onnx"]["metrics"]["rel_l2"] == pytest.approx(q["check"]["metrics"]["prob"]["rel_l2"],
-                                                                                   rel=1e-6)
+    assert parity["outputs"]["prob"]["onnx"]["metrics"]["rel_l2"] == pytest.approx(
+        q["check"]["metrics"]["prob"]["rel_l2"], rel=1e-6
+    )
     iou = next(t["metrics"]["iou"] for t in parity["tasks"] if t["reference"] == "onnx")
     assert iou == pytest.approx(q["check"]["tasks"][0]["metrics"]["iou"], rel=1e-9) and iou >= 0.975
 
@@ -315,16 +426,28 @@ def test_search_passed_implies_parity_passed_through_convert_with_validation_dat
 def test_the_search_cache_lives_in_the_artifact_and_a_tighter_rerun_reuses_it(tmp_path):
     model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
     calib = write_images(tmp_path / "calib", 16)
-    args = ["quantize", str(model), "--precision", "int8", "--target", "tensorrt", "--calib-data", str(calib),
-            "-w", str(tmp_path / "store"), "--auto-repair"]
+    args = [
+        "quantize",
+        str(model),
+        "--precision",
+        "int8",
+        "--target",
+        "tensorrt",
+        "--calib-data",
+        str(calib),
+        "-w",
+        str(tmp_path / "store"),
+        "--auto-repair",
+    ]
     code, _, err = run_cli(*args)
     assert code == 0, err
     first = next(m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"])
     assert first["summary"]["repair"]["evaluations"]["cached"] == 0 and "sensitivity.json" in first["files"]
     code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.05, cosine: 0.995}")
     assert code in (0, 1), err
-    second = next(m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"]
-                  and m["digest"] != first["digest"])
+    second = next(
+        m for m in quantize_artifacts(tmp_path / "store") if m["summary"]["repair"] and m["digest"] != first["digest"]
+    )
     ev1, ev2 = first["summary"]["repair"]["evaluations"], second["summary"]["repair"]["evaluations"]
     assert second["summary"]["repair"]["cache_key"] == first["summary"]["repair"]["cache_key"]
     # the ranking and causal measurements came back: only the search's own states ran again (a count

@@ -14,19 +14,27 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def const_node(name: str, value: np.ndarray) -> onnx.NodeProto:
-    return helper.make_node("Constant", [], [name], name=f"{name}_const",
-                            value=numpy_helper.from_array(np.asarray(value), f"{name}_value"))
+    return helper.make_node(
+        "Constant", [], [name], name=f"{name}_const", value=numpy_helper.from_array(np.asarray(value), f"{name}_value")
+    )
 
 
 def make(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8, value_info=()) -> onnx.ModelProto:
     """A model from nodes and ``(name, dtype, shape)`` inputs/outputs; initializers are arrays by name."""
+
     def vi(spec):
         name, dtype, shape = spec
         return helper.make_tensor_value_info(name, dtype, shape)
 
     inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(initializers).items()]
-    graph = helper.make_graph(list(nodes), "g", [vi(i) for i in inputs], [vi(o) for o in outputs], inits,
-                              value_info=[vi(v) for v in value_info])
+    graph = helper.make_graph(
+        list(nodes),
+        "g",
+        [vi(i) for i in inputs],
+        [vi(o) for o in outputs],
+        inits,
+        value_info=[vi(v) for v in value_info],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = ir_version
     return model
@@ -66,16 +74,21 @@ class _Builder:
         w = self.weight("w", self.rng.standard_normal((cout, cin, 3, 3)) * (2 / (9 * cin)) ** 0.5)
         ins = [x, w] + ([self.weight("b", self.rng.standard_normal(cout) * 0.1)] if bias else [])
         y = self.name("conv")
-        self.nodes.append(helper.make_node("Conv", ins, [y], name=y, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                                           strides=[stride, stride]))
+        self.nodes.append(
+            helper.make_node("Conv", ins, [y], name=y, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[stride, stride])
+        )
         z = self.bn(y, cout)
         r = self.name("relu")
         self.nodes.append(helper.make_node("Relu", [z], [r], name=r))
         return r
 
     def bn(self, x: str, c: int) -> str:
-        params = [self.weight("gamma", self.rng.uniform(0.5, 1.5, c)), self.weight("beta", self.rng.uniform(-0.2, 0.2, c)),
-                  self.weight("mean", self.rng.uniform(-0.2, 0.2, c)), self.weight("var", self.rng.uniform(0.5, 1.5, c))]
+        params = [
+            self.weight("gamma", self.rng.uniform(0.5, 1.5, c)),
+            self.weight("beta", self.rng.uniform(-0.2, 0.2, c)),
+            self.weight("mean", self.rng.uniform(-0.2, 0.2, c)),
+            self.weight("var", self.rng.uniform(0.5, 1.5, c)),
+        ]
         y = self.name("bn")
         self.nodes.append(helper.make_node("BatchNormalization", [x, *params], [y], name=y, epsilon=1e-5))
         return y
@@ -86,8 +99,9 @@ class _Builder:
         return y
 
 
-def legacy_detector(size: int = 32, width: int = 8, opset: int = 11, weights_as: str = "constant",
-                    seed: int = 0, extra_blocks: int = 0) -> onnx.ModelProto:
+def legacy_detector(
+    size: int = 32, width: int = 8, opset: int = 11, weights_as: str = "constant", seed: int = 0, extra_blocks: int = 0
+) -> onnx.ModelProto:
     """An opset-11/12 detector as old exporters wrote it (see the module docstring).
 
     ``extra_blocks`` adds Conv-BN-Relu(-Identity) blocks at stride 4, for benchmark-sized graphs.
@@ -125,8 +139,14 @@ def legacy_detector(size: int = 32, width: int = 8, opset: int = 11, weights_as:
     inputs = [("images", TensorProto.FLOAT, ["batch", 3, size, size])]
     if weights_as == "input":  # IR < 4 style: every initializer is also a graph input
         inputs += [(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in b.inits.items()]
-    model = make(b.nodes, inputs, [("logits", TensorProto.FLOAT, ["batch", 10])], b.inits, opset=opset,
-                 ir_version=6 if opset <= 12 else 8)
+    model = make(
+        b.nodes,
+        inputs,
+        [("logits", TensorProto.FLOAT, ["batch", 10])],
+        b.inits,
+        opset=opset,
+        ir_version=6 if opset <= 12 else 8,
+    )
     model.producer_name, model.producer_version = "pytorch", "1.8"
     return model
 
@@ -161,8 +181,14 @@ def apply(model: onnx.ModelProto, *specs, feeds=None, atol: float = 1e-5, rtol: 
     from deploykit.surgery.registry import instantiate
     from deploykit.surgery.runner import run_passes
 
-    return run_passes(model, [instantiate(s) for s in specs], feeds if feeds is not None else feeds_for(model),
-                      atol=atol, rtol=rtol, where="model.onnx")
+    return run_passes(
+        model,
+        [instantiate(s) for s in specs],
+        feeds if feeds is not None else feeds_for(model),
+        atol=atol,
+        rtol=rtol,
+        where="model.onnx",
+    )
 
 
 def ops(model: onnx.ModelProto) -> list[str]:

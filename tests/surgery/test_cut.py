@@ -46,6 +46,14 @@ def test_missing_tensor_names_close_matches():
 def test_cli_cut_at_missing_tensor_exits_2(tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(legacy_detector(), path)
-    code, _, err = run_cli("surgery", str(path), "--pass", "sanitize", "--pass", 'cut={"outputs": ["boxes_raw"]}',
-                           "-w", str(tmp_path / "s"))
+    code, _, err = run_cli(
+        "surgery",
+        str(path),
+        "--pass",
+        "sanitize",
+        "--pass",
+        'cut={"outputs": ["boxes_raw"]}',
+        "-w",
+        str(tmp_path / "s"),
+    )
     assert code == 2 and "no tensor 'boxes_raw'" in err

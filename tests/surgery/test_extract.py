@@ -22,7 +22,10 @@ def test_extract_middle_and_compare_with_the_full_graph():
 
 def test_input_the_subgraph_needs_but_lacks_is_named():
     with pytest.raises(ConfigError, match=r"needs graph input 'images' \(read by 'conv_3' \(Conv\)\)"):
-        apply(legacy_detector(weights_as="initializer"), {"extract": {"inputs": ["relu_28"], "outputs": ["logits", "relu_9"]}})
+        apply(
+            legacy_detector(weights_as="initializer"),
+            {"extract": {"inputs": ["relu_28"], "outputs": ["logits", "relu_9"]}},
+        )
 
 
 def test_both_lists_required():

@@ -11,8 +11,12 @@ RNG = np.random.default_rng(3)
 
 
 def bn_inits(c):
-    return {"gamma": RNG.uniform(0.5, 2, c).astype(np.float32), "beta": RNG.uniform(-1, 1, c).astype(np.float32),
-            "mean": RNG.uniform(-1, 1, c).astype(np.float32), "var": RNG.uniform(0.1, 3, c).astype(np.float32)}
+    return {
+        "gamma": RNG.uniform(0.5, 2, c).astype(np.float32),
+        "beta": RNG.uniform(-1, 1, c).astype(np.float32),
+        "mean": RNG.uniform(-1, 1, c).astype(np.float32),
+        "var": RNG.uniform(0.1, 3, c).astype(np.float32),
+    }
 
 
 def bn(x, y="y"):
@@ -30,8 +34,11 @@ def folded(model, expected_ops):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv(bias):
-    inits = {"w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32), "b": RNG.standard_normal(6).astype(np.float32),
-             **bn_inits(6)}
+    inits = {
+        "w": RNG.standard_normal((6, 3, 3, 3)).astype(np.float32),
+        "b": RNG.standard_normal(6).astype(np.float32),
+        **bn_inits(6),
+    }
     conv = helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], pads=[1, 1, 1, 1])
     model = make([conv, bn("c")], [("x", F, ["n", 3, 5, 5])], [("y", F, ["n", 6, 5, 5])], inits)
     _, report = folded(model, ["Conv"])

@@ -20,7 +20,9 @@ def test_batch_name_frees_axis_0_and_outputs_follow():
     out, reports = apply(batch_agnostic(), {"free_dims": {"batch": "N"}})
     assert dims(out.graph.input[0]) == ["N", 4] and dims(out.graph.output[0]) == ["N", 3]
     feeds = feeds_for(out, batch=5)
-    np.testing.assert_array_equal(ort_run(out, feeds)["y"], np.maximum(feeds["x"] @ np.arange(12, dtype=np.float32).reshape(4, 3), 0))
+    np.testing.assert_array_equal(
+        ort_run(out, feeds)["y"], np.maximum(feeds["x"] @ np.arange(12, dtype=np.float32).reshape(4, 3), 0)
+    )
     assert reports[0]["numerics"].startswith("outputs match")
 
 
@@ -31,7 +33,10 @@ def test_shorthand_gives_names_per_axis():
 
 def test_graph_baking_the_size_in_fails_naming_the_node():
     inits = {"shape": np.array([1, 6])}
-    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="flatten_fixed"), helper.make_node("Relu", ["r"], ["y"])]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["r"], name="flatten_fixed"),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
     model = make(nodes, [("x", F, [1, 2, 3])], [("y", F, [1, 6])], inits)
     with pytest.raises(ModelError, match="pass 'free_dims'.*flatten_fixed") as e:
         apply(model, {"free_dims": {"batch": "N"}})

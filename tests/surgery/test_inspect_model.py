@@ -31,18 +31,22 @@ def test_json_describes_the_model(tmp_path):
 
 
 def test_every_node_ort_cannot_run_is_named(tmp_path):
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
-             helper.make_node("BEVPoolV2", ["a"], ["b"], name="bev", domain="trt.plugins"),
-             helper.make_node("PillarScatter", ["b"], ["c"], name="scatter", domain="trt.plugins"),
-             helper.make_node("Neg", ["c"], ["y"], name="fine")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="ok"),
+        helper.make_node("BEVPoolV2", ["a"], ["b"], name="bev", domain="trt.plugins"),
+        helper.make_node("PillarScatter", ["b"], ["c"], name="scatter", domain="trt.plugins"),
+        helper.make_node("Neg", ["c"], ["y"], name="fine"),
+    ]
     model = make(nodes, [("x", F, [2])], [("y", F, [2])])
     model.opset_import.append(helper.make_opsetid("trt.plugins", 1))
     path = tmp_path / "plugins.onnx"
     onnx.save(model, path)
     info = inspect_model(path)
     assert info["onnxruntime"]["loads"] is False
-    assert [(n["node"], n["op"]) for n in info["onnxruntime"]["unsupported"]] == [("bev", "BEVPoolV2"),
-                                                                                ("scatter", "PillarScatter")]
+    assert [(n["node"], n["op"]) for n in info["onnxruntime"]["unsupported"]] == [
+        ("bev", "BEVPoolV2"),
+        ("scatter", "PillarScatter"),
+    ]
     assert [c["op"] for c in info["custom_nodes"]] == ["BEVPoolV2", "PillarScatter"]
     assert not any(c["has_body"] for c in info["custom_nodes"])
 
@@ -61,8 +65,11 @@ def test_missing_file_exits_4(tmp_path):
 
 
 def test_standard_ops_without_a_cpu_kernel_are_found_by_probing(tmp_path):
-    nodes = [helper.make_node("Erf", ["x"], ["a"], name="erf_double"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
-             helper.make_node("Erf", ["b"], ["y"], name="erf_again")]
+    nodes = [
+        helper.make_node("Erf", ["x"], ["a"], name="erf_double"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Erf", ["b"], ["y"], name="erf_again"),
+    ]
     path = tmp_path / "double.onnx"
     onnx.save(make(nodes, [("x", TensorProto.DOUBLE, [2])], [("y", TensorProto.DOUBLE, [2])]), path)
     ort_info = inspect_model(path)["onnxruntime"]

@@ -42,8 +42,13 @@ def test_attribute_variants_get_one_function_each_and_keep_their_op_type(toy_bod
     plugin = [n for n in out.graph.node if n.op_type == "ScaledSoftmax"]
     assert sorted((n.domain, n.op_type) for n in plugin) == keys  # each node calls its own variant
     namespaces = {a.s.decode() for n in plugin for a in n.attribute if a.name == "plugin_namespace"}
-    old = {a.s.decode() for n in before.graph.node if n.op_type == "ScaledSoftmax" for a in n.attribute
-           if a.name == "plugin_namespace"} or {"trt.plugins"}
+    old = {
+        a.s.decode()
+        for n in before.graph.node
+        if n.op_type == "ScaledSoftmax"
+        for a in n.attribute
+        if a.name == "plugin_namespace"
+    } or {"trt.plugins"}
     assert namespaces == old
     assert reports[1]["numerics"] == "outputs match (1 compared)"
 
@@ -51,8 +56,11 @@ def test_attribute_variants_get_one_function_each_and_keep_their_op_type(toy_bod
 def test_a_wrong_body_is_caught_naming_both_passes():
     plugin_bodies.register_body("ScaledSoftmax", plugin_toy.wrong_body, replace=True)
     try:
-        with pytest.raises(ModelError, match=r"passes 'replace_with_plugin'..'lower_plugins' changed numerics: "
-                                             r"output 'y' differs"):
+        with pytest.raises(
+            ModelError,
+            match=r"passes 'replace_with_plugin'..'lower_plugins' changed numerics: "
+            r"output 'y' differs",
+        ):
             apply(plugin_toy.attention_like(), REPLACE, "lower_plugins")
     finally:
         plugin_bodies.unregister_body("ScaledSoftmax")
@@ -68,8 +76,9 @@ def test_no_body_is_a_warning_or_an_error_when_named():
 
 def test_body_with_the_wrong_interface_names_the_node():
     def two_inputs(node, opset):
-        return helper.make_function("d", "f", ["A", "B"], ["Y"], [helper.make_node("Add", ["A", "B"], ["Y"])],
-                                    [helper.make_opsetid("", opset)])
+        return helper.make_function(
+            "d", "f", ["A", "B"], ["Y"], [helper.make_node("Add", ["A", "B"], ["Y"])], [helper.make_opsetid("", opset)]
+        )
 
     plugin_bodies.register_body("ScaledSoftmax", two_inputs, replace=True)
     try:
@@ -88,8 +97,9 @@ def test_model_exported_with_plugin_nodes_is_checked_from_the_first_runnable_gra
     replaced, _ = apply(plugin_toy.attention_like(), REPLACE)  # as if the exporter wrote the plugin nodes
     out, reports = apply(replaced, "sanitize", "lower_plugins", "remove_noops")
     assert reports[0]["numerics"].startswith("not checked: ONNX Runtime cannot run custom op(s)")
-    assert reports[1]["numerics"].startswith("not compared: ONNX Runtime cannot run custom op(s) "
-                                             "trt.plugins::ScaledSoftmax in the input model")
+    assert reports[1]["numerics"].startswith(
+        "not compared: ONNX Runtime cannot run custom op(s) trt.plugins::ScaledSoftmax in the input model"
+    )
     feeds = feeds_for(out)
     np.testing.assert_allclose(ort_run(out, feeds)["y"], ort_run(plugin_toy.attention_like(), feeds)["y"], rtol=1e-6)
 

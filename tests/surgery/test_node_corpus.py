@@ -56,8 +56,11 @@ def _read_sets(model: onnx.ModelProto, folder: str) -> list[tuple[list[Any], lis
     inputs = [vi for vi in model.graph.input if vi.name not in weights]
     sets = []
     for d in sorted(glob.glob(os.path.join(folder, "test_data_set_*"))):
-        ins = [_read_proto(os.path.join(d, f"input_{k}.pb"), vi.type) for k, vi in enumerate(inputs)
-               if os.path.exists(os.path.join(d, f"input_{k}.pb"))]
+        ins = [
+            _read_proto(os.path.join(d, f"input_{k}.pb"), vi.type)
+            for k, vi in enumerate(inputs)
+            if os.path.exists(os.path.join(d, f"input_{k}.pb"))
+        ]
         outs = [_read_proto(os.path.join(d, f"output_{k}.pb"), vi.type) for k, vi in enumerate(model.graph.output)]
         sets.append((ins, outs))
     return sets
@@ -105,8 +108,14 @@ def apply_passes(case: Case) -> tuple[onnx.ModelProto, bool]:
     weights = {i.name for i in case.model.graph.initializer}
     names = [vi.name for vi in case.model.graph.input if vi.name not in weights]
     feeds = dict(zip(names, case.data_sets[0][0], strict=False))
-    model, reports = run_passes(case.model, [instantiate("sanitize"), instantiate("remove_noops")], feeds,
-                                atol=max(case.atol, 1e-7), rtol=max(case.rtol, 1e-5), where=case.name)
+    model, reports = run_passes(
+        case.model,
+        [instantiate("sanitize"), instantiate("remove_noops")],
+        feeds,
+        atol=max(case.atol, 1e-7),
+        rtol=max(case.rtol, 1e-5),
+        where=case.name,
+    )
     return model, any(r["modified"] for r in reports)
 
 
@@ -153,7 +162,9 @@ if __name__ == "__main__":
 
     start = time.perf_counter()
     t = run_corpus()
-    print(f"cases {t.cases}, ORT passing before {t.ort_before}, after sanitize+remove_noops {t.after}, "
-          f"graphs changed {t.changed}, regressions {len(t.regressions)} ({time.perf_counter() - start:.1f} s)")
+    print(
+        f"cases {t.cases}, ORT passing before {t.ort_before}, after sanitize+remove_noops {t.after}, "
+        f"graphs changed {t.changed}, regressions {len(t.regressions)} ({time.perf_counter() - start:.1f} s)"
+    )
     for r in t.regressions:
         print("  ", r)

@@ -23,13 +23,16 @@ def check(model, expected_ops, **kw):
     return out, reports[0]
 
 
-@pytest.mark.parametrize("node", [
-    helper.make_node("Identity", ["x"], ["a"]),
-    helper.make_node("Cast", ["x"], ["a"], to=TensorProto.FLOAT),
-    helper.make_node("Transpose", ["x"], ["a"], perm=[0, 1]),
-    helper.make_node("Concat", ["x"], ["a"], axis=0),
-    helper.make_node("Max", ["x"], ["a"]),
-])
+@pytest.mark.parametrize(
+    "node",
+    [
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("Cast", ["x"], ["a"], to=TensorProto.FLOAT),
+        helper.make_node("Transpose", ["x"], ["a"], perm=[0, 1]),
+        helper.make_node("Concat", ["x"], ["a"], axis=0),
+        helper.make_node("Max", ["x"], ["a"]),
+    ],
+)
 def test_single_noops_go(node):
     check(chain(node), ["Relu"])
 
@@ -55,23 +58,39 @@ def test_dropout_whose_mask_is_read_stays():
 
 
 def test_reshape_expand_pad_slice_tile_to_the_same_shape_go():
-    inits = {"shape": np.array([2, 3]), "pads": np.zeros(4, np.int64), "starts": np.array([0, 0]),
-             "ends": np.array([2, 2**62]), "reps": np.array([1, 1])}
-    nodes = [helper.make_node("Reshape", ["x", "shape"], ["a"]), helper.make_node("Expand", ["a", "shape"], ["b"]),
-             helper.make_node("Pad", ["b", "pads"], ["c"]), helper.make_node("Slice", ["c", "starts", "ends"], ["d"]),
-             helper.make_node("Tile", ["d", "reps"], ["e"])]
+    inits = {
+        "shape": np.array([2, 3]),
+        "pads": np.zeros(4, np.int64),
+        "starts": np.array([0, 0]),
+        "ends": np.array([2, 2**62]),
+        "reps": np.array([1, 1]),
+    }
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["a"]),
+        helper.make_node("Expand", ["a", "shape"], ["b"]),
+        helper.make_node("Pad", ["b", "pads"], ["c"]),
+        helper.make_node("Slice", ["c", "starts", "ends"], ["d"]),
+        helper.make_node("Tile", ["d", "reps"], ["e"]),
+    ]
     _, report = check(chain(*nodes, inits=inits), ["Relu"])
     assert report["nodes_removed"] == 5
 
 
 def test_reshape_and_slice_that_change_shape_stay():
     inits = {"shape": np.array([3, 2]), "starts": np.array([1]), "ends": np.array([3]), "axes": np.array([1])}
-    nodes = [helper.make_node("Reshape", ["x", "shape"], ["a"]), helper.make_node("Slice", ["a", "starts", "ends", "axes"], ["b"])]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["a"]),
+        helper.make_node("Slice", ["a", "starts", "ends", "axes"], ["b"]),
+    ]
     check(chain(*nodes, inits=inits, out_shape=(3, 1)), ["Reshape", "Slice", "Relu"])
 
 
 def test_neutral_arithmetic_goes_unless_it_broadcasts():
-    inits = {"one": np.ones(3, np.float32), "zero": np.zeros((1,), np.float32), "big_one": np.ones((4, 2, 3), np.float32)}
+    inits = {
+        "one": np.ones(3, np.float32),
+        "zero": np.zeros((1,), np.float32),
+        "big_one": np.ones((4, 2, 3), np.float32),
+    }
     nodes = [helper.make_node("Mul", ["x", "one"], ["a"]), helper.make_node("Add", ["zero", "a"], ["b"])]
     check(chain(*nodes, inits=inits), ["Relu"])
     broadcasting = chain(helper.make_node("Mul", ["x", "big_one"], ["a"]), inits=inits, out_shape=(4, 2, 3))
@@ -79,10 +98,16 @@ def test_neutral_arithmetic_goes_unless_it_broadcasts():
 
 
 def test_transpose_pairs_cancel_or_merge():
-    cancel = [helper.make_node("Transpose", ["x"], ["a"], perm=[1, 2, 0]), helper.make_node("Transpose", ["a"], ["b"], perm=[2, 0, 1])]
+    cancel = [
+        helper.make_node("Transpose", ["x"], ["a"], perm=[1, 2, 0]),
+        helper.make_node("Transpose", ["a"], ["b"], perm=[2, 0, 1]),
+    ]
     _, report = check(chain(*cancel, shape=(2, 3, 4)), ["Relu"])
     assert report["details"]["removed"]["Transpose pair"] == 1
-    merge = [helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0, 2]), helper.make_node("Transpose", ["a"], ["b"], perm=[0, 2, 1])]
+    merge = [
+        helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0, 2]),
+        helper.make_node("Transpose", ["a"], ["b"], perm=[0, 2, 1]),
+    ]
     out, _ = check(chain(*merge, shape=(2, 3, 4), out_shape=(3, 4, 2)), ["Transpose", "Relu"])
     assert list(out.graph.node[0].attribute[0].ints) == [1, 2, 0]
 
@@ -102,8 +127,11 @@ def test_noop_between_graph_input_and_output_stays():
 
 
 def test_noop_before_graph_output_renames_its_producer():
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Identity", ["r"], ["y"]),
-             helper.make_node("Neg", ["r"], ["z"])]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Identity", ["r"], ["y"]),
+        helper.make_node("Neg", ["r"], ["z"]),
+    ]
     model = make(nodes, [("x", F, [2])], [("y", F, [2]), ("z", F, [2])])
     out, _ = apply(model, "remove_noops")
     assert ops(out) == ["Relu", "Neg"] and list(out.graph.node[0].output) == ["y"]
@@ -114,10 +142,17 @@ def test_noop_before_graph_output_renames_its_producer():
 
 
 def test_readers_inside_subgraphs_are_rewired():
-    branch = helper.make_graph([helper.make_node("Neg", ["a"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, [2])])
-    other = helper.make_graph([helper.make_node("Relu", ["a"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [2])])
-    nodes = [const_node("cond", np.array(True)), helper.make_node("Identity", ["x"], ["a"]),
-             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)]
+    branch = helper.make_graph(
+        [helper.make_node("Neg", ["a"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, [2])]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [2])]
+    )
+    nodes = [
+        const_node("cond", np.array(True)),
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other),
+    ]
     model = make(nodes, [("x", F, [2])], [("y", F, [2])])
     out, _ = apply(model, "remove_noops")
     assert "Identity" not in ops(out)

@@ -34,10 +34,17 @@ def test_traced_view_becomes_a_constant_reshape_target():
 
 def test_shape_start_end_is_honoured():
     # onnx-graphsurgeon's own Shape folding ignores start/end (opset 15): sanitize folds shapes itself.
-    nodes = [helper.make_node("Shape", ["x"], ["s"], start=1, end=3), helper.make_node("Cast", ["s"], ["f"], to=1),
-             helper.make_node("Add", ["y", "f"], ["z"])]
-    model = make(nodes, [("x", TensorProto.FLOAT, [2, 3, 4, 5]), ("y", TensorProto.FLOAT, [2])],
-                 [("z", TensorProto.FLOAT, [2])], opset=17)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=1, end=3),
+        helper.make_node("Cast", ["s"], ["f"], to=1),
+        helper.make_node("Add", ["y", "f"], ["z"]),
+    ]
+    model = make(
+        nodes,
+        [("x", TensorProto.FLOAT, [2, 3, 4, 5]), ("y", TensorProto.FLOAT, [2])],
+        [("z", TensorProto.FLOAT, [2])],
+        opset=17,
+    )
     out, _ = apply(model, "sanitize")
     assert ops(out) == ["Add"]
     feeds = feeds_for(model)
@@ -45,9 +52,12 @@ def test_shape_start_end_is_honoured():
 
 
 def test_constant_value_forms_of_newer_opsets_fold():
-    nodes = [helper.make_node("Constant", [], ["k"], value_floats=[1.5, -2.0]),
-             helper.make_node("Constant", [], ["one"], value_float=1.0),
-             helper.make_node("Add", ["k", "one"], ["k1"]), helper.make_node("Mul", ["x", "k1"], ["y"])]
+    nodes = [
+        helper.make_node("Constant", [], ["k"], value_floats=[1.5, -2.0]),
+        helper.make_node("Constant", [], ["one"], value_float=1.0),
+        helper.make_node("Add", ["k", "one"], ["k1"]),
+        helper.make_node("Mul", ["x", "k1"], ["y"]),
+    ]
     model = make(nodes, [("x", TensorProto.FLOAT, [3, 2])], [("y", TensorProto.FLOAT, [3, 2])], opset=13)
     out, _ = apply(model, "sanitize")
     assert ops(out) == ["Mul"]
@@ -58,8 +68,12 @@ def test_constant_value_forms_of_newer_opsets_fold():
 def test_graph_graphsurgeon_cannot_import_still_gets_constants_folded():
     # Optional types make onnx-graphsurgeon's importer fail; sanitize falls back to plain folding.
     opt_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
-    nodes = [const_node("k", np.array([2.0, 3.0], np.float32)), helper.make_node("Mul", ["x", "k"], ["m"]),
-             helper.make_node("Optional", ["m"], ["o"]), helper.make_node("OptionalGetElement", ["o"], ["y"])]
+    nodes = [
+        const_node("k", np.array([2.0, 3.0], np.float32)),
+        helper.make_node("Mul", ["x", "k"], ["m"]),
+        helper.make_node("Optional", ["m"], ["o"]),
+        helper.make_node("OptionalGetElement", ["o"], ["y"]),
+    ]
     model = make(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], opset=18)
     model.graph.value_info.append(helper.make_value_info("o", opt_type))
     out, reports = apply(model, "sanitize")
@@ -68,7 +82,9 @@ def test_graph_graphsurgeon_cannot_import_still_gets_constants_folded():
 
 
 def test_clean_graph_is_not_modified_and_says_why():
-    model = make([helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+    model = make(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+    )
     _, reports = apply(model, "sanitize")
     assert reports[0]["modified"] is False and "already clean" in reports[0]["reason"]
     assert reports[0]["numerics"] == "unchanged"

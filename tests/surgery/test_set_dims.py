@@ -37,14 +37,17 @@ def test_unchanged_when_already_pinned():
     assert reports[0]["modified"] is False
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"image": [1, 3, 32, 32]}, "no input 'image'; its inputs are: images"),
-    ({"images": [1, 3, 32]}, "input 'images' has rank 4 [batch, 3, 32, 32], but 3 dims were given"),
-    ({"images": [1, 4, 32, 32]}, "axis 1 is fixed to 3 in the model"),
-    ({"images": [0, 3, 32, 32]}, "neither a size >= 1 nor a dim name"),
-    ({"dims": {"height": 2}}, "no input has a dim named 'height'"),
-    ({"shapes": {"images": [1, 3, 32, 32]}, "dimz": {}}, "unknown key 'dimz' (did you mean 'dims'?)"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"image": [1, 3, 32, 32]}, "no input 'image'; its inputs are: images"),
+        ({"images": [1, 3, 32]}, "input 'images' has rank 4 [batch, 3, 32, 32], but 3 dims were given"),
+        ({"images": [1, 4, 32, 32]}, "axis 1 is fixed to 3 in the model"),
+        ({"images": [0, 3, 32, 32]}, "neither a size >= 1 nor a dim name"),
+        ({"dims": {"height": 2}}, "no input has a dim named 'height'"),
+        ({"shapes": {"images": [1, 3, 32, 32]}, "dimz": {}}, "unknown key 'dimz' (did you mean 'dims'?)"),
+    ],
+)
 def test_bad_parameters_are_config_errors(params, message):
     with pytest.raises(ConfigError, match="pass 'set_dims'" if "unknown" not in message else "set_dims") as e:
         apply(legacy_detector(), {"set_dims": params})
@@ -59,10 +62,20 @@ def test_wrong_param_type_names_the_field():
 def test_cli_bad_set_dims_exits_2(tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(legacy_detector(), path)
-    code, _, err = run_cli("surgery", str(path), "--pass", 'set_dims={"image": [1, 3, 32, 32]}', "-w", str(tmp_path / "s"))
+    code, _, err = run_cli(
+        "surgery", str(path), "--pass", 'set_dims={"image": [1, 3, 32, 32]}', "-w", str(tmp_path / "s")
+    )
     assert code == 2, err
     assert "pass 'set_dims'" in err and "no input 'image'" in err
-    code, _, err = run_cli("surgery", str(path), "--pass", 'set_dims={"images": [1, 3, 32, 32]}', "-o",
-                           str(tmp_path / "out.onnx"), "-w", str(tmp_path / "s"))
+    code, _, err = run_cli(
+        "surgery",
+        str(path),
+        "--pass",
+        'set_dims={"images": [1, 3, 32, 32]}',
+        "-o",
+        str(tmp_path / "out.onnx"),
+        "-w",
+        str(tmp_path / "s"),
+    )
     assert code == 0, err
     assert dims(onnx.load(tmp_path / "out.onnx").graph.input[0]) == [1, 3, 32, 32]

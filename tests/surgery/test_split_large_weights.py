@@ -12,9 +12,12 @@ from tests.surgery.models import apply, feeds_for, legacy_detector, ort_run
 def test_weights_move_to_a_data_file_and_the_model_still_runs(tmp_path):
     model = legacy_detector(weights_as="initializer")
     # It runs last (weights later passes create stay inline), but passes after it still work.
-    out, reports = apply(model, "fold_batchnorm",
-                         {"split_large_weights": {"model_limit_bytes": 1000, "tensor_threshold_bytes": 256}},
-                         "remove_noops")
+    out, reports = apply(
+        model,
+        "fold_batchnorm",
+        {"split_large_weights": {"model_limit_bytes": 1000, "tensor_threshold_bytes": 256}},
+        "remove_noops",
+    )
     details = reports[1]["details"]
     assert details["tensors"] > 0 and details["location"] == "model.onnx.data"
     assert all(r["numerics"].startswith("outputs match") for r in reports)

@@ -19,8 +19,11 @@ F = TensorProto.FLOAT
 
 
 def cyclic():
-    nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add_a"), helper.make_node("Relu", ["a"], ["c"], name="relu_c"),
-             helper.make_node("Neg", ["c"], ["y"], name="neg")]
+    nodes = [
+        helper.make_node("Add", ["x", "c"], ["a"], name="add_a"),
+        helper.make_node("Relu", ["a"], ["c"], name="relu_c"),
+        helper.make_node("Neg", ["c"], ["y"], name="neg"),
+    ]
     return make(nodes, [("x", F, [2])], [("y", F, [2])])
 
 
@@ -128,15 +131,26 @@ def test_reports_count_what_changed():
 
 def test_every_builtin_is_listed_with_parameters():
     names = {p["name"] for p in list_passes()}
-    assert names >= {"sanitize", "set_dims", "free_dims", "remove_noops", "cut", "extract", "convert_opset",
-                     "fold_batchnorm", "replace_with_plugin", "lower_plugins", "split_large_weights"}
+    assert names >= {
+        "sanitize",
+        "set_dims",
+        "free_dims",
+        "remove_noops",
+        "cut",
+        "extract",
+        "convert_opset",
+        "fold_batchnorm",
+        "replace_with_plugin",
+        "lower_plugins",
+        "split_large_weights",
+    }
     code, out, _ = run_cli("surgery", "--list")
     assert code == 0
     assert "set_dims: pin dynamic input dims" in out and "    dims: dict[str, int] = {}" in out
     assert "split_large_weights:" in out and "model_limit_bytes: int = 2147483647" in out
 
 
-CONFIG = '''
+CONFIG = """
 name: legacy
 source: {onnx: legacy.onnx}
 inputs: [{name: images, shape: [batch, 3, 32, 32]}]
@@ -151,7 +165,7 @@ surgery:
     - my_passes:rename_output
 gate: {warmup: 1, iterations: 3, allow_missing_target: true}
 parity: {samples: 1}
-'''
+"""
 
 
 def test_config_form_from_convert(user_passes):
@@ -161,8 +175,14 @@ def test_config_form_from_convert(user_passes):
     with pytest.warns(UserWarning, match="chain Softmax -> TopK: the graph has no TopK node"):
         result = deploykit.convert(cfg, workdir=user_passes / "store", until="surgery")
     reports = result.artifacts["model"].manifest.summary["passes"]
-    assert [r["pass"] for r in reports] == ["sanitize", "set_dims", "cut", "replace_with_plugin", "fold_batchnorm",
-                                            "my_passes:rename_output"]
+    assert [r["pass"] for r in reports] == [
+        "sanitize",
+        "set_dims",
+        "cut",
+        "replace_with_plugin",
+        "fold_batchnorm",
+        "my_passes:rename_output",
+    ]
     assert reports[3]["warnings"] and reports[4]["details"]["folded"]
     model = onnx.load(result.artifacts["model"].file("model.onnx"))
     assert [o.name for o in model.graph.output] == ["fc_48"]

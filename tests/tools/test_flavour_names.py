@@ -75,12 +75,8 @@ def test_no_module_outside_the_flavour_modules_compares_a_flavour_name():
     for name, path in modules(source_root()).items():
         if name in FLAVOUR_MODULES or any(name == m or name.startswith(m + ".") for m in OTHER_NAMES):
             continue
-        found += [
-            f"{path.relative_to(source_root())}:{line}" for line in flavour_comparisons(path.read_text())
-        ]
-    assert found == [], "ask deploykit.quant.flavours.flavour_for(name) instead of comparing: " + ", ".join(
-        found
-    )
+        found += [f"{path.relative_to(source_root())}:{line}" for line in flavour_comparisons(path.read_text())]
+    assert found == [], "ask deploykit.quant.flavours.flavour_for(name) instead of comparing: " + ", ".join(found)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +113,4 @@ def test_every_flavour_has_one_module_that_answers_for_it():
         flavour = flavour_for(name)
         assert flavour.name == name and flavour.evaluator in values(Evaluator)
         module = REGISTRY[name].partition(":")[0]
-        assert (
-            module in FLAVOUR_MODULES and Path(source_root(), *module.split(".")).with_suffix(".py").is_file()
-        )
+        assert module in FLAVOUR_MODULES and Path(source_root(), *module.split(".")).with_suffix(".py").is_file()

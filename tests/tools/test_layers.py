@@ -28,24 +28,37 @@ def fake_package(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_function_level_import_of_a_higher_layer_is_reported(tmp_path):
-    root = fake_package(tmp_path, {"config.py": "def f():\n    from deploykit.quant import ranges\n",
-                                   "quant/ranges.py": ""})
+    root = fake_package(
+        tmp_path, {"config.py": "def f():\n    from deploykit.quant import ranges\n", "quant/ranges.py": ""}
+    )
     found = layers.problems(root)
     assert len(found) == 1 and found[0].startswith("config (layer core) imports quant (layer components)")
     assert "deploykit/config.py:2" in found[0]
 
 
 def test_a_cycle_through_a_module_path_in_a_string_is_reported(tmp_path):
-    root = fake_package(tmp_path, {"surgery/bodies.py": 'BUILTIN = {"Op": "deploykit.plugins.bodies:build"}\n',
-                                   "plugins/bodies.py": "from deploykit.surgery import bodies\n"})
+    root = fake_package(
+        tmp_path,
+        {
+            "surgery/bodies.py": 'BUILTIN = {"Op": "deploykit.plugins.bodies:build"}\n',
+            "plugins/bodies.py": "from deploykit.surgery import bodies\n",
+        },
+    )
     found = layers.problems(root)
     assert len(found) == 1 and found[0].startswith("import cycle between plugins, surgery")
     assert "(string deploykit.plugins.bodies)" in found[0]
 
 
 def test_quant_importing_a_backend_and_unplaced_units_are_reported(tmp_path):
-    root = fake_package(tmp_path, {"quant/check.py": "import deploykit.backends.base\n", "backends/base.py": "",
-                                   "newthing.py": "", "graph/run.py": "'deploykit.tensorrt'  # a logger name\n"})
+    root = fake_package(
+        tmp_path,
+        {
+            "quant/check.py": "import deploykit.backends.base\n",
+            "backends/base.py": "",
+            "newthing.py": "",
+            "graph/run.py": "'deploykit.tensorrt'  # a logger name\n",
+        },
+    )
     found = layers.problems(root)
     assert any(p.startswith("quant imports backends") for p in found)
     assert any("'newthing' is in no layer" in p for p in found)
@@ -54,8 +67,11 @@ def test_quant_importing_a_backend_and_unplaced_units_are_reported(tmp_path):
 
 def test_the_command_exits_1_on_a_violation(tmp_path, monkeypatch, capsys):
     assert layers.main([]) == 0 and "layering holds" in capsys.readouterr().out
-    monkeypatch.setattr(layers, "source_root", lambda: fake_package(tmp_path, {"graph/x.py": "import deploykit.stages\n",
-                                                                                "stages/__init__.py": ""}))
+    monkeypatch.setattr(
+        layers,
+        "source_root",
+        lambda: fake_package(tmp_path, {"graph/x.py": "import deploykit.stages\n", "stages/__init__.py": ""}),
+    )
     assert layers.main([]) == 1
     assert "graph (layer graph) imports stages (layer stages)" in capsys.readouterr().out
 
@@ -67,6 +83,7 @@ def test_the_architecture_document_names_the_table_and_places_every_unit_in_its_
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert "src/deploykit/tools/layers.toml" in doc
-    rows = {m.group(1): set(re.findall(r"`(\w+)`", m.group(2)))
-            for m in re.finditer(r"^\| (\w+) \| ([^|]+) \|", doc, re.M)}
+    rows = {
+        m.group(1): set(re.findall(r"`(\w+)`", m.group(2))) for m in re.finditer(r"^\| (\w+) \| ([^|]+) \|", doc, re.M)
+    }
     assert {name: units for name, units in layers.LAYERS} == {name: rows.get(name) for name, _ in layers.LAYERS}

@@ -32,9 +32,13 @@ PRECISION_PARAM = "precision='int8'"
 Shapes = dict[str, dict[str, tuple[int, ...]]]  # input -> {"min" | "opt" | "max": shape}
 
 
-def resolve_config(source: Any, overrides: dict[str, Any] | None = None,
-                   dims: Mapping[str, Any] | None = None, shapes: Shapes | None = None,
-                   args: PythonArgs | None = None) -> Config:
+def resolve_config(
+    source: Any,
+    overrides: dict[str, Any] | None = None,
+    dims: Mapping[str, Any] | None = None,
+    shapes: Shapes | None = None,
+    args: PythonArgs | None = None,
+) -> Config:
     """A validated Config from any source the API takes (a YAML or ONNX path, a Config, a mapping, a
     ``torch.nn.Module`` or ``onnx.ModelProto``), with ``overrides`` and the named ``args`` applied.
 
@@ -77,13 +81,17 @@ def shape_dims(config: Config, shapes: Shapes) -> dict[str, tuple[int, int, int]
         for which, shape in by_which.items():
             text = f"{name}:{'x'.join(map(str, shape))}"
             if len(shape) != len(spec.shape):
-                raise UsageError(f"{spelled(f'shapes={{{name!r}: {{{which!r}: ...}}}}', f'--{which}-shapes')} "
-                                 f"{text}: input {name!r} has {len(spec.shape)} axes "
-                                 f"({list(spec.shape)})")
+                raise UsageError(
+                    f"{spelled(f'shapes={{{name!r}: {{{which!r}: ...}}}}', f'--{which}-shapes')} "
+                    f"{text}: input {name!r} has {len(spec.shape)} axes "
+                    f"({list(spec.shape)})"
+                )
             for axis, (want, dim) in enumerate(zip(shape, spec.shape, strict=True)):
                 if isinstance(dim, int) and dim != want:
-                    raise UsageError(f"{flag} {text}: axis {axis} of {name!r} is fixed at {dim}",
-                                     hint="only named (dynamic) dims can change; see `deploykit config show`")
+                    raise UsageError(
+                        f"{flag} {text}: axis {axis} of {name!r} is fixed at {dim}",
+                        hint="only named (dynamic) dims can change; see `deploykit config show`",
+                    )
                 if isinstance(dim, str):
                     if got.setdefault(dim, {}).setdefault(which, want) != want:
                         raise UsageError(f"{flag} {text}: dim {dim!r} is {got[dim][which]} in another input")
@@ -92,19 +100,39 @@ def shape_dims(config: Config, shapes: Shapes) -> dict[str, tuple[int, int, int]
         base = config.dims[dim]
         lo, opt, hi = (values.get(k, getattr(base, k)) for k in ("min", "opt", "max"))
         if not lo <= opt <= hi:
-            raise UsageError(f"{flag}: dim {dim!r} would be min {lo}, opt {opt}, max {hi}",
-                             hint=spelled("give min, opt and max together", "give --min-shapes, --opt-shapes and "
-                                          "--max-shapes together, or --shapes alone"))
+            raise UsageError(
+                f"{flag}: dim {dim!r} would be min {lo}, opt {opt}, max {hi}",
+                hint=spelled(
+                    "give min, opt and max together",
+                    "give --min-shapes, --opt-shapes and --max-shapes together, or --shapes alone",
+                ),
+            )
         out[dim] = (lo, opt, hi)
     return out
 
 
-def convert(source: Any, *, workdir: str | Path = DEFAULT_WORKDIR, until: str | None = None,
-            rerun: tuple[str, ...] = (), report_dir: str | Path | None = None, reporter: Reporter | None = None,
-            progress: bool | None = None, inputs: Any = None, dims: Mapping[str, Any] | None = None,
-            shapes: Shapes | None = None, outputs: Any = None, name: str | None = None, precision: str | None = None,
-            calibration: Any = None, validation: Any = None, tasks: Any = None, targets: Any = None,
-            overrides: Mapping[str, Any] | None = None, **fields: Any) -> RunResult:
+def convert(
+    source: Any,
+    *,
+    workdir: str | Path = DEFAULT_WORKDIR,
+    until: str | None = None,
+    rerun: tuple[str, ...] = (),
+    report_dir: str | Path | None = None,
+    reporter: Reporter | None = None,
+    progress: bool | None = None,
+    inputs: Any = None,
+    dims: Mapping[str, Any] | None = None,
+    shapes: Shapes | None = None,
+    outputs: Any = None,
+    name: str | None = None,
+    precision: str | None = None,
+    calibration: Any = None,
+    validation: Any = None,
+    tasks: Any = None,
+    targets: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> RunResult:
     """Run the pipeline; return the result, or raise (GateFailed and others carry ``.result``).
 
     Args:
@@ -136,18 +164,34 @@ def convert(source: Any, *, workdir: str | Path = DEFAULT_WORKDIR, until: str | 
         overrides: config fields by dotted name (``{"gate.iterations": 50}``).
         **fields: config fields, dots written as ``__`` (``gate__iterations=50``).
     """
-    args = PythonArgs(inputs=inputs, outputs=outputs, name=name, precision=precision, calibration=calibration,
-                      validation=validation, tasks=tasks, targets=targets)
+    args = PythonArgs(
+        inputs=inputs,
+        outputs=outputs,
+        name=name,
+        precision=precision,
+        calibration=calibration,
+        validation=validation,
+        tasks=tasks,
+        targets=targets,
+    )
     config = resolve_config(source, merged_overrides(overrides, fields), dims, shapes, args)
     if until == "quantize" and not config.quantize.enabled:
-        raise UsageError("quantize needs a precision: the config says quantize.precision fp32",
-                         hint=f"pass {spelled(PRECISION_PARAM, '--precision int8')} "
-                              f"({listed(Precision, without=('fp32',))})")
+        raise UsageError(
+            "quantize needs a precision: the config says quantize.precision fp32",
+            hint=f"pass {spelled(PRECISION_PARAM, '--precision int8')} ({listed(Precision, without=('fp32',))})",
+        )
     return _convert(config, workdir, until, rerun, report_dir, reporter, progress)
 
 
-def _convert(config: Config, workdir: str | Path, until: str | None, rerun: tuple[str, ...],
-             report_dir: str | Path | None, reporter: Reporter | None, progress: bool | None) -> RunResult:
+def _convert(
+    config: Config,
+    workdir: str | Path,
+    until: str | None,
+    rerun: tuple[str, ...],
+    report_dir: str | Path | None,
+    reporter: Reporter | None,
+    progress: bool | None,
+) -> RunResult:
     from deploykit.pipeline.runner import run_pipeline
     from deploykit.progress import reporting
     from deploykit.stages import default_stages
@@ -187,17 +231,35 @@ def _eval_mode(config: Config) -> Iterator[None]:
         module.train(training)
 
 
-def matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
-           workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
-           view: Any = None, overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
+def matrix(
+    source: str | Path,
+    *,
+    ray: str | None = None,
+    jobs: int | None = None,
+    workdir: str | Path | None = None,
+    report_dir: str | Path | None = None,
+    rerun: tuple[str, ...] = (),
+    view: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Any:
     """Run a build matrix (models x precisions x targets); return a MatrixResult (a table, HTML in notebooks).
 
     See :func:`deploykit.matrix.run_matrix` for the arguments; ``deploykit.matrix(...)`` is the same call.
     """
     from deploykit.matrix import run_matrix
 
-    return run_matrix(source, ray=ray, jobs=jobs, workdir=workdir, report_dir=report_dir, rerun=rerun, view=view,
-                      overrides=overrides, **fields)
+    return run_matrix(
+        source,
+        ray=ray,
+        jobs=jobs,
+        workdir=workdir,
+        report_dir=report_dir,
+        rerun=rerun,
+        view=view,
+        overrides=overrides,
+        **fields,
+    )
 
 
 def _check_report_dir(report_dir: Path) -> None:
@@ -205,8 +267,10 @@ def _check_report_dir(report_dir: Path) -> None:
     for p in (report_dir, *report_dir.parents):
         if p.exists():
             if not p.is_dir():
-                raise UsageError(f"{spelled('report_dir=', '--report-dir')} {report_dir}: {p} is a file, not a folder",
-                                 hint="give a folder (it is created when missing)")
+                raise UsageError(
+                    f"{spelled('report_dir=', '--report-dir')} {report_dir}: {p} is a file, not a folder",
+                    hint="give a folder (it is created when missing)",
+                )
             return
 
 
@@ -238,20 +302,35 @@ def copy_reports(result: RunResult, report_dir: Path) -> list[Path]:
     return written
 
 
-def write_report(ref: str, output: str | Path = "report.html", *, workdir: str | Path = DEFAULT_WORKDIR,
-                 with_plots: bool = True, precision: str | None = None, backend: str | None = None) -> Path:
+def write_report(
+    ref: str,
+    output: str | Path = "report.html",
+    *,
+    workdir: str | Path = DEFAULT_WORKDIR,
+    with_plots: bool = True,
+    precision: str | None = None,
+    backend: str | None = None,
+) -> Path:
     """Write the HTML report of a run (its name or record identity) or an artifact (a digest) from the
     store; return its path. A name with several recorded runs gives the newest (or the one of
     ``precision`` / ``backend``); :func:`deploykit.report.write_html` also returns a note naming the others."""
     from deploykit.report import write_html
     from deploykit.stages import default_stages
 
-    return write_html(workdir, ref, output, default_stages(), with_plots=with_plots, precision=precision,
-                      backend=backend)[0]
+    return write_html(
+        workdir, ref, output, default_stages(), with_plots=with_plots, precision=precision, backend=backend
+    )[0]
 
 
-def report(run: RunResult | str, output: str | Path | None = None, *, workdir: str | Path = DEFAULT_WORKDIR,
-           with_plots: bool = True, precision: str | None = None, backend: str | None = None) -> Report:
+def report(
+    run: RunResult | str,
+    output: str | Path | None = None,
+    *,
+    workdir: str | Path = DEFAULT_WORKDIR,
+    with_plots: bool = True,
+    precision: str | None = None,
+    backend: str | None = None,
+) -> Report:
     """The HTML report of a run: shown inline in a notebook, written to ``output`` as one
     self-contained page when given (what ``deploykit report RUN -o report.html`` writes).
 
@@ -274,8 +353,10 @@ def report(run: RunResult | str, output: str | Path | None = None, *, workdir: s
 
         record, note = from_store(str(workdir), run, default_stages(), precision=precision, backend=backend)
     else:
-        raise UsageError(f"report: expected a RunResult or a run name, got {type(run).__name__}",
-                         hint="pass what deploykit.convert returned, or the config's name")
+        raise UsageError(
+            f"report: expected a RunResult or a run name, got {type(run).__name__}",
+            hint="pass what deploykit.convert returned, or the config's name",
+        )
     path = None
     if output is not None:
         from deploykit.errors import os_error
@@ -290,7 +371,9 @@ def report(run: RunResult | str, output: str | Path | None = None, *, workdir: s
     return Report(record, with_plots, path, note)
 
 
-def save_tensors(result: RunResult, *, inputs: str | Path | None = None, outputs: str | Path | None = None) -> list[Path]:
+def save_tensors(
+    result: RunResult, *, inputs: str | Path | None = None, outputs: str | Path | None = None
+) -> list[Path]:
     """Write the samples a run's parity compared on (``inputs``) and what each side computed on them
     (``outputs``: the candidate, the FP32 ONNX and torch), as .npz or .json (see :mod:`deploykit.data.feedfile`)."""
     from deploykit.data import feedfile
@@ -313,9 +396,18 @@ def save_tensors(result: RunResult, *, inputs: str | Path | None = None, outputs
     return written
 
 
-def compare(a: str | Path, b: str | Path, *, dims: Mapping[str, int] | None = None, samples: Any = None,
-            count: int = 4, seed: int = 1, precision: str = "fp32", overrides: Mapping[str, Any] | None = None,
-            **fields: Any) -> Any:
+def compare(
+    a: str | Path,
+    b: str | Path,
+    *,
+    dims: Mapping[str, int] | None = None,
+    samples: Any = None,
+    count: int = 4,
+    seed: int = 1,
+    precision: str = "fp32",
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Any:
     """Compare two models or engine folders on the same inputs (``deploykit parity A B``); A is the reference.
 
     Args:
@@ -346,8 +438,17 @@ def compare(a: str | Path, b: str | Path, *, dims: Mapping[str, int] | None = No
     preset = parity_preset(from_value(QuantizeConfig, {"precision": precision}, "precision"))
     if isinstance(samples, (str, Path)):
         samples = feedfile.load_inputs(Path(samples))
-    return compare_pair(Path(a), Path(b), parity=parity, preset=preset, precision=precision, dims=dims,
-                        samples=samples, count=count, seed=seed)
+    return compare_pair(
+        Path(a),
+        Path(b),
+        parity=parity,
+        preset=preset,
+        precision=precision,
+        dims=dims,
+        samples=samples,
+        count=count,
+        seed=seed,
+    )
 
 
 def _stage_function(stage: str) -> Any:
@@ -380,9 +481,17 @@ def quantize(source: Any, *, calib_data: str | Path | None = None, **kwargs: Any
     return convert(source, until="quantize", **kwargs)
 
 
-def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDIR, batch: int | None = None,
-            dims: dict[str, tuple[int, int, int]] | None = None, options: Any = None, reporter: Reporter | None = None,
-            overrides: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+def profile(
+    source: str | Path | Config,
+    *,
+    workdir: str | Path = DEFAULT_WORKDIR,
+    batch: int | None = None,
+    dims: dict[str, tuple[int, int, int]] | None = None,
+    options: Any = None,
+    reporter: Reporter | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
     """Per-layer profile of an engine, with the roofline columns (see :mod:`deploykit.profiling`).
 
     Args:
@@ -414,8 +523,9 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
             raise UsageError("config overrides do not apply to an engine folder")
         opt = {name: values[1] for name, values in (dims or {}).items()}
         feeds = engine_feeds(path, opt, batch=batch)  # a batch the engine cannot take is refused here
-        return profile_engine(path, feeds, options, peaks_dir=peaks_dir, model=path.name,
-                              source=str(path), batch=batch or 1)
+        return profile_engine(
+            path, feeds, options, peaks_dir=peaks_dir, model=path.name, source=str(path), batch=batch or 1
+        )
     config = resolve_config(source, overrides, dims)
     if batch is not None:
         from deploykit.stages.gate import check_batch  # the gate's own rule for a target's batch
@@ -425,16 +535,30 @@ def profile(source: str | Path | Config, *, workdir: str | Path = DEFAULT_WORKDI
     engine = result.artifacts["engine"]
     feeds = random_feeds(config, "opt", np.random.default_rng(0), batch=batch)
     first = next(iter(feeds.values()))
-    return profile_engine(engine.path, feeds, options, peaks_dir=peaks_dir, model=config.name,
-                          source=str(source if path is None else path), engine=engine.digest,
-                          batch=int(first.shape[0]) if first.ndim else 1)
+    return profile_engine(
+        engine.path,
+        feeds,
+        options,
+        peaks_dir=peaks_dir,
+        model=config.name,
+        source=str(source if path is None else path),
+        engine=engine.digest,
+        batch=int(first.shape[0]) if first.ndim else 1,
+    )
 
 
-def lint(source: str | Path | Config, *, versions: tuple[str, ...] | list[str] | None = None,
-         plugins: tuple[str | Path, ...] | list[str | Path] | None = None,
-         workdir: str | Path = DEFAULT_WORKDIR, dims: dict[str, tuple[int, int, int]] | None = None,
-         shapes: Shapes | None = None, reporter: Reporter | None = None,
-         overrides: Mapping[str, Any] | None = None, **fields: Any) -> Any:
+def lint(
+    source: str | Path | Config,
+    *,
+    versions: tuple[str, ...] | list[str] | None = None,
+    plugins: tuple[str | Path, ...] | list[str | Path] | None = None,
+    workdir: str | Path = DEFAULT_WORKDIR,
+    dims: dict[str, tuple[int, int, int]] | None = None,
+    shapes: Shapes | None = None,
+    reporter: Reporter | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Any:
     """What TensorRT's parser and builder would refuse, without TensorRT (a :class:`deploykit.lint.LintReport`).
 
     An ``.onnx`` file is linted as it is, with the profiles ``convert`` would build it with (its dynamic
@@ -464,8 +588,9 @@ def lint(source: str | Path | Config, *, versions: tuple[str, ...] | list[str] |
         if isinstance(source, Config):
             raise UsageError("lint takes a deploykit.yaml or .onnx path (overrides apply to the file)")
         try:
-            result = convert(source, workdir=workdir, until="lint", reporter=reporter, dims=dims,
-                             shapes=shapes, overrides=extra)
+            result = convert(
+                source, workdir=workdir, until="lint", reporter=reporter, dims=dims, shapes=shapes, overrides=extra
+            )
         except GateFailed as e:  # a failed lint (or quantize check) still wrote its report
             result = e.result  # type: ignore[attr-defined]
         artifact = result.artifacts.get("lint")
@@ -479,15 +604,19 @@ def _lint_file(path: Path, config: Config) -> Any:
     from deploykit.backends.base import profiles_from_config
     from deploykit.lint import LintOptions, lint_file
 
-    options = LintOptions(versions=tuple(config.lint.versions),
-                          plugins=tuple(config.path(p) for p in config.build.plugins),
-                          profiles=profiles_from_config(config))
+    options = LintOptions(
+        versions=tuple(config.lint.versions),
+        plugins=tuple(config.path(p) for p in config.build.plugins),
+        profiles=profiles_from_config(config),
+    )
     report = lint_file(path, options)
     fixed = [f"{d} = {v.min}" for d, v in config.dims.items() if v.min == v.max]
     if fixed:
         import dataclasses
 
-        note = (f"the profile fixes {', '.join(fixed)} (the model's dynamic dims, as `deploykit build` would "
-                "build them without --dim or --shapes)")
+        note = (
+            f"the profile fixes {', '.join(fixed)} (the model's dynamic dims, as `deploykit build` would "
+            "build them without --dim or --shapes)"
+        )
         report = dataclasses.replace(report, notes=(*report.notes, note))
     return report

@@ -22,8 +22,14 @@ from deploykit.config.surface import spelled
 from deploykit.errors import ModelError, UsageError
 
 # parameter -> the config field it sets
-FIELDS = {"precision": "quantize.precision", "tasks": "parity.tasks", "targets": "gate.targets",
-          "outputs": "outputs", "name": "name", "inputs": "inputs"}
+FIELDS = {
+    "precision": "quantize.precision",
+    "tasks": "parity.tasks",
+    "targets": "gate.targets",
+    "outputs": "outputs",
+    "name": "name",
+    "inputs": "inputs",
+}
 DATA = ("calibration", "validation")
 
 
@@ -84,15 +90,21 @@ def source_raw(source: Any, dims: Mapping[str, Any] | None, args: PythonArgs) ->
     if isinstance(source, Mapping):
         return Raw(dict(source), Path.cwd())
     if not isinstance(source, (str, Path)):
-        raise UsageError(f"source: expected a deploykit.yaml or .onnx path, a Config, a mapping, a torch.nn.Module "
-                         f"or an onnx.ModelProto; got {type(source).__name__}")
+        raise UsageError(
+            f"source: expected a deploykit.yaml or .onnx path, a Config, a mapping, a torch.nn.Module "
+            f"or an onnx.ModelProto; got {type(source).__name__}"
+        )
     path = Path(source)
     if path.suffix == ".onnx":
         from deploykit.graph.files import load_model
 
         _no_inputs_for_onnx(args)
-        return Raw(onnx_config_dict(load_model(path, load_external=False), path, dict(dims or {})), Path.cwd(),
-                   str(path), dims_in_raw=True)
+        return Raw(
+            onnx_config_dict(load_model(path, load_external=False), path, dict(dims or {})),
+            Path.cwd(),
+            str(path),
+            dims_in_raw=True,
+        )
     return Raw(read_raw(path), path.parent.resolve(), str(path))
 
 
@@ -114,22 +126,33 @@ def module_raw(model: Any, args: PythonArgs, dims: Mapping[str, Any]) -> dict[st
     from deploykit.config import Source
 
     if args.inputs is None:
-        raise UsageError("inputs=: a torch.nn.Module needs its inputs",
-                         hint="e.g. inputs={'images': (1, 3, 640, 640)}, {'images': ('batch', 3, 640, 640)} with "
-                              "dims={'batch': (1, 1, 8)}, or example tensors {'images': torch.randn(1, 3, 640, 640)}")
+        raise UsageError(
+            "inputs=: a torch.nn.Module needs its inputs",
+            hint="e.g. inputs={'images': (1, 3, 640, 640)}, {'images': ('batch', 3, 640, 640)} with "
+            "dims={'batch': (1, 1, 8)}, or example tensors {'images': torch.randn(1, 3, 640, 640)}",
+        )
     specs = input_specs(args.inputs)
     used = [d for s in specs for d in s.get("shape", ()) if isinstance(d, str)]
     missing = sorted(set(used) - set(dims))
     if missing:
-        raise UsageError(f"inputs=: dim {missing[0]!r} needs its range in dims=",
-                         hint=f"e.g. dims={{{missing[0]!r}: (1, 1, 8)}} (min, opt, max)")
+        raise UsageError(
+            f"inputs=: dim {missing[0]!r} needs its range in dims=",
+            hint=f"e.g. dims={{{missing[0]!r}: (1, 1, 8)}} (min, opt, max)",
+        )
     unknown = sorted(set(dims) - set(used))
     if unknown:
-        raise UsageError(f"dims=: no input uses a dim named {unknown[0]!r}{_guess(unknown[0], used)}; the inputs' "
-                         f"named dims are: {', '.join(dict.fromkeys(used)) or 'none'}")
+        raise UsageError(
+            f"dims=: no input uses a dim named {unknown[0]!r}{_guess(unknown[0], used)}; the inputs' "
+            f"named dims are: {', '.join(dict.fromkeys(used)) or 'none'}"
+        )
     name = args.name or _identifier(type(model.object).__name__)
-    return {"name": name, "source": Source(memory=model), "inputs": specs,
-            "dims": {d: dim_range(v, d) for d, v in dims.items()}, "gate": {"allow_missing_target": True}}
+    return {
+        "name": name,
+        "source": Source(memory=model),
+        "inputs": specs,
+        "dims": {d: dim_range(v, d) for d, v in dims.items()},
+        "gate": {"allow_missing_target": True},
+    }
 
 
 def input_specs(inputs: Any) -> list[dict[str, Any]]:
@@ -144,8 +167,10 @@ def input_specs(inputs: Any) -> list[dict[str, Any]]:
     elif isinstance(inputs, (list, tuple)) and inputs and all(_is_array(i) for i in inputs):
         items = [(f"input_{i}", v) for i, v in enumerate(inputs)]
     else:
-        raise UsageError(f"inputs=: expected a mapping of input name -> shape or example tensor, got "
-                         f"{type(inputs).__name__}", hint="e.g. inputs={'images': (1, 3, 640, 640)}")
+        raise UsageError(
+            f"inputs=: expected a mapping of input name -> shape or example tensor, got {type(inputs).__name__}",
+            hint="e.g. inputs={'images': (1, 3, 640, 640)}",
+        )
     out = []
     for name, spec in items:
         if _is_array(spec):
@@ -156,8 +181,10 @@ def input_specs(inputs: Any) -> list[dict[str, Any]]:
         elif _is_shape(spec):
             out.append({"name": str(name), "shape": list(spec)})
         else:
-            raise UsageError(f"inputs={{{name!r}: ...}}: expected a shape (ints and dim names), an example tensor "
-                             f"or {{'shape': ..., 'dtype': ..., 'kind': ...}}, got {type(spec).__name__}")
+            raise UsageError(
+                f"inputs={{{name!r}: ...}}: expected a shape (ints and dim names), an example tensor "
+                f"or {{'shape': ..., 'dtype': ..., 'kind': ...}}, got {type(spec).__name__}"
+            )
     return out
 
 
@@ -176,8 +203,10 @@ def dim_fields(dims: Mapping[str, Any], known: Any) -> dict[str, Any]:
     """``dims=`` for a source that declares its dims (a file, a mapping, a Config): overrides of them."""
     unknown = sorted(set(dims) - set(known))
     if unknown:
-        raise UsageError(f"dims=: the config has no dim {unknown[0]!r}{_guess(unknown[0], list(known))}; its dims "
-                         f"are: {', '.join(known) or 'none'}")
+        raise UsageError(
+            f"dims=: the config has no dim {unknown[0]!r}{_guess(unknown[0], list(known))}; its dims "
+            f"are: {', '.join(known) or 'none'}"
+        )
     return {f"dims.{d}": dim_range(v, d) for d, v in dims.items()}
 
 
@@ -202,13 +231,17 @@ def data_fields(config: Any, fields: dict[str, Any], args: PythonArgs) -> dict[s
         if isinstance(value, (str, Path)):
             from deploykit.quant.calib_source import calibration_section
 
-            section: Any = calibration_section(Path(value), dataclasses.replace(config, calibration=getattr(config, what)))
+            section: Any = calibration_section(
+                Path(value), dataclasses.replace(config, calibration=getattr(config, what))
+            )
         else:
             limit = sub.pop(f"{what}.samples", DataConfig.samples)
             section = data_section(value, inputs_from_config(config), what, limit)
             if isinstance(section, DataConfig) and sub:
-                raise UsageError(f"{next(iter(sub))}: does not apply to samples passed as {what}=",
-                                 hint=f"only {what}.samples (how many to read) does")
+                raise UsageError(
+                    f"{next(iter(sub))}: does not apply to samples passed as {what}=",
+                    hint=f"only {what}.samples (how many to read) does",
+                )
         if isinstance(section, Mapping):
             section = apply_overrides({what: dict(section)}, sub)[what]
         for k in sub:
@@ -220,11 +253,15 @@ def data_fields(config: Any, fields: dict[str, Any], args: PythonArgs) -> dict[s
 def config_raw(config: Any) -> dict[str, Any]:
     """A Config as the raw mapping it validates from, so overrides apply to it as to a file; values
     holding objects in memory (a module, samples) stay as they are."""
+
     def unfold(value: Any) -> Any:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             fields = dataclasses.fields(value)
-            if any(f.metadata.get("internal") and getattr(value, f.name) is not None for f in fields
-                   if f.name != "base_dir"):
+            if any(
+                f.metadata.get("internal") and getattr(value, f.name) is not None
+                for f in fields
+                if f.name != "base_dir"
+            ):
                 return value
             return {f.name: unfold(getattr(value, f.name)) for f in fields if not f.metadata.get("internal")}
         if isinstance(value, dict):
@@ -241,8 +278,11 @@ def _is_array(value: Any) -> bool:
 
 
 def _is_shape(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and bool(value) and all(
-        isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool)) for d in value)
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool)) for d in value)
+    )
 
 
 def _identifier(name: str) -> str:
@@ -287,8 +327,10 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 if d.dim_value > MAX_DIM:
-                    raise ModelError(f"{path}: input {vi.name!r} axis {axis} is fixed to {d.dim_value}, above "
-                                     f"{MAX_DIM}", hint="re-export the model with sane dims")
+                    raise ModelError(
+                        f"{path}: input {vi.name!r} axis {axis} is fixed to {d.dim_value}, above {MAX_DIM}",
+                        hint="re-export the model with sane dims",
+                    )
                 shape.append(d.dim_value)
                 continue
             name = d.dim_param or f"{vi.name}_dim{axis}"
@@ -297,12 +339,21 @@ def onnx_config_dict(model: Any, path: Path, dims: dict[str, tuple[int, int, int
             shape.append(name)
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
         if dtype not in NP_DTYPES:
-            raise ModelError(f"{path}: input {vi.name!r} is a {dtype} tensor; deploykit feeds "
-                             f"{', '.join(NP_DTYPES)}", hint="export the model with an input of one of those types")
+            raise ModelError(
+                f"{path}: input {vi.name!r} is a {dtype} tensor; deploykit feeds {', '.join(NP_DTYPES)}",
+                hint="export the model with an input of one of those types",
+            )
         inputs.append({"name": vi.name, "shape": shape, "dtype": dtype})
     unknown = set(dims) - set(used)
     if unknown:
-        raise UsageError(f"{path}: {spelled('dims=', '--dim')} names {', '.join(sorted(unknown))}, which the model "
-                         f"does not have; its dynamic dims are: {', '.join(used) or 'none'}")
-    return {"name": path.stem, "source": {"onnx": str(path.resolve())}, "inputs": inputs, "dims": used,
-            "gate": {"allow_missing_target": True}}
+        raise UsageError(
+            f"{path}: {spelled('dims=', '--dim')} names {', '.join(sorted(unknown))}, which the model "
+            f"does not have; its dynamic dims are: {', '.join(used) or 'none'}"
+        )
+    return {
+        "name": path.stem,
+        "source": {"onnx": str(path.resolve())},
+        "inputs": inputs,
+        "dims": used,
+        "gate": {"allow_missing_target": True},
+    }

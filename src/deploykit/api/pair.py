@@ -54,8 +54,10 @@ def open_side(path: Path, what: str) -> tuple[Any, str]:
 
         session = session_from_onnx(path, "onnxruntime", level="disabled")
         return session, session.evaluator
-    raise UsageError(f"{what} {path}: expected an .onnx file or an engine folder (deploykit build -o DIR)",
-                     hint="give two models, two engine folders, or one of each")
+    raise UsageError(
+        f"{what} {path}: expected an .onnx file or an engine folder (deploykit build -o DIR)",
+        hint="give two models, two engine folders, or one of each",
+    )
 
 
 def random_samples(specs: list[Any], dims: Mapping[str, int], count: int, seed: int) -> list[Sample]:
@@ -76,9 +78,19 @@ def random_samples(specs: list[Any], dims: Mapping[str, int], count: int, seed: 
     return out
 
 
-def compare_pair(a: Path, b: Path, *, parity: Any, preset: Any, precision: str = "fp32",
-                 dims: Mapping[str, int] | None = None, samples: list[Sample] | None = None, count: int = 4,
-                 seed: int = 1, progress: Callable[[str, int], Any] | None = None) -> PairResult:
+def compare_pair(
+    a: Path,
+    b: Path,
+    *,
+    parity: Any,
+    preset: Any,
+    precision: str = "fp32",
+    dims: Mapping[str, int] | None = None,
+    samples: list[Sample] | None = None,
+    count: int = 4,
+    seed: int = 1,
+    progress: Callable[[str, int], Any] | None = None,
+) -> PairResult:
     """Run A (the reference) and B on the same samples and judge B by parity's rules."""
     from deploykit.metrics.comparison import Comparison
     from deploykit.record.model import RunRecord
@@ -88,8 +100,10 @@ def compare_pair(a: Path, b: Path, *, parity: Any, preset: Any, precision: str =
     cand, cand_how = open_side(b, "B")
     names = ({s.name for s in ref.inputs}, {s.name for s in cand.inputs})
     if names[0] != names[1]:
-        raise UsageError(f"A and B take different inputs: {', '.join(sorted(names[0]))} vs {', '.join(sorted(names[1]))}",
-                         hint="compare models of one interface")
+        raise UsageError(
+            f"A and B take different inputs: {', '.join(sorted(names[0]))} vs {', '.join(sorted(names[1]))}",
+            hint="compare models of one interface",
+        )
     common = [o.name for o in ref.outputs if o.name in {c.name for c in cand.outputs}]
     if not common:
         raise UsageError("A and B have no output name in common", hint="compare models of one interface")
@@ -104,13 +118,27 @@ def compare_pair(a: Path, b: Path, *, parity: Any, preset: Any, precision: str =
         comparison.add({label: expected}, got)
         runs["reference"].append(expected)
         runs["candidate"].append(got)
-    report = {**comparison.report(), "candidate_evaluator": f"{b}: {cand_how}", "references": {label: f"{a}: {ref_how}"},
-              "data": {"kind": "given" if samples is not None else "random", "samples": len(feeds),
-                       "note": "the samples given" if samples is not None else
-                       f"random normal inputs (seed {seed}), named dims {dict(dims or {}) or 'at 1'}"},
-              "not_compared": sorted({o.name for o in ref.outputs} ^ {o.name for o in cand.outputs})}
-    record = RunRecord(name=f"{b.name} vs {a.name}", precision=precision, backend="", flavour="",
-                       checks=tuple(parity_checks(report)), details={"parity": report})
+    report = {
+        **comparison.report(),
+        "candidate_evaluator": f"{b}: {cand_how}",
+        "references": {label: f"{a}: {ref_how}"},
+        "data": {
+            "kind": "given" if samples is not None else "random",
+            "samples": len(feeds),
+            "note": "the samples given"
+            if samples is not None
+            else f"random normal inputs (seed {seed}), named dims {dict(dims or {}) or 'at 1'}",
+        },
+        "not_compared": sorted({o.name for o in ref.outputs} ^ {o.name for o in cand.outputs}),
+    }
+    record = RunRecord(
+        name=f"{b.name} vs {a.name}",
+        precision=precision,
+        backend="",
+        flavour="",
+        checks=tuple(parity_checks(report)),
+        details={"parity": report},
+    )
     return PairResult(record, list(feeds), runs)
 
 

@@ -28,8 +28,10 @@ def get_backend(name: str, *, require_available: bool = True) -> Backend:
     if require_available:
         status = backend.availability()
         if not status.available:
-            raise BackendUnavailable(f"backend {name!r} is unavailable: {status.reason}",
-                                     hint="run `deploykit doctor`, or use --backend onnxruntime")
+            raise BackendUnavailable(
+                f"backend {name!r} is unavailable: {status.reason}",
+                hint="run `deploykit doctor`, or use --backend onnxruntime",
+            )
     return backend
 
 

@@ -44,8 +44,7 @@ class SideArtifact:
 
 def profiles_from_config(cfg: Config) -> Profiles:
     """Min/opt/max shapes of every configured input, from its shape and the config's ``dims``."""
-    return {spec.name: (cfg.shape(spec, "min"), cfg.shape(spec, "opt"), cfg.shape(spec, "max"))
-            for spec in cfg.inputs}
+    return {spec.name: (cfg.shape(spec, "min"), cfg.shape(spec, "opt"), cfg.shape(spec, "max")) for spec in cfg.inputs}
 
 
 class Backend(Protocol):
@@ -64,8 +63,16 @@ class Backend(Protocol):
         """The timing cache a build with ``options`` reads and writes, or None (none kept)."""
         ...
 
-    def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path, *, profiles: Profiles | None = None,
-              timing_cache: bytes | None = None, timing_cache_out: Path | None = None) -> dict[str, Any]:
+    def build(
+        self,
+        onnx_path: Path,
+        options: BuildConfig,
+        out_dir: Path,
+        *,
+        profiles: Profiles | None = None,
+        timing_cache: bytes | None = None,
+        timing_cache_out: Path | None = None,
+    ) -> dict[str, Any]:
         """Write the engine into ``out_dir``; return a summary for the manifest.
 
         Args:
@@ -86,5 +93,13 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["Availability", "Backend", "Profile", "Profiles", "Session", "SideArtifact", "TensorSpec",
-           "profiles_from_config"]
+__all__ = [
+    "Availability",
+    "Backend",
+    "Profile",
+    "Profiles",
+    "Session",
+    "SideArtifact",
+    "TensorSpec",
+    "profiles_from_config",
+]

@@ -45,8 +45,10 @@ class OnnxRuntimeBackend:
     def build_fingerprint(self, options: BuildConfig) -> dict[str, Any]:
         status = provider_status(options.provider)
         if not status.available:
-            raise BackendUnavailable(f"onnxruntime provider {options.provider!r}: {status.reason}",
-                                     hint="use build.provider: cpu, or run `deploykit doctor`")
+            raise BackendUnavailable(
+                f"onnxruntime provider {options.provider!r}: {status.reason}",
+                hint="use build.provider: cpu, or run `deploykit doctor`",
+            )
         env: dict[str, Any] = {"onnxruntime": onnxruntime_version(), "provider": options.provider}
         if options.optimization_level == "all":
             # ORT_ENABLE_ALL writes layout (NCHWc) nodes chosen for this CPU: not portable.
@@ -56,8 +58,16 @@ class OnnxRuntimeBackend:
     def timing_cache(self, options: BuildConfig) -> SideArtifact | None:
         return None  # ONNX Runtime times nothing at build time
 
-    def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path, *, profiles: Profiles | None = None,
-              timing_cache: bytes | None = None, timing_cache_out: Path | None = None) -> dict[str, Any]:
+    def build(
+        self,
+        onnx_path: Path,
+        options: BuildConfig,
+        out_dir: Path,
+        *,
+        profiles: Profiles | None = None,
+        timing_cache: bytes | None = None,
+        timing_cache_out: Path | None = None,
+    ) -> dict[str, Any]:
         """Optimize ``onnx_path`` offline into ``out_dir`` (profiles and timing caches do not apply:
         the saved graph takes any input shape its dims allow)."""
         import onnxruntime as ort
@@ -65,19 +75,26 @@ class OnnxRuntimeBackend:
         # GPU providers rewrite the graph for themselves at load time: save only portable rewrites.
         level = options.optimization_level if options.provider == "cpu" else "basic"
         disabled = optimize_offline(onnx_path, out_dir / ENGINE_MODEL, level=level, threads=options.intra_op_threads)
-        engine = {"backend": self.name, "onnxruntime": ort.__version__, "provider": options.provider,
-                  "optimization_level": level, "intra_op_threads": options.intra_op_threads,
-                  "disabled_optimizers": list(disabled)}
+        engine = {
+            "backend": self.name,
+            "onnxruntime": ort.__version__,
+            "provider": options.provider,
+            "optimization_level": level,
+            "intra_op_threads": options.intra_op_threads,
+            "disabled_optimizers": list(disabled),
+        }
         (out_dir / ENGINE_JSON).write_text(json.dumps(engine, indent=2, sort_keys=True))
         return engine
 
     def timing_refusals(self, options: BuildConfig) -> dict[str, str]:
         """No CUDA graphs here; without a device there are no transfers to leave out (on the CPU)."""
-        out = {"cuda_graph": f"ONNX Runtime sessions ({options.provider} provider) are not captured into CUDA graphs "
-                             "here"}
+        out = {
+            "cuda_graph": f"ONNX Runtime sessions ({options.provider} provider) are not captured into CUDA graphs here"
+        }
         if options.provider != "cpu":
-            out["no_data_transfers"] = (f"the {options.provider} provider copies inputs to the device on every "
-                                        "run (no I/O binding here)")
+            out["no_data_transfers"] = (
+                f"the {options.provider} provider copies inputs to the device on every run (no I/O binding here)"
+            )
         return out
 
     def load(self, engine_dir: Path, *, profile_prefix: str | None = None, threads: int | None = None) -> OrtSession:
@@ -88,11 +105,19 @@ class OnnxRuntimeBackend:
         if provider != "cpu":
             status = provider_status(provider)
             if not status.available:
-                raise BackendUnavailable(f"{engine_dir}: engine needs onnxruntime provider {provider!r}: {status.reason}")
-        evaluator = (f"onnxruntime {engine['onnxruntime']} {PROVIDERS[provider]} "
-                     f"(optimized offline at {engine['optimization_level']})")
+                raise BackendUnavailable(
+                    f"{engine_dir}: engine needs onnxruntime provider {provider!r}: {status.reason}"
+                )
+        evaluator = (
+            f"onnxruntime {engine['onnxruntime']} {PROVIDERS[provider]} "
+            f"(optimized offline at {engine['optimization_level']})"
+        )
         # The CPU graph is already optimized: run it as saved. GPU providers rewrite it for themselves.
-        return session_from_engine(engine_dir / ENGINE_MODEL, evaluator, provider=provider,
-                                   level="disabled" if provider == "cpu" else "all",
-                                   threads=engine["intra_op_threads"] if threads is None else threads,
-                                   profile_prefix=profile_prefix)
+        return session_from_engine(
+            engine_dir / ENGINE_MODEL,
+            evaluator,
+            provider=provider,
+            level="disabled" if provider == "cpu" else "all",
+            threads=engine["intra_op_threads"] if threads is None else threads,
+            profile_prefix=profile_prefix,
+        )

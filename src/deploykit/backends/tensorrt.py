@@ -31,8 +31,7 @@ from deploykit.errors import BackendUnavailable, ConfigError
 from deploykit.store.hashing import digest_file
 
 TIMING_CACHE = "timing.cache"
-__all__ = ["TensorRTBackend", "build_fingerprint_from", "current_environment",
-           "timing_cache_key"]
+__all__ = ["TensorRTBackend", "build_fingerprint_from", "current_environment", "timing_cache_key"]
 
 
 def current_environment(trt: Any, probe: trt_cuda.DriverProbe | None = None) -> dict[str, Any]:
@@ -44,9 +43,14 @@ def current_environment(trt: Any, probe: trt_cuda.DriverProbe | None = None) -> 
     gpu = probe.gpus[0]
     # Two CUDA versions, recorded apart: TensorRT's (its wheel flavour; what the plan is built with) and
     # cuda-python's runtime (only copies memory and drives streams; it does not change the plan).
-    return {"tensorrt": str(trt.__version__), "tensorrt_cuda": trt_compat.tensorrt_cuda_flavour(),
-            "cuda_python_runtime": trt_cuda.runtime_version(cudart) if cudart is not None else "",
-            "cuda_driver": probe.driver_version, "gpu": gpu.name, "compute_capability": gpu.compute_capability}
+    return {
+        "tensorrt": str(trt.__version__),
+        "tensorrt_cuda": trt_compat.tensorrt_cuda_flavour(),
+        "cuda_python_runtime": trt_cuda.runtime_version(cudart) if cudart is not None else "",
+        "cuda_driver": probe.driver_version,
+        "gpu": gpu.name,
+        "compute_capability": gpu.compute_capability,
+    }
 
 
 def build_fingerprint_from(env: dict[str, Any], plugin_digests: dict[str, str]) -> dict[str, Any]:
@@ -59,9 +63,14 @@ def build_fingerprint_from(env: dict[str, Any], plugin_digests: dict[str, str]) 
         env: :func:`current_environment`'s result.
         plugin_digests: plugin library file name -> sha256.
     """
-    return {"backend": "tensorrt", "tensorrt": env["tensorrt"], "tensorrt_cuda": env.get("tensorrt_cuda", ""),
-            "gpu": env["gpu"], "compute_capability": env["compute_capability"],
-            "plugins": dict(sorted(plugin_digests.items()))}
+    return {
+        "backend": "tensorrt",
+        "tensorrt": env["tensorrt"],
+        "tensorrt_cuda": env.get("tensorrt_cuda", ""),
+        "gpu": env["gpu"],
+        "compute_capability": env["compute_capability"],
+        "plugins": dict(sorted(plugin_digests.items())),
+    }
 
 
 def timing_cache_key(fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -70,8 +79,11 @@ def timing_cache_key(fingerprint: dict[str, Any]) -> dict[str, Any]:
     Args:
         fingerprint: :meth:`TensorRTBackend.build_fingerprint`'s result (or :func:`current_environment`'s).
     """
-    return {"kind": "tensorrt-timing-cache", "tensorrt": fingerprint["tensorrt"],
-            "compute_capability": fingerprint["compute_capability"]}
+    return {
+        "kind": "tensorrt-timing-cache",
+        "tensorrt": fingerprint["tensorrt"],
+        "compute_capability": fingerprint["compute_capability"],
+    }
 
 
 def plugin_digests(paths: tuple[str, ...]) -> dict[str, str]:
@@ -103,8 +115,9 @@ class TensorRTBackend:
         _, cuda_problem = trt_cuda.import_cudart()
         if cuda_problem:
             return Availability(False, cuda_problem, version)
-        mismatch = trt_compat.cuda_version_problem(probe.driver_version, trt_compat.tensorrt_cuda_flavour(),
-                                                   trt_compat.cuda_python_version())
+        mismatch = trt_compat.cuda_version_problem(
+            probe.driver_version, trt_compat.tensorrt_cuda_flavour(), trt_compat.cuda_python_version()
+        )
         if mismatch:
             return Availability(False, mismatch, version)
         return Availability(True, version=version)
@@ -112,8 +125,10 @@ class TensorRTBackend:
     def _require(self) -> Any:
         status = self.availability()
         if not status.available:
-            raise BackendUnavailable(f"backend 'tensorrt' is unavailable: {status.reason}",
-                                     hint="run `deploykit doctor`, or use --backend onnxruntime")
+            raise BackendUnavailable(
+                f"backend 'tensorrt' is unavailable: {status.reason}",
+                hint="run `deploykit doctor`, or use --backend onnxruntime",
+            )
         trt, _ = trt_compat.import_tensorrt()
         return trt
 
@@ -127,11 +142,23 @@ class TensorRTBackend:
         (what TensorRT checks), so a rebuild after a graph change reuses tactic timings."""
         if not options.tensorrt.timing_cache:
             return None
-        return SideArtifact("tensorrt-timing-cache", timing_cache_key(self.build_fingerprint(options)),
-                            TIMING_CACHE, "timing_cache_artifact")
+        return SideArtifact(
+            "tensorrt-timing-cache",
+            timing_cache_key(self.build_fingerprint(options)),
+            TIMING_CACHE,
+            "timing_cache_artifact",
+        )
 
-    def build(self, onnx_path: Path, options: BuildConfig, out_dir: Path, *, profiles: Profiles | None = None,
-              timing_cache: bytes | None = None, timing_cache_out: Path | None = None) -> dict[str, Any]:
+    def build(
+        self,
+        onnx_path: Path,
+        options: BuildConfig,
+        out_dir: Path,
+        *,
+        profiles: Profiles | None = None,
+        timing_cache: bytes | None = None,
+        timing_cache_out: Path | None = None,
+    ) -> dict[str, Any]:
         """Build a plan from ``onnx_path`` into ``out_dir``; return ``engine.json``'s content plus timings.
 
         Args:
@@ -158,8 +185,9 @@ class TensorRTBackend:
         trt_plugins.init_builtin_plugins(trt, logger)
         libraries = trt_plugins.load_libraries(trt, library_paths)
         trt_plugins.check_plugin_nodes(trt, trt_plugins.plugin_nodes(onnx_path), libraries)
-        built = trt_build.build_plan(trt, onnx_path, options.tensorrt, checked, logger, timing_cache=timing_cache,
-                                     plugin_libraries=library_paths)
+        built = trt_build.build_plan(
+            trt, onnx_path, options.tensorrt, checked, logger, timing_cache=timing_cache, plugin_libraries=library_paths
+        )
         meta = _engine_meta(env, options, onnx_path, built)
         record = trt_files.write_engine_dir(Path(out_dir), built, meta, libraries)
         if timing_cache_out is not None and built.timing_cache is not None:
@@ -207,9 +235,11 @@ class TensorRTBackend:
 
 def _check_hardware_level(level: str, env: dict[str, Any]) -> None:
     if level == "ampere_plus" and trt_compat.parse_compute_capability(env["compute_capability"]) < (8, 0):
-        raise ConfigError(f"build.tensorrt.hardware_compatibility 'ampere_plus' needs an Ampere or newer GPU; this "
-                          f"is {env['gpu']} (compute capability {env['compute_capability']})",
-                          hint="use hardware_compatibility: none on this GPU")
+        raise ConfigError(
+            f"build.tensorrt.hardware_compatibility 'ampere_plus' needs an Ampere or newer GPU; this "
+            f"is {env['gpu']} (compute capability {env['compute_capability']})",
+            hint="use hardware_compatibility: none on this GPU",
+        )
 
 
 def _engine_meta(env: dict[str, Any], options: BuildConfig, onnx_path: Path, built: Any) -> dict[str, Any]:
@@ -218,9 +248,13 @@ def _engine_meta(env: dict[str, Any], options: BuildConfig, onnx_path: Path, bui
 
     trt_options = options.tensorrt
     meta: dict[str, Any] = {
-        **env, "options": asdict(trt_options), "version_compatible": trt_options.version_compatible,
-        "hardware_compatibility": trt_options.hardware_compatibility, "cuda_graphs": trt_options.cuda_graphs,
-        "stripped": trt_options.strip_plan, "timing_cache": built.timing_cache_state,
+        **env,
+        "options": asdict(trt_options),
+        "version_compatible": trt_options.version_compatible,
+        "hardware_compatibility": trt_options.hardware_compatibility,
+        "cuda_graphs": trt_options.cuda_graphs,
+        "stripped": trt_options.strip_plan,
+        "timing_cache": built.timing_cache_state,
         "onnx_dims": _onnx_dims(onnx_path),
     }
     if trt_options.strip_plan:

@@ -38,8 +38,16 @@ class BuiltPlan:
     build_seconds: float = 0.0
 
 
-def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Profiles, logger: Any, *,
-               timing_cache: bytes | None = None, plugin_libraries: Sequence[Path] = ()) -> BuiltPlan:
+def build_plan(
+    trt: Any,
+    onnx_path: Path,
+    options: TensorRTOptions,
+    profiles: Profiles,
+    logger: Any,
+    *,
+    timing_cache: bytes | None = None,
+    plugin_libraries: Sequence[Path] = (),
+) -> BuiltPlan:
     """Parse ``onnx_path`` into a strongly typed network and build a serialized plan.
 
     Args:
@@ -61,8 +69,9 @@ def build_plan(trt: Any, onnx_path: Path, options: TensorRTOptions, profiles: Pr
     try:
         builder = trt.Builder(logger)
     except (TypeError, RuntimeError) as e:  # "factory function returned nullptr" when CUDA cannot start
-        raise EnvironmentProblem(f"TensorRT could not create a builder (CUDA initialisation failed: {e})",
-                                 hint="run `deploykit doctor`") from e
+        raise EnvironmentProblem(
+            f"TensorRT could not create a builder (CUDA initialisation failed: {e})", hint="run `deploykit doctor`"
+        ) from e
     network = builder.create_network(trt_compat.network_creation_flags(trt))
     parser = parse_network(trt, builder, network, onnx_path, logger)  # keep alive: it owns the weights
     profiles = validate_profiles(profiles, network_inputs(network, onnx_path), f"{onnx_path} (as parsed by TensorRT)")
@@ -82,9 +91,11 @@ def network_inputs(network: Any, onnx_path: Path) -> dict[str, list[int]]:
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
         if tensor.is_shape_tensor:
-            raise ConfigError(f"{onnx_path}: input {tensor.name!r} is a shape tensor (its values set other "
-                              "tensors' shapes); the TensorRT backend supports only execution-tensor inputs",
-                              hint="make it a constant or derive it from a data input with a surgery pass")
+            raise ConfigError(
+                f"{onnx_path}: input {tensor.name!r} is a shape tensor (its values set other "
+                "tensors' shapes); the TensorRT backend supports only execution-tensor inputs",
+                hint="make it a constant or derive it from a data input with a surgery pass",
+            )
         out[tensor.name] = [int(d) for d in tensor.shape]
     return out
 
@@ -103,8 +114,10 @@ def parse_network(trt: Any, builder: Any, network: Any, onnx_path: Path, logger:
         return parser
     issues = parser_issues(parser)
     unsupported, more = unsupported_nodes(trt, builder, onnx_path, logger)
-    raise ModelError(format_parse_failure(onnx_path, issues + [i for i in more if i not in issues], unsupported,
-                                          records), hint=suggestion(unsupported))
+    raise ModelError(
+        format_parse_failure(onnx_path, issues + [i for i in more if i not in issues], unsupported, records),
+        hint=suggestion(unsupported),
+    )
 
 
 def parser_issues(parser: Any) -> list[dict[str, Any]]:
@@ -112,13 +125,21 @@ def parser_issues(parser: Any) -> list[dict[str, Any]]:
     out = []
     for i in range(parser.num_errors):
         error = parser.get_error(i)
-        out.append({"node": int(error.node()), "name": str(error.node_name()), "op": str(error.node_operator()),
-                    "code": str(error.code()).split(".")[-1], "desc": str(error.desc()).strip()})
+        out.append(
+            {
+                "node": int(error.node()),
+                "name": str(error.node_name()),
+                "op": str(error.node_operator()),
+                "code": str(error.code()).split(".")[-1],
+                "desc": str(error.desc()).strip(),
+            }
+        )
     return out
 
 
-def unsupported_nodes(trt: Any, builder: Any, onnx_path: Path,
-                      logger: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def unsupported_nodes(
+    trt: Any, builder: Any, onnx_path: Path, logger: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Ask the parser which nodes TensorRT cannot import (``supports_model_v2``), on a scratch network.
 
     Returns:
@@ -132,16 +153,26 @@ def unsupported_nodes(trt: Any, builder: Any, onnx_path: Path,
         supported = parser.supports_model_v2(onnx_path.read_bytes(), str(onnx_path))
     if supported:
         return [], parser_issues(parser)
-    indices = sorted({int(n) for s in range(parser.num_subgraphs) if not parser.is_subgraph_supported(s)
-                      for n in parser.get_subgraph_nodes(s)})
+    indices = sorted(
+        {
+            int(n)
+            for s in range(parser.num_subgraphs)
+            if not parser.is_subgraph_supported(s)
+            for n in parser.get_subgraph_nodes(s)
+        }
+    )
     nodes = onnx.load(str(onnx_path), load_external_data=False).graph.node
-    found = [{"node": i, "name": nodes[i].name or f"#{i}", "op": nodes[i].op_type, "domain": nodes[i].domain}
-             for i in indices if i < len(nodes)]
+    found = [
+        {"node": i, "name": nodes[i].name or f"#{i}", "op": nodes[i].op_type, "domain": nodes[i].domain}
+        for i in indices
+        if i < len(nodes)
+    ]
     return found, parser_issues(parser)
 
 
-def format_parse_failure(onnx_path: Path, issues: list[dict[str, Any]], unsupported: list[dict[str, Any]],
-                         records: list[tuple[int, str]]) -> str:
+def format_parse_failure(
+    onnx_path: Path, issues: list[dict[str, Any]], unsupported: list[dict[str, Any]], records: list[tuple[int, str]]
+) -> str:
     """One message for the user: every parser error and every unsupported node."""
     lines = [f"TensorRT's ONNX parser cannot import {onnx_path}:"]
     for e in issues:
@@ -161,17 +192,22 @@ def suggestion(unsupported: list[dict[str, Any]]) -> str:
     standard = sorted({n["op"] for n in unsupported if n["domain"] in _ONNX_DOMAINS})
     parts = []
     if custom:
-        parts.append(f"build a TensorRT plugin for custom op(s) {', '.join(custom)} (plugins/<op>/, `deploykit "
-                     "plugins build`) and pass its library with --plugins, or replace those nodes with a surgery pass")
+        parts.append(
+            f"build a TensorRT plugin for custom op(s) {', '.join(custom)} (plugins/<op>/, `deploykit "
+            "plugins build`) and pass its library with --plugins, or replace those nodes with a surgery pass"
+        )
     if standard or not custom:
         ops = f" using {', '.join(standard)}" if standard else ""
-        parts.append(f"rewrite or remove the nodes{ops} with a surgery pass (`deploykit surgery`, e.g. exclude "
-                     "post-processing from the graph), or implement them as a TensorRT plugin")
+        parts.append(
+            f"rewrite or remove the nodes{ops} with a surgery pass (`deploykit surgery`, e.g. exclude "
+            "post-processing from the graph), or implement them as a TensorRT plugin"
+        )
     return "; ".join(parts)
 
 
-def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profiles,
-              plugin_libraries: Sequence[Path] = ()) -> tuple[Any, dict[str, Any]]:
+def configure(
+    trt: Any, builder: Any, options: TensorRTOptions, profiles: Profiles, plugin_libraries: Sequence[Path] = ()
+) -> tuple[Any, dict[str, Any]]:
     """A builder config carrying ``options`` and one optimization profile; also what was set, for the record."""
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
@@ -193,22 +229,33 @@ def configure(trt: Any, builder: Any, options: TensorRTOptions, profiles: Profil
         for name, (lo, opt, hi) in profiles.items():
             profile.set_shape(name, lo, opt, hi)
         if config.add_optimization_profile(profile) < 0:
-            raise ConfigError(f"TensorRT rejected the optimization profile {format_profiles(profiles)}",
-                              hint="check 'dims' min/opt/max against the model")
-    settings = {"workspace_mib": options.workspace_mib, "builder_optimization_level": options.builder_optimization_level,
-                "hardware_compatibility": options.hardware_compatibility, "flags": [n for n, _ in flags],
-                "tf32": bool(config.get_flag(trt.BuilderFlag.TF32)), "strongly_typed": True,
-                "profiling_verbosity": "DETAILED", "profiles": format_profiles(profiles),
-                "lean_runtime": "embedded" if options.version_compatible else "none",
-                "plugins_serialized": [Path(p).name for p in serialized]}
+            raise ConfigError(
+                f"TensorRT rejected the optimization profile {format_profiles(profiles)}",
+                hint="check 'dims' min/opt/max against the model",
+            )
+    settings = {
+        "workspace_mib": options.workspace_mib,
+        "builder_optimization_level": options.builder_optimization_level,
+        "hardware_compatibility": options.hardware_compatibility,
+        "flags": [n for n, _ in flags],
+        "tf32": bool(config.get_flag(trt.BuilderFlag.TF32)),
+        "strongly_typed": True,
+        "profiling_verbosity": "DETAILED",
+        "profiles": format_profiles(profiles),
+        "lean_runtime": "embedded" if options.version_compatible else "none",
+        "plugins_serialized": [Path(p).name for p in serialized],
+    }
     return config, settings
 
 
 def hardware_level(trt: Any, name: str) -> Any:
     """The ``HardwareCompatibilityLevel`` member for a config value."""
     levels = trt.HardwareCompatibilityLevel
-    return {"none": levels.NONE, "ampere_plus": levels.AMPERE_PLUS,
-            "same_compute_capability": levels.SAME_COMPUTE_CAPABILITY}[name]
+    return {
+        "none": levels.NONE,
+        "ampere_plus": levels.AMPERE_PLUS,
+        "same_compute_capability": levels.SAME_COMPUTE_CAPABILITY,
+    }[name]
 
 
 def builder_flags(trt: Any, options: TensorRTOptions) -> list[tuple[str, Any]]:
@@ -251,15 +298,19 @@ def attach_timing_cache(config: Any, options: TensorRTOptions, existing: bytes |
             raise ConfigError("build.tensorrt.error_on_timing_cache_miss needs build.tensorrt.timing_cache: true")
         return {"used": False}
     if options.error_on_timing_cache_miss and not existing:
-        raise ConfigError("build.tensorrt.error_on_timing_cache_miss is set but there is no timing cache from an "
-                          "earlier build on this TensorRT version and GPU",
-                          hint="build once with error_on_timing_cache_miss: false to create the cache")
+        raise ConfigError(
+            "build.tensorrt.error_on_timing_cache_miss is set but there is no timing cache from an "
+            "earlier build on this TensorRT version and GPU",
+            hint="build once with error_on_timing_cache_miss: false to create the cache",
+        )
     state: dict[str, Any] = {"used": True, "seeded_bytes": len(existing or b""), "reused": bool(existing)}
     timing_cache = _create_cache(config, existing or b"")
     if timing_cache is None or not config.set_timing_cache(timing_cache, ignore_mismatch=False):
         if options.error_on_timing_cache_miss:
-            raise ConfigError("the timing cache was made by another TensorRT version or GPU; TensorRT rejects it",
-                              hint="rebuild once with error_on_timing_cache_miss: false to refresh it")
+            raise ConfigError(
+                "the timing cache was made by another TensorRT version or GPU; TensorRT rejects it",
+                hint="rebuild once with error_on_timing_cache_miss: false to refresh it",
+            )
         state.update(reused=False, note="the given timing cache was rejected (other TensorRT or GPU); started empty")
         config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
     return state
@@ -288,13 +339,18 @@ def serialize(builder: Any, network: Any, config: Any, options: TensorRTOptions,
             f"TensorRT ran out of GPU memory building {onnx_path} with a workspace limit of "
             f"{options.workspace_mib} MiB (build.tensorrt.workspace_mib):\n{last_lines(records)}",
             hint="lower build.tensorrt.workspace_mib if the GPU is shared, free GPU memory, or narrow the "
-                 "profile max shapes in 'dims'")
+            "profile max shapes in 'dims'",
+        )
     if options.error_on_timing_cache_miss and any("cache" in m.lower() for _, m in records):
-        raise ConfigError(f"the build missed the timing cache (error_on_timing_cache_miss is set):\n"
-                          f"{last_lines(records)}", hint="rebuild once with error_on_timing_cache_miss: false")
-    raise ModelError(f"TensorRT failed to build an engine from {onnx_path}:\n{last_lines(records)}",
-                     hint="see TensorRT's messages; `deploykit inspect` shows the graph (unsupported precision "
-                          "mixes and plugin errors are the usual causes)")
+        raise ConfigError(
+            f"the build missed the timing cache (error_on_timing_cache_miss is set):\n{last_lines(records)}",
+            hint="rebuild once with error_on_timing_cache_miss: false",
+        )
+    raise ModelError(
+        f"TensorRT failed to build an engine from {onnx_path}:\n{last_lines(records)}",
+        hint="see TensorRT's messages; `deploykit inspect` shows the graph (unsupported precision "
+        "mixes and plugin errors are the usual causes)",
+    )
 
 
 def inspect_plan(trt: Any, plan: bytes, version_compatible: bool, logger: Any) -> tuple[str, list[dict[str, Any]]]:
@@ -305,8 +361,10 @@ def inspect_plan(trt: Any, plan: bytes, version_compatible: bool, logger: Any) -
     with logger.capture() as records:
         engine = runtime.deserialize_cuda_engine(plan)
     if engine is None:
-        raise InternalError(f"TensorRT built a plan it cannot deserialize:\n{last_lines(records)}",
-                            hint="report this with the TensorRT version and the model")
+        raise InternalError(
+            f"TensorRT built a plan it cannot deserialize:\n{last_lines(records)}",
+            hint="report this with the TensorRT version and the model",
+        )
     inspector = engine.create_engine_inspector()
     text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
     return str(text), [io_record(info) for info in engine_io(trt, engine)]

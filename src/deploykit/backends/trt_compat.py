@@ -42,8 +42,10 @@ def import_tensorrt() -> tuple[ModuleType | None, str]:
         return None, f"TensorRT is not importable (no module named 'tensorrt'); {INSTALL_HINT}"
     except (ImportError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return None, (f"TensorRT is installed but its libraries failed to load ({first}); reinstall the "
-                      "tensorrt wheel matching your CUDA major version (tensorrt-cu12 or tensorrt-cu13)")
+        return None, (
+            f"TensorRT is installed but its libraries failed to load ({first}); reinstall the "
+            "tensorrt wheel matching your CUDA major version (tensorrt-cu12 or tensorrt-cu13)"
+        )
     return tensorrt, ""
 
 
@@ -51,8 +53,10 @@ def version_problem(version: str) -> str:
     """Why this TensorRT version is not supported, or "" when it is."""
     parsed = parse_version(version)
     if len(parsed) < 2 or parsed[:2] < MIN_VERSION:
-        return (f"TensorRT {version} is too old: deploykit needs TensorRT "
-                f"{MIN_VERSION[0]}.{MIN_VERSION[1]}+ or 11.x (strongly typed networks); upgrade tensorrt")
+        return (
+            f"TensorRT {version} is too old: deploykit needs TensorRT "
+            f"{MIN_VERSION[0]}.{MIN_VERSION[1]}+ or 11.x (strongly typed networks); upgrade tensorrt"
+        )
     return ""
 
 
@@ -74,8 +78,14 @@ def network_creation_flags(trt: Any) -> int:
 
 def tensorrt_cuda_flavour() -> str:
     """Which CUDA major the installed TensorRT wheels target ("cu12", "cu13"), or "" if unknown."""
-    for dist in ("tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu13-libs", "tensorrt-cu12-libs",
-                 "tensorrt_cu13_libs", "tensorrt_cu12_libs"):
+    for dist in (
+        "tensorrt-cu13",
+        "tensorrt-cu12",
+        "tensorrt-cu13-libs",
+        "tensorrt-cu12-libs",
+        "tensorrt_cu13_libs",
+        "tensorrt_cu12_libs",
+    ):
         try:
             metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -116,12 +126,16 @@ def cuda_version_problem(driver_cuda: str, tensorrt_cuda: str, cuda_python: str)
         return ""
     newest = max(too_new.values())
     older = driver[0]
-    parts = [f"TensorRT is built for CUDA {needs['TensorRT'] or '?'} ({tensorrt_cuda or 'flavour unknown'})",
-             f"cuda-python {cuda_python or '(not installed)'} targets CUDA {needs['cuda-python'] or '?'}"]
-    return (f"the NVIDIA driver supports CUDA up to {driver_cuda}, but {' and '.join(parts)}: "
-            f"{', '.join(too_new)} cannot start on this driver; update the driver to "
-            f"{_DRIVER_FOR_CUDA.get(newest, 'a branch for CUDA ' + str(newest))} or newer, or install the "
-            f"CUDA {older} builds (pip install tensorrt-cu{older} 'cuda-python>={older},<{older + 1}')")
+    parts = [
+        f"TensorRT is built for CUDA {needs['TensorRT'] or '?'} ({tensorrt_cuda or 'flavour unknown'})",
+        f"cuda-python {cuda_python or '(not installed)'} targets CUDA {needs['cuda-python'] or '?'}",
+    ]
+    return (
+        f"the NVIDIA driver supports CUDA up to {driver_cuda}, but {' and '.join(parts)}: "
+        f"{', '.join(too_new)} cannot start on this driver; update the driver to "
+        f"{_DRIVER_FOR_CUDA.get(newest, 'a branch for CUDA ' + str(newest))} or newer, or install the "
+        f"CUDA {older} builds (pip install tensorrt-cu{older} 'cuda-python>={older},<{older + 1}')"
+    )
 
 
 def _cuda_major(version: str) -> int:
@@ -152,22 +166,28 @@ def check_engine_compatible(recorded: dict[str, Any], here: dict[str, Any], wher
 
 def _check_tensorrt_version(recorded: dict[str, Any], here: dict[str, Any], where: str) -> None:
     built, current = str(recorded["tensorrt"]), str(here["tensorrt"])
-    rebuild = ("rebuild the engine on this machine (rerun `deploykit build`, or pass "
-               "--rebuild-incompatible)")
+    rebuild = "rebuild the engine on this machine (rerun `deploykit build`, or pass --rebuild-incompatible)"
     if recorded.get("version_compatible") and not excludes_lean_runtime(recorded):
         # The plan carries its own lean runtime, which any later TensorRT loads (10.x plans run on 11.x too).
         if parse_version(current) < parse_version(built):
             raise EngineIncompatible(
                 f"{where}: the plan was built version-compatible with TensorRT {built}, which runs only on "
-                f"TensorRT {built} or later; this machine has TensorRT {current}", hint=rebuild)
+                f"TensorRT {built} or later; this machine has TensorRT {current}",
+                hint=rebuild,
+            )
         return
     if built != current:
-        lean = (" without its lean runtime (EXCLUDE_LEAN_RUNTIME, which deploykit no longer sets): it needs that "
-                "version's lean runtime, which deploykit does not load" if recorded.get("version_compatible") else "")
+        lean = (
+            " without its lean runtime (EXCLUDE_LEAN_RUNTIME, which deploykit no longer sets): it needs that "
+            "version's lean runtime, which deploykit does not load"
+            if recorded.get("version_compatible")
+            else ""
+        )
         raise EngineIncompatible(
             f"{where}: the plan was built with TensorRT {built}{lean} but this machine has TensorRT {current}; "
             "a TensorRT plan runs only on the exact version that built it",
-            hint=rebuild + ", or build with build.tensorrt.version_compatible: true")
+            hint=rebuild + ", or build with build.tensorrt.version_compatible: true",
+        )
 
 
 def excludes_lean_runtime(recorded: dict[str, Any]) -> bool:
@@ -179,15 +199,19 @@ def _check_device(recorded: dict[str, Any], here: dict[str, Any], where: str) ->
     built_cc = parse_compute_capability(recorded["compute_capability"])
     current_cc = parse_compute_capability(here["compute_capability"])
     level = recorded.get("hardware_compatibility", "none")
-    gpus = (f"built on {recorded.get('gpu', '?')} (compute capability {recorded['compute_capability']}), "
-            f"this machine has {here.get('gpu', '?')} (compute capability {here['compute_capability']})")
+    gpus = (
+        f"built on {recorded.get('gpu', '?')} (compute capability {recorded['compute_capability']}), "
+        f"this machine has {here.get('gpu', '?')} (compute capability {here['compute_capability']})"
+    )
     if level == "ampere_plus":
         if current_cc < (8, 0):
-            raise EngineIncompatible(f"{where}: the plan is hardware-compatible with Ampere and newer GPUs only; "
-                                     + gpus, hint="rebuild the engine on this machine")
+            raise EngineIncompatible(
+                f"{where}: the plan is hardware-compatible with Ampere and newer GPUs only; " + gpus,
+                hint="rebuild the engine on this machine",
+            )
         return
     if built_cc != current_cc:
         raise EngineIncompatible(
             f"{where}: the plan was {gpus}; a plan runs only on the compute capability it was built for",
-            hint="rebuild the engine on this machine, or build with "
-                 "build.tensorrt.hardware_compatibility: ampere_plus")
+            hint="rebuild the engine on this machine, or build with build.tensorrt.hardware_compatibility: ampere_plus",
+        )

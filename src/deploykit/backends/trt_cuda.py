@@ -52,22 +52,30 @@ def probe_driver(load: Callable[[str], Any] = ctypes.CDLL) -> DriverProbe:
     try:
         lib = load(_DRIVER_LIBRARY)
     except OSError as e:
-        return DriverProbe(f"no CUDA driver ({_DRIVER_LIBRARY} cannot be loaded: {e}); install the NVIDIA "
-                           "driver, or run on a machine with an NVIDIA GPU")
+        return DriverProbe(
+            f"no CUDA driver ({_DRIVER_LIBRARY} cannot be loaded: {e}); install the NVIDIA "
+            "driver, or run on a machine with an NVIDIA GPU"
+        )
     rc = lib.cuInit(0)
     if rc == _CUDA_ERROR_NO_DEVICE:
-        return DriverProbe("no NVIDIA GPU visible to the CUDA driver (cuInit: CUDA_ERROR_NO_DEVICE); check "
-                           f"`nvidia-smi` and CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}")
+        return DriverProbe(
+            "no NVIDIA GPU visible to the CUDA driver (cuInit: CUDA_ERROR_NO_DEVICE); check "
+            f"`nvidia-smi` and CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}"
+        )
     if rc != 0:
-        return DriverProbe(f"the CUDA driver failed to initialise (cuInit: {_error_name(lib, rc)}); check "
-                           "`nvidia-smi` and that the driver matches the kernel module")
+        return DriverProbe(
+            f"the CUDA driver failed to initialise (cuInit: {_error_name(lib, rc)}); check "
+            "`nvidia-smi` and that the driver matches the kernel module"
+        )
     version = ctypes.c_int(0)
     lib.cuDriverGetVersion(ctypes.byref(version))
     driver = f"{version.value // 1000}.{version.value % 1000 // 10}"
     gpus = _list_gpus(lib)
     if not gpus:
-        return DriverProbe("no NVIDIA GPU visible to the CUDA driver (device count is 0); check `nvidia-smi` "
-                           "and CUDA_VISIBLE_DEVICES", driver)
+        return DriverProbe(
+            "no NVIDIA GPU visible to the CUDA driver (device count is 0); check `nvidia-smi` and CUDA_VISIBLE_DEVICES",
+            driver,
+        )
     return DriverProbe("", driver, gpus)
 
 
@@ -87,8 +95,9 @@ def _list_gpus(lib: Any) -> list[Gpu]:
         lib.cuDeviceGetAttribute(ctypes.byref(cc_minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)
         memory = ctypes.c_size_t(0)
         lib.cuDeviceTotalMem_v2(ctypes.byref(memory), device)
-        gpus.append(Gpu(ordinal, name.value.decode(errors="replace"), f"{cc_major.value}.{cc_minor.value}",
-                        memory.value))
+        gpus.append(
+            Gpu(ordinal, name.value.decode(errors="replace"), f"{cc_major.value}.{cc_minor.value}", memory.value)
+        )
     return gpus
 
 
@@ -133,8 +142,11 @@ def call(cudart: Any, result: Any, what: str) -> Any:
     if int(err) != 0:
         _, name = cudart.cudaGetErrorName(err)
         text = name.decode() if isinstance(name, bytes) else str(err)
-        hint = ("free GPU memory or lower the batch size / profile max shapes"
-                if "MemoryAllocation" in text else "run `deploykit doctor` to check the driver and GPU")
+        hint = (
+            "free GPU memory or lower the batch size / profile max shapes"
+            if "MemoryAllocation" in text
+            else "run `deploykit doctor` to check the driver and GPU"
+        )
         raise EnvironmentProblem(f"CUDA call {what} failed: {text}", hint=hint)
     if not rest:
         return None

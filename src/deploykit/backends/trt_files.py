@@ -34,7 +34,9 @@ PLUGINS_DIR = "plugins"
 FORMAT = 1
 
 
-def write_engine_dir(out_dir: Path, built: BuiltPlan, meta: dict[str, Any], libraries: list[LoadedLibrary]) -> dict[str, Any]:
+def write_engine_dir(
+    out_dir: Path, built: BuiltPlan, meta: dict[str, Any], libraries: list[LoadedLibrary]
+) -> dict[str, Any]:
     """Write plan, inspector JSON, plugin copies and ``engine.json``; return ``engine.json``'s content.
 
     Args:
@@ -51,12 +53,23 @@ def write_engine_dir(out_dir: Path, built: BuiltPlan, meta: dict[str, Any], libr
         target = out_dir / PLUGINS_DIR / lib.path.name
         target.parent.mkdir(exist_ok=True)
         shutil.copyfile(lib.path, target)
-        plugins.append({"file": f"{PLUGINS_DIR}/{lib.path.name}", "sha256": lib.sha256,
-                        "creators": [list(c) for c in lib.creators]})
+        plugins.append(
+            {
+                "file": f"{PLUGINS_DIR}/{lib.path.name}",
+                "sha256": lib.sha256,
+                "creators": [list(c) for c in lib.creators],
+            }
+        )
     record = {
-        "backend": "tensorrt", "format": FORMAT, **meta,
-        "plan": PLAN, "plan_bytes": len(built.plan), "plan_sha256": hashlib.sha256(built.plan).hexdigest(),
-        "settings": built.settings, "io": built.io, "plugins": plugins,
+        "backend": "tensorrt",
+        "format": FORMAT,
+        **meta,
+        "plan": PLAN,
+        "plan_bytes": len(built.plan),
+        "plan_sha256": hashlib.sha256(built.plan).hexdigest(),
+        "settings": built.settings,
+        "io": built.io,
+        "plugins": plugins,
         "inspector": summarize(parse_inspector(built.inspector_json, str(out_dir / INSPECTOR_JSON))),
     }
     (out_dir / ENGINE_JSON).write_text(json.dumps(canonical(record), indent=2, sort_keys=True))
@@ -67,18 +80,24 @@ def read_engine_meta(engine_dir: Path) -> dict[str, Any]:
     """``engine.json`` of an engine folder; errors say what the folder is missing."""
     path = engine_dir / ENGINE_JSON
     if not path.is_file():
-        raise ModelError(f"{engine_dir}: no {ENGINE_JSON}; not an engine folder written by deploykit's TensorRT backend",
-                         hint="pass the folder `deploykit build --backend tensorrt` wrote")
+        raise ModelError(
+            f"{engine_dir}: no {ENGINE_JSON}; not an engine folder written by deploykit's TensorRT backend",
+            hint="pass the folder `deploykit build --backend tensorrt` wrote",
+        )
     try:
         meta = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ArtifactCorrupt(f"{path}: not valid JSON ({e})", hint="rebuild the engine") from e
     if meta.get("backend") != "tensorrt":
-        raise ModelError(f"{engine_dir}: built by backend {meta.get('backend')!r}, not 'tensorrt'",
-                         hint="load it with the backend that built it")
+        raise ModelError(
+            f"{engine_dir}: built by backend {meta.get('backend')!r}, not 'tensorrt'",
+            hint="load it with the backend that built it",
+        )
     if meta.get("format") != FORMAT:
-        raise ArtifactCorrupt(f"{path}: engine folder format {meta.get('format')} is not {FORMAT}",
-                              hint="rebuild the engine with this deploykit")
+        raise ArtifactCorrupt(
+            f"{path}: engine folder format {meta.get('format')} is not {FORMAT}",
+            hint="rebuild the engine with this deploykit",
+        )
     return meta
 
 
@@ -89,12 +108,15 @@ def read_plan(engine_dir: Path, meta: dict[str, Any]) -> bytes:
         raise ArtifactCorrupt(f"{path}: the plan file is missing", hint="rebuild the engine")
     plan = path.read_bytes()
     if len(plan) != meta["plan_bytes"]:
-        raise ArtifactCorrupt(f"{path}: the plan is {len(plan)} bytes but was written with {meta['plan_bytes']} "
-                              f"({'truncated' if len(plan) < meta['plan_bytes'] else 'changed'})",
-                              hint="copy the engine folder again or rebuild it")
+        raise ArtifactCorrupt(
+            f"{path}: the plan is {len(plan)} bytes but was written with {meta['plan_bytes']} "
+            f"({'truncated' if len(plan) < meta['plan_bytes'] else 'changed'})",
+            hint="copy the engine folder again or rebuild it",
+        )
     if hashlib.sha256(plan).hexdigest() != meta["plan_sha256"]:
-        raise ArtifactCorrupt(f"{path}: the plan's content changed since it was built (digest mismatch)",
-                              hint="rebuild the engine")
+        raise ArtifactCorrupt(
+            f"{path}: the plan's content changed since it was built (digest mismatch)", hint="rebuild the engine"
+        )
     return plan
 
 
@@ -104,8 +126,9 @@ def plugin_paths(engine_dir: Path, meta: dict[str, Any]) -> list[Path]:
     for rec in meta.get("plugins", []):
         path = engine_dir / rec["file"]
         if not path.is_file() or digest_file(path) != rec["sha256"]:
-            raise ArtifactCorrupt(f"{path}: plugin library missing or changed since the engine was built",
-                                  hint="rebuild the engine")
+            raise ArtifactCorrupt(
+                f"{path}: plugin library missing or changed since the engine was built", hint="rebuild the engine"
+            )
         out.append(path)
     return out
 
@@ -115,8 +138,9 @@ def deserialize(trt: Any, plan: bytes, meta: dict[str, Any], logger: Any, where:
     try:
         runtime = trt.Runtime(logger)
     except (TypeError, RuntimeError) as e:  # "factory function returned nullptr" when CUDA cannot start
-        raise EnvironmentProblem(f"TensorRT could not create a runtime (CUDA initialisation failed: {e})",
-                                 hint="run `deploykit doctor`") from e
+        raise EnvironmentProblem(
+            f"TensorRT could not create a runtime (CUDA initialisation failed: {e})", hint="run `deploykit doctor`"
+        ) from e
     if meta.get("version_compatible"):
         runtime.engine_host_code_allowed = True  # version-compatible plans carry their own runtime code
     with logger.capture() as records:
@@ -128,11 +152,17 @@ def deserialize(trt: Any, plan: bytes, meta: dict[str, Any], logger: Any, where:
 
 # TensorRT's registry, when the plan names a plugin no loaded library registers:
 # "Cannot find plugin: BEVPoolV2, version: 1, namespace: deploykit" (the namespace may be empty).
-_MISSING_PLUGIN = re.compile(r"cannot find plugin:?\s*([^,\s]+)\s*,\s*version:?\s*([^,\s]+)"
-                             r"(?:\s*,\s*namespace:?\s*([^,\s)]*))?", re.IGNORECASE)
+_MISSING_PLUGIN = re.compile(
+    r"cannot find plugin:?\s*([^,\s]+)\s*,\s*version:?\s*([^,\s]+)"
+    r"(?:\s*,\s*namespace:?\s*([^,\s)]*))?",
+    re.IGNORECASE,
+)
 # What TensorRT says when a plan comes from another version (its header's magic tag or version fields).
-_INCOMPATIBLE = re.compile(r"magic ?tag|kplan_magic|version tag|serialization version|not compatible with this "
-                           r"version|incompatible (?:version|plan)", re.IGNORECASE)
+_INCOMPATIBLE = re.compile(
+    r"magic ?tag|kplan_magic|version tag|serialization version|not compatible with this "
+    r"version|incompatible (?:version|plan)",
+    re.IGNORECASE,
+)
 
 
 def deserialize_failure(records: list[tuple[int, str]], meta: dict[str, Any], version: str, where: Path) -> Exception:
@@ -147,14 +177,20 @@ def deserialize_failure(records: list[tuple[int, str]], meta: dict[str, Any], ve
         name, plugin_version, namespace = missing.group(1), missing.group(2), (missing.group(3) or "").rstrip(".")
         return EnvironmentProblem(
             f"{where}: plugin {name} (version {plugin_version}, namespace {namespace!r}) not loaded: pass --plugins "
-            f"LIB with the library that registers it", hint="build it with `deploykit plugins build`, or rebuild "
-            "the engine with build.plugins set so the engine folder carries the library")
+            f"LIB with the library that registers it",
+            hint="build it with `deploykit plugins build`, or rebuild "
+            "the engine with build.plugins set so the engine folder carries the library",
+        )
     if _INCOMPATIBLE.search(text):
-        return EngineIncompatible(f"{where}: TensorRT {version} refuses the plan (built with TensorRT "
-                                  f"{meta.get('tensorrt', '?')}):\n{last_lines(records)}",
-                                  hint="rebuild the engine on this machine (or pass --rebuild-incompatible)")
-    return ArtifactCorrupt(f"{where}: TensorRT cannot deserialize the plan:\n{last_lines(records)}",
-                           hint="rebuild the engine; if it persists, check the plugin libraries it needs")
+        return EngineIncompatible(
+            f"{where}: TensorRT {version} refuses the plan (built with TensorRT "
+            f"{meta.get('tensorrt', '?')}):\n{last_lines(records)}",
+            hint="rebuild the engine on this machine (or pass --rebuild-incompatible)",
+        )
+    return ArtifactCorrupt(
+        f"{where}: TensorRT cannot deserialize the plan:\n{last_lines(records)}",
+        hint="rebuild the engine; if it persists, check the plugin libraries it needs",
+    )
 
 
 def refit_stripped(trt: Any, engine: Any, meta: dict[str, Any], logger: Any, onnx_path: Path | None) -> None:
@@ -162,15 +198,21 @@ def refit_stripped(trt: Any, engine: Any, meta: dict[str, Any], logger: Any, onn
     source = meta["refit_source"]
     path = Path(onnx_path or source["onnx"])
     if not path.is_file():
-        raise ModelError(f"the engine was built weight-stripped and needs its ONNX to refit, but {path} is missing",
-                         hint="pass refit_onnx= the model it was built from")
+        raise ModelError(
+            f"the engine was built weight-stripped and needs its ONNX to refit, but {path} is missing",
+            hint="pass refit_onnx= the model it was built from",
+        )
     if digest_file(path) != source["sha256"]:
-        raise ModelError(f"{path} is not the ONNX the stripped engine was built from (digest differs)",
-                         hint="refit needs the identical model; rebuild the engine otherwise")
+        raise ModelError(
+            f"{path} is not the ONNX the stripped engine was built from (digest differs)",
+            hint="refit needs the identical model; rebuild the engine otherwise",
+        )
     refitter = trt.Refitter(engine, logger)
     parser_refitter = trt.OnnxParserRefitter(refitter, logger)
     with logger.capture() as records:
         ok = parser_refitter.refit_from_file(str(path)) and refitter.refit_cuda_engine()
     if not ok:
-        raise ModelError(f"refitting the stripped engine from {path} failed:\n{last_lines(records)}",
-                         hint="rebuild the engine without strip_plan")
+        raise ModelError(
+            f"refitting the stripped engine from {path} failed:\n{last_lines(records)}",
+            hint="rebuild the engine without strip_plan",
+        )

@@ -19,9 +19,23 @@ from typing import Any
 from deploykit.errors import ArtifactCorrupt
 
 # Words TensorRT uses for element types, in format strings and DataType fields -> our names.
-_DTYPE_WORDS = {"fp32": "fp32", "float": "fp32", "float32": "fp32", "fp16": "fp16", "half": "fp16",
-                "bf16": "bf16", "int8": "int8", "fp8": "fp8", "int32": "int32", "int64": "int64",
-                "bool": "bool", "uint8": "uint8", "int4": "int4", "fp4": "fp4", "e8m0": "e8m0"}
+_DTYPE_WORDS = {
+    "fp32": "fp32",
+    "float": "fp32",
+    "float32": "fp32",
+    "fp16": "fp16",
+    "half": "fp16",
+    "bf16": "bf16",
+    "int8": "int8",
+    "fp8": "fp8",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+    "uint8": "uint8",
+    "int4": "int4",
+    "fp4": "fp4",
+    "e8m0": "e8m0",
+}
 
 
 @dataclass(frozen=True)
@@ -91,12 +105,21 @@ def dtype_word(text: str) -> str:
 
 def _io_tensor(item: dict[str, Any]) -> IOTensor:
     profiles = tuple(
-        {"min": list(p.get("MinShape", [])), "opt": list(p.get("OptShape", [])), "max": list(p.get("MaxShape", [])),
-         "format": p.get("Format", "")}
-        for p in item.get("ProfileInfo", []) or [])
-    return IOTensor(name=str(item.get("Name", "")), mode=str(item.get("IOMode", "")).lower(),
-                    dtype=dtype_word(str(item.get("DataType", ""))),
-                    shape=tuple(int(d) for d in item.get("Dimensions", []) or []), profiles=profiles)
+        {
+            "min": list(p.get("MinShape", [])),
+            "opt": list(p.get("OptShape", [])),
+            "max": list(p.get("MaxShape", [])),
+            "format": p.get("Format", ""),
+        }
+        for p in item.get("ProfileInfo", []) or []
+    )
+    return IOTensor(
+        name=str(item.get("Name", "")),
+        mode=str(item.get("IOMode", "")).lower(),
+        dtype=dtype_word(str(item.get("DataType", ""))),
+        shape=tuple(int(d) for d in item.get("Dimensions", []) or []),
+        profiles=profiles,
+    )
 
 
 def summarize(inspection: Inspection) -> dict[str, Any]:

@@ -19,8 +19,15 @@ _LOG = logging.getLogger("deploykit.tensorrt")
 # TensorRT severities, most severe first: INTERNAL_ERROR=0, ERROR=1, WARNING=2, INFO=3, VERBOSE=4.
 _PY_LEVELS = {0: logging.CRITICAL, 1: logging.ERROR, 2: logging.WARNING, 3: logging.DEBUG, 4: logging.DEBUG}
 _KEEP_AT_MOST = 2  # WARNING
-_MEMORY_WORDS = ("out of memory", "outofmemory", "could not be allocated", "insufficient memory",
-                 "cudaerrormemoryallocation", "cuda_error_out_of_memory", "requested amount of gpu memory")
+_MEMORY_WORDS = (
+    "out of memory",
+    "outofmemory",
+    "could not be allocated",
+    "insufficient memory",
+    "cudaerrormemoryallocation",
+    "cuda_error_out_of_memory",
+    "requested amount of gpu memory",
+)
 
 _loggers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _loggers_lock = threading.Lock()

@@ -50,8 +50,10 @@ def check_paths(paths: Iterable[str | Path]) -> list[Path]:
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise ConfigError(f"plugin library {str(path)!r} does not exist",
-                              hint="build the plugins first (`deploykit plugins build`) or fix build.plugins / --plugins")
+            raise ConfigError(
+                f"plugin library {str(path)!r} does not exist",
+                hint="build the plugins first (`deploykit plugins build`) or fix build.plugins / --plugins",
+            )
         out.append(path)
     return out
 
@@ -98,16 +100,20 @@ def abi_problem(path: Path, tensorrt_version: str) -> str:
     runtime = parse_version(tensorrt_version)
     if built is None or not runtime or built[0] == runtime[0]:
         return ""
-    return (f"plugin library {path} was compiled against the TensorRT {built[0]}.{built[1]} headers but this is "
-            f"TensorRT {tensorrt_version}; the plugin ABI differs between majors (ILogger and ILoggerFinder derive "
-            f"from IVersionedInterface from 11 on), so it would crash on its first log message: rebuild it "
-            f"against the TensorRT {runtime[0]}.x headers")
+    return (
+        f"plugin library {path} was compiled against the TensorRT {built[0]}.{built[1]} headers but this is "
+        f"TensorRT {tensorrt_version}; the plugin ABI differs between majors (ILogger and ILoggerFinder derive "
+        f"from IVersionedInterface from 11 on), so it would crash on its first log message: rebuild it "
+        f"against the TensorRT {runtime[0]}.x headers"
+    )
 
 
 def rebuild_hint(tensorrt_version: str) -> str:
     major = tensorrt_version.split(".")[0]
-    return (f"`deploykit plugins build --tensorrt-include DIR` with DIR the include folder of TensorRT "
-            f"{tensorrt_version} (NvInferVersion.h saying {major}.x)")
+    return (
+        f"`deploykit plugins build --tensorrt-include DIR` with DIR the include folder of TensorRT "
+        f"{tensorrt_version} (NvInferVersion.h saying {major}.x)"
+    )
 
 
 def load_libraries(trt: Any, paths: Sequence[Path], opener: Callable[[str], Any] = ctypes.CDLL) -> list[LoadedLibrary]:
@@ -130,9 +136,11 @@ def load_libraries(trt: Any, paths: Sequence[Path], opener: Callable[[str], Any]
         if digest not in loaded:
             loaded[digest] = _load_one(trt, Path(path), opener)
         if not loaded[digest]:
-            raise InvalidInput(f"plugin library {path} loaded but registered no TensorRT plugin creator",
-                               hint="it must use REGISTER_TENSORRT_PLUGIN or export getCreators; check that it "
-                                    "was built with the TensorRT headers (not the CPU-only plugin build)")
+            raise InvalidInput(
+                f"plugin library {path} loaded but registered no TensorRT plugin creator",
+                hint="it must use REGISTER_TENSORRT_PLUGIN or export getCreators; check that it "
+                "was built with the TensorRT headers (not the CPU-only plugin build)",
+            )
         out.append(LoadedLibrary(Path(path), digest, loaded[digest]))
     return out
 
@@ -145,13 +153,16 @@ def _load_one(trt: Any, path: Path, opener: Callable[[str], Any]) -> tuple[Creat
         raise EnvironmentProblem(
             f"plugin library {path} cannot be loaded: {e}",
             hint=f"plugins must be compiled against the headers of TensorRT {trt.__version__.split('.')[0]}.x, "
-                 "the version they run with; rebuild them here") from e
+            "the version they run with; rebuild them here",
+        ) from e
     if not registered_creators(trt) - before and hasattr(handle, "getCreators"):
         # Not self-registering: let TensorRT call its getCreators (it also hands over the logger).
         registry = trt.get_plugin_registry()
         if registry.load_library(str(path)) is None:
-            raise EnvironmentProblem(f"TensorRT could not load plugin library {path} via getCreators",
-                                     hint="see TensorRT's log above; rebuild the library for this TensorRT")
+            raise EnvironmentProblem(
+                f"TensorRT could not load plugin library {path} via getCreators",
+                hint="see TensorRT's log above; rebuild the library for this TensorRT",
+            )
     return tuple(sorted(registered_creators(trt) - before))
 
 
@@ -181,14 +192,22 @@ def check_plugin_nodes(trt: Any, nodes: Sequence[PluginNode], libraries: Sequenc
     missing = [n for n in nodes if n.creator not in available]
     if not missing:
         return
-    wanted = "\n".join(f"  - node {n.node!r}: plugin {n.creator[0]!r} version {n.creator[1]!r} "
-                       f"namespace {n.creator[2]!r}" for n in missing)
-    given = "\n".join(f"  - {lib.path.name}: " + (", ".join(f"{c[0]} v{c[1]} ns {c[2]!r}" for c in lib.creators))
-                      for lib in libraries) or "  (no plugin library given)"
-    raise InvalidInput(f"the model needs TensorRT plugins that are not registered:\n{wanted}\n"
-                       f"plugin libraries loaded:\n{given}",
-                       hint="pass the library that provides them with --plugins (build.plugins), or check the "
-                            "node's plugin_version / plugin_namespace against the library's creators")
+    wanted = "\n".join(
+        f"  - node {n.node!r}: plugin {n.creator[0]!r} version {n.creator[1]!r} namespace {n.creator[2]!r}"
+        for n in missing
+    )
+    given = (
+        "\n".join(
+            f"  - {lib.path.name}: " + (", ".join(f"{c[0]} v{c[1]} ns {c[2]!r}" for c in lib.creators))
+            for lib in libraries
+        )
+        or "  (no plugin library given)"
+    )
+    raise InvalidInput(
+        f"the model needs TensorRT plugins that are not registered:\n{wanted}\nplugin libraries loaded:\n{given}",
+        hint="pass the library that provides them with --plugins (build.plugins), or check the "
+        "node's plugin_version / plugin_namespace against the library's creators",
+    )
 
 
 def init_builtin_plugins(trt: Any, logger: Any) -> None:

@@ -57,9 +57,12 @@ def engine_io(trt: Any, engine: Any) -> list[IOInfo]:
 
 def io_record(info: IOInfo) -> dict[str, Any]:
     """One I/O tensor as plain JSON for ``engine.json``."""
-    rec: dict[str, Any] = {"name": info.name, "mode": "input" if info.is_input else "output",
-                           "dtype": info.dtype.name if info.dtype is not None else info.trt_dtype,
-                           "shape": list(info.shape)}
+    rec: dict[str, Any] = {
+        "name": info.name,
+        "mode": "input" if info.is_input else "output",
+        "dtype": info.dtype.name if info.dtype is not None else info.trt_dtype,
+        "shape": list(info.shape),
+    }
     if info.profile:
         rec["profile"] = {"min": list(info.profile[0]), "opt": list(info.profile[1]), "max": list(info.profile[2])}
     return rec
@@ -123,8 +126,7 @@ def _output_allocator(trt: Any, cudart: Any) -> Any:
                 return 0
             return mem.device
 
-        def reallocate_output_async(self, tensor_name: str, memory: int, size: int, alignment: int,
-                                    stream: int) -> int:
+        def reallocate_output_async(self, tensor_name: str, memory: int, size: int, alignment: int, stream: int) -> int:
             return self.reallocate_output(tensor_name, memory, size, alignment)
 
         def notify_shape(self, tensor_name: str, shape: Any) -> None:
@@ -150,16 +152,27 @@ def _layer_profiler(trt: Any) -> Any:
 class TensorRTSession(Session):
     """A deserialized engine with its execution context, stream and buffers (the backend Session)."""
 
-    def __init__(self, trt: Any, engine: Any, meta: dict[str, Any], logger: Any, *, runtime: Any = None,
-                 cudart: Any = None, stream_priority: int | None = None) -> None:
+    def __init__(
+        self,
+        trt: Any,
+        engine: Any,
+        meta: dict[str, Any],
+        logger: Any,
+        *,
+        runtime: Any = None,
+        cudart: Any = None,
+        stream_priority: int | None = None,
+    ) -> None:
         # The runtime is held because an engine must not outlive the runtime that deserialized it.
         self._trt, self._engine, self._meta, self._logger, self._runtime = trt, engine, meta, logger, runtime
         self._cudart = cudart or require_cudart()
         self._context = engine.create_execution_context()
         if self._context is None:
-            raise EnvironmentProblem("TensorRT could not create an execution context for the engine (not enough "
-                                     "free GPU memory for its activations?)", hint="free GPU memory, or rebuild "
-                                     "with smaller profile max shapes")
+            raise EnvironmentProblem(
+                "TensorRT could not create an execution context for the engine (not enough "
+                "free GPU memory for its activations?)",
+                hint="free GPU memory, or rebuild with smaller profile max shapes",
+            )
         self._stream = _make_stream(self._cudart, stream_priority)
         self._io = engine_io(trt, engine)
         self._memory: dict[str, _Memory] = {}
@@ -171,8 +184,10 @@ class TensorRTSession(Session):
         self._graph_exec: Any = None
         self._graph_generation = -1
         self.runner_info: dict[str, str] = {}
-        self.evaluator = (f"TensorRT {trt.__version__} on {meta.get('gpu', 'GPU')} "
-                          f"(compute capability {meta.get('compute_capability', '?')})")
+        self.evaluator = (
+            f"TensorRT {trt.__version__} on {meta.get('gpu', 'GPU')} "
+            f"(compute capability {meta.get('compute_capability', '?')})"
+        )
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -184,8 +199,12 @@ class TensorRTSession(Session):
 
     def _spec(self, info: IOInfo) -> TensorSpec:
         names = self._meta.get("onnx_dims", {}).get(info.name, [])
-        shape = tuple(d if d >= 0 else (names[a] if a < len(names) and isinstance(names[a], str) and names[a]
-                                        else f"{info.name}_dim{a}") for a, d in enumerate(info.shape))
+        shape = tuple(
+            d
+            if d >= 0
+            else (names[a] if a < len(names) and isinstance(names[a], str) and names[a] else f"{info.name}_dim{a}")
+            for a, d in enumerate(info.shape)
+        )
         return TensorSpec(info.name, info.dtype.name if info.dtype is not None else info.trt_dtype, shape)
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -219,8 +238,11 @@ class TensorRTSession(Session):
         self._copy(copies, "host-to-device")
         self._sync()
         launch, generation = self._launcher(cuda_graph), self._generation
-        copies_out = [(self._memory[i.name].host, self._memory[i.name].device, _nbytes(i, s))
-                      for i, s in outputs if s is not None and not i.host]
+        copies_out = [
+            (self._memory[i.name].host, self._memory[i.name].device, _nbytes(i, s))
+            for i, s in outputs
+            if s is not None and not i.host
+        ]
         dynamic = [(i, s) for i, s in outputs if s is None]
 
         def run() -> None:
@@ -293,8 +315,10 @@ class TensorRTSession(Session):
         inputs = [i for i in self._io if i.is_input]
         for info in inputs:
             if info.dtype is None and info.name in feeds:
-                raise DataError(f"input {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
-                                hint="cast it to float16/float32 at the graph boundary with a surgery pass")
+                raise DataError(
+                    f"input {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
+                    hint="cast it to float16/float32 at the graph boundary with a surgery pass",
+                )
         self.check_feeds(feeds)  # names, dtypes, ranks, fixed dims: as every backend's session
         copies, changed = [], False
         for info in inputs:
@@ -303,8 +327,9 @@ class TensorRTSession(Session):
             with self._logger.capture() as records:
                 accepted = self._context.set_input_shape(info.name, array.shape)
             if not accepted:
-                raise DataError(f"TensorRT rejected shape {list(array.shape)} for input {info.name!r}:\n"
-                                f"{last_lines(records)}")
+                raise DataError(
+                    f"TensorRT rejected shape {list(array.shape)} for input {info.name!r}:\n{last_lines(records)}"
+                )
             if info.host:
                 self._host_inputs[info.name] = array
                 self._context.set_tensor_address(info.name, array.ctypes.data)
@@ -321,9 +346,11 @@ class TensorRTSession(Session):
     def _check_profile(self, info: IOInfo, array: np.ndarray) -> None:
         for axis, (size, fixed) in enumerate(zip(array.shape, info.shape, strict=True)):
             if fixed < 0 and info.profile and not info.profile[0][axis] <= size <= info.profile[2][axis]:
-                raise DataError(f"input {info.name!r} axis {axis} is {size}, outside the engine's profile "
-                                f"[{info.profile[0][axis]}, {info.profile[2][axis]}]",
-                                hint="rebuild with wider min/max in 'dims'")
+                raise DataError(
+                    f"input {info.name!r} axis {axis} is {size}, outside the engine's profile "
+                    f"[{info.profile[0][axis]}, {info.profile[2][axis]}]",
+                    hint="rebuild with wider min/max in 'dims'",
+                )
 
     def _bind_outputs(self) -> list[tuple[IOInfo, tuple[int, ...] | None]]:
         """Bind every output: host memory for host-located ones (shape tensors), a sized device buffer,
@@ -333,8 +360,10 @@ class TensorRTSession(Session):
         for info in (i for i in self._io if not i.is_input):
             shape = tuple(int(d) for d in self._context.get_tensor_shape(info.name))
             if info.dtype is None:
-                raise DataError(f"output {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
-                                hint="cast it to float16/float32 at the graph boundary with a surgery pass")
+                raise DataError(
+                    f"output {info.name!r} has TensorRT type {info.trt_dtype}, which numpy cannot hold",
+                    hint="cast it to float16/float32 at the graph boundary with a surgery pass",
+                )
             if info.host:  # TensorRT writes a shape tensor's values on the host: a device pointer would be wrong
                 array = self._host_outputs.get(info.name)
                 if array is None or array.shape != shape:
@@ -367,8 +396,10 @@ class TensorRTSession(Session):
 
     def _check_generation(self, generation: int) -> None:
         if generation != self._generation:
-            raise UsageError("this timed runner was made before the session's buffers or input shapes changed",
-                             hint="create a new runner after infer() with other shapes")
+            raise UsageError(
+                "this timed runner was made before the session's buffers or input shapes changed",
+                hint="create a new runner after infer() with other shapes",
+            )
 
     # -- execution -------------------------------------------------------------------------------
 
@@ -388,8 +419,10 @@ class TensorRTSession(Session):
             ok = self._context.execute_async_v3(int(self._stream))
         if not ok:
             detail = getattr(self._allocator, "error", "") or last_lines(records)
-            raise EnvironmentProblem(f"TensorRT failed to run the engine:\n{detail}",
-                                     hint="run `deploykit doctor`; set DEPLOYKIT_LOG=debug to see TensorRT's log")
+            raise EnvironmentProblem(
+                f"TensorRT failed to run the engine:\n{detail}",
+                hint="run `deploykit doctor`; set DEPLOYKIT_LOG=debug to see TensorRT's log",
+            )
 
     def _sync(self) -> None:
         call(self._cudart, self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
@@ -462,7 +495,8 @@ class TensorRTSession(Session):
             if graph is not None and int(err) == 0:
                 cudart.cudaGraphDestroy(graph)
             return "the engine cannot be enqueued inside stream capture" + (
-                f" ({records[-1][1].strip()})" if records else "")
+                f" ({records[-1][1].strip()})" if records else ""
+            )
         err, graph_exec = cudart.cudaGraphInstantiate(graph, 0)
         cudart.cudaGraphDestroy(graph)
         if int(err) != 0:

@@ -28,53 +28,211 @@ from deploykit.errors import UsageError
 
 QuantizedPrecision = only(Precision, without=("fp32",))
 
-Workdir = Annotated[Path, typer.Option("--workdir", "-w", metavar="DIR", help="Artifact store; reruns reuse what it holds.")]
-Sets = Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override a config field: --set gate.iterations=50")]
-Rerun = Annotated[Optional[list[str]], typer.Option("--rerun", metavar="STAGE", help="Run this stage even if its artifact exists (repeatable).")]
+Workdir = Annotated[
+    Path, typer.Option("--workdir", "-w", metavar="DIR", help="Artifact store; reruns reuse what it holds.")
+]
+Sets = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", metavar="KEY=VALUE", help="Override a config field: --set gate.iterations=50"),
+]
+Rerun = Annotated[
+    Optional[list[str]],
+    typer.Option("--rerun", metavar="STAGE", help="Run this stage even if its artifact exists (repeatable)."),
+]
 BackendOpt = Annotated[Optional[BackendName], typer.Option("--backend", help="Build backend (sets build.backend).")]
-ProviderOpt = Annotated[Optional[Provider], typer.Option("--provider", help="ONNX Runtime execution provider (sets build.provider).")]
+ProviderOpt = Annotated[
+    Optional[Provider], typer.Option("--provider", help="ONNX Runtime execution provider (sets build.provider).")
+]
 PrecisionOpt = Annotated[Optional[Precision], typer.Option("--precision", help="Sets quantize.precision.")]
-QuantPrecisionOpt = Annotated[Optional[QuantizedPrecision], typer.Option("--precision", help="Sets quantize.precision.")]
-TargetOpt = Annotated[Optional[QuantizeTarget], typer.Option("--target", help="Quantized graph flavour; auto follows the backend.")]
+QuantPrecisionOpt = Annotated[
+    Optional[QuantizedPrecision], typer.Option("--precision", help="Sets quantize.precision.")
+]
+TargetOpt = Annotated[
+    Optional[QuantizeTarget], typer.Option("--target", help="Quantized graph flavour; auto follows the backend.")
+]
 MethodOpt = Annotated[Optional[Method], typer.Option("--method", help="Calibration method (sets quantize.method).")]
-Dims = Annotated[Optional[list[str]], typer.Option("--dim", metavar="NAME=MIN,OPT,MAX", help="A named dynamic dim: --dim batch=1,4,8 (min,opt,max) or batch=4.")]
-Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", metavar="INPUT:DxD...", help="Input shapes as trtexec writes them: x:1x3x640x640[,y:...]; sets min=opt=max.")]
-MinShapes = Annotated[Optional[list[str]], typer.Option("--min-shapes", metavar="INPUT:DxD...", help="Profile minimum: x:1x3x640x640.")]
-OptShapes = Annotated[Optional[list[str]], typer.Option("--opt-shapes", metavar="INPUT:DxD...", help="Profile optimum: x:4x3x640x640.")]
-MaxShapes = Annotated[Optional[list[str]], typer.Option("--max-shapes", metavar="INPUT:DxD...", help="Profile maximum: x:8x3x640x640.")]
-ReportDir = Annotated[Optional[Path], typer.Option("--report-dir", metavar="DIR", help="Write the reports here: run.json, junit.xml, summary.md and the stages' JSON.")]
+Dims = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--dim", metavar="NAME=MIN,OPT,MAX", help="A named dynamic dim: --dim batch=1,4,8 (min,opt,max) or batch=4."
+    ),
+]
+Shapes = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--shapes",
+        metavar="INPUT:DxD...",
+        help="Input shapes as trtexec writes them: x:1x3x640x640[,y:...]; sets min=opt=max.",
+    ),
+]
+MinShapes = Annotated[
+    Optional[list[str]], typer.Option("--min-shapes", metavar="INPUT:DxD...", help="Profile minimum: x:1x3x640x640.")
+]
+OptShapes = Annotated[
+    Optional[list[str]], typer.Option("--opt-shapes", metavar="INPUT:DxD...", help="Profile optimum: x:4x3x640x640.")
+]
+MaxShapes = Annotated[
+    Optional[list[str]], typer.Option("--max-shapes", metavar="INPUT:DxD...", help="Profile maximum: x:8x3x640x640.")
+]
+ReportDir = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--report-dir",
+        metavar="DIR",
+        help="Write the reports here: run.json, junit.xml, summary.md and the stages' JSON.",
+    ),
+]
 Out = Annotated[Optional[Path], typer.Option("--output", "-o", metavar="PATH", help="Copy the stage's output here.")]
-Baseline = Annotated[Optional[Path], typer.Option(
-    "--baseline", metavar="GATE_JSON", help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.")]
-AllowMissingTarget = Annotated[bool, typer.Option("--allow-missing-target", help="Measure without failing when no target matches.")]
-Iterations = Annotated[Optional[int], typer.Option("--iterations", min=1, metavar="N", help="Timed iterations per trial (sets gate.iterations).")]
-Warmup = Annotated[Optional[int], typer.Option("--warmup", min=0, metavar="N", help="Warm-up runs at least (sets gate.warmup).")]
-Duration = Annotated[Optional[float], typer.Option("--duration", min=0.0, metavar="SECONDS", help="Seconds of timed runs at least, over all trials (sets gate.duration_s).")]
+Baseline = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--baseline",
+        metavar="GATE_JSON",
+        help="A previous gate.json: fail when a metric regresses beyond the threshold plus the measured spread.",
+    ),
+]
+AllowMissingTarget = Annotated[
+    bool, typer.Option("--allow-missing-target", help="Measure without failing when no target matches.")
+]
+Iterations = Annotated[
+    Optional[int],
+    typer.Option("--iterations", min=1, metavar="N", help="Timed iterations per trial (sets gate.iterations)."),
+]
+Warmup = Annotated[
+    Optional[int], typer.Option("--warmup", min=0, metavar="N", help="Warm-up runs at least (sets gate.warmup).")
+]
+Duration = Annotated[
+    Optional[float],
+    typer.Option(
+        "--duration",
+        min=0.0,
+        metavar="SECONDS",
+        help="Seconds of timed runs at least, over all trials (sets gate.duration_s).",
+    ),
+]
 # trtexec's timing flags, in its spelling and ours; each sets one gate field (refused where the backend cannot).
-UseCudaGraph = Annotated[bool, typer.Option("--use-cuda-graph", "--useCudaGraph", help="Replay the engine as a CUDA graph while timing (sets gate.cuda_graph=on; TensorRT only).")]
-NoDataTransfers = Annotated[bool, typer.Option("--no-data-transfers", "--noDataTransfers", help="Time the engine alone, without host<->device copies (sets gate.data_transfers=false).")]
-WarmupMs = Annotated[Optional[float], typer.Option("--warmup-ms", "--warmUp", min=0.0, metavar="MS", help="Warm up for at least this many ms, beside --warmup's count (sets gate.warmup_s).")]
-AvgRuns = Annotated[Optional[int], typer.Option("--avg-runs", "--avgRuns", min=1, metavar="N", help="Latency percentiles over means of N consecutive runs (sets gate.avg_runs; deadlines judge every run).")]
-DeadlineMs = Annotated[Optional[float], typer.Option("--deadline-ms", metavar="MS", help="Per-frame deadline (sets gate.targets.default.deadline_ms; misses allowed: gate.targets.default.max_miss_rate).")]
-Soak = Annotated[Optional[float], typer.Option("--soak", min=0.0, metavar="SECONDS", help="After the trials, run this many seconds: drift, memory growth, NaN/Inf, errors (sets gate.soak_s; never reused).")]
-Trace = Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Write a Chrome trace (open in Perfetto) of every stage and timed inference; NVTX ranges too where nvtx is installed.")]
-Remeasure = Annotated[bool, typer.Option("--remeasure", help="Measure again instead of reusing a stored measurement (reruns only the gate).")]
-TimingCache = Annotated[Optional[Path], typer.Option("--timing-cache", metavar="FILE", help="TensorRT timing cache file: read before the build, written after (sets build.tensorrt.timing_cache_file).")]
-Plugins = Annotated[Optional[list[Path]], typer.Option("--plugins", metavar="LIB", help="Plugin library (repeatable; sets build.plugins).")]
-AutoRepair = Annotated[bool, typer.Option("--auto-repair", help="Quantized: search for the fastest mix of layer precisions that passes parity (sets quantize.repair.enabled).")]
+UseCudaGraph = Annotated[
+    bool,
+    typer.Option(
+        "--use-cuda-graph",
+        "--useCudaGraph",
+        help="Replay the engine as a CUDA graph while timing (sets gate.cuda_graph=on; TensorRT only).",
+    ),
+]
+NoDataTransfers = Annotated[
+    bool,
+    typer.Option(
+        "--no-data-transfers",
+        "--noDataTransfers",
+        help="Time the engine alone, without host<->device copies (sets gate.data_transfers=false).",
+    ),
+]
+WarmupMs = Annotated[
+    Optional[float],
+    typer.Option(
+        "--warmup-ms",
+        "--warmUp",
+        min=0.0,
+        metavar="MS",
+        help="Warm up for at least this many ms, beside --warmup's count (sets gate.warmup_s).",
+    ),
+]
+AvgRuns = Annotated[
+    Optional[int],
+    typer.Option(
+        "--avg-runs",
+        "--avgRuns",
+        min=1,
+        metavar="N",
+        help="Latency percentiles over means of N consecutive runs (sets gate.avg_runs; deadlines judge every run).",
+    ),
+]
+DeadlineMs = Annotated[
+    Optional[float],
+    typer.Option(
+        "--deadline-ms",
+        metavar="MS",
+        help="Per-frame deadline (sets gate.targets.default.deadline_ms; misses allowed: "
+        "gate.targets.default.max_miss_rate).",
+    ),
+]
+Soak = Annotated[
+    Optional[float],
+    typer.Option(
+        "--soak",
+        min=0.0,
+        metavar="SECONDS",
+        help="After the trials, run this many seconds: drift, memory growth, NaN/Inf, errors "
+        "(sets gate.soak_s; never reused).",
+    ),
+]
+Trace = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--trace",
+        metavar="FILE",
+        help="Write a Chrome trace (open in Perfetto) of every stage and timed inference; "
+        "NVTX ranges too where nvtx is installed.",
+    ),
+]
+Remeasure = Annotated[
+    bool,
+    typer.Option("--remeasure", help="Measure again instead of reusing a stored measurement (reruns only the gate)."),
+]
+TimingCache = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--timing-cache",
+        metavar="FILE",
+        help="TensorRT timing cache file: read before the build, written after "
+        "(sets build.tensorrt.timing_cache_file).",
+    ),
+]
+Plugins = Annotated[
+    Optional[list[Path]],
+    typer.Option("--plugins", metavar="LIB", help="Plugin library (repeatable; sets build.plugins)."),
+]
+AutoRepair = Annotated[
+    bool,
+    typer.Option(
+        "--auto-repair",
+        help="Quantized: search for the fastest mix of layer precisions that passes parity "
+        "(sets quantize.repair.enabled).",
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-Atol = Annotated[Optional[list[str]], typer.Option(
-    "--atol", metavar="[OUTPUT:]ATOL", help="Absolute tolerance, as Polygraphy takes it: every element within ATOL "
-    "or within RTOL x |reference|; OUTPUT:ATOL for one output (repeatable; sets parity.default.atol / "
-    "parity.outputs.OUTPUT.atol).")]
-Rtol = Annotated[Optional[list[str]], typer.Option(
-    "--rtol", metavar="[OUTPUT:]RTOL", help="Relative tolerance (see --atol); OUTPUT:RTOL for one output.")]
-SaveInputs = Annotated[Optional[Path], typer.Option(
-    "--save-inputs", metavar="FILE", help="Write the samples parity compared on (.npz or .json).")]
-LoadInputs = Annotated[Optional[Path], typer.Option(
-    "--load-inputs", metavar="FILE", help="Compare on these samples (a --save-inputs file; sets validation).")]
-SaveOutputs = Annotated[Optional[Path], typer.Option(
-    "--save-outputs", metavar="FILE", help="Write what each side computed on the samples (.npz or .json).")]
+Atol = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--atol",
+        metavar="[OUTPUT:]ATOL",
+        help="Absolute tolerance, as Polygraphy takes it: every element within ATOL "
+        "or within RTOL x |reference|; OUTPUT:ATOL for one output (repeatable; sets parity.default.atol / "
+        "parity.outputs.OUTPUT.atol).",
+    ),
+]
+Rtol = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--rtol", metavar="[OUTPUT:]RTOL", help="Relative tolerance (see --atol); OUTPUT:RTOL for one output."
+    ),
+]
+SaveInputs = Annotated[
+    Optional[Path],
+    typer.Option("--save-inputs", metavar="FILE", help="Write the samples parity compared on (.npz or .json)."),
+]
+LoadInputs = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--load-inputs", metavar="FILE", help="Compare on these samples (a --save-inputs file; sets validation)."
+    ),
+]
+SaveOutputs = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--save-outputs", metavar="FILE", help="Write what each side computed on the samples (.npz or .json)."
+    ),
+]
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -131,13 +289,18 @@ def parse_shapes(flag: str, items: list[str] | None) -> dict[str, tuple[int, ...
     return out
 
 
-def shape_profiles(shapes: list[str] | None, min_: list[str] | None, opt: list[str] | None,
-                   max_: list[str] | None) -> dict[str, dict[str, tuple[int, ...]]]:
+def shape_profiles(
+    shapes: list[str] | None, min_: list[str] | None, opt: list[str] | None, max_: list[str] | None
+) -> dict[str, dict[str, tuple[int, ...]]]:
     """input -> {"min", "opt", "max"} shapes; ``--shapes`` sets all three, the others one each."""
     out: dict[str, dict[str, tuple[int, ...]]] = {}
     for name, shape in parse_shapes("--shapes", shapes).items():
         out[name] = {"min": shape, "opt": shape, "max": shape}
-    for flag, which, items in (("--min-shapes", "min", min_), ("--opt-shapes", "opt", opt), ("--max-shapes", "max", max_)):
+    for flag, which, items in (
+        ("--min-shapes", "min", min_),
+        ("--opt-shapes", "opt", opt),
+        ("--max-shapes", "max", max_),
+    ):
         for name, shape in parse_shapes(flag, items).items():
             out.setdefault(name, {})[which] = shape
     return out
@@ -171,8 +334,10 @@ def checked_plugins(paths: list[Path] | None) -> list[str] | None:
         return None
     for p in paths:
         if not p.is_file():
-            raise UsageError(f"--plugins {p}: {'not a file' if p.exists() else 'no such file'}",
-                             hint="build the libraries with `deploykit plugins build`, then pass the .so it names")
+            raise UsageError(
+                f"--plugins {p}: {'not a file' if p.exists() else 'no such file'}",
+                hint="build the libraries with `deploykit plugins build`, then pass the .so it names",
+            )
     return [str(p.resolve()) for p in paths]
 
 
@@ -190,8 +355,12 @@ def readable_help() -> None:
     from typer import core
 
     option, argument = getattr(core, "TyperOption", None), getattr(core, "TyperArgument", None)
-    if option is None or argument is None or not hasattr(option, "display_type_rich") \
-            or getattr(option, "_deploykit_readable", False):
+    if (
+        option is None
+        or argument is None
+        or not hasattr(option, "display_type_rich")
+        or getattr(option, "_deploykit_readable", False)
+    ):
         return
     shown_option, shown_argument = option.display_type_rich, argument.display_type_rich
 
@@ -220,7 +389,7 @@ def _readable(shown: str | None) -> str | None:
     """``<list[str]>`` -> ``TEXT ...``, ``<path>`` -> ``PATH``; choices (``<a|b>``) as they are."""
     if not shown or not (shown.startswith("<") and ">" in shown):
         return shown
-    inner, rest = shown[1:shown.index(">")], shown[shown.index(">") + 1:]
+    inner, rest = shown[1 : shown.index(">")], shown[shown.index(">") + 1 :]
     repeated = inner.startswith("list[") and inner.endswith("]")
     inner = inner[5:-1] if repeated else inner
     if "|" in inner:
@@ -264,7 +433,6 @@ def _literal(options: tuple[str, ...]) -> Any:
 def wants_json(argv: list[str]) -> bool:
     """Whether the command line asks for ``--log-format json`` (errors then go out as JSON too)."""
     for i, arg in enumerate(argv):
-        if arg == "--log-format=json" or (arg == "--log-format" and argv[i + 1:i + 2] == ["json"]):
+        if arg == "--log-format=json" or (arg == "--log-format" and argv[i + 1 : i + 2] == ["json"]):
             return True
     return False
-

@@ -48,8 +48,9 @@ class Report:
         return json.dumps({"rows": [asdict(r) for r in self.rows], "ok": self.ok}, indent=2)
 
 
-def collect(plugin_paths: Sequence[str | Path] = (), cwd: Path | None = None,
-            probe: Callable[[], Any] | None = None) -> Report:
+def collect(
+    plugin_paths: Sequence[str | Path] = (), cwd: Path | None = None, probe: Callable[[], Any] | None = None
+) -> Report:
     """Probe the environment.
 
     Args:
@@ -84,8 +85,11 @@ def _headers_row(report: Report) -> None:
     if headers.include_dir:
         report.add("TensorRT headers", "ok", f"{headers.include_dir}: {headers.why}")
     else:
-        report.add("TensorRT headers", "warn" if installed else "missing",
-                   headers.why if installed else f"{headers.why}; {trt_headers.published('11.x')}")
+        report.add(
+            "TensorRT headers",
+            "warn" if installed else "missing",
+            headers.why if installed else f"{headers.why}; {trt_headers.published('11.x')}",
+        )
 
 
 def _backend_row(report: Report) -> None:
@@ -93,8 +97,11 @@ def _backend_row(report: Report) -> None:
     from deploykit.backends.tensorrt import TensorRTBackend
 
     status = TensorRTBackend().availability()
-    report.add("backend tensorrt", "ok" if status.available else "missing",
-               f"available (TensorRT {status.version})" if status.available else status.reason)
+    report.add(
+        "backend tensorrt",
+        "ok" if status.available else "missing",
+        f"available (TensorRT {status.version})" if status.available else status.reason,
+    )
 
 
 def _guard(report: Report, component: str, fn: Callable[[], Any]) -> Any:
@@ -115,11 +122,16 @@ def _version(dist: str) -> str:
 
 def _python_rows(report: Report) -> None:
     report.add("python", "ok", f"{platform.python_version()} ({sys.executable})")
-    report.add("deploykit", "ok" if _version("deploykit") else "warn",
-               _version("deploykit") or "not installed as a package (running from a source tree?)")
-    for dist, label, hint in (("onnx", "onnx", "reinstall deploykit"),
-                              ("nvidia-modelopt", "ModelOpt", "pip install 'deploykit[quant]' for ModelOpt quantization"),
-                              ("polygraphy", "polygraphy", "optional; pip install 'deploykit[tensorrt]'")):
+    report.add(
+        "deploykit",
+        "ok" if _version("deploykit") else "warn",
+        _version("deploykit") or "not installed as a package (running from a source tree?)",
+    )
+    for dist, label, hint in (
+        ("onnx", "onnx", "reinstall deploykit"),
+        ("nvidia-modelopt", "ModelOpt", "pip install 'deploykit[quant]' for ModelOpt quantization"),
+        ("polygraphy", "polygraphy", "optional; pip install 'deploykit[tensorrt]'"),
+    ):
         version = _version(dist)
         report.add(label, "ok" if version else "missing", version or f"not installed; {hint}")
 
@@ -137,7 +149,11 @@ def _onnxruntime_rows(report: Report, driver: Any) -> None:
         report.add(f"onnxruntime {provider}", status, detail)
 
 
-_PROVIDER_NAMES = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "tensorrt"}
+_PROVIDER_NAMES = {
+    "CPUExecutionProvider": "cpu",
+    "CUDAExecutionProvider": "cuda",
+    "TensorrtExecutionProvider": "tensorrt",
+}
 
 
 def provider_usability(provider: str, driver: Any) -> tuple[Status, str]:
@@ -196,8 +212,12 @@ def _driver_rows(report: Report, driver: Any) -> None:
     report.add("CUDA driver", "ok", f"{driver.driver_version}{seen}")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     for gpu in driver.gpus:
-        report.add(f"GPU {gpu.index}", "ok", f"{gpu.name}, compute capability {gpu.compute_capability}, "
-                   f"{gpu.memory_bytes / 2**30:.1f} GiB" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""))
+        report.add(
+            f"GPU {gpu.index}",
+            "ok",
+            f"{gpu.name}, compute capability {gpu.compute_capability}, "
+            f"{gpu.memory_bytes / 2**30:.1f} GiB" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible else ""),
+        )
 
 
 def _cuda_versions_row(report: Report, driver: Any) -> None:
@@ -208,15 +228,21 @@ def _cuda_versions_row(report: Report, driver: Any) -> None:
     if driver is None or driver.problem or not (flavour or cuda_python):
         return
     problem = trt_compat.cuda_version_problem(driver.driver_version, flavour, cuda_python)
-    seen = (f"driver supports CUDA {driver.driver_version}; TensorRT wheel {flavour or 'not installed'}; "
-            f"cuda-python {cuda_python or 'not installed'}")
+    seen = (
+        f"driver supports CUDA {driver.driver_version}; TensorRT wheel {flavour or 'not installed'}; "
+        f"cuda-python {cuda_python or 'not installed'}"
+    )
     if problem:
         report.add("CUDA versions", "warn", problem)
         return
     python_major = trt_compat.parse_version(cuda_python)[:1]
     if flavour and python_major and int(flavour.removeprefix("cu")) != python_major[0]:
-        report.add("CUDA versions", "warn", f"{seen}: TensorRT and cuda-python target different CUDA majors "
-                   f"(two CUDA runtimes in one process); install cuda-python {flavour.removeprefix('cu')}.x")
+        report.add(
+            "CUDA versions",
+            "warn",
+            f"{seen}: TensorRT and cuda-python target different CUDA majors "
+            f"(two CUDA runtimes in one process); install cuda-python {flavour.removeprefix('cu')}.x",
+        )
         return
     report.add("CUDA versions", "ok", seen)
 
@@ -240,8 +266,11 @@ def _plugin_rows(report: Report, plugin_paths: Sequence[str | Path], cwd: Path, 
         label = f"plugin {path.name}"
         if not path.is_file():
             given = path != cwd / DEFAULT_PLUGIN_LIBRARY
-            report.add(label, "warn" if given else "missing",
-                       f"{path} not found" + ("" if given else "; build plugins with `deploykit plugins build`"))
+            report.add(
+                label,
+                "warn" if given else "missing",
+                f"{path} not found" + ("" if given else "; build plugins with `deploykit plugins build`"),
+            )
             continue
         if trt is None:
             report.add(label, "ok", f"{path} found; its plugins cannot be listed here: {why_not}")
@@ -261,4 +290,3 @@ def _plugin_creators(trt: Any, path: Path) -> tuple[Status, str]:
         return "warn", f"{path}: {e.message}"
     names = ", ".join(f"{name} v{version}" + (f" ({ns})" if ns else "") for name, version, ns in lib.creators)
     return "ok", f"{path} registers {len(lib.creators)} plugin(s): {names}"
-

@@ -19,10 +19,15 @@ def render(info: dict[str, Any]) -> None:
 
     console = terminal.console()
     opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
-    console.print(f"[bold]{info['path']}[/]  {info['file_bytes'] / 2**20:.2f} MiB, IR {info['ir_version']}, "
-                  f"opsets: {opsets}, producer: {info['producer'] or '?'}", highlight=False)
-    console.print(f"{info['nodes']} nodes, {info['parameters']:,} parameters "
-                  f"({info['parameter_bytes'] / 2**20:.2f} MiB)", highlight=False)
+    console.print(
+        f"[bold]{info['path']}[/]  {info['file_bytes'] / 2**20:.2f} MiB, IR {info['ir_version']}, "
+        f"opsets: {opsets}, producer: {info['producer'] or '?'}",
+        highlight=False,
+    )
+    console.print(
+        f"{info['nodes']} nodes, {info['parameters']:,} parameters ({info['parameter_bytes'] / 2**20:.2f} MiB)",
+        highlight=False,
+    )
     io = terminal.table("inputs and outputs", ["", "name", "type", "shape"])
     for kind in ("inputs", "outputs"):
         for v in info[kind]:
@@ -57,10 +62,12 @@ def _render_runtime(console: Any, ort_info: dict[str, Any] | None) -> None:
         console.print(f"  node {n['node']!r} ({op}): {n['error']}", highlight=False)
 
 
-def command(model: Annotated[Path, typer.Argument(help="An ONNX file.")],
-            as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-            runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True,
-            log_format: opt.LogFormatOpt = "human") -> None:
+def command(
+    model: Annotated[Path, typer.Argument(help="An ONNX file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    runtime: Annotated[bool, typer.Option(help="Check which nodes ONNX Runtime can run.")] = True,
+    log_format: opt.LogFormatOpt = "human",
+) -> None:
     """Show a model's inputs, outputs, ops, opsets, parameters and the nodes ONNX Runtime cannot run."""
     as_json = opt.json_output(log_format, as_json)
     info = inspect_model(model, check_runtime=runtime)

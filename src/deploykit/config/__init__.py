@@ -205,7 +205,9 @@ class Tolerance:
     def over(self, base: Tolerance) -> Tolerance:
         """This tolerance with its unset fields taken from ``base``."""
         mine = dataclasses.asdict(self)
-        return Tolerance(**{k: base_v if mine[k] is None else mine[k] for k, base_v in dataclasses.asdict(base).items()})
+        return Tolerance(
+            **{k: base_v if mine[k] is None else mine[k] for k, base_v in dataclasses.asdict(base).items()}
+        )
 
 
 # FP32 builds (surgery, ORT graph optimizations) reach these on real data. Quantized builds default
@@ -303,8 +305,10 @@ class QuantizeConfig:
 
     def __post_init__(self) -> None:
         if self.enabled and self.precision not in CALIBRATED and self.method not in ("auto", "max"):
-            raise ValueError(f"method {self.method!r} does not apply to precision {self.precision}: only "
-                             f"{' and '.join(CALIBRATED)} calibrate activation ranges (set method: auto or max)")
+            raise ValueError(
+                f"method {self.method!r} does not apply to precision {self.precision}: only "
+                f"{' and '.join(CALIBRATED)} calibrate activation ranges (set method: auto or max)"
+            )
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"percentile must be in (50, 100], got {self.percentile}")
         if self.num_bins < 256:
@@ -392,10 +396,13 @@ class HeadDecode:
     def __post_init__(self) -> None:
         if not self.strides or any(s < 1 for s in self.strides):
             raise ValueError(f"strides must be positive, got {list(self.strides)}")
-        if self.style == "yolov5" and (len(self.anchors) != len(self.strides) or
-                                       any(not a or len(a) % 2 for a in self.anchors)):
-            raise ValueError("yolov5 decoding needs anchors: one list of w, h pairs per stride "
-                             f"({len(self.strides)} strides, {len(self.anchors)} anchor lists)")
+        if self.style == "yolov5" and (
+            len(self.anchors) != len(self.strides) or any(not a or len(a) % 2 for a in self.anchors)
+        ):
+            raise ValueError(
+                "yolov5 decoding needs anchors: one list of w, h pairs per stride "
+                f"({len(self.strides)} strides, {len(self.anchors)} anchor lists)"
+            )
         if self.reg_max < 1:
             raise ValueError(f"reg_max must be >= 1, got {self.reg_max}")
 
@@ -415,7 +422,9 @@ class PackedDetections:
     output: str
     box_format: Literal["cxcywh", "xyxy"] = "cxcywh"  # YOLO exports write centre and size
     objectness: bool = False  # attribute 4 is an objectness score (YOLOv5/YOLOX); YOLOv8 has none
-    layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = "auto"  # auto: the shorter axis holds the attributes
+    layout: Literal["auto", "boxes_by_attributes", "attributes_by_boxes"] = (
+        "auto"  # auto: the shorter axis holds the attributes
+    )
     decode: HeadDecode | None = None  # None: the boxes are already decoded
     # a head written as one tensor per stride: the further levels, joined after ``output`` along the boxes
     levels: tuple[str, ...] = ()
@@ -425,8 +434,10 @@ class PackedDetections:
 
     def __post_init__(self) -> None:
         if self.scores and len(self.scores) != 1 + len(self.levels):
-            raise ValueError(f"scores names one tensor per level: {len(self.scores)} given for "
-                             f"{1 + len(self.levels)} levels (output and levels)")
+            raise ValueError(
+                f"scores names one tensor per level: {len(self.scores)} given for "
+                f"{1 + len(self.levels)} levels (output and levels)"
+            )
 
     def tensors(self) -> tuple[str, ...]:
         """Every output the head is read from: the levels, then their scores."""
@@ -539,8 +550,9 @@ class ParityConfig:
 
     def __post_init__(self) -> None:
         if self.judge == "tasks" and not any(getattr(self.tasks, f.name) for f in dataclasses.fields(self.tasks)):
-            raise ValueError("judge: tasks needs a task check (parity.tasks: detection, classification, ...) "
-                             "to judge by")
+            raise ValueError(
+                "judge: tasks needs a task check (parity.tasks: detection, classification, ...) to judge by"
+            )
 
     @property
     def elementwise_judged(self) -> bool:
@@ -697,8 +709,13 @@ def read_raw(path: Path) -> dict[str, Any]:
     return raw
 
 
-def config_from_raw(raw: dict[str, Any], overrides: dict[str, Any], base_dir: Path, where: str = "",
-                    spelled: dict[str, str] | None = None) -> Config:
+def config_from_raw(
+    raw: dict[str, Any],
+    overrides: dict[str, Any],
+    base_dir: Path,
+    where: str = "",
+    spelled: dict[str, str] | None = None,
+) -> Config:
     """``raw`` (a parsed file, ``where``; or a mapping from the Python API, ``where=""``) with dotted
     ``overrides`` applied, validated; an error names the override it came from (as ``spelled`` writes
     it, e.g. ``precision='int9'`` for the API's parameter), else ``where``."""

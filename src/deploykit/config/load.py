@@ -36,9 +36,10 @@ def read_text(path: Path, what: str = "config", example: str = "deploykit.yaml")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {e.start})",
-                          hint=f"save the {what} as UTF-8") from e
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: line {line}: not UTF-8 text (byte {e.start})", hint=f"save the {what} as UTF-8"
+        ) from e
 
 
 def load_yaml(text: str, where: str) -> Any:
@@ -87,8 +88,10 @@ def _make_loader() -> Any:
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(AliasEvent):
                 event = self.peek_event()
-                raise ConfigError(f"{self.where}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) "
-                                  "are not allowed", hint="write the value out; aliases can expand without bound")
+                raise ConfigError(
+                    f"{self.where}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed",
+                    hint="write the value out; aliases can expand without bound",
+                )
             self.depth += 1
             try:
                 if self.depth > MAX_DEPTH:
@@ -110,8 +113,10 @@ def _make_loader() -> Any:
                 except TypeError:
                     continue  # unhashable: the base class reports it
                 if first is not None:
-                    raise ConfigError(f"{self.where}: line {line}: duplicate key {key!r} (first at line {first})",
-                                      hint="keep one; YAML would silently use the last")
+                    raise ConfigError(
+                        f"{self.where}: line {line}: duplicate key {key!r} (first at line {first})",
+                        hint="keep one; YAML would silently use the last",
+                    )
                 seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
@@ -144,19 +149,35 @@ def parse_override(key: str, value: str) -> Any:
 INF_MEANS_OFF = {"Tolerance": "*", "QuantTolerance": "*", "Target": ("latency_ms_p99",)}
 # Upper bounds of counts and durations that drive loops, threads or allocations.
 UPPER = {
-    ("GateConfig", "warmup"): 10**7, ("GateConfig", "warmup_s"): 3600.0, ("GateConfig", "iterations"): 10**7,
-    ("GateConfig", "trials"): 1000, ("GateConfig", "concurrency"): 256, ("ParityConfig", "samples"): 10**6,
-    ("ParityConfig", "diagnose_top"): 10**4, ("ExportConfig", "check_samples"): 10**4,
-    ("ExportConfig", "opset"): 30, ("DataConfig", "samples"): 10**7, ("RepairConfig", "max_iterations"): 1000,
-    ("RepairConfig", "samples"): 10**6, ("QuantizeConfig", "num_bins"): 1 << 20,
-    ("QuantizeConfig", "check_samples"): 10**6, ("TensorRTOptions", "workspace_mib"): 1 << 24,
-    ("BuildConfig", "intra_op_threads"): 1024, ("GateConfig", "soak_s"): 86400.0, ("GateConfig", "avg_runs"): 10**6,
+    ("GateConfig", "warmup"): 10**7,
+    ("GateConfig", "warmup_s"): 3600.0,
+    ("GateConfig", "iterations"): 10**7,
+    ("GateConfig", "trials"): 1000,
+    ("GateConfig", "concurrency"): 256,
+    ("ParityConfig", "samples"): 10**6,
+    ("ParityConfig", "diagnose_top"): 10**4,
+    ("ExportConfig", "check_samples"): 10**4,
+    ("ExportConfig", "opset"): 30,
+    ("DataConfig", "samples"): 10**7,
+    ("RepairConfig", "max_iterations"): 1000,
+    ("RepairConfig", "samples"): 10**6,
+    ("QuantizeConfig", "num_bins"): 1 << 20,
+    ("QuantizeConfig", "check_samples"): 10**6,
+    ("TensorRTOptions", "workspace_mib"): 1 << 24,
+    ("BuildConfig", "intra_op_threads"): 1024,
+    ("GateConfig", "soak_s"): 86400.0,
+    ("GateConfig", "avg_runs"): 10**6,
 }
 # Lower bounds the dataclasses do not check themselves: a count of 0 would make a check vacuous.
 LOWER = {
-    ("ParityConfig", "samples"): 1, ("ParityConfig", "diagnose_top"): 0, ("ExportConfig", "check_samples"): 1,
-    ("ExportConfig", "opset"): 7, ("BuildConfig", "intra_op_threads"): 0, ("QuantizeConfig", "int4_block_size"): 1,
-    ("ParityConfig", "vacuous_below"): 0, ("GateConfig", "regression_threshold"): 0,
+    ("ParityConfig", "samples"): 1,
+    ("ParityConfig", "diagnose_top"): 0,
+    ("ExportConfig", "check_samples"): 1,
+    ("ExportConfig", "opset"): 7,
+    ("BuildConfig", "intra_op_threads"): 0,
+    ("QuantizeConfig", "int4_block_size"): 1,
+    ("ParityConfig", "vacuous_below"): 0,
+    ("GateConfig", "regression_threshold"): 0,
     **{("Tolerance", name): 0 for name in ("max_abs", "mean_abs", "rel_l2", "max_rel", "rel_floor", "atol", "rtol")},
     **{("QuantTolerance", name): 0 for name in ("max_abs", "mean_abs")},
 }
@@ -167,8 +188,11 @@ def validate(cfg: Any) -> None:
     from deploykit.store.artifacts import RUN_NAME
 
     if not RUN_NAME.fullmatch(cfg.name):
-        raise ConfigError(f"config.name: {cfg.name!r} is not a name (letters, digits, '_', '-', '.'; "
-                          "no path): it names the run's record file", hint="e.g. name: resnet50_int8")
+        raise ConfigError(
+            f"config.name: {cfg.name!r} is not a name (letters, digits, '_', '-', '.'; "
+            "no path): it names the run's record file",
+            hint="e.g. name: resnet50_int8",
+        )
     _walk(cfg, "config")
     for what, names in (("inputs", [s.name for s in cfg.inputs]), ("outputs", list(cfg.outputs))):
         twice = sorted({n for n in names if names.count(n) > 1})
@@ -187,10 +211,12 @@ def _check_flavour_backend(cfg: Any) -> None:
         return
     flavour = q.flavour(backend)
     if backend not in FLAVOUR_BACKENDS[flavour]:
-        raise ConfigError(f"config.quantize.target: {flavour!r} writes {q.precision.upper()} Q/DQ for ONNX Runtime's "
-                          f"CPU kernels (asymmetric UINT8, INT32 biases), which the {backend} backend refuses",
-                          hint=f"set quantize.target: auto (or tensorrt) for build.backend {backend}, or "
-                               "--set quantize.target=tensorrt")
+        raise ConfigError(
+            f"config.quantize.target: {flavour!r} writes {q.precision.upper()} Q/DQ for ONNX Runtime's "
+            f"CPU kernels (asymmetric UINT8, INT32 biases), which the {backend} backend refuses",
+            hint=f"set quantize.target: auto (or tensorrt) for build.backend {backend}, or "
+            "--set quantize.target=tensorrt",
+        )
 
 
 def _walk(value: Any, path: str, owner: str = "", name: str = "") -> None:
@@ -230,8 +256,10 @@ def _check_bound(value: float, path: str, owner: str, name: str) -> None:
         raise ConfigError(f"{path}: {value} is below the smallest value that means something here ({bottom})")
     top = UPPER.get((owner, name))
     if top is not None and value > top:
-        raise ConfigError(f"{path}: {value} is above the largest value deploykit accepts ({top})",
-                          hint="use a smaller value; counts and durations this large would exhaust the machine")
+        raise ConfigError(
+            f"{path}: {value} is above the largest value deploykit accepts ({top})",
+            hint="use a smaller value; counts and durations this large would exhaust the machine",
+        )
     if abs(value) > 2**63 - 1:
         raise ConfigError(f"{path}: {value} is out of range (64-bit)")
 
@@ -243,13 +271,17 @@ def _check_input_sizes(cfg: Any) -> None:
         shape = cfg.shape(spec, "max")  # min <= opt <= max: the largest
         big = next((d for d in shape if d > MAX_DIM), None)
         if big is not None:
-            raise ConfigError(f"input {spec.name!r}: dim {big} is larger than {MAX_DIM}",
-                              hint=f"dims are 32-bit in TensorRT; fix the shape or {spelled('dims=', '--dim')}")
+            raise ConfigError(
+                f"input {spec.name!r}: dim {big} is larger than {MAX_DIM}",
+                hint=f"dims are 32-bit in TensorRT; fix the shape or {spelled('dims=', '--dim')}",
+            )
         nbytes = math.prod(shape) * np.dtype(spec.dtype).itemsize
         if nbytes > cfg.limits.max_input_mib * 2**20:
-            raise ConfigError(f"input {spec.name!r}: {list(shape)} at the max shape is {nbytes / 2**20:.0f} MiB, "
-                              f"above limits.max_input_mib ({cfg.limits.max_input_mib:g})",
-                              hint=f"lower the dims (or {spelled('dims=', '--dim')}), or raise limits.max_input_mib")
+            raise ConfigError(
+                f"input {spec.name!r}: {list(shape)} at the max shape is {nbytes / 2**20:.0f} MiB, "
+                f"above limits.max_input_mib ({cfg.limits.max_input_mib:g})",
+                hint=f"lower the dims (or {spelled('dims=', '--dim')}), or raise limits.max_input_mib",
+            )
 
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "load_yaml", "parse_override", "read_text", "validate"]

@@ -53,8 +53,10 @@ def _npz(path: Path, max_bytes: int) -> Iterator[tuple[str, np.ndarray]]:
             if not info.filename.endswith(".npy"):
                 raise DataError(f"{path}: member {info.filename!r} is not an .npy array")
             if info.file_size > max_bytes + 4096:
-                raise DataError(f"{path}: member {info.filename!r} inflates to {info.file_size} bytes "
-                                f"(at most {max_bytes})", hint="split the data into smaller files")
+                raise DataError(
+                    f"{path}: member {info.filename!r} inflates to {info.file_size} bytes (at most {max_bytes})",
+                    hint="split the data into smaller files",
+                )
         for info in members:
             name = info.filename[:-4]
             try:
@@ -79,12 +81,16 @@ def _check_header(f: IO[bytes], path: Path, member: str, max_bytes: int) -> None
     except (ValueError, EOFError, SyntaxError, TypeError) as e:
         raise DataError(f"{where}: not a readable .npy array ({str(e)[:200]})") from e
     if dtype.hasobject or dtype.kind not in "biuf":
-        raise DataError(f"{where}: holds {dtype} values; data must be numeric arrays (no objects, strings)",
-                        hint="save plain numeric arrays (np.save / np.savez)")
+        raise DataError(
+            f"{where}: holds {dtype} values; data must be numeric arrays (no objects, strings)",
+            hint="save plain numeric arrays (np.save / np.savez)",
+        )
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > max_bytes:
-        raise DataError(f"{where}: declares {list(shape)} {dtype} = {nbytes} bytes (at most {max_bytes})",
-                        hint="split the data into smaller files")
+        raise DataError(
+            f"{where}: declares {list(shape)} {dtype} = {nbytes} bytes (at most {max_bytes})",
+            hint="split the data into smaller files",
+        )
 
 
 def _mapped(path: Path) -> np.ndarray:

@@ -46,9 +46,10 @@ def load_inputs(path: Path) -> list[Sample]:
     """Samples written by :func:`save_inputs` (or by another tool in the same layout)."""
     groups = _load(path)
     if "inputs" not in groups:
-        raise DataError(f"{path}: holds no inputs (members inputs/<sample>/<input>)",
-                        hint="write it with --save-inputs, or give a .npz keyed by input name as calibration/"
-                             "validation files")
+        raise DataError(
+            f"{path}: holds no inputs (members inputs/<sample>/<input>)",
+            hint="write it with --save-inputs, or give a .npz keyed by input name as calibration/validation files",
+        )
     return groups["inputs"]
 
 
@@ -81,11 +82,24 @@ def _save(path: Path, groups: dict[str, list[Sample]]) -> Path:
         tmp = path.with_name(f".{path.name}.partial")
         if path.suffix == ".npz":
             with open(tmp, "wb") as f:
-                np.savez(f, **{f"{g}/{i}/{name}": np.asarray(a) for g, samples in groups.items()
-                               for i, s in enumerate(samples) for name, a in s.items()})
+                np.savez(
+                    f,
+                    **{
+                        f"{g}/{i}/{name}": np.asarray(a)
+                        for g, samples in groups.items()
+                        for i, s in enumerate(samples)
+                        for name, a in s.items()
+                    },
+                )
         else:
-            body = {"format": FORMAT, **({"inputs": [_json_sample(s) for s in groups["inputs"]]} if "inputs" in groups
-                                         else {"runs": {g: [_json_sample(s) for s in v] for g, v in groups.items()}})}
+            body = {
+                "format": FORMAT,
+                **(
+                    {"inputs": [_json_sample(s) for s in groups["inputs"]]}
+                    if "inputs" in groups
+                    else {"runs": {g: [_json_sample(s) for s in v] for g, v in groups.items()}}
+                ),
+            }
             tmp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
         tmp.replace(path)  # whole or not at all
     except OSError as e:
@@ -94,8 +108,14 @@ def _save(path: Path, groups: dict[str, list[Sample]]) -> Path:
 
 
 def _json_sample(sample: Sample) -> dict[str, Any]:
-    return {name: {"dtype": np.asarray(a).dtype.name, "shape": list(np.shape(a)),
-                   "values": [_json_number(v) for v in np.asarray(a).ravel().tolist()]} for name, a in sample.items()}
+    return {
+        name: {
+            "dtype": np.asarray(a).dtype.name,
+            "shape": list(np.shape(a)),
+            "values": [_json_number(v) for v in np.asarray(a).ravel().tolist()],
+        }
+        for name, a in sample.items()
+    }
 
 
 def _json_number(v: Any) -> Any:
@@ -164,8 +184,9 @@ def _json_tensors(path: Path, where: str, sample: Any) -> Sample:
         except TypeError as e:
             raise DataError(f"{at}: unknown dtype {t.get('dtype')!r}") from e
         shape = t["shape"]
-        if dtype.kind not in NUMERIC or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                for d in shape):
+        if dtype.kind not in NUMERIC or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
             raise DataError(f"{at}: a tensor is numeric with a shape of sizes (got {dtype}, {shape!r})")
         if math.prod(shape) != len(t["values"]):
             raise DataError(f"{at}: shape {shape} holds {math.prod(shape)} values, the file has {len(t['values'])}")

@@ -32,17 +32,21 @@ def decode_rgb(im: Any, where: str, size: tuple[int, int] | None = None) -> tupl
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         arr = np.asarray(im, dtype=np.float64)
         if mode == "I" and (arr.min() < 0 or arr.max() > 65535):
-            raise DataError(f"{where}: 32-bit integer image with values outside 0-65535; its range is unknown",
-                            hint="save the image as 8- or 16-bit, or feed it as .npy with your own scaling")
+            raise DataError(
+                f"{where}: 32-bit integer image with values outside 0-65535; its range is unknown",
+                hint="save the image as 8- or 16-bit, or feed it as .npy with your own scaling",
+            )
         channel = Image.fromarray((arr / 257.0).astype(np.float32), mode="F")
         if size:
             channel = channel.resize(size, Image.BILINEAR)
         grey = np.asarray(channel, dtype=np.float32)
-        return np.repeat(grey[..., None], 3, axis=2), Conversion(mode, "16-bit greyscale scaled to 0-255 and "
-                                                                       "replicated to 3 channels", False)
+        return np.repeat(grey[..., None], 3, axis=2), Conversion(
+            mode, "16-bit greyscale scaled to 0-255 and replicated to 3 channels", False
+        )
     if mode == "F":
-        raise DataError(f"{where}: floating-point image; its value range is unknown",
-                        hint="feed it as .npy with your own scaling")
+        raise DataError(
+            f"{where}: floating-point image; its value range is unknown", hint="feed it as .npy with your own scaling"
+        )
     conversion = _conversion(im)
     rgb = im if mode == "RGB" else im.convert("RGB")
     if size:

@@ -37,8 +37,9 @@ class InMemoryModel:
         """Wrap a module or a ModelProto; a module's weights are hashed now (its digest is its identity)."""
         if _is_onnx(obj):
             data = serialized_onnx(obj)
-            holder = cls("onnx", f"{obj.graph.name or 'model'} (onnx.ModelProto in memory)",
-                         hashlib.sha256(data).hexdigest())
+            holder = cls(
+                "onnx", f"{obj.graph.name or 'model'} (onnx.ModelProto in memory)", hashlib.sha256(data).hexdigest()
+            )
             object.__setattr__(holder, "_object", obj)
             object.__setattr__(holder, "_bytes", data)
             return holder
@@ -53,8 +54,10 @@ class InMemoryModel:
         try:
             return self._object  # type: ignore[attr-defined]
         except AttributeError:
-            raise UsageError(f"source.memory {self.label}: the object is not in this process",
-                             hint="pass the model itself to deploykit.convert(model, ...)") from None
+            raise UsageError(
+                f"source.memory {self.label}: the object is not in this process",
+                hint="pass the model itself to deploykit.convert(model, ...)",
+            ) from None
 
     @property
     def onnx_bytes(self) -> bytes:
@@ -105,13 +108,17 @@ def serialized_onnx(model: Any) -> bytes:
 
     for tensor in model.graph.initializer:
         if uses_external_data(tensor):
-            raise UsageError(f"model: initializer {tensor.name!r} of the onnx.ModelProto refers to external data",
-                             hint="load it with onnx.load(path) (external data included), or pass the .onnx path")
+            raise UsageError(
+                f"model: initializer {tensor.name!r} of the onnx.ModelProto refers to external data",
+                hint="load it with onnx.load(path) (external data included), or pass the .onnx path",
+            )
     try:
         return model.SerializeToString()
     except ValueError as e:  # protobuf's 2 GB limit
-        raise UsageError(f"model: the onnx.ModelProto cannot be serialized ({e})",
-                         hint="save it with external data and pass the .onnx path") from e
+        raise UsageError(
+            f"model: the onnx.ModelProto cannot be serialized ({e})",
+            hint="save it with external data and pass the .onnx path",
+        ) from e
 
 
 def state_digest(module: Any) -> str:
@@ -130,6 +137,7 @@ def state_digest(module: Any) -> str:
 
 
 # -- samples ----------------------------------------------------------------------------------------
+
 
 def samples_from(data: Any, inputs: list[Any], what: str, limit: int) -> InMemorySamples:
     """Read ``data`` (an iterable of arrays/tensors/tuples/dicts, a DataLoader, or one array stacked on
@@ -172,9 +180,11 @@ def _items(data: Any, what: str) -> Iterator[Any]:
         yield data  # one array (a stack of samples) or one sample keyed by input name
         return
     if isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
-        raise UsageError(f"{what}=: expected an iterable of samples (arrays, tensors, tuples or dicts), a "
-                         f"DataLoader, or one stacked array; got {type(data).__name__}",
-                         hint=f"a folder or file goes in as {what}={{'folder': 'images/'}} or {{'files': 'data.npz'}}")
+        raise UsageError(
+            f"{what}=: expected an iterable of samples (arrays, tensors, tuples or dicts), a "
+            f"DataLoader, or one stacked array; got {type(data).__name__}",
+            hint=f"a folder or file goes in as {what}={{'folder': 'images/'}} or {{'files': 'data.npz'}}",
+        )
     items = iter(data)
     for i in itertools.count():
         try:
@@ -195,12 +205,16 @@ def _as_sample(item: Any, inputs: list[Any], where: str) -> dict[str, np.ndarray
         return {str(k): _array(v, f"{where}[{k!r}]") for k, v in item.items()}
     if isinstance(item, (tuple, list)):
         if len(item) < len(names):
-            raise DataError(f"{where}: {len(item)} value(s) for {len(names)} inputs ({', '.join(names)})",
-                            hint="give one value per input, in order, or a dict keyed by input name")
+            raise DataError(
+                f"{where}: {len(item)} value(s) for {len(names)} inputs ({', '.join(names)})",
+                hint="give one value per input, in order, or a dict keyed by input name",
+            )
         return {n: _array(v, f"{where}[{k}]") for k, (n, v) in enumerate(zip(names, item, strict=False))}
     if len(names) != 1:
-        raise DataError(f"{where}: one array for a model with inputs {', '.join(names)}",
-                        hint="give a tuple (one value per input, in order) or a dict keyed by input name")
+        raise DataError(
+            f"{where}: one array for a model with inputs {', '.join(names)}",
+            hint="give a tuple (one value per input, in order) or a dict keyed by input name",
+        )
     return {names[0]: _array(item, where)}
 
 
@@ -216,8 +230,9 @@ def _array(value: Any, where: str) -> np.ndarray:
         return value.numpy()
     arr = np.asarray(value)
     if arr.dtype == object:
-        raise DataError(f"{where}: not a numeric array ({type(value).__name__})",
-                        hint="give numpy arrays or torch tensors")
+        raise DataError(
+            f"{where}: not a numeric array ({type(value).__name__})", hint="give numpy arrays or torch tensors"
+        )
     return arr
 
 

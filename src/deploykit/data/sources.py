@@ -85,8 +85,14 @@ class InputInfo:
 class DataSource:
     """Streams validated samples (dicts of input name -> array with a leading batch dim)."""
 
-    def __init__(self, cfg: DataConfig, base_dir: Path, inputs: list[InputInfo], what: str = "data",
-                 max_input_mib: float = LimitsConfig.max_input_mib) -> None:
+    def __init__(
+        self,
+        cfg: DataConfig,
+        base_dir: Path,
+        inputs: list[InputInfo],
+        what: str = "data",
+        max_input_mib: float = LimitsConfig.max_input_mib,
+    ) -> None:
         self.cfg, self.base_dir, self.inputs, self.what = cfg, base_dir, inputs, what
         self.max_input_bytes = max_input_mib * 2**20  # limits.max_input_mib, per input tensor of a sample
 
@@ -103,13 +109,23 @@ class DataSource:
             from deploykit.store.hashing import canonical
 
             origin = self._function_module_file()
-            return {"function": cfg.function, "module": digest_file(origin) if origin else "",
-                    "samples": cfg.samples, "input": cfg.input, "preprocess": canonical(cfg.preprocess)}
+            return {
+                "function": cfg.function,
+                "module": digest_file(origin) if origin else "",
+                "samples": cfg.samples,
+                "input": cfg.input,
+                "preprocess": canonical(cfg.preprocess),
+            }
         files = self._files()
         root = self.path(cfg.folder or cfg.files)  # type: ignore[arg-type]
         # Keyed by the path under the root: two sub-folders may both hold img_0001.jpg.
-        return {"files": {_relative(f, root): digest_file(f) for f in files}, "samples": cfg.samples,
-                "seed": cfg.seed, "input": cfg.input, "preprocess": cfg.preprocess if cfg.folder else None}
+        return {
+            "files": {_relative(f, root): digest_file(f) for f in files},
+            "samples": cfg.samples,
+            "seed": cfg.seed,
+            "input": cfg.input,
+            "preprocess": cfg.preprocess if cfg.folder else None,
+        }
 
     def _function_module_file(self) -> Path | None:
         module = self.cfg.function.split(":")[0]  # type: ignore[union-attr]
@@ -128,8 +144,10 @@ class DataSource:
         if root.is_file() and cfg.files:
             return [root]
         if (root.exists() or root.is_symlink()) and not root.is_dir():
-            raise DataError(f"{root}: {self.what} is {kind_of(root.lstat().st_mode)}: neither a regular file "
-                            "nor a folder", hint="check the path in the config")
+            raise DataError(
+                f"{root}: {self.what} is {kind_of(root.lstat().st_mode)}: neither a regular file nor a folder",
+                hint="check the path in the config",
+            )
         if not root.is_dir():
             raise DataError(f"{root}: {self.what} folder not found", hint="check the path in the config")
         named = sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes and not p.is_dir())
@@ -140,12 +158,17 @@ class DataSource:
             first = skipped[0]
             kind = kind_of(first.stat().st_mode) if first.exists() else "a dangling link"
             one = len(skipped) == 1
-            warnings.warn(f"{self.what}: skipped {len(skipped)} entr{'y' if one else 'ies'} that "
-                          f"{'is' if one else 'are'} not a regular file: {first} ({kind})"
-                          + (f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""), stacklevel=2)
+            warnings.warn(
+                f"{self.what}: skipped {len(skipped)} entr{'y' if one else 'ies'} that "
+                f"{'is' if one else 'are'} not a regular file: {first} ({kind})"
+                + (f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""),
+                stacklevel=2,
+            )
         if not files:
-            raise DataError(f"{root}: {self.what} folder holds no {'/'.join(suffixes)} files",
-                            hint="add samples or point to another folder")
+            raise DataError(
+                f"{root}: {self.what} folder holds no {'/'.join(suffixes)} files",
+                hint="add samples or point to another folder",
+            )
         order = np.random.default_rng(self.cfg.seed).permutation(len(files))
         return [files[i] for i in order]
 
@@ -157,8 +180,9 @@ class DataSource:
         if count == 0:
             raise DataError(f"{self.what}: the source yields no samples", hint="check the data source in the config")
         if count < self.cfg.samples:
-            warnings.warn(f"{self.what}: {count} samples available, {self.cfg.samples} requested; using {count}",
-                          stacklevel=2)
+            warnings.warn(
+                f"{self.what}: {count} samples available, {self.cfg.samples} requested; using {count}", stacklevel=2
+            )
 
     def _raw(self) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
         cfg = self.cfg
@@ -173,8 +197,11 @@ class DataSource:
                 sample = load_image(f, cfg.preprocess, conversions)[None]
                 for c in set(conversions) - seen:  # once per kind of conversion, never silently
                     seen.add(c)
-                    warnings.warn(f"{self.what}: {c.mode} image(s), first {f}: {c.what}"
-                                  + ("; information was lost" if c.lossy else ""), stacklevel=2)
+                    warnings.warn(
+                        f"{self.what}: {c.mode} image(s), first {f}: {c.what}"
+                        + ("; information was lost" if c.lossy else ""),
+                        stacklevel=2,
+                    )
                 yield str(f), {name: sample}
         else:
             for f in self._files():  # .npz files keyed by input name need no 'input:'; a bare .npy does
@@ -203,8 +230,10 @@ class DataSource:
         if self.cfg.input:
             return self.cfg.input
         if len(self.inputs) != 1:
-            raise ConfigError(f"{self.what}.input: the model has inputs {', '.join(i.name for i in self.inputs)}; "
-                              "name the one this data feeds, or use .npz files keyed by input name")
+            raise ConfigError(
+                f"{self.what}.input: the model has inputs {', '.join(i.name for i in self.inputs)}; "
+                "name the one this data feeds, or use .npz files keyed by input name"
+            )
         return self.inputs[0].name
 
     _image_input = _single_input
@@ -220,9 +249,11 @@ class DataSource:
             if arr.ndim == len(info.shape) - 1:
                 arr = arr[None]  # a single sample without its batch dim
             if arr.nbytes > self.max_input_bytes:
-                raise DataError(f"{where}: input {info.name!r} of shape {list(arr.shape)} takes {arr.nbytes / 2**20:.1f} "
-                                f"MiB, above limits.max_input_mib ({self.max_input_bytes / 2**20:g})",
-                                hint="give smaller samples, or raise limits.max_input_mib")
+                raise DataError(
+                    f"{where}: input {info.name!r} of shape {list(arr.shape)} takes {arr.nbytes / 2**20:.1f} "
+                    f"MiB, above limits.max_input_mib ({self.max_input_bytes / 2**20:g})",
+                    hint="give smaller samples, or raise limits.max_input_mib",
+                )
             _check_array(arr, info, where)
             out[name] = arr
         return out
@@ -230,11 +261,17 @@ class DataSource:
 
 def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
     if arr.dtype.name != info.dtype:
-        raise DataError(f"{where}: input {info.name!r} has dtype {arr.dtype.name}, the model expects {info.dtype}",
-                        hint="convert the data or fix the preprocessing dtype")
-    if arr.ndim != len(info.shape) or any(isinstance(d, int) and d != a for d, a in zip(info.shape, arr.shape, strict=True)):
-        raise DataError(f"{where}: input {info.name!r} has shape {list(arr.shape)}, the model expects "
-                        f"{list(info.shape)}", hint="fix the preprocessing (resize/crop/layout) or the data")
+        raise DataError(
+            f"{where}: input {info.name!r} has dtype {arr.dtype.name}, the model expects {info.dtype}",
+            hint="convert the data or fix the preprocessing dtype",
+        )
+    if arr.ndim != len(info.shape) or any(
+        isinstance(d, int) and d != a for d, a in zip(info.shape, arr.shape, strict=True)
+    ):
+        raise DataError(
+            f"{where}: input {info.name!r} has shape {list(arr.shape)}, the model expects {list(info.shape)}",
+            hint="fix the preprocessing (resize/crop/layout) or the data",
+        )
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
         raise DataError(f"{where}: input {info.name!r} contains NaN or Inf", hint="clean the data")
     if info.kind in ("mask", "padding_mask") and arr.size:
@@ -242,16 +279,19 @@ def _check_array(arr: np.ndarray, info: InputInfo, where: str) -> None:
         empty = np.flatnonzero(~valid.reshape(-1, arr.shape[-1]).any(axis=1))
         if empty.size:
             marks = "True marks a valid element" if info.kind == "mask" else "True marks padding"
-            raise DataError(f"{where}: input {info.name!r} ({info.kind}: {marks}) has {empty.size} row(s) with no "
-                            f"valid element, first row {int(empty[0])}",
-                            hint="a fully masked attention row is NaN in every runtime; keep one valid element per row")
+            raise DataError(
+                f"{where}: input {info.name!r} ({info.kind}: {marks}) has {empty.size} row(s) with no "
+                f"valid element, first row {int(empty[0])}",
+                hint="a fully masked attention row is NaN in every runtime; keep one valid element per row",
+            )
 
 
 _SAID: set[tuple[str, str]] = set()  # (what, first skipped entry) already warned about
 
 
-def _from_array_file(path: Path, default_input: Callable[[], str], inputs: list[InputInfo], what: str
-                     ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+def _from_array_file(
+    path: Path, default_input: Callable[[], str], inputs: list[InputInfo], what: str
+) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     """One file's samples: one, or several where the arrays are stacked on their first axis."""
     from deploykit.data.arrayfile import read_arrays
     from deploykit.data.stacking import unstack
@@ -260,8 +300,13 @@ def _from_array_file(path: Path, default_input: Callable[[], str], inputs: list[
     # of samples is read one sample at a time.
     arrays = dict(read_arrays(path, mmap=True))
     sample = {default_input(): arrays[""]} if "" in arrays else arrays
-    yield from unstack(sample, {i.name: i.shape for i in inputs}, str(path), what,
-                       {i.name: i.batch_range for i in inputs if i.batch_range})
+    yield from unstack(
+        sample,
+        {i.name: i.shape for i in inputs},
+        str(path),
+        what,
+        {i.name: i.batch_range for i in inputs if i.batch_range},
+    )
 
 
 def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None = None) -> np.ndarray:
@@ -287,7 +332,7 @@ def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None =
         if ch > h or cw > w:
             raise DataError(f"{path}: crop {list(p.crop)} is larger than the image {h}x{w} after resize")
         top, left = (h - ch) // 2, (w - cw) // 2
-        arr = arr[top:top + ch, left:left + cw]
+        arr = arr[top : top + ch, left : left + cw]
     if p.color == "bgr":
         arr = arr[..., ::-1]
     if p.dtype != "uint8":
@@ -300,6 +345,7 @@ def load_image(path: Path, p: Preprocess, conversions: list[Conversion] | None =
 
 def inputs_from_config(config: Any) -> list[InputInfo]:
     """The model's inputs as the config declares them (dynamic dims by name)."""
+
     def batch_range(spec: Any) -> tuple[int, int] | None:
         d = config.dims.get(spec.shape[0]) if spec.shape and isinstance(spec.shape[0], str) else None
         return (d.min, d.max) if d is not None else None

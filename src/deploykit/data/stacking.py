@@ -19,8 +19,13 @@ Shape = tuple[int | str, ...]  # a model input's shape, str for a dynamic dim
 Range = tuple[int, int]  # a dynamic dim's (min, max)
 
 
-def unstack(sample: dict[str, np.ndarray], shapes: Mapping[str, Shape], where: str, what: str = "data",
-            batches: Mapping[str, Range] | None = None) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+def unstack(
+    sample: dict[str, np.ndarray],
+    shapes: Mapping[str, Shape],
+    where: str,
+    what: str = "data",
+    batches: Mapping[str, Range] | None = None,
+) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     """One file's arrays -> samples. An array stacked on a first axis that is not the model's batch
     is split along it, and a warning says so: ``[64, 3, H, W]`` for a batch-1 input is 64 samples,
     as is ``[64, 1, 3, H, W]`` for any batch. ``batches``: the (min, max) of each input's dynamic
@@ -28,8 +33,11 @@ def unstack(sample: dict[str, np.ndarray], shapes: Mapping[str, Shape], where: s
     the statistics are the same either way, and samples can then be held out). Without a range a
     dynamic batch counts as 1."""
     batches = batches or {}
-    steps = {name: step for name, arr in sample.items() if name in shapes
-             and (step := _stack_step(arr, shapes[name], batches.get(name))) is not None}
+    steps = {
+        name: step
+        for name, arr in sample.items()
+        if name in shapes and (step := _stack_step(arr, shapes[name], batches.get(name))) is not None
+    }
     if not steps:
         yield where, {k: _own(v) for k, v in sample.items()}
         return
@@ -37,16 +45,27 @@ def unstack(sample: dict[str, np.ndarray], shapes: Mapping[str, Shape], where: s
     unstacked = sorted(set(sample) & set(shapes) - set(steps))
     if len(set(counts.values())) > 1 or unstacked:
         listed = ", ".join(f"{n} {counts[n]}" for n in sorted(counts)) + "".join(f", {n} 1" for n in unstacked)
-        raise DataError(f"{where}: inputs hold different numbers of stacked samples ({listed})",
-                        hint="stack every input's samples on its first axis, the same number for each")
+        raise DataError(
+            f"{where}: inputs hold different numbers of stacked samples ({listed})",
+            hint="stack every input's samples on its first axis, the same number for each",
+        )
     count = next(iter(counts.values()))
-    batch = sorted({str(d) if isinstance(d := shapes[n][0], int) else f"{d}, dynamic{_range(batches.get(n))}: 1 per sample"
-                    for n in steps})
-    warnings.warn(f"{what}: {where} holds {count} samples stacked on the first axis of {', '.join(sorted(steps))} "
-                  f"(the model's batch is {'/'.join(batch)}): read as {count} samples", stacklevel=3)
+    batch = sorted(
+        {
+            str(d) if isinstance(d := shapes[n][0], int) else f"{d}, dynamic{_range(batches.get(n))}: 1 per sample"
+            for n in steps
+        }
+    )
+    warnings.warn(
+        f"{what}: {where} holds {count} samples stacked on the first axis of {', '.join(sorted(steps))} "
+        f"(the model's batch is {'/'.join(batch)}): read as {count} samples",
+        stacklevel=3,
+    )
     for i in range(count):
-        yield f"{where}[{i}]", {k: (np.array(_take(v, i, steps[k])) if k in steps else _own(v))
-                                for k, v in sample.items()}
+        yield (
+            f"{where}[{i}]",
+            {k: (np.array(_take(v, i, steps[k])) if k in steps else _own(v)) for k, v in sample.items()},
+        )
 
 
 def _own(arr: np.ndarray) -> np.ndarray:
@@ -81,4 +100,4 @@ def _stack_count(arr: np.ndarray, step: int) -> int:
 
 
 def _take(arr: np.ndarray, i: int, step: int) -> np.ndarray:
-    return arr[i] if step == 0 else arr[i * step:(i + 1) * step]
+    return arr[i] if step == 0 else arr[i * step : (i + 1) * step]

@@ -64,9 +64,27 @@ def ort_disabled_optimizers(model: onnx.ModelProto) -> tuple[str, ...]:
 
 
 # Ops that only move or select values: on float8 values they are exact in FP32 (every float8 value is one)
-MOVEMENT_OPS = frozenset({"Slice", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Flatten", "Concat", "Split",
-                          "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Identity", "DepthToSpace",
-                          "SpaceToDepth", "Pad"})
+MOVEMENT_OPS = frozenset(
+    {
+        "Slice",
+        "Squeeze",
+        "Unsqueeze",
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Concat",
+        "Split",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Expand",
+        "Tile",
+        "Identity",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Pad",
+    }
+)
 
 
 def move_float8_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -145,14 +163,18 @@ def emulate_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
             low = types.get(name)
             if not name or low not in _LOW:
                 if name and low is None and node.op_type not in ("QuantizeLinear",) and _touches_low(node, types):
-                    raise ModelError(f"cannot evaluate node {node.name!r} as written: the type of {name!r} is unknown",
-                                     hint="run shape inference on the model (surgery 'sanitize')")
+                    raise ModelError(
+                        f"cannot evaluate node {node.name!r} as written: the type of {name!r} is unknown",
+                        hint="run shape inference on the model (surgery 'sanitize')",
+                    )
                 continue
             node.output[i] = f"{name}__fp32"
-            nodes.append(helper.make_node("Cast", [f"{name}__fp32"], [f"{name}__low"], to=low,
-                                          name=f"{node.name}__round_{i}"))
-            nodes.append(helper.make_node("Cast", [f"{name}__low"], [name], to=TensorProto.FLOAT,
-                                          name=f"{node.name}__widen_{i}"))
+            nodes.append(
+                helper.make_node("Cast", [f"{name}__fp32"], [f"{name}__low"], to=low, name=f"{node.name}__round_{i}")
+            )
+            nodes.append(
+                helper.make_node("Cast", [f"{name}__low"], [name], to=TensorProto.FLOAT, name=f"{node.name}__widen_{i}")
+            )
     del g.node[:]
     g.node.extend(nodes)
     for v in [*g.input, *g.output]:
@@ -175,16 +197,19 @@ def _widen_attributes(node: onnx.NodeProto) -> None:
             attr.i = TensorProto.FLOAT  # the Cast pair added after the node does the rounding
         elif attr.type == AttributeProto.TENSOR and attr.t.data_type in _LOW:
             if node.op_type not in ("Constant", "ConstantOfShape"):
-                raise ModelError(f"cannot evaluate node {node.name!r} ({node.op_type}) as written: "
-                                 f"FP16 attribute {attr.name!r}", hint="keep this node in FP32")
+                raise ModelError(
+                    f"cannot evaluate node {node.name!r} ({node.op_type}) as written: FP16 attribute {attr.name!r}",
+                    hint="keep this node in FP32",
+                )
             attr.t.CopyFrom(_to_fp32(attr.t))
         elif attr.name == "dtype" and attr.i in _LOW:
-            raise ModelError(f"cannot evaluate node {node.name!r} ({node.op_type}) as written: FP16 dtype attribute",
-                             hint="keep this node in FP32")
+            raise ModelError(
+                f"cannot evaluate node {node.name!r} ({node.op_type}) as written: FP16 dtype attribute",
+                hint="keep this node in FP32",
+            )
 
 
 def _to_fp32(tensor: onnx.TensorProto) -> onnx.TensorProto:
     from onnx import numpy_helper
 
     return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
-

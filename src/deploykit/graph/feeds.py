@@ -24,21 +24,31 @@ def check_inputs(config: Config, model: onnx.ModelProto, path: Path) -> None:
     graph_inputs = graph_input_shapes(model)
     for spec in config.inputs:
         if spec.name not in graph_inputs:
-            raise ConfigError(f"{path}: the model has no input {spec.name!r} (config 'inputs'); "
-                              f"its inputs are: {', '.join(graph_inputs)}", hint="fix the input name in the config")
+            raise ConfigError(
+                f"{path}: the model has no input {spec.name!r} (config 'inputs'); "
+                f"its inputs are: {', '.join(graph_inputs)}",
+                hint="fix the input name in the config",
+            )
         dims = graph_inputs[spec.name]
         if len(dims) != len(spec.shape):
-            raise ConfigError(f"{path}: input {spec.name!r} has rank {len(dims)} in the model but "
-                              f"{len(spec.shape)} in the config", hint="fix the shape in the config")
+            raise ConfigError(
+                f"{path}: input {spec.name!r} has rank {len(dims)} in the model but {len(spec.shape)} in the config",
+                hint="fix the shape in the config",
+            )
         for axis, (model_dim, cfg_dim) in enumerate(zip(dims, spec.shape, strict=True)):
             if isinstance(model_dim, int) and model_dim > 0:
                 sizes = {config.shape(spec, w)[axis] for w in ("min", "opt", "max")}
                 if sizes != {model_dim}:
-                    raise ConfigError(f"{path}: input {spec.name!r} axis {axis} is fixed to {model_dim} in the "
-                                      f"model, but the config asks for {cfg_dim!r}", hint="fix the shape in the config")
+                    raise ConfigError(
+                        f"{path}: input {spec.name!r} axis {axis} is fixed to {model_dim} in the "
+                        f"model, but the config asks for {cfg_dim!r}",
+                        hint="fix the shape in the config",
+                    )
 
 
-def random_feeds(config: Config, which: str, rng: np.random.Generator, batch: int | None = None) -> dict[str, np.ndarray]:
+def random_feeds(
+    config: Config, which: str, rng: np.random.Generator, batch: int | None = None
+) -> dict[str, np.ndarray]:
     """Random inputs at the min/opt/max shape; ``batch`` replaces a named leading dim."""
     feeds = {}
     for spec in config.inputs:

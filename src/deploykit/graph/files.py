@@ -35,21 +35,26 @@ def load_model(path: Path, *, load_external: bool = True) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, RecursionError) as e:
-        raise ModelError(f"{path}: not a readable ONNX model ({first_line(e)})",
-                         hint="the file may be truncated or not ONNX; re-export it") from e
+        raise ModelError(
+            f"{path}: not a readable ONNX model ({first_line(e)})",
+            hint="the file may be truncated or not ONNX; re-export it",
+        ) from e
     except OSError as e:
         raise ModelError(f"{path}: cannot read the ONNX file ({e.strerror or type(e).__name__})") from e
     if not model.graph.node and not model.graph.output:
-        raise ModelError(f"{path}: parsed as ONNX but holds no graph (truncated or not an ONNX file?)",
-                         hint="re-export the model")
+        raise ModelError(
+            f"{path}: parsed as ONNX but holds no graph (truncated or not an ONNX file?)", hint="re-export the model"
+        )
     check_structure(model, path)
     external_data_files(model, path)  # every reference checked before anything reads one
     if load_external:
         try:
             onnx.load_external_data_for_model(model, str(path.parent))
         except (onnx.checker.ValidationError, OSError, ValueError) as e:
-            raise ModelError(f"{path}: cannot load its external data ({first_line(e)})",
-                             hint="copy the model together with its .data file") from e
+            raise ModelError(
+                f"{path}: cannot load its external data ({first_line(e)})",
+                hint="copy the model together with its .data file",
+            ) from e
     return model
 
 
@@ -78,8 +83,10 @@ def check_model(model: onnx.ModelProto, path: Path, repairs: list[Any] | None = 
 
     problems = graph_problems(model.graph)  # the checker's own message for these loses the node name
     if problems:
-        raise ModelError(f"{path}: invalid ONNX graph: {problems[0]}", hint="fix the exporter or the graph; "
-                         "`deploykit inspect` shows the graph")
+        raise ModelError(
+            f"{path}: invalid ONNX graph: {problems[0]}",
+            hint="fix the exporter or the graph; `deploykit inspect` shows the graph",
+        )
     probe(model, path)  # a crash in onnx's C++ is refused here, not suffered
     if repairs is not None:
         from deploykit.graph import declared
@@ -93,8 +100,10 @@ def check_model(model: onnx.ModelProto, path: Path, repairs: list[Any] | None = 
         onnx.checker.check_model(str(path))
         return model
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise ModelError(f"{path}: invalid ONNX model: {first_line(e)}", hint="fix the exporter or the graph; "
-                         "`deploykit inspect` shows the graph") from e
+        raise ModelError(
+            f"{path}: invalid ONNX model: {first_line(e)}",
+            hint="fix the exporter or the graph; `deploykit inspect` shows the graph",
+        ) from e
 
 
 def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
@@ -105,8 +114,14 @@ def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
         onnx.save_model(model, str(path))
         return [path]
     data = path.with_suffix(".onnx.data")
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data.name, size_threshold=1024)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data.name,
+        size_threshold=1024,
+    )
     return [path, data]
 
 
@@ -139,7 +154,12 @@ def as_file(model: onnx.ModelProto) -> Iterator[Path]:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         external = model.ByteSize() >= PROTO_LIMIT
-        onnx.save_model(copy, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
-                        location="model.onnx.data", size_threshold=1024)
+        onnx.save_model(
+            copy,
+            str(path),
+            save_as_external_data=external,
+            all_tensors_to_one_file=True,
+            location="model.onnx.data",
+            size_threshold=1024,
+        )
         yield path
-

@@ -29,8 +29,11 @@ def inspect_model(path: Path, *, check_runtime: bool = True) -> dict[str, Any]:
     weights = {t.name for t in g.initializer}
     params, nbytes = _parameters(model)
     local = {(f.domain, f.name) for f in model.functions}
-    custom = [{"name": n.name, "op": n.op_type, "domain": n.domain, "has_body": (n.domain, n.op_type) in local}
-              for n in g.node if n.domain not in STANDARD_DOMAINS]
+    custom = [
+        {"name": n.name, "op": n.op_type, "domain": n.domain, "has_body": (n.domain, n.op_type) in local}
+        for n in g.node
+        if n.domain not in STANDARD_DOMAINS
+    ]
     info: dict[str, Any] = {
         "path": str(path),
         "file_bytes": path.stat().st_size + sum(f.stat().st_size for f in external_data_files(model, path)),
@@ -63,8 +66,11 @@ def _value(vi: onnx.ValueInfoProto) -> dict[str, Any]:
         return {"name": vi.name, "type": t.WhichOneof("value") or "unknown", "shape": None}
     tt = t.tensor_type
     dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else "unknown"
-    shape = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
-             if tt.HasField("shape") else None)
+    shape = (
+        [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        if tt.HasField("shape")
+        else None
+    )
     return {"name": vi.name, "type": dtype, "shape": shape}
 
 
@@ -129,8 +135,14 @@ def _probe_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
     local = {(f.domain, f.name) for f in model.functions}
     for index, node in enumerate(model.graph.node):
         if node.domain not in STANDARD_DOMAINS and (node.domain, node.op_type) not in local:
-            failing.append({"node": node.name or f"#{index}", "op": node.op_type, "domain": node.domain,
-                            "error": "custom op with no ONNX body: needs its custom-op library (or lower_plugins)"})
+            failing.append(
+                {
+                    "node": node.name or f"#{index}",
+                    "op": node.op_type,
+                    "domain": node.domain,
+                    "error": "custom op with no ONNX body: needs its custom-op library (or lower_plugins)",
+                }
+            )
             continue
         if any(True for _ in subgraphs(node)):
             continue  # a body reads outer tensors: it cannot be tried alone
@@ -145,8 +157,9 @@ def _probe_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
             except SessionError as e:
                 verdicts[key] = e.detail
         if verdicts[key]:
-            failing.append({"node": node.name or f"#{index}", "op": node.op_type, "domain": node.domain,
-                            "error": verdicts[key]})
+            failing.append(
+                {"node": node.name or f"#{index}", "op": node.op_type, "domain": node.domain, "error": verdicts[key]}
+            )
     return failing
 
 
@@ -161,8 +174,12 @@ def _single_node_model(model: onnx.ModelProto, node: onnx.NodeProto, types: dict
             return None  # an input we cannot type (a sequence, an unknown tensor): not probed
         tt = types[name].tensor_type
         inputs.append(helper.make_tensor_value_info(f"in{k}", tt.elem_type, None))
-    renamed = helper.make_node(node.op_type, [f"in{k}" if n else "" for k, n in enumerate(node.input)],
-                               [f"out{k}" if n else "" for k, n in enumerate(node.output)], domain=node.domain)
+    renamed = helper.make_node(
+        node.op_type,
+        [f"in{k}" if n else "" for k, n in enumerate(node.input)],
+        [f"out{k}" if n else "" for k, n in enumerate(node.output)],
+        domain=node.domain,
+    )
     renamed.attribute.extend(node.attribute)
     outputs = [_untyped(f"out{k}") for k, n in enumerate(node.output) if n]
     graph = helper.make_graph([renamed], "probe", inputs, outputs)

@@ -7,7 +7,8 @@ taking a ``graph`` accept a ``ModelProto`` too and then work on its main graph.
     structure   producers/consumers (subgraph reads count), node_reads, real_inputs, node_label
     validity    graph_problems (dangling inputs, cycles), find_cycle, toposort, remove_unused
     constants   constant_value, constant_node_value, constants_to_initializers
-    types       infer_shapes (lenient), tensor_types, float_tensors, graph_input_shapes, opset_version, ensure_opset, op_histogram
+    types       infer_shapes (lenient), tensor_types, float_tensors, graph_input_shapes, opset_version,
+                ensure_opset, op_histogram
     outputs     expose_tensors (intermediate tensors as outputs, for taps and diagnoses)
 """
 
@@ -146,8 +147,11 @@ def static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 def custom_ops(model: onnx.ModelProto) -> list[str]:
     """``domain::Op`` of nodes in non-standard domains that no model-local function defines."""
     local = {(f.domain, f.name) for f in model.functions}
-    ops = {f"{n.domain}::{n.op_type}" for n in model.graph.node
-           if n.domain not in STANDARD_DOMAINS and (n.domain, n.op_type) not in local}
+    ops = {
+        f"{n.domain}::{n.op_type}"
+        for n in model.graph.node
+        if n.domain not in STANDARD_DOMAINS and (n.domain, n.op_type) not in local
+    }
     return sorted(ops)
 
 
@@ -163,8 +167,10 @@ def graph_problems(graph: onnx.GraphProto, outer: Iterable[str] = ()) -> list[st
     for index, n in enumerate(graph.node):
         for name in node_reads(n):
             if name not in known and name not in made:
-                problems.append(f"node {node_label(n, index)} reads {name!r}, which no node, graph input "
-                                "or initializer provides (a dangling input)")
+                problems.append(
+                    f"node {node_label(n, index)} reads {name!r}, which no node, graph input "
+                    "or initializer provides (a dangling input)"
+                )
     for name in (o.name for o in graph.output):
         if name not in known and name not in made:
             problems.append(f"graph output {name!r} is produced by no node and is no graph input")
@@ -197,7 +203,7 @@ def find_cycle(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
                 continue
             if state.get(id(parent)) == 1:  # back edge: the cycle is the stack from parent on
                 chain = [n for n, _ in stack]
-                return list(reversed(chain[chain.index(parent):]))
+                return list(reversed(chain[chain.index(parent) :]))
             state[id(parent)] = 1
             stack.append((parent, iter(node_reads(parent))))
     return []
@@ -361,8 +367,11 @@ def float_tensors(model: Graph) -> list[str]:
 def tensor_types(graph: Graph) -> dict[str, int]:
     """Element type of every tensor the graph declares (inputs, outputs, value_info, initializers)."""
     g = main_graph(graph)
-    out = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]
-           if v.type.HasField("tensor_type")}
+    out = {
+        v.name: v.type.tensor_type.elem_type
+        for v in [*g.input, *g.value_info, *g.output]
+        if v.type.HasField("tensor_type")
+    }
     out.update({i.name: i.data_type for i in g.initializer})
     for node in g.node:  # Constant outputs are often missing from value_info
         if node.op_type == "Constant":

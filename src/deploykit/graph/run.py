@@ -43,14 +43,30 @@ from deploykit.errors import DataError, ModelError, UsageError, first_line
 if TYPE_CHECKING:
     import onnx
 
-PROVIDERS: dict[str, str] = dict(zip(values(Provider), ("CPUExecutionProvider", "CUDAExecutionProvider",
-                                                        "TensorrtExecutionProvider"), strict=True))
-_LEVELS = dict(zip(values(OptimizationLevel), ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED",
-                                               "ORT_ENABLE_ALL"), strict=True))
-_ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-               "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16", "tensor(int8)": "int8",
-               "tensor(uint64)": "uint64", "tensor(uint32)": "uint32", "tensor(uint16)": "uint16",
-               "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
+PROVIDERS: dict[str, str] = dict(
+    zip(values(Provider), ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"), strict=True)
+)
+_LEVELS = dict(
+    zip(
+        values(OptimizationLevel),
+        ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"),
+        strict=True,
+    )
+)
+_ORT_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint64)": "uint64",
+    "tensor(uint32)": "uint32",
+    "tensor(uint16)": "uint16",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
 _CPU = ["CPUExecutionProvider"]
 
 
@@ -72,8 +88,9 @@ class SessionError(ModelError):
         self.detail = detail
 
 
-def check_feeds(specs: Sequence[TensorSpec], feeds: Mapping[str, Any], subject: str = "the engine", *,
-                extra_ok: bool = False) -> None:
+def check_feeds(
+    specs: Sequence[TensorSpec], feeds: Mapping[str, Any], subject: str = "the engine", *, extra_ok: bool = False
+) -> None:
     """Raise a DataError naming the tensor when ``feeds`` do not fit ``specs``.
 
     Checked: every input is fed (and nothing else, unless ``extra_ok``); each array's dtype, rank
@@ -82,21 +99,27 @@ def check_feeds(specs: Sequence[TensorSpec], feeds: Mapping[str, Any], subject: 
     """
     expected = {s.name for s in specs}
     if not expected <= set(feeds) or (not extra_ok and set(feeds) != expected):
-        raise DataError(f"feeds {sorted(feeds)} do not match {subject}'s inputs {sorted(expected)}",
-                        hint=f"pass exactly one array per input of {subject}")
+        raise DataError(
+            f"feeds {sorted(feeds)} do not match {subject}'s inputs {sorted(expected)}",
+            hint=f"pass exactly one array per input of {subject}",
+        )
     for spec in specs:
         value = feeds[spec.name]
         if not isinstance(value, np.ndarray):
             continue
         want = _numpy_dtype(spec.dtype)
         if want is not None and value.dtype != want:
-            raise DataError(f"input {spec.name!r} is {value.dtype}, {subject} expects {want}",
-                            hint=f"convert the feed (numpy .astype) to {subject}'s input dtype")
+            raise DataError(
+                f"input {spec.name!r} is {value.dtype}, {subject} expects {want}",
+                hint=f"convert the feed (numpy .astype) to {subject}'s input dtype",
+            )
         if not spec.shape:
             continue  # a scalar, or a rank the runtime does not know
         if value.ndim != len(spec.shape):
-            raise DataError(f"input {spec.name!r} has shape {list(value.shape)}, {subject} expects rank "
-                            f"{len(spec.shape)} ({list(spec.shape)})")
+            raise DataError(
+                f"input {spec.name!r} has shape {list(value.shape)}, {subject} expects rank "
+                f"{len(spec.shape)} ({list(spec.shape)})"
+            )
         for axis, (size, dim) in enumerate(zip(value.shape, spec.shape, strict=True)):
             if isinstance(dim, int) and dim >= 0 and size != dim:
                 raise DataError(f"input {spec.name!r} axis {axis} is {size}, {subject} was built for {dim}")
@@ -150,8 +173,15 @@ class OrtSession(Session):
     rounded), so callers see the graph's own types.
     """
 
-    def __init__(self, session: Any, evaluator: str, *, declared: Mapping[str, str] | None = None,
-                 subject: str = "the model", extra_feeds_ok: bool = False) -> None:
+    def __init__(
+        self,
+        session: Any,
+        evaluator: str,
+        *,
+        declared: Mapping[str, str] | None = None,
+        subject: str = "the model",
+        extra_feeds_ok: bool = False,
+    ) -> None:
         self._session = session
         self.evaluator, self.subject, self.extra_feeds_ok = evaluator, subject, extra_feeds_ok
         self._declared = dict(declared or {})
@@ -175,15 +205,21 @@ class OrtSession(Session):
     def _feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Checked feeds for the session; FP16 feeds of an emulated graph become FP32 (exact)."""
         self.check_feeds(feeds)
-        return {k: v.astype(np.float32) if self._feed_types[k] == "tensor(float)" and isinstance(v, np.ndarray)
-                and v.dtype != np.float32 else v for k, v in feeds.items() if k in self._feed_types}
+        return {
+            k: v.astype(np.float32)
+            if self._feed_types[k] == "tensor(float)" and isinstance(v, np.ndarray) and v.dtype != np.float32
+            else v
+            for k, v in feeds.items()
+            if k in self._feed_types
+        }
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {}
         for name, value in self.run_all(feeds).items():
             want = self._declared.get(name)
-            out[name] = value.astype(want) if want and isinstance(value, np.ndarray) and value.dtype.name != want \
-                else value
+            out[name] = (
+                value.astype(want) if want and isinstance(value, np.ndarray) and value.dtype.name != want else value
+            )
         return out
 
     def run_all(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,9 +228,10 @@ class OrtSession(Session):
         try:
             values_ = self._session.run(self._output_names, prepared)
         except Exception as e:  # ORT's Fail/InvalidArgument/RuntimeException name the node that failed
-            raise ModelError(f"ONNX Runtime failed to run {self.subject} on inputs {_describe(prepared)}: "
-                             f"{first_line(e)}",
-                             hint="`deploykit inspect` shows the graph; check the dims the config allows") from e
+            raise ModelError(
+                f"ONNX Runtime failed to run {self.subject} on inputs {_describe(prepared)}: {first_line(e)}",
+                hint="`deploykit inspect` shows the graph; check the dims the config allows",
+            ) from e
         return dict(zip(self._output_names, values_, strict=True))
 
     def timed_runner(self, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
@@ -208,16 +245,27 @@ class OrtSession(Session):
 
 
 def _describe(feeds: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={list(getattr(v, 'shape', ()))} {getattr(v, 'dtype', type(v).__name__)}"
-                     for k, v in feeds.items())
+    return ", ".join(
+        f"{k}={list(getattr(v, 'shape', ()))} {getattr(v, 'dtype', type(v).__name__)}" for k, v in feeds.items()
+    )
 
 
 # -- making sessions -----------------------------------------------------------------------------
 
-def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator = "as_written", *,
-                      level: OptimizationLevel = "extended", threads: int = 0, expose: Iterable[str] = (),
-                      quiet: bool = False, failure: str = "", hint: str = "",
-                      profile_prefix: str | None = None, spin: bool = True) -> OrtSession:
+
+def session_from_onnx(
+    model: onnx.ModelProto | str | Path,
+    evaluator: Evaluator = "as_written",
+    *,
+    level: OptimizationLevel = "extended",
+    threads: int = 0,
+    expose: Iterable[str] = (),
+    quiet: bool = False,
+    failure: str = "",
+    hint: str = "",
+    profile_prefix: str | None = None,
+    spin: bool = True,
+) -> OrtSession:
     """A CPU session computing ``model`` the way ``evaluator`` says (see the module docstring).
 
     Args:
@@ -245,8 +293,11 @@ def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator 
         raise UsageError(f"evaluator {evaluator!r}: use {listed(Evaluator)}")
     if level not in _LEVELS:
         raise UsageError(f"optimization level {level!r}: use {listed(OptimizationLevel)}")
-    default = f"{model}: ONNX Runtime cannot load the model" if isinstance(model, (str, Path)) else \
-        "ONNX Runtime cannot run the graph"
+    default = (
+        f"{model}: ONNX Runtime cannot load the model"
+        if isinstance(model, (str, Path))
+        else "ONNX Runtime cannot run the graph"
+    )
     refusal = (failure or default, hint or "check the opset and custom ops with `deploykit inspect`")
     expose = tuple(expose)
     if evaluator == "as_written":
@@ -256,8 +307,14 @@ def session_from_onnx(model: onnx.ModelProto | str | Path, evaluator: Evaluator 
     return _as_ort_computes(model, level, threads, expose, quiet, refusal, profile_prefix, spin)
 
 
-def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], quiet: bool,
-                refusal: tuple[str, str], spin: bool = True) -> OrtSession:
+def _as_written(
+    model: onnx.ModelProto,
+    threads: int,
+    expose: tuple[str, ...],
+    quiet: bool,
+    refusal: tuple[str, str],
+    spin: bool = True,
+) -> OrtSession:
     import onnxruntime as ort
 
     from deploykit.graph.emulate import (
@@ -277,13 +334,24 @@ def _as_written(model: onnx.ModelProto, threads: int, expose: tuple[str, ...], q
         graph = expose_tensors(graph, expose)
     how = "FP16 tensors emulated (FP32 compute, each FP16 tensor rounded to FP16)" if emulate else "FP32 graph"
     session = _from_proto(graph, session_options("disabled", threads, quiet=quiet, spin=spin), (), refusal)
-    return OrtSession(session, f"as written: {how}; onnxruntime {ort.__version__} CPU, graph optimizations off",
-                      declared=declared_dtypes(model), extra_feeds_ok=True)
+    return OrtSession(
+        session,
+        f"as written: {how}; onnxruntime {ort.__version__} CPU, graph optimizations off",
+        declared=declared_dtypes(model),
+        extra_feeds_ok=True,
+    )
 
 
-def _as_ort_computes(model: onnx.ModelProto | str | Path, level: str, threads: int, expose: tuple[str, ...],
-                     quiet: bool, refusal: tuple[str, str], profile_prefix: str | None = None,
-                     spin: bool = True) -> OrtSession:
+def _as_ort_computes(
+    model: onnx.ModelProto | str | Path,
+    level: str,
+    threads: int,
+    expose: tuple[str, ...],
+    quiet: bool,
+    refusal: tuple[str, str],
+    profile_prefix: str | None = None,
+    spin: bool = True,
+) -> OrtSession:
     import onnxruntime as ort
 
     from deploykit.graph.emulate import ort_disabled_optimizers
@@ -307,8 +375,15 @@ def _as_ort_computes(model: onnx.ModelProto | str | Path, level: str, threads: i
     return OrtSession(session, evaluator, extra_feeds_ok=True)
 
 
-def session_from_engine(path: Path, evaluator: str, *, provider: Provider = "cpu", level: OptimizationLevel = "disabled",
-                        threads: int = 0, profile_prefix: str | None = None) -> OrtSession:
+def session_from_engine(
+    path: Path,
+    evaluator: str,
+    *,
+    provider: Provider = "cpu",
+    level: OptimizationLevel = "disabled",
+    threads: int = 0,
+    profile_prefix: str | None = None,
+) -> OrtSession:
     """The onnxruntime backend's saved model at ``path``, on ``provider`` (CPU as fallback), at ``level``.
 
     ``profile_prefix``: ONNX Runtime records a per-node profile of every run to ``<prefix>_<time>.json``
@@ -318,9 +393,13 @@ def session_from_engine(path: Path, evaluator: str, *, provider: Provider = "cpu
     options = session_options(level, threads)
     if profile_prefix is not None:
         options.enable_profiling, options.profile_file_prefix = True, profile_prefix
-    session = _inference_session(str(path), options, providers, (),
-                                 (f"{path}: ONNX Runtime cannot load the model",
-                                  "check the opset and custom ops with `deploykit inspect`"))
+    session = _inference_session(
+        str(path),
+        options,
+        providers,
+        (),
+        (f"{path}: ONNX Runtime cannot load the model", "check the opset and custom ops with `deploykit inspect`"),
+    )
     return OrtSession(session, evaluator, subject="the engine")
 
 
@@ -336,9 +415,16 @@ def optimize_offline(onnx_path: Path, out_path: Path, *, level: OptimizationLeve
     disabled = ort_disabled_optimizers(onnx.load(str(onnx_path), load_external_data=False))
     options = session_options(level, threads)
     options.optimized_model_filepath = str(out_path)
-    _inference_session(str(onnx_path), options, _CPU, disabled,
-                       (f"{onnx_path}: ONNX Runtime cannot build the model",
-                        "check the opset and custom ops with `deploykit inspect`"))
+    _inference_session(
+        str(onnx_path),
+        options,
+        _CPU,
+        disabled,
+        (
+            f"{onnx_path}: ONNX Runtime cannot build the model",
+            "check the opset and custom ops with `deploykit inspect`",
+        ),
+    )
     return disabled
 
 
@@ -353,8 +439,10 @@ def default_threads() -> int:
     if not raw:
         return 0
     if not raw.isdigit() or int(raw) > 1024:
-        raise UsageError(f"{THREADS_ENV}={raw!r}: expected a thread count from 0 to 1024",
-                         hint="0 (or unset) lets ONNX Runtime use one thread per core")
+        raise UsageError(
+            f"{THREADS_ENV}={raw!r}: expected a thread count from 0 to 1024",
+            hint="0 (or unset) lets ONNX Runtime use one thread per core",
+        )
     return int(raw)
 
 
@@ -391,8 +479,9 @@ def _from_proto(model: onnx.ModelProto, options: Any, disabled: tuple[str, ...],
     return _inference_session(model.SerializeToString(), options, _CPU, disabled, refusal)
 
 
-def _inference_session(source: str | bytes, options: Any, providers: list[str], disabled: tuple[str, ...],
-                       refusal: tuple[str, str]) -> Any:
+def _inference_session(
+    source: str | bytes, options: Any, providers: list[str], disabled: tuple[str, ...], refusal: tuple[str, str]
+) -> Any:
     """The one place an ``onnxruntime.InferenceSession`` is made."""
     import onnxruntime as ort
 
@@ -404,6 +493,7 @@ def _inference_session(source: str | bytes, options: Any, providers: list[str], 
 
 
 # -- execution providers -------------------------------------------------------------------------
+
 
 @functools.cache
 def provider_problem(provider: Provider) -> str:
@@ -420,8 +510,11 @@ def provider_problem(provider: Provider) -> str:
     if provider == "cpu":
         return ""
     try:
-        with _captured_stderr() as log, contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with (
+            _captured_stderr() as log,
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             session = _inference_session(_identity_model(), None, [name, *_CPU], (), (name, ""))
     except SessionError as e:
         return f"{name} cannot start: {e.detail[:300]}"
@@ -459,5 +552,16 @@ def _identity_model() -> bytes:
     return model.SerializeToString()
 
 
-__all__ = ["PROVIDERS", "OrtSession", "Session", "SessionError", "TensorSpec", "check_feeds",
-           "optimize_offline", "provider_problem", "session_from_engine", "session_from_onnx", "session_options"]
+__all__ = [
+    "PROVIDERS",
+    "OrtSession",
+    "Session",
+    "SessionError",
+    "TensorSpec",
+    "check_feeds",
+    "optimize_offline",
+    "provider_problem",
+    "session_from_engine",
+    "session_from_onnx",
+    "session_options",
+]

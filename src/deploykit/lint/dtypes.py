@@ -44,9 +44,7 @@ def _unsupported_neighbour(view: GraphView, table: SupportTable, tensor: str) ->
         return support is not None and not support.supported
 
     node = view.producer.get(tensor)
-    return (node is not None and refused(node.op_type)) or any(
-        refused(r.op_type) for r in view.readers(tensor)
-    )
+    return (node is not None and refused(node.op_type)) or any(refused(r.op_type) for r in view.readers(tensor))
 
 
 def _producer_label(view: GraphView, name: str) -> tuple[str, str]:
@@ -108,12 +106,7 @@ def _qdq_tensor(view: GraphView, name: str) -> bool:
 def _uint8(view: GraphView, table: SupportTable) -> Iterator[Issue]:
     io = set(view.inputs) | set(view.outputs)
     for name, dtype in view.types.items():
-        if (
-            dtype != T.UINT8
-            or name in io
-            or _qdq_tensor(view, name)
-            or _unsupported_neighbour(view, table, name)
-        ):
+        if dtype != T.UINT8 or name in io or _qdq_tensor(view, name) or _unsupported_neighbour(view, table, name):
             continue
         readers = view.readers(name)
         if readers and all(r.op_type == "Cast" for r in readers) and name in view.initializers:
@@ -124,8 +117,7 @@ def _uint8(view: GraphView, table: SupportTable) -> Iterator[Issue]:
             "error",
             label,
             op,
-            f"tensor {name!r} is UINT8 inside the network: TensorRT has "
-            "UINT8 only as a network input or output",
+            f"tensor {name!r} is UINT8 inside the network: TensorRT has UINT8 only as a network input or output",
             "compute it in INT32 or a float type (cast it)",
         )
 

@@ -68,16 +68,9 @@ class Finding:
 
     def line(self) -> str:
         """``error op.unsupported 'q' (ConvInteger) [TensorRT 10.13, 11]: ...; fix: ...``"""
-        where = (
-            f"{self.node!r} ({self.op})"
-            if self.node and self.op
-            else repr(self.node)
-            if self.node
-            else "model"
-        )
-        return (
-            f"{self.severity} {self.rule} {where} [TensorRT {', '.join(self.versions)}]: {self.message}"
-            + (f"; fix: {self.fix}" if self.fix else "")
+        where = f"{self.node!r} ({self.op})" if self.node and self.op else repr(self.node) if self.node else "model"
+        return f"{self.severity} {self.rule} {where} [TensorRT {', '.join(self.versions)}]: {self.message}" + (
+            f"; fix: {self.fix}" if self.fix else ""
         )
 
 

@@ -106,10 +106,8 @@ def _opset(view: GraphView, table: SupportTable) -> Iterator[Issue]:
             "warning",
             "",
             "",
-            f"the model is opset {view.opset}; the parser documents opsets "
-            f"{table.opset_min} to {table.opset_max}",
-            f"convert it (surgery `convert_opset` to "
-            f"{min(max(view.opset, table.opset_min), table.opset_max)})",
+            f"the model is opset {view.opset}; the parser documents opsets {table.opset_min} to {table.opset_max}",
+            f"convert it (surgery `convert_opset` to {min(max(view.opset, table.opset_min), table.opset_max)})",
         )
 
 
@@ -161,9 +159,7 @@ def attention_outputs(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 def attention_attributes(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     return [
-        ("error", f"attribute {a} is not supported")
-        for a in ("qk_matmul_output_mode", "softcap")
-        if _attr(node, a)
+        ("error", f"attribute {a} is not supported") for a in ("qk_matmul_output_mode", "softcap") if _attr(node, a)
     ]
 
 
@@ -209,9 +205,7 @@ def cast_target(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 def constant_dense(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     found = [a.name for a in node.attribute if a.name in ("sparse_value", "value_string", "value_strings")]
-    return (
-        [("error", f"attribute {found[0]} is not supported (dense numeric constants only)")] if found else []
-    )
+    return [("error", f"attribute {found[0]} is not supported (dense numeric constants only)")] if found else []
 
 
 def constant_of_shape_value(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
@@ -258,9 +252,7 @@ def dropout_inference(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     if value is None:
         return [("error", f"training_mode ({name!r}) must be a constant False")]
     return (
-        [("error", "training_mode is True; TensorRT runs Dropout in inference mode only")]
-        if bool(value.any())
-        else []
+        [("error", "training_mode is True; TensorRT runs Dropout in inference mode only")] if bool(value.any()) else []
     )
 
 
@@ -271,8 +263,7 @@ def einsum_equation(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
         return [
             (
                 "error",
-                f"equation {equation!r} uses {', '.join(map(repr, bad))}: the parser takes lower-case "
-                "subscripts only",
+                f"equation {equation!r} uses {', '.join(map(repr, bad))}: the parser takes lower-case subscripts only",
             )
         ]
     return []
@@ -313,9 +304,7 @@ def hardmax_axis_static(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
 
 
 def if_branches(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    then, other = (
-        next((a.g for a in node.attribute if a.name == k), None) for k in ("then_branch", "else_branch")
-    )
+    then, other = (next((a.g for a in node.attribute if a.name == k), None) for k in ("then_branch", "else_branch"))
     if then is None or other is None:
         return []
     if len(then.output) != len(other.output):
@@ -324,10 +313,7 @@ def if_branches(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     for a, b in zip(then.output, other.output, strict=True):
         if a.name == b.name:
             out.append(("error", f"both branches name an output {a.name!r}; they must differ"))
-        ranks = [
-            len(v.type.tensor_type.shape.dim) if v.type.tensor_type.HasField("shape") else None
-            for v in (a, b)
-        ]
+        ranks = [len(v.type.tensor_type.shape.dim) if v.type.tensor_type.HasField("shape") else None for v in (a, b)]
         if None not in ranks and ranks[0] != ranks[1]:
             out.append(
                 (
@@ -466,11 +452,7 @@ def tensorscatter_layout(view: GraphView, node: onnx.NodeProto) -> list[Problem]
 
 
 def topk_sorted(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
-    return (
-        [("error", "sorted=0: TensorRT's TopK returns sorted results only")]
-        if _attr(node, "sorted", 1) == 0
-        else []
-    )
+    return [("error", "sorted=0: TensorRT's TopK returns sorted results only")] if _attr(node, "sorted", 1) == 0 else []
 
 
 TOPK_MAX_K = 3840

@@ -28,9 +28,7 @@ from deploykit.lint.tables import SupportTable
 from deploykit.lint.view import ONNX_DOMAINS, GraphView, first_attribute
 
 PLUGIN_ATTRIBUTES = ("plugin_version", "plugin_namespace")
-BUILD_FIX = (
-    "build the plugins (`deploykit plugins build`) and pass the library: --plugins LIB (build.plugins)"
-)
+BUILD_FIX = "build the plugins (`deploykit plugins build`) and pass the library: --plugins LIB (build.plugins)"
 
 
 @dataclass(frozen=True)
@@ -155,10 +153,8 @@ def _custom(
             "warning",
             label,
             op,
-            f"the parser ignores the domain {node.domain!r} and imports "
-            f"this node as the ONNX operator {name}",
-            "check it computes what ONNX's "
-            f"{name} does, or give it a plugin_namespace attribute and a plugin",
+            f"the parser ignores the domain {node.domain!r} and imports this node as the ONNX operator {name}",
+            f"check it computes what ONNX's {name} does, or give it a plugin_namespace attribute and a plugin",
         )
         return
     if any(lib.provides(name, namespace) for lib in libs):

@@ -97,8 +97,7 @@ def _node(view: GraphView, node: onnx.NodeProto, qtype: int | None) -> Iterator[
             "error",
             label,
             op,
-            "dequantizes an INT32 tensor (a quantized bias, as ONNX Runtime "
-            "writes it): TensorRT has no INT32 Q/DQ",
+            "dequantizes an INT32 tensor (a quantized bias, as ONNX Runtime writes it): TensorRT has no INT32 Q/DQ",
             TARGET_FIX,
         )
         return
@@ -109,8 +108,7 @@ def _node(view: GraphView, node: onnx.NodeProto, qtype: int | None) -> Iterator[
             "warning",
             label,
             op,
-            "UINT8 Q/DQ: TensorRT imports it as INT8, so values above 127 "
-            "clip (TensorRT has no UINT8 quantization)",
+            "UINT8 Q/DQ: TensorRT imports it as INT8, so values above 127 clip (TensorRT has no UINT8 quantization)",
             TARGET_FIX,
         )
     elif qtype is not None and qtype not in ALLOWED:
@@ -251,19 +249,13 @@ def _granularity(
             "error",
             label,
             op,
-            f"per-channel scale ({scale.size} values) on an activation: "
-            "TensorRT quantizes activations per tensor",
+            f"per-channel scale ({scale.size} values) on an activation: TensorRT quantizes activations per tensor",
             "quantize activations per tensor (one scale)",
         )
         return
     shape = view.shapes.get(data)
     axis = first_attribute(node, "axis", 1)
-    if (
-        shape
-        and -len(shape) <= axis < len(shape)
-        and isinstance(shape[axis], int)
-        and shape[axis] != scale.size
-    ):
+    if shape and -len(shape) <= axis < len(shape) and isinstance(shape[axis], int) and shape[axis] != scale.size:
         yield Issue(
             "qdq.axis",
             "error",
@@ -286,9 +278,7 @@ def _granularity(
 
 def _from_constant_q(view: GraphView, name: str) -> bool:
     producer = view.producer.get(name)
-    return (
-        producer is not None and producer.op_type == "QuantizeLinear" and view.is_constant(producer.input[0])
-    )
+    return producer is not None and producer.op_type == "QuantizeLinear" and view.is_constant(producer.input[0])
 
 
 def _weight_axis(view: GraphView, node: onnx.NodeProto, shape: list | None) -> int | None:

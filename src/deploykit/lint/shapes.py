@@ -69,9 +69,7 @@ def _profiles(view: GraphView, profiles: Profiles | None) -> Iterator[Issue]:
         try:
             validate_profiles({name: shapes}, {name: dims[name]} if name in dims else dims, "the model")
         except ConfigError as e:
-            yield Issue(
-                "shape.profile", "error", name, "", e.message, e.hint or "fix the input's min/opt/max shapes"
-            )
+            yield Issue("shape.profile", "error", name, "", e.message, e.hint or "fix the input's min/opt/max shapes")
     for name, shape in dims.items():
         if name not in given and not all(is_fixed(d) for d in shape):
             yield Issue(

@@ -61,12 +61,8 @@ class SupportTable:
     opset_min: int
     opset_max: int
     ops: dict[str, OpSupport]
-    builtin_plugins: dict[str, dict[str, list[str]]] = field(
-        default_factory=dict
-    )  # name -> versions, deprecated
-    removed_plugins: dict[str, list[str]] = field(
-        default_factory=dict
-    )  # name -> versions gone in this release
+    builtin_plugins: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # name -> versions, deprecated
+    removed_plugins: dict[str, list[str]] = field(default_factory=dict)  # name -> versions gone in this release
 
     @property
     def major(self) -> int:

@@ -26,9 +26,7 @@ if TYPE_CHECKING:
     import onnx
 
 ONNX_DOMAINS = frozenset({"", "ai.onnx"})
-MAX_CONSTANT_ELEMENTS = (
-    1 << 24
-)  # a constant larger than this is not read for a check (weights, not parameters)
+MAX_CONSTANT_ELEMENTS = 1 << 24  # a constant larger than this is not read for a check (weights, not parameters)
 
 
 @dataclass(frozen=True)

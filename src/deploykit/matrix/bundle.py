@@ -41,8 +41,10 @@ def bundle_model(config_path: Path, config: Config) -> Bundle:
     for p in dict.fromkeys(paths):
         total += p.stat().st_size
         if total > MAX_BYTES:
-            raise ConfigError(f"{config_path}: the files this model needs exceed {MAX_BYTES >> 30} GiB (at {p})",
-                              hint="use a store and data reachable from every node (transfer: shared)")
+            raise ConfigError(
+                f"{config_path}: the files this model needs exceed {MAX_BYTES >> 30} GiB (at {p})",
+                hint="use a store and data reachable from every node (transfer: shared)",
+            )
         files[p.relative_to(root).as_posix()] = p.read_bytes()
     rel = config_path.relative_to(root).as_posix()
     files.setdefault(rel, config_path.read_bytes())
@@ -104,8 +106,10 @@ def materialize(bundle: Bundle, root: Path) -> Path:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
             if _digest({n: (tmp / n).read_bytes() for n in bundle.files}, bundle.config) != bundle.digest:
-                raise ArtifactCorrupt(f"model bundle {bundle.digest[:12]} arrived altered",
-                                      hint="rerun the matrix; the transfer changed the files")
+                raise ArtifactCorrupt(
+                    f"model bundle {bundle.digest[:12]} arrived altered",
+                    hint="rerun the matrix; the transfer changed the files",
+                )
             (tmp / _DONE).write_text(bundle.digest)
             try:
                 os.rename(tmp, final)

@@ -56,9 +56,23 @@ class _State:
 
 
 class Driver:
-    def __init__(self, name: str, plan: Plan, executor: Executor, store: Store, view: View | None = None,
-                 rerun: tuple[str, ...] = ()) -> None:
-        self.name, self.plan, self.executor, self.store, self.view, self.rerun = name, plan, executor, store, view, rerun
+    def __init__(
+        self,
+        name: str,
+        plan: Plan,
+        executor: Executor,
+        store: Store,
+        view: View | None = None,
+        rerun: tuple[str, ...] = (),
+    ) -> None:
+        self.name, self.plan, self.executor, self.store, self.view, self.rerun = (
+            name,
+            plan,
+            executor,
+            store,
+            view,
+            rerun,
+        )
         self.states = {jid: _State(job) for jid, job in plan.jobs.items()}
         self.start = time.perf_counter()
         self.interrupted = False
@@ -81,12 +95,22 @@ class Driver:
             reason = unsatisfiable(state.job.requests, nodes)
             if reason:
                 what = f"target {targets[state.job.id]}" if state.job.kind == "cell" else "a shared job"
-                self._close(state, error_record(EnvironmentProblem(
-                    f"{what} cannot be scheduled: {reason}",
-                    hint="fix the target's resources in the matrix file, or add a node that has them")), "failed")
+                self._close(
+                    state,
+                    error_record(
+                        EnvironmentProblem(
+                            f"{what} cannot be scheduled: {reason}",
+                            hint="fix the target's resources in the matrix file, or add a node that has them",
+                        )
+                    ),
+                    "failed",
+                )
         for state in reversed(list(self.states.values())):  # shared work no schedulable cell needs
-            if state.job.kind == "shared" and state.status == "waiting" and all(
-                    self.states[c].status != "waiting" for c in state.job.cells):
+            if (
+                state.job.kind == "shared"
+                and state.status == "waiting"
+                and all(self.states[c].status != "waiting" for c in state.job.cells)
+            ):
                 self._close(state, RunRecord(error="no cell that needs it can be scheduled"), "skipped")
 
     def _step(self) -> bool:
@@ -111,8 +135,11 @@ class Driver:
             bad = next((d for d in deps if d.status in ("failed", "skipped")), None)
             if bad is not None:
                 record = bad.record or RunRecord(exit_code=70, error="no record")
-                self._close(state, RunRecord(exit_code=record.exit_code,
-                                             error=f"shared job {bad.job.id} failed: {record.error}"), "skipped")
+                self._close(
+                    state,
+                    RunRecord(exit_code=record.exit_code, error=f"shared job {bad.job.id} failed: {record.error}"),
+                    "skipped",
+                )
                 continue
             if all(d.status == "done" for d in deps) and self.executor.can_start(state.job):
                 self._submit(state)
@@ -131,8 +158,9 @@ class Driver:
                 inputs.append((f"seed:{job.id}", seed))
         shared = {name for j in self.plan.jobs.values() if j.kind == "shared" for name in j.stages}
         owned = set(job.stages) if job.kind == "shared" else {s for s in self.rerun if s not in shared}
-        spec = JobSpec(job.id, str(job.config_path), job.overrides, job.until,
-                       tuple(s for s in self.rerun if s in owned))
+        spec = JobSpec(
+            job.id, str(job.config_path), job.overrides, job.until, tuple(s for s in self.rerun if s in owned)
+        )
         state.submitted = time.time()
         self.executor.submit(job, spec, inputs)
         state.status = "running"
@@ -159,8 +187,14 @@ class Driver:
                 state.stage = event.get("stage", "")
             elif name == "stage_end":
                 state.stage = ""
-                state.live.append(StageRun(event.get("stage", ""), event.get("status", ""),
-                                           float(event.get("seconds", 0.0)), event.get("digest", "")))
+                state.live.append(
+                    StageRun(
+                        event.get("stage", ""),
+                        event.get("status", ""),
+                        float(event.get("seconds", 0.0)),
+                        event.get("digest", ""),
+                    )
+                )
 
     def _finish(self, state: _State, outcome: JobOutcome | DeployKitError) -> None:
         state.wall = round(time.time() - state.submitted, 4)
@@ -192,8 +226,16 @@ class Driver:
         cells = tuple(self._cell(c, final) for c in self.plan.cells)
         jobs = tuple(self._job(s) for s in self.states.values() if s.job.kind == "shared")
         nodes = tuple(sorted({s.node for s in self.states.values() if s.node}))
-        return R.MatrixResult(self.name, self.executor.name, self.store.root,
-                              time.perf_counter() - self.start, cells, jobs, self.interrupted and final, nodes)
+        return R.MatrixResult(
+            self.name,
+            self.executor.name,
+            self.store.root,
+            time.perf_counter() - self.start,
+            cells,
+            jobs,
+            self.interrupted and final,
+            nodes,
+        )
 
     @staticmethod
     def _queued(state: _State) -> float:
@@ -201,9 +243,21 @@ class Driver:
 
     def _job(self, state: _State) -> R.JobResult:
         record = state.record or RunRecord()
-        return R.JobResult(state.job.id, state.job.kind, state.job.stages, record.stages or tuple(state.live), record.exit_code,
-                           record.error, state.attempts, state.node, state.seconds, len(state.job.cells),
-                           state.wall, self._queued(state), state.transfer)
+        return R.JobResult(
+            state.job.id,
+            state.job.kind,
+            state.job.stages,
+            record.stages or tuple(state.live),
+            record.exit_code,
+            record.error,
+            state.attempts,
+            state.node,
+            state.seconds,
+            len(state.job.cells),
+            state.wall,
+            self._queued(state),
+            state.transfer,
+        )
 
     def _cell(self, cell: Cell, final: bool) -> R.CellResult:
         base = {"id": cell.id, "model": cell.model, "precision": cell.precision, "target": cell.target.name}
@@ -213,14 +267,40 @@ class Driver:
         record = state.record
         shared = tuple(self.plan.jobs[cell.id].deps)
         if record is None:  # still to finish (a live view), or stopped by an interrupt
-            status = R.INTERRUPTED if final else f"running {state.stage}".strip() if state.status == "running" \
-                else "waiting"
-            return R.CellResult(**base, status=status, exit_code=130 if final else 0, attempts=state.attempts,
-                                node=state.node, stages=tuple(state.live), shared=shared)
-        status = R.SKIPPED if state.status == "skipped" else R.PASSED if record.exit_code == 0 else \
-            R.FAILED if is_gate_failure(record.exit_code) else R.ERROR
-        return R.CellResult(**base, status=status, exit_code=record.exit_code, error=record.error,
-                            attempts=state.attempts, node=state.node, seconds=state.seconds, wall=state.wall,
-                            queued=self._queued(state),
-                            stages=record.stages,
-                            shared=shared, parity=record.parity, gate=record.gate, transfer=state.transfer)
+            status = (
+                R.INTERRUPTED if final else f"running {state.stage}".strip() if state.status == "running" else "waiting"
+            )
+            return R.CellResult(
+                **base,
+                status=status,
+                exit_code=130 if final else 0,
+                attempts=state.attempts,
+                node=state.node,
+                stages=tuple(state.live),
+                shared=shared,
+            )
+        status = (
+            R.SKIPPED
+            if state.status == "skipped"
+            else R.PASSED
+            if record.exit_code == 0
+            else R.FAILED
+            if is_gate_failure(record.exit_code)
+            else R.ERROR
+        )
+        return R.CellResult(
+            **base,
+            status=status,
+            exit_code=record.exit_code,
+            error=record.error,
+            attempts=state.attempts,
+            node=state.node,
+            seconds=state.seconds,
+            wall=state.wall,
+            queued=self._queued(state),
+            stages=record.stages,
+            shared=shared,
+            parity=record.parity,
+            gate=record.gate,
+            transfer=state.transfer,
+        )

@@ -21,9 +21,17 @@ Completion = tuple[str, "JobOutcome | EnvironmentProblem"]
 
 # Imported once in the fork server, so each worker starts with them loaded instead of importing them
 # again (seconds each on a busy machine). ORT's quantizer pulls in torch: only when a cell quantizes.
-PRELOAD = ("deploykit.matrix.worker", "deploykit.pipeline.runner", "deploykit.stages.ingest", "deploykit.stages.surgery",
-           "deploykit.stages.build", "deploykit.stages.parity", "deploykit.stages.gate", "deploykit.backends.onnxruntime",
-           "onnxruntime")
+PRELOAD = (
+    "deploykit.matrix.worker",
+    "deploykit.pipeline.runner",
+    "deploykit.stages.ingest",
+    "deploykit.stages.surgery",
+    "deploykit.stages.build",
+    "deploykit.stages.parity",
+    "deploykit.stages.gate",
+    "deploykit.backends.onnxruntime",
+    "onnxruntime",
+)
 PRELOAD_QUANTIZE = ("deploykit.stages.quantize", "deploykit.quant.quantize", "onnxruntime.quantization")
 
 
@@ -91,9 +99,15 @@ class LocalExecutor:
     def _died(self, job: Job, spec: JobSpec) -> list[Completion]:
         self._deaths[job.id] = self._deaths.get(job.id, 0) + 1
         if self._deaths[job.id] > self.retries:
-            return [(job.id, EnvironmentProblem(
-                f"{job.id}: the worker process died {self._deaths[job.id]} times (retries: {self.retries})",
-                hint="look for an out-of-memory kill (dmesg); lower --jobs or raise the target's CPU request"))]
+            return [
+                (
+                    job.id,
+                    EnvironmentProblem(
+                        f"{job.id}: the worker process died {self._deaths[job.id]} times (retries: {self.retries})",
+                        hint="look for an out-of-memory kill (dmesg); lower --jobs or raise the target's CPU request",
+                    ),
+                )
+            ]
         self.submit(job, spec, [])
         return []
 

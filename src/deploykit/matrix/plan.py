@@ -73,19 +73,30 @@ def shared_stages(stages: list[Stage]) -> list[Stage]:
     return out
 
 
-def cell_overrides(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str,
-                   extra: dict[str, Any]) -> dict[str, Any]:
+def cell_overrides(
+    spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, extra: dict[str, Any]
+) -> dict[str, Any]:
     """Matrix, model, target and command-line overrides; the cell's own precision and backend win."""
-    return {**spec.overrides, **model.overrides, **target.overrides, **extra,
-            "quantize.precision": precision, "build.backend": target.backend}
+    return {
+        **spec.overrides,
+        **model.overrides,
+        **target.overrides,
+        **extra,
+        "quantize.precision": precision,
+        "build.backend": target.backend,
+    }
 
 
 def make_plan(spec: MatrixSpec, models: list[Model], store: Store, extra: dict[str, Any] | None = None) -> Plan:
     """Every cell (model x precision x target) with its config checked, and the jobs that run them."""
     planned: dict[Any, Any] = {}  # cells whose configs are the same are planned once; files read once
     targets = {t.name: (digest_value(canonical(t)), canonical_json(t.overrides)) for t in spec.targets}
-    cells = [_cell(spec, m, t, p, store, extra or {}, planned, *targets[t.name])
-             for m in models for p in spec.precisions for t in spec.targets]
+    cells = [
+        _cell(spec, m, t, p, store, extra or {}, planned, *targets[t.name])
+        for m in models
+        for p in spec.precisions
+        for t in spec.targets
+    ]
     jobs, by_key = _shared_jobs(cells)
     requests = {t.name: t.requests() for t in spec.targets}
     out = []
@@ -95,10 +106,31 @@ def make_plan(spec: MatrixSpec, models: list[Model], store: Store, extra: dict[s
             continue
         shared = by_key.get(c.chain[-1][1]) if c.chain else None
         # not dataclasses.replace(): three times faster, and a matrix has up to 10,000 cells
-        c = Cell(c.id, c.model, c.precision, c.target, c.config_path, c.overrides, c.chain,
-                 shared.id if shared else "", None, c.key)
-        jobs[c.id] = Job(c.id, "cell", c.model, c.config_path, c.overrides, None, (),
-                         (*shared.deps, shared.id) if shared else (), requests[c.target.name], c.key, (c.id,))
+        c = Cell(
+            c.id,
+            c.model,
+            c.precision,
+            c.target,
+            c.config_path,
+            c.overrides,
+            c.chain,
+            shared.id if shared else "",
+            None,
+            c.key,
+        )
+        jobs[c.id] = Job(
+            c.id,
+            "cell",
+            c.model,
+            c.config_path,
+            c.overrides,
+            None,
+            (),
+            (*shared.deps, shared.id) if shared else (),
+            requests[c.target.name],
+            c.key,
+            (c.id,),
+        )
         out.append(c)
     return Plan(spec, tuple(models), tuple(out), jobs)
 
@@ -112,8 +144,17 @@ class _Planned:
     error: DeployKitError | None = None
 
 
-def _cell(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, store: Store,
-          extra: dict[str, Any], planned: dict[Any, Any], target_digest: str, target_overrides: str) -> Cell:
+def _cell(
+    spec: MatrixSpec,
+    model: Model,
+    target: TargetSpec,
+    precision: str,
+    store: Store,
+    extra: dict[str, Any],
+    planned: dict[Any, Any],
+    target_digest: str,
+    target_overrides: str,
+) -> Cell:
     overrides = cell_overrides(spec, model, target, precision, extra)
     cell_id = f"{model.id}/{precision}/{target.name}"
     # what the overrides are made of, but the target's name: targets that differ only by name plan alike
@@ -122,8 +163,17 @@ def _cell(spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, st
         planned[memo] = _plan_config(model.path, overrides, store, planned)
     done = planned[memo]
     key = hashlib.sha256(f"{cell_id}\0{done.config}\0{target_digest}".encode()).hexdigest()
-    return Cell(cell_id, model.id, precision, target, model.path, overrides, done.chain,
-                error=done.error, key=f"matrix-{key[:24]}" if done.error is None else "")
+    return Cell(
+        cell_id,
+        model.id,
+        precision,
+        target,
+        model.path,
+        overrides,
+        done.chain,
+        error=done.error,
+        key=f"matrix-{key[:24]}" if done.error is None else "",
+    )
 
 
 def _plan_config(path: Path, overrides: dict[str, Any], store: Store, planned: dict[Any, Any]) -> _Planned:
@@ -145,8 +195,15 @@ def shared_chain(config: Config, store: Store) -> tuple[tuple[str, str], ...]:
     for stage in shared_stages(default_stages()):
         if not stage.applies(ctx):
             continue
-        parent = digest_value({"stage": stage.name, "version": stage.version, "parent": parent,
-                               "config": canonical(stage.key_config(ctx)), "env": stage.key_env(ctx)})
+        parent = digest_value(
+            {
+                "stage": stage.name,
+                "version": stage.version,
+                "parent": parent,
+                "config": canonical(stage.key_config(ctx)),
+                "env": stage.key_env(ctx),
+            }
+        )
         chain.append((stage.name, parent))
     return tuple(chain)
 
@@ -186,9 +243,19 @@ def _shared_jobs(cells: list[Cell]) -> tuple[dict[str, Job], dict[str, Job]]:
             up = nodes[up].parent
         dep = by_key.get(up)
         first = node.cells[0]
-        job = Job(f"{first.model}:{'+'.join(owned)}:{key[:6]}", "shared", first.model, first.config_path,
-                  first.overrides, node.stage, tuple(owned), (*dep.deps, dep.id) if dep else (), {"CPU": 1.0},
-                  f"matrix-{key[:24]}", tuple(c.id for c in node.cells))
+        job = Job(
+            f"{first.model}:{'+'.join(owned)}:{key[:6]}",
+            "shared",
+            first.model,
+            first.config_path,
+            first.overrides,
+            node.stage,
+            tuple(owned),
+            (*dep.deps, dep.id) if dep else (),
+            {"CPU": 1.0},
+            f"matrix-{key[:24]}",
+            tuple(c.id for c in node.cells),
+        )
         jobs[job.id] = by_key[key] = job
     return jobs, by_key
 
@@ -199,8 +266,10 @@ def unsatisfiable(requests: dict[str, float], nodes: dict[str, dict[str, float]]
         if all(resources.get(k, 0.0) >= v for k, v in requests.items()):
             return ""
     asked = ", ".join(f"{k}: {v:g}" for k, v in sorted(requests.items()))
-    have = "; ".join(f"{name}: " + (", ".join(f"{k} {v:g}" for k, v in sorted(r.items()) if _shown(k)) or "nothing")
-                     for name, r in nodes.items())
+    have = "; ".join(
+        f"{name}: " + (", ".join(f"{k} {v:g}" for k, v in sorted(r.items()) if _shown(k)) or "nothing")
+        for name, r in nodes.items()
+    )
     return f"no node has {asked} (nodes: {have})"
 
 

@@ -40,8 +40,13 @@ def require_ray() -> Any:
 
 def task_options(job: Job, retries: int) -> dict[str, Any]:
     """Ray task options for a job: its resource request, bounded retries for dead workers only."""
-    opts: dict[str, Any] = {"max_retries": retries, "retry_exceptions": False, "name": job.id,
-                            "num_cpus": 0, "resources": {}}
+    opts: dict[str, Any] = {
+        "max_retries": retries,
+        "retry_exceptions": False,
+        "name": job.id,
+        "num_cpus": 0,
+        "resources": {},
+    }
     for key, amount in job.requests.items():
         if key in _SPECIAL:
             opts[_SPECIAL[key]] = int(amount) if key == "memory" else amount
@@ -80,8 +85,9 @@ class RayExecutor:
     def submit(self, job: Job, spec: JobSpec, inputs: list[tuple[str, list[str]]]) -> None:
         bundle = self._bundle(job)
         packages = [self._package(name, digests) for name, digests in inputs]
-        ref = self._remote.options(**task_options(job, self.retries)).remote(spec, bundle, self.queue, self.shared,
-                                                                             *packages)
+        ref = self._remote.options(**task_options(job, self.retries)).remote(
+            spec, bundle, self.queue, self.shared, *packages
+        )
         self._running[ref] = job
 
     def _bundle(self, job: Job) -> Any:
@@ -118,14 +124,18 @@ class RayExecutor:
             cause = getattr(e, "cause", None)
             if isinstance(cause, DeployKitError):
                 return cause
-            return InternalError(f"{job.id}: the task raised {type(cause or e).__name__}: {_first_line(cause or e)}",
-                                 hint="rerun with DEPLOYKIT_DEBUG=1 and report it")
+            return InternalError(
+                f"{job.id}: the task raised {type(cause or e).__name__}: {_first_line(cause or e)}",
+                hint="rerun with DEPLOYKIT_DEBUG=1 and report it",
+            )
         except exceptions.TaskCancelledError:
             return EnvironmentProblem(f"{job.id}: cancelled")
         except exceptions.RayError as e:  # worker or node died more often than max_retries allows
-            return EnvironmentProblem(f"{job.id}: the worker died and {self.retries} retries did not finish it: "
-                                      f"{type(e).__name__}: {_first_line(e)}",
-                                      hint="check the node's memory and logs (ray logs); retries is a matrix key")
+            return EnvironmentProblem(
+                f"{job.id}: the worker died and {self.retries} retries did not finish it: "
+                f"{type(e).__name__}: {_first_line(e)}",
+                hint="check the node's memory and logs (ray logs); retries is a matrix key",
+            )
 
     def busy(self) -> bool:
         return bool(self._running)
@@ -172,8 +182,9 @@ def _connect(ray: Any, address: str, num_cpus: int | None) -> None:
     try:
         if address == "local":
             # A one-machine cluster: keep it on the loopback interface.
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                     **options)
+            ray.init(
+                address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **options
+            )
         else:
             ray.init(address=address, **options)
     except Exception as e:  # Ray raises bare Exception and TimeoutError for a slow start, ConnectionError elsewhere
@@ -184,16 +195,18 @@ def _start_failure(address: str, e: BaseException) -> EnvironmentProblem:
     """The one line for a Ray cluster that did not start or answer, with what to try."""
     text = _first_line(e)
     if isinstance(e, TimeoutError) or "timed out" in text.lower():
-        return EnvironmentProblem(f"--ray {address}: Ray did not start in time ({text})",
-                                  hint="the machine was too busy for Ray to start its processes within its 30 s: "
-                                       "retry when it is quieter, give the matrix fewer jobs (-j), or run without "
-                                       "--ray (the local process pool runs the same cells)")
-    return EnvironmentProblem(f"--ray {address}: cannot connect to a Ray cluster: {text}",
-                              hint="start one with `ray start --head`, pass its address (ray://HOST:10001), "
-                                   "or use --ray local")
+        return EnvironmentProblem(
+            f"--ray {address}: Ray did not start in time ({text})",
+            hint="the machine was too busy for Ray to start its processes within its 30 s: "
+            "retry when it is quieter, give the matrix fewer jobs (-j), or run without "
+            "--ray (the local process pool runs the same cells)",
+        )
+    return EnvironmentProblem(
+        f"--ray {address}: cannot connect to a Ray cluster: {text}",
+        hint="start one with `ray start --head`, pass its address (ray://HOST:10001), or use --ray local",
+    )
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__
-

@@ -28,12 +28,18 @@ def write(result: MatrixResult, folder: Path) -> tuple[Path, ...]:
 
 
 def junit(result: MatrixResult) -> str:
-    suite = ET.Element("testsuite", name=f"deploykit.matrix.{result.name}", tests=str(len(result.cells)),
-                       time=f"{result.seconds:.3f}")
+    suite = ET.Element(
+        "testsuite", name=f"deploykit.matrix.{result.name}", tests=str(len(result.cells)), time=f"{result.seconds:.3f}"
+    )
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     for c in result.cells:
-        case = ET.SubElement(suite, "testcase", classname=f"deploykit.matrix.{c.model}",
-                             name=f"{c.precision} on {c.target}", time=f"{c.seconds:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"deploykit.matrix.{c.model}",
+            name=f"{c.precision} on {c.target}",
+            time=f"{c.seconds:.3f}",
+        )
         props = ET.SubElement(case, "properties")
         for key, value in (("attempts", c.attempts), ("node", c.node), ("fps", c.fps), ("shared", " ".join(c.shared))):
             ET.SubElement(props, "property", name=key, value="" if value is None else str(value))
@@ -56,8 +62,14 @@ def junit(result: MatrixResult) -> str:
 
 def markdown(result: MatrixResult) -> str:
     verdict = "PASS" if result.passed else "FAIL"
-    lines = [f"## deploykit matrix: {result.name} — {verdict}", "", footer(result) + ".", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines = [
+        f"## deploykit matrix: {result.name} — {verdict}",
+        "",
+        footer(result) + ".",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + " --- |" * len(COLUMNS),
+    ]
     for row in rows(result):
         cells = [v.replace("|", "\\|") for v in row]
         if row[3] != PASSED:

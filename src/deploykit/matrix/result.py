@@ -36,8 +36,15 @@ class JobResult:
     def summary(self) -> str:
         """``ingest+surgery ran ×4``: what it owns, whether it ran or was reused, how many cells use it."""
         owned = [s for s in self.stages if s.stage in self.owns]
-        status = "failed" if self.exit_code not in (0, 1) else "ran" if any(s.status == "ran" for s in owned) \
-            else "reused" if owned else "waiting"
+        status = (
+            "failed"
+            if self.exit_code not in (0, 1)
+            else "ran"
+            if any(s.status == "ran" for s in owned)
+            else "reused"
+            if owned
+            else "waiting"
+        )
         return f"{'+'.join(self.owns)} {status} ×{self.cells}"
 
 
@@ -104,14 +111,29 @@ class MatrixResult:
         shared_ran = sum(j.ran() for j in self.jobs)
         cell_ran = sum(s.status == "ran" for c in self.cells for s in c.stages)
         ran = shared_ran + cell_ran
-        return {"cell_stages": cell_stages, "ran": ran, "shared_ran": shared_ran, "cell_ran": cell_ran,
-                "reused": max(0, cell_stages - ran)}
+        return {
+            "cell_stages": cell_stages,
+            "ran": ran,
+            "shared_ran": shared_ran,
+            "cell_ran": cell_ran,
+            "reused": max(0, cell_stages - ran),
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": "deploykit.matrix/1", "name": self.name, "executor": self.executor, "store": str(self.store),
-                "seconds": round(self.seconds, 3), "passed": self.passed, "exit_code": self.exit_code,
-                "interrupted": self.interrupted, "nodes": list(self.nodes), "work": self.work(),
-                "cells": [asdict(c) for c in self.cells], "jobs": [asdict(j) for j in self.jobs]}
+        return {
+            "schema": "deploykit.matrix/1",
+            "name": self.name,
+            "executor": self.executor,
+            "store": str(self.store),
+            "seconds": round(self.seconds, 3),
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "interrupted": self.interrupted,
+            "nodes": list(self.nodes),
+            "work": self.work(),
+            "cells": [asdict(c) for c in self.cells],
+            "jobs": [asdict(j) for j in self.jobs],
+        }
 
     def __repr__(self) -> str:
         from deploykit.matrix.table import text_table

@@ -41,8 +41,10 @@ def record_of(result: RunResult | None, error: BaseException | None = None) -> R
     """The record of a pipeline run that returned ``result`` or raised ``error`` (carrying ``.result``)."""
     if result is None and isinstance(error, DeployKitError):
         result = getattr(error, "result", None)
-    stages = tuple(StageRun(r.stage, r.status, round(r.seconds, 4), r.artifact.digest if r.artifact else "", r.error)
-                   for r in (result.stages if result else ()))
+    stages = tuple(
+        StageRun(r.stage, r.status, round(r.seconds, 4), r.artifact.digest if r.artifact else "", r.error)
+        for r in (result.stages if result else ())
+    )
     digests = {s.stage: s.digest for s in stages if s.digest}
     if error is None:
         code, message = 0, ""

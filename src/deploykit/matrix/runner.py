@@ -20,9 +20,18 @@ DEFAULT_STORE = ".deploykit"
 MAX_JOBS = 1024  # processes of the local pool (or Ray's local CPUs)
 
 
-def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None = None,
-               workdir: str | Path | None = None, report_dir: str | Path | None = None, rerun: tuple[str, ...] = (),
-               view: View | None = None, overrides: Mapping[str, Any] | None = None, **fields: Any) -> MatrixResult:
+def run_matrix(
+    source: str | Path,
+    *,
+    ray: str | None = None,
+    jobs: int | None = None,
+    workdir: str | Path | None = None,
+    report_dir: str | Path | None = None,
+    rerun: tuple[str, ...] = (),
+    view: View | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> MatrixResult:
     """Run every model x precision x target cell of a matrix file; never raises for a failing cell.
 
     Args:
@@ -45,8 +54,9 @@ def run_matrix(source: str | Path, *, ray: str | None = None, jobs: int | None =
     from deploykit.stages import default_stages
 
     if jobs is not None and not 1 <= jobs <= MAX_JOBS:
-        raise UsageError(f"--jobs {jobs}: the pool size must be between 1 and {MAX_JOBS}",
-                         hint="leave it out for one job per core")
+        raise UsageError(
+            f"--jobs {jobs}: the pool size must be between 1 and {MAX_JOBS}", hint="leave it out for one job per core"
+        )
     known = [s.name for s in default_stages()]
     unknown = [s for s in rerun if s not in known]
     if unknown:

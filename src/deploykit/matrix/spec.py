@@ -59,8 +59,7 @@ class TargetSpec:
             raise ValueError(f"accelerator_type {self.accelerator_type!r} is not a Ray accelerator name")
         for key, amount in self.resources.items():
             if not _RESOURCE.fullmatch(key):
-                raise ValueError(f"resources: {key!r} is not a Ray resource name "
-                                 "(letters, digits, '_', '.', ':', '-')")
+                raise ValueError(f"resources: {key!r} is not a Ray resource name (letters, digits, '_', '.', ':', '-')")
             if not math.isfinite(amount):
                 raise ValueError(f"resources.{key} must be a finite number, got {amount}")
             if not 0 <= amount <= MAX_RESOURCE:
@@ -129,27 +128,31 @@ def load_matrix(path: str | Path) -> MatrixSpec:
 def _bound_cells(spec: MatrixSpec, path: Path) -> None:
     cells = len(spec.models) * len(spec.precisions) * len(spec.targets)
     if cells > MAX_CELLS:
-        raise ConfigError(f"{path}: {cells:,} cells ({len(spec.models):,} models x {len(spec.precisions)} "
-                          f"precisions x {len(spec.targets):,} targets), more than a matrix may hold "
-                          f"({MAX_CELLS:,})",
-                          hint="split it into several matrix files (they share the store: what one built, "
-                          "the others reuse), or drop targets that are one machine renamed")
+        raise ConfigError(
+            f"{path}: {cells:,} cells ({len(spec.models):,} models x {len(spec.precisions)} "
+            f"precisions x {len(spec.targets):,} targets), more than a matrix may hold "
+            f"({MAX_CELLS:,})",
+            hint="split it into several matrix files (they share the store: what one built, "
+            "the others reuse), or drop targets that are one machine renamed",
+        )
 
 
 def _check_names(spec: MatrixSpec, path: Path) -> None:
     for i, entry in enumerate(spec.entries()):
         if entry.name is not None and not _NAME.fullmatch(entry.name):
-            raise ConfigError(f"{path}: models[{i}]: name {entry.name!r} must be letters, digits, '_', '.' "
-                              "or '-' (at most 128)")
+            raise ConfigError(
+                f"{path}: models[{i}]: name {entry.name!r} must be letters, digits, '_', '.' or '-' (at most 128)"
+            )
         if any(ch in entry.config for ch in "\n\r\0"):
             raise ConfigError(f"{path}: models[{i}]: config path {entry.config!r} holds a control character")
-    for where, overrides in [("overrides", spec.overrides), *((f"models[{i}].overrides", e.overrides)
-                                                              for i, e in enumerate(spec.entries())),
-                             *((f"targets[{i}].overrides", t.overrides) for i, t in enumerate(spec.targets))]:
+    for where, overrides in [
+        ("overrides", spec.overrides),
+        *((f"models[{i}].overrides", e.overrides) for i, e in enumerate(spec.entries())),
+        *((f"targets[{i}].overrides", t.overrides) for i, t in enumerate(spec.targets)),
+    ]:
         for key in overrides:
             if any(not part.strip() for part in key.split(".")) or any(ord(ch) < 32 for ch in key):
-                raise ConfigError(f"{path}: {where}: {key!r} is not a dotted config field "
-                                  "(like gate.iterations)")
+                raise ConfigError(f"{path}: {where}: {key!r} is not a dotted config field (like gate.iterations)")
 
 
 def _check(spec: MatrixSpec, path: Path) -> None:
@@ -160,8 +163,9 @@ def _check(spec: MatrixSpec, path: Path) -> None:
     seen: dict[str, int] = {}
     for i, t in enumerate(spec.targets):
         if t.backend not in names():
-            raise ConfigError(f"{path}: targets[{i}] ({t.name}): unknown backend {t.backend!r}; "
-                              f"known backends: {', '.join(names())}")
+            raise ConfigError(
+                f"{path}: targets[{i}] ({t.name}): unknown backend {t.backend!r}; known backends: {', '.join(names())}"
+            )
         if t.name in seen:
             raise ConfigError(f"{path}: targets[{seen[t.name]}] and targets[{i}] are both named {t.name!r}")
         seen[t.name] = i
@@ -178,16 +182,22 @@ def resolve_models(spec: MatrixSpec, path: Path) -> list[Model]:
         config = Path(entry.config)
         config = config if config.is_absolute() else spec.base_dir / config
         if not config.is_file():
-            raise ConfigError(f"{path}: {where}: model config {entry.config} not found (looked at {config})",
-                              hint="paths are relative to the matrix file's folder")
+            raise ConfigError(
+                f"{path}: {where}: model config {entry.config} not found (looked at {config})",
+                hint="paths are relative to the matrix file's folder",
+            )
         model_id = entry.name or _config_name(config) or config.parent.name
         if not _NAME.fullmatch(model_id):
-            raise ConfigError(f"{path}: {where}: model id {model_id!r} must be letters, digits, '_', '.' or '-'",
-                              hint="give the entry a `name:`")
+            raise ConfigError(
+                f"{path}: {where}: model id {model_id!r} must be letters, digits, '_', '.' or '-'",
+                hint="give the entry a `name:`",
+            )
         clash = next((m for m in out if m.id == model_id), None)
         if clash is not None:
-            raise ConfigError(f"{path}: {clash.where} and {where} are both named {model_id!r}",
-                              hint="give one of them a `name:` ({config: ..., name: ...})")
+            raise ConfigError(
+                f"{path}: {clash.where} and {where} are both named {model_id!r}",
+                hint="give one of them a `name:` ({config: ..., name: ...})",
+            )
         out.append(Model(model_id, config.resolve(), dict(entry.overrides), where))
     return out
 

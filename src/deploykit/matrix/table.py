@@ -7,10 +7,28 @@ from typing import Any
 
 from deploykit.matrix.result import CellResult, MatrixResult
 
-COLUMNS = ("model", "precision", "target", "status", "shared work", "cell stages", "FPS", "tries", "node", "time",
-           "note")
-_COLOUR = {"passed": "green", "failed": "red", "error": "red", "skipped": "yellow", "interrupted": "yellow",
-           "ran": "green", "reused": "cyan"}
+COLUMNS = (
+    "model",
+    "precision",
+    "target",
+    "status",
+    "shared work",
+    "cell stages",
+    "FPS",
+    "tries",
+    "node",
+    "time",
+    "note",
+)
+_COLOUR = {
+    "passed": "green",
+    "failed": "red",
+    "error": "red",
+    "skipped": "yellow",
+    "interrupted": "yellow",
+    "ran": "green",
+    "reused": "cyan",
+}
 
 
 def rows(result: MatrixResult) -> list[tuple[str, ...]]:
@@ -18,11 +36,25 @@ def rows(result: MatrixResult) -> list[tuple[str, ...]]:
     out = []
     for c in result.cells:
         shared = "; ".join(jobs[j].summary() for j in c.shared if j in jobs)
-        own = " ".join(f"{s.stage}:{s.status}" for s in c.stages if not any(s.stage in jobs[j].owns for j in c.shared
-                                                                            if j in jobs))
+        own = " ".join(
+            f"{s.stage}:{s.status}" for s in c.stages if not any(s.stage in jobs[j].owns for j in c.shared if j in jobs)
+        )
         fps = f"{c.fps:.1f}" if c.fps is not None else ""
-        out.append((c.model, c.precision, c.target, c.status, shared, own, fps, str(c.attempts or ""), c.node,
-                    f"{c.seconds:.1f}s" if c.seconds else "", _note(c)))
+        out.append(
+            (
+                c.model,
+                c.precision,
+                c.target,
+                c.status,
+                shared,
+                own,
+                fps,
+                str(c.attempts or ""),
+                c.node,
+                f"{c.seconds:.1f}s" if c.seconds else "",
+                _note(c),
+            )
+        )
     return out
 
 
@@ -37,17 +69,20 @@ def footer(result: MatrixResult) -> str:
     for c in result.cells:
         counts[c.status.split()[0]] = counts.get(c.status.split()[0], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return (f"{len(result.cells)} cells ({summary}) on {result.executor} in {result.seconds:.1f}s; stages: "
-            f"{w['ran']} ran ({w['shared_ran']} in shared jobs), {w['reused']} reused, of {w['cell_stages']} "
-            f"the cells use")
+    return (
+        f"{len(result.cells)} cells ({summary}) on {result.executor} in {result.seconds:.1f}s; stages: "
+        f"{w['ran']} ran ({w['shared_ran']} in shared jobs), {w['reused']} reused, of {w['cell_stages']} "
+        f"the cells use"
+    )
 
 
 def rich_table(result: MatrixResult) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"deploykit matrix: {result.name}", title_justify="left", caption=footer(result),
-                  caption_justify="left")
+    table = Table(
+        title=f"deploykit matrix: {result.name}", title_justify="left", caption=footer(result), caption_justify="left"
+    )
     for col in COLUMNS:
         table.add_column(col, overflow="fold", no_wrap=col in ("model", "precision", "target"))
     for row in rows(result):
@@ -71,14 +106,17 @@ def html_table(result: MatrixResult) -> str:
     body = []
     for row in rows(result):
         colour = {"green": "#1a7f37", "red": "#cf222e", "yellow": "#9a6700"}.get(
-            _COLOUR.get(row[3].split()[0] if row[3] else "", ""), "inherit")
+            _COLOUR.get(row[3].split()[0] if row[3] else "", ""), "inherit"
+        )
         tds = [f"<td>{html.escape(v)}</td>" for v in row]
         tds[3] = f'<td style="color:{colour};font-weight:bold">{html.escape(row[3])}</td>'
         body.append(f"<tr>{''.join(tds)}</tr>")
-    return (f"<div><b>deploykit matrix: {html.escape(result.name)}</b> — "
-            f"{'PASS' if result.passed else 'FAIL'} (exit {result.exit_code})"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-            f"<p>{html.escape(footer(result))}</p></div>")
+    return (
+        f"<div><b>deploykit matrix: {html.escape(result.name)}</b> — "
+        f"{'PASS' if result.passed else 'FAIL'} (exit {result.exit_code})"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"<p>{html.escape(footer(result))}</p></div>"
+    )
 
 
 class LiveView:
@@ -117,5 +155,6 @@ class JsonView:
         for c in result.cells:
             if self._seen.get(c.id) != c.status:
                 self._seen[c.id] = c.status
-                self._out.event("cell", cell=c.id, status=c.status, attempts=c.attempts, node=c.node,
-                                fps=c.fps, error=c.error)
+                self._out.event(
+                    "cell", cell=c.id, status=c.status, attempts=c.attempts, node=c.node, fps=c.fps, error=c.error
+                )

@@ -25,8 +25,10 @@ def pack(store: Store, digests: list[str]) -> Package:
     out: Package = {}
     for digest in dict.fromkeys(digests):
         artifact = store.get(digest)
-        out[digest] = {"manifest": asdict(artifact.manifest),
-                       "files": {name: artifact.file(name).read_bytes() for name in artifact.manifest.files}}
+        out[digest] = {
+            "manifest": asdict(artifact.manifest),
+            "files": {name: artifact.file(name).read_bytes() for name in artifact.manifest.files},
+        }
     return out
 
 
@@ -57,8 +59,10 @@ def unpack(store: Store, package: Package, origin: str = "transfer") -> list[Art
                 target.write_bytes(data)
             artifact = store.publish(tmp, manifest)
         if artifact.digest != digest:  # publish re-hashes what it wrote: the bytes on disk changed
-            raise ArtifactCorrupt(f"{origin}: artifact {digest[:12]} was stored as {artifact.digest[:12]}",
-                                  hint="the receiving disk altered the files; check it and rerun")
+            raise ArtifactCorrupt(
+                f"{origin}: artifact {digest[:12]} was stored as {artifact.digest[:12]}",
+                hint="the receiving disk altered the files; check it and rerun",
+            )
         out.append(artifact)
     return out
 
@@ -75,16 +79,21 @@ def _verified(digest: str, entry: dict[str, Any], origin: str) -> Manifest:
             raise ArtifactCorrupt(f"{origin}: artifact {digest[:12]} names a file outside its folder: {name!r}")
     if set(files) != set(manifest.files):
         missing = sorted(set(manifest.files) ^ set(files))
-        raise ArtifactCorrupt(f"{origin}: artifact {digest[:12]} arrived without the files its manifest lists: "
-                              f"{', '.join(missing[:4])}", hint="rerun the matrix; the sender's store may be damaged")
+        raise ArtifactCorrupt(
+            f"{origin}: artifact {digest[:12]} arrived without the files its manifest lists: {', '.join(missing[:4])}",
+            hint="rerun the matrix; the sender's store may be damaged",
+        )
     for name, data in files.items():
         actual = hashlib.sha256(data).hexdigest()
         if actual != manifest.files[name]:
-            raise ArtifactCorrupt(f"{origin}: {name} of artifact {digest[:12]} arrived with sha256 {actual[:12]}, "
-                                  f"the manifest says {manifest.files[name][:12]}",
-                                  hint="the transfer altered it; rerun the matrix")
+            raise ArtifactCorrupt(
+                f"{origin}: {name} of artifact {digest[:12]} arrived with sha256 {actual[:12]}, "
+                f"the manifest says {manifest.files[name][:12]}",
+                hint="the transfer altered it; rerun the matrix",
+            )
     if manifest.identity() != digest or manifest.digest != digest or manifest.seal != manifest.expected_seal():
-        raise ArtifactCorrupt(f"{origin}: artifact {digest[:12]}: its manifest does not give that digest",
-                              hint="rerun the matrix; the sender's store may be damaged")
+        raise ArtifactCorrupt(
+            f"{origin}: artifact {digest[:12]}: its manifest does not give that digest",
+            hint="rerun the matrix; the sender's store may be damaged",
+        )
     return manifest
-

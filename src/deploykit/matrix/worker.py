@@ -91,8 +91,9 @@ def execute(spec: JobSpec, config_path: Path, store: Store, sink: Any) -> tuple[
     result, error = None, None
     try:
         config = load_config(config_path, spec.overrides)
-        result = run_pipeline(config, store, default_stages(), reporter=EventReporter(spec.id, sink),
-                              until=spec.until, rerun=spec.rerun)
+        result = run_pipeline(
+            config, store, default_stages(), reporter=EventReporter(spec.id, sink), until=spec.until, rerun=spec.rerun
+        )
     except DeployKitError as e:
         error, result = e, getattr(e, "result", None)
     except Exception as e:  # a bug, or user code failing outside the stages' own error mapping
@@ -127,6 +128,10 @@ def run_on_node(spec: JobSpec, bundle: Bundle, sink: Any, shared_store: str | No
     record, digests = execute(spec, config_path, store, sink)
     t0 = time.perf_counter()
     out = pack(store, [d for d in digests if d not in known])
-    transfer = {"in_s": round(t_in, 4), "out_s": round(time.perf_counter() - t0, 4),
-                "in_bytes": sum(size(p) for p in packages), "out_bytes": size(out)}
+    transfer = {
+        "in_s": round(t_in, 4),
+        "out_s": round(time.perf_counter() - t0, 4),
+        "in_bytes": sum(size(p) for p in packages),
+        "out_bytes": size(out),
+    }
     return JobOutcome(spec.id, record, _where(), os.getpid(), round(time.perf_counter() - start, 4), out, transfer)

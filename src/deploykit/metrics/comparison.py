@@ -59,8 +59,11 @@ class Comparison:
 
         unknown = sorted(set(self.parity.outputs) - set(names))
         if unknown:
-            raise ConfigError(f"parity.outputs names {', '.join(map(repr, unknown))}, which the model does not "
-                              f"have; its outputs are: {', '.join(names)}", hint="fix the output names in the config")
+            raise ConfigError(
+                f"parity.outputs names {', '.join(map(repr, unknown))}, which the model does not "
+                f"have; its outputs are: {', '.join(names)}",
+                hint="fix the output names in the config",
+            )
 
     def report(self) -> dict[str, Any]:
         """The verdict and every number behind it (JSON-ready except for non-finite floats)."""
@@ -68,8 +71,11 @@ class Comparison:
         outputs: dict[str, dict[str, Any]] = {}
         for (ref_name, out_name), acc in sorted(self.elementwise.items()):
             outputs.setdefault(out_name, {})[ref_name] = self._elementwise_entry(out_name, acc, out_name in exempt)
-        tasks = [{**t.result(self.parity.judge), "reference": ref_name} for ref_name, ts in sorted(self.tasks.items())
-                 for t in ts]
+        tasks = [
+            {**t.result(self.parity.judge), "reference": ref_name}
+            for ref_name, ts in sorted(self.tasks.items())
+            for t in ts
+        ]
         for t in tasks:
             t["status"] = _status(t["violations"], t["inconclusive"])
             t["passed"] = t["status"] == "pass"
@@ -85,11 +91,21 @@ class Comparison:
                 vacuous.append(f"{t['label']} vs {t['reference']}: {t['inconclusive']}")
         status = "fail" if failures else "inconclusive" if vacuous else "pass"
         passed = status == "pass" or (status == "inconclusive" and self.parity.inconclusive == "warn")
-        return {"status": status, "passed": passed, "failures": failures, "inconclusive": vacuous,
-                "outputs": outputs, "tasks": tasks, "precision": self.precision, "preset": asdict(self.preset),
-                "samples": self.samples,
-                "not_compared_elementwise": {n: "data-dependent box count and order (detection check "
-                                                "with elementwise: false)" for n in sorted(self.unordered)}}
+        return {
+            "status": status,
+            "passed": passed,
+            "failures": failures,
+            "inconclusive": vacuous,
+            "outputs": outputs,
+            "tasks": tasks,
+            "precision": self.precision,
+            "preset": asdict(self.preset),
+            "samples": self.samples,
+            "not_compared_elementwise": {
+                n: "data-dependent box count and order (detection check with elementwise: false)"
+                for n in sorted(self.unordered)
+            },
+        }
 
     def _elementwise_entry(self, out_name: str, acc: ErrorAccumulator, exempt: bool) -> dict[str, Any]:
         tol = self.parity.tolerance(out_name, self.preset)
@@ -105,9 +121,17 @@ class Comparison:
         if why and not self.parity.elementwise_judged:
             reported, why = [*reported, f"inconclusive: {why} (not judged)"], ""
         status = _status(bad, why)
-        return {**result, "tolerance": asdict(tol), "violations": bad, "reported": reported, "inconclusive": why,
-                "status": status, "passed": status == "pass", "judged": self.parity.elementwise_judged,
-                "not_checked": ["max_abs (probability map: see its thresholded IoU)"] if exempt else []}
+        return {
+            **result,
+            "tolerance": asdict(tol),
+            "violations": bad,
+            "reported": reported,
+            "inconclusive": why,
+            "status": status,
+            "passed": status == "pass",
+            "judged": self.parity.elementwise_judged,
+            "not_checked": ["max_abs (probability map: see its thresholded IoU)"] if exempt else [],
+        }
 
 
 def _status(violations_: list[str], inconclusive: str) -> str:
@@ -118,6 +142,8 @@ def _output(got: dict[str, np.ndarray], name: str) -> np.ndarray:
     if name not in got:
         from deploykit.errors import DataError
 
-        raise DataError(f"the engine has no output {name!r} (it has: {', '.join(got)})",
-                        hint="surgery renamed or removed an output; keep the model's outputs")
+        raise DataError(
+            f"the engine has no output {name!r} (it has: {', '.join(got)})",
+            hint="surgery renamed or removed an output; keep the model's outputs",
+        )
     return got[name]

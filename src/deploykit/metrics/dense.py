@@ -46,8 +46,12 @@ def topk_sums(ref: np.ndarray, got: np.ndarray, k: int, axis: int) -> dict[str, 
     """Top-1 agreements and top-k set overlap, tie-aware."""
     r, g = _rows(ref, axis), _rows(got, axis)
     all_tied = _top_set(r, 1).all(axis=1)  # every class ties: nothing to agree on
-    return {"rows": r.shape[0], "top1": int((top_overlap(r, g, 1) > 0).sum()),
-            "topk": float((top_overlap(r, g, k) / k).sum()), "tied_rows": int(all_tied.sum())}
+    return {
+        "rows": r.shape[0],
+        "top1": int((top_overlap(r, g, 1) > 0).sum()),
+        "topk": float((top_overlap(r, g, k) / k).sum()),
+        "tied_rows": int(all_tied.sum()),
+    }
 
 
 def segmentation_sums(ref: np.ndarray, got: np.ndarray, axis: int) -> dict[str, np.ndarray | int]:
@@ -61,8 +65,13 @@ def segmentation_sums(ref: np.ndarray, got: np.ndarray, axis: int) -> dict[str, 
     g_cls = np.where(agree, shared, g.argmax(axis=1))
     inter = np.bincount(r_cls[agree], minlength=classes)
     union = np.bincount(r_cls, minlength=classes) + np.bincount(g_cls, minlength=classes) - inter
-    return {"pixels": int(r.shape[0]), "agree": int(agree.sum()), "inter": inter, "union": union,
-            "ref_classes": np.bincount(r_cls, minlength=classes)}
+    return {
+        "pixels": int(r.shape[0]),
+        "agree": int(agree.sum()),
+        "inter": inter,
+        "union": union,
+        "ref_classes": np.bincount(r_cls, minlength=classes),
+    }
 
 
 def depth_sums(ref: np.ndarray, got: np.ndarray, min_depth: float) -> dict[str, float]:
@@ -72,20 +81,29 @@ def depth_sums(ref: np.ndarray, got: np.ndarray, min_depth: float) -> dict[str, 
     r, g = r[valid], g[valid]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(g > 0, np.maximum(g / r, r / g), np.inf)  # non-positive depth: never within 1.25
-    return {"pixels": int(r.size), "abs_rel": float(np.sum(np.abs(g - r) / r)) if r.size else 0.0,
-            "delta1": int(np.count_nonzero(ratio < 1.25))}
+    return {
+        "pixels": int(r.size),
+        "abs_rel": float(np.sum(np.abs(g - r) / r)) if r.size else 0.0,
+        "delta1": int(np.count_nonzero(ratio < 1.25)),
+    }
 
 
 def trajectory_sums(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
     """Sums for ADE (every step) and FDE (last step) of (..., T, D) trajectories."""
     dist = np.linalg.norm(np.asarray(got, np.float64) - np.asarray(ref, np.float64), axis=-1)  # (..., T)
     final = dist[..., -1]
-    return {"steps": int(dist.size), "ade": float(dist.sum()), "agents": int(final.size), "fde": float(final.sum()),
-            "ref_moving": int(np.count_nonzero(np.asarray(ref) != 0))}
+    return {
+        "steps": int(dist.size),
+        "ade": float(dist.sum()),
+        "agents": int(final.size),
+        "fde": float(final.sum()),
+        "ref_moving": int(np.count_nonzero(np.asarray(ref) != 0)),
+    }
 
 
-def best_mode_sums(ref: np.ndarray, got: np.ndarray, ref_scores: np.ndarray, got_scores: np.ndarray
-                   ) -> dict[str, float]:
+def best_mode_sums(
+    ref: np.ndarray, got: np.ndarray, ref_scores: np.ndarray, got_scores: np.ndarray
+) -> dict[str, float]:
     """Trajectory sums between each side's best-scored mode of (..., K, T, D), and top-1 mode agreement.
 
     Where the two sides' best modes can agree (ties included), both use the same mode, so a tie
@@ -106,8 +124,13 @@ def best_mode_sums(ref: np.ndarray, got: np.ndarray, ref_scores: np.ndarray, got
 def mask_sums(ref: np.ndarray, got: np.ndarray, threshold: float) -> dict[str, int]:
     """Intersection and union of the thresholded probability maps."""
     r, g = np.asarray(ref) >= threshold, np.asarray(got) >= threshold
-    return {"inter": int(np.count_nonzero(r & g)), "union": int(np.count_nonzero(r | g)),
-            "ref_on": int(np.count_nonzero(r)), "pixels": int(r.size), "flipped": int(np.count_nonzero(r ^ g))}
+    return {
+        "inter": int(np.count_nonzero(r & g)),
+        "union": int(np.count_nonzero(r | g)),
+        "ref_on": int(np.count_nonzero(r)),
+        "pixels": int(r.size),
+        "flipped": int(np.count_nonzero(r ^ g)),
+    }
 
 
 def add_sums(a: dict | None, b: dict) -> dict:

@@ -59,8 +59,9 @@ def match_boxes(a: np.ndarray, b: np.ndarray, min_iou: float) -> list[tuple[int,
     return pairs
 
 
-def decode_packed(packed: np.ndarray, layout: str = "auto", objectness: bool = False,
-                  decode: Any = None) -> tuple[np.ndarray, np.ndarray]:
+def decode_packed(
+    packed: np.ndarray, layout: str = "auto", objectness: bool = False, decode: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A YOLO-style output -> (boxes (B, N, 4), class scores (B, N, C)), before NMS.
 
     Args:
@@ -90,6 +91,7 @@ def join_head(levels: list[np.ndarray], scores: list[np.ndarray], layout: str = 
     """One packed ``(B, N, A)`` head from a head written in parts: each level's tensor (``(B, N_l, A)``
     or ``(B, A, N_l)``, by ``layout``) with its score tensor, if any, appended to its attributes, the
     levels then joined along the boxes in the order given."""
+
     def boxes_first(a: np.ndarray) -> np.ndarray:
         a = np.asarray(a)
         a = a[None] if a.ndim == 2 else a
@@ -102,12 +104,17 @@ def join_head(levels: list[np.ndarray], scores: list[np.ndarray], layout: str = 
     for i, score in enumerate(scores):
         score = boxes_first(score)
         if score.shape[:2] != parts[i].shape[:2]:
-            raise ValueError(f"level {i}'s boxes {list(parts[i].shape)} and its scores {list(score.shape)} differ in "
-                             "batch or box count (as (B, N, A))")
+            raise ValueError(
+                f"level {i}'s boxes {list(parts[i].shape)} and its scores {list(score.shape)} differ in "
+                "batch or box count (as (B, N, A))"
+            )
         parts[i] = np.concatenate([parts[i], score.astype(parts[i].dtype)], axis=2)
     if len({p.shape[0] for p in parts}) > 1 or len({p.shape[2] for p in parts}) > 1:
-        raise ValueError("the levels differ in batch or attributes: "
-                         + ", ".join(str(list(p.shape)) for p in parts) + " (as (B, N, A))")
+        raise ValueError(
+            "the levels differ in batch or attributes: "
+            + ", ".join(str(list(p.shape)) for p in parts)
+            + " (as (B, N, A))"
+        )
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
 
@@ -127,8 +134,10 @@ def decode_head(a: np.ndarray, decode: Any, objectness: bool) -> tuple[np.ndarra
     """A raw head ``(B, N, attributes)`` -> (boxes (B, N, 4) cxcywh in input pixels, class scores (B, N, C))."""
     grid = cells(decode)
     if a.shape[1] != len(grid):
-        raise ValueError(f"the head has {a.shape[1]} boxes; strides {list(decode.strides)} over input "
-                         f"{list(decode.input_size)} give {len(grid)}")
+        raise ValueError(
+            f"the head has {a.shape[1]} boxes; strides {list(decode.strides)} over input "
+            f"{list(decode.input_size)} give {len(grid)}"
+        )
     a = a.astype(np.float64)
     k = decode.box_attributes()
     t, rest = a[..., :k], a[..., k:]
@@ -136,8 +145,10 @@ def decode_head(a: np.ndarray, decode: Any, objectness: bool) -> tuple[np.ndarra
     if decode.style == "yolox":
         centre, size = (t[..., :2] + cell) * stride, np.exp(t[..., 2:4]) * stride
     elif decode.style == "yolov5":
-        anchors = np.array([decode.anchors[list(decode.strides).index(int(s))][2 * int(i): 2 * int(i) + 2]
-                            for s, i in grid[:, 2:4]], np.float64)
+        anchors = np.array(
+            [decode.anchors[list(decode.strides).index(int(s))][2 * int(i) : 2 * int(i) + 2] for s, i in grid[:, 2:4]],
+            np.float64,
+        )
         s = _sigmoid(t)
         centre, size = (2 * s[..., :2] - 0.5 + cell) * stride, (2 * s[..., 2:4]) ** 2 * anchors
     else:  # dfl: expectation of each side's softmax over reg_max bins
@@ -227,8 +238,9 @@ class DetectionTally:
         """The totals of both runs of images (a new tally)."""
         import dataclasses
 
-        out = DetectionTally(**{f.name: getattr(self, f.name) + getattr(other, f.name)
-                                for f in dataclasses.fields(self)})
+        out = DetectionTally(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)}
+        )
         out.score_delta_max = max(self.score_delta_max, other.score_delta_max)
         return out
 
@@ -236,11 +248,18 @@ class DetectionTally:
         counted = self.ref_boxes + self.cand_boxes
         matched = counted - self.ref_unmatched - self.cand_unmatched
         recall = 1.0 - self.ref_unmatched / self.ref_boxes if self.ref_boxes else 1.0
-        return {"matched": matched / counted if counted else 1.0, "recall": recall,
-                "mean_iou": self.iou_sum / self.pairs if self.pairs else (0.0 if counted else 1.0),
-                "mean_score_delta": self.score_delta_sum / self.pairs if self.pairs else 0.0,
-                "max_score_delta": self.score_delta_max,
-                "class_flips": self.class_flips / self.pairs if self.pairs else 0.0,
-                "reference_boxes": self.ref_boxes, "candidate_boxes": self.cand_boxes,
-                "missing": self.ref_unmatched, "extra": self.cand_unmatched, "pairs": self.pairs,
-                "images": self.images, "images_without_reference_boxes": self.images_without_boxes}
+        return {
+            "matched": matched / counted if counted else 1.0,
+            "recall": recall,
+            "mean_iou": self.iou_sum / self.pairs if self.pairs else (0.0 if counted else 1.0),
+            "mean_score_delta": self.score_delta_sum / self.pairs if self.pairs else 0.0,
+            "max_score_delta": self.score_delta_max,
+            "class_flips": self.class_flips / self.pairs if self.pairs else 0.0,
+            "reference_boxes": self.ref_boxes,
+            "candidate_boxes": self.cand_boxes,
+            "missing": self.ref_unmatched,
+            "extra": self.cand_unmatched,
+            "pairs": self.pairs,
+            "images": self.images,
+            "images_without_reference_boxes": self.images_without_boxes,
+        }

@@ -68,21 +68,31 @@ class LayerReport:
         return self.first_exceeding[0] if self.first_exceeding else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "samples": self.samples, "compared": len(self.tensors),
-                "unmatched": self.unmatched, "reference_evaluator": self.reference_evaluator,
-                "candidate_evaluator": self.candidate_evaluator, "notes": list(self.notes),
-                "first_exceeding": [_row(t) for t in self.first_exceeding],
-                "top_growth": [_row(t) for t in self.top_growth]}
+        return {
+            "threshold": self.threshold,
+            "samples": self.samples,
+            "compared": len(self.tensors),
+            "unmatched": self.unmatched,
+            "reference_evaluator": self.reference_evaluator,
+            "candidate_evaluator": self.candidate_evaluator,
+            "notes": list(self.notes),
+            "first_exceeding": [_row(t) for t in self.first_exceeding],
+            "top_growth": [_row(t) for t in self.top_growth],
+        }
 
     def lines(self) -> list[str]:
         """Human-readable summary, a line per tensor worth looking at."""
-        out = [f"per-layer diagnosis over {self.samples} sample(s), {len(self.tensors)} tensors compared "
-               f"(threshold rel-L2 {self.threshold:g})"]
+        out = [
+            f"per-layer diagnosis over {self.samples} sample(s), {len(self.tensors)} tensors compared "
+            f"(threshold rel-L2 {self.threshold:g})"
+        ]
         if self.first is None:
             out.append("no tensor exceeds the threshold")
         for t in self.first_exceeding:
-            out.append(f"first over threshold: {t.tensor} (node {t.node}, {t.op_type}): rel-L2 {t.rel_l2:.4g}, "
-                       f"cosine {t.cosine:.5f}")
+            out.append(
+                f"first over threshold: {t.tensor} (node {t.node}, {t.op_type}): rel-L2 {t.rel_l2:.4g}, "
+                f"cosine {t.cosine:.5f}"
+            )
         for t in self.top_growth:
             out.append(f"adds error: {t.node} ({t.op_type}) -> {t.tensor}: +{t.growth:.4g} rel-L2 (now {t.rel_l2:.4g})")
         return out
@@ -92,10 +102,18 @@ def _row(t: TensorError) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(t).items()}
 
 
-def diagnose(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto | str | Path,
-             feeds: Iterable[dict[str, np.ndarray]], threshold: float = 0.05, *, top: int = 10, first: int = 3,
-             reference_opener: Opener | None = None, candidate_opener: Opener | None = None,
-             tensors: list[str] | None = None) -> LayerReport:
+def diagnose(
+    reference: onnx.ModelProto | str | Path,
+    candidate: onnx.ModelProto | str | Path,
+    feeds: Iterable[dict[str, np.ndarray]],
+    threshold: float = 0.05,
+    *,
+    top: int = 10,
+    first: int = 3,
+    reference_opener: Opener | None = None,
+    candidate_opener: Opener | None = None,
+    tensors: list[str] | None = None,
+) -> LayerReport:
     """Compare the intermediate tensors of ``candidate`` with those of ``reference``.
 
     Args:
@@ -128,9 +146,16 @@ def diagnose(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto
         samples += 1
     rows = _rows(ref_model, acc, _compute_producers(cand_model))
     broken = [t for t in rows if not t.rel_l2 <= threshold]  # written so NaN counts as broken
-    return LayerReport(threshold, samples, tuple(rows), tuple(broken[:first]),
-                       tuple(sorted(rows, key=lambda t: -_nan_last(t.growth))[:top]),
-                       ref.evaluator, cand.evaluator, unmatched=len(names) - len(acc))
+    return LayerReport(
+        threshold,
+        samples,
+        tuple(rows),
+        tuple(broken[:first]),
+        tuple(sorted(rows, key=lambda t: -_nan_last(t.growth))[:top]),
+        ref.evaluator,
+        cand.evaluator,
+        unmatched=len(names) - len(acc),
+    )
 
 
 def _model(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
@@ -224,8 +249,20 @@ def _rows(ref: onnx.ModelProto, acc: dict[str, _Acc], computed_by: dict[str, str
                 growth = rel - upstream
             else:  # the first non-finite tensor on a path is where the error comes from
                 growth = math.inf if math.isfinite(upstream) else 0.0
-            rows.append(TensorError(out, node.name, node.op_type, computed_by.get(out, node.name), order, rel, cos,
-                                    acc[out].max_abs, growth, acc[out].nonfinite))
+            rows.append(
+                TensorError(
+                    out,
+                    node.name,
+                    node.op_type,
+                    computed_by.get(out, node.name),
+                    order,
+                    rel,
+                    cos,
+                    acc[out].max_abs,
+                    growth,
+                    acc[out].nonfinite,
+                )
+            )
     return rows
 
 
@@ -234,9 +271,15 @@ def _nan_last(v: float) -> float:
     return v if not math.isnan(v) else -math.inf
 
 
-def compare_graphs(reference: onnx.ModelProto | str | Path, candidate: onnx.ModelProto | str | Path,
-                   feeds: dict[str, np.ndarray] | Iterable[dict[str, np.ndarray]], *, threshold: float = 0.05,
-                   top: int = 10, candidate_opener: Opener | None = None) -> LayerReport:
+def compare_graphs(
+    reference: onnx.ModelProto | str | Path,
+    candidate: onnx.ModelProto | str | Path,
+    feeds: dict[str, np.ndarray] | Iterable[dict[str, np.ndarray]],
+    *,
+    threshold: float = 0.05,
+    top: int = 10,
+    candidate_opener: Opener | None = None,
+) -> LayerReport:
     """:func:`diagnose` on one sample (a feeds dict, e.g. parity's worst) or on several."""
     samples = [feeds] if isinstance(feeds, dict) else feeds
     return diagnose(reference, candidate, samples, threshold, top=top, candidate_opener=candidate_opener)

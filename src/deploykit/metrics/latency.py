@@ -68,8 +68,16 @@ def summarize(values_ms: list[float]) -> dict[str, Any]:
     """Latency statistics in milliseconds."""
     arr = np.asarray(values_ms, dtype=np.float64)
     p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {"p50_ms": float(p50), "p90_ms": float(p90), "p99_ms": float(p99), "mean_ms": float(arr.mean()),
-            "min_ms": float(arr.min()), "max_ms": float(arr.max()), "std_ms": float(arr.std()), "n": int(arr.size)}
+    return {
+        "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "p99_ms": float(p99),
+        "mean_ms": float(arr.mean()),
+        "min_ms": float(arr.min()),
+        "max_ms": float(arr.max()),
+        "std_ms": float(arr.std()),
+        "n": int(arr.size),
+    }
 
 
 def aggregate_trials(trials_ms: list[list[float]]) -> dict[str, Any]:
@@ -87,9 +95,12 @@ def aggregate_trials(trials_ms: list[list[float]]) -> dict[str, Any]:
         values = [p[key] for p in per]
         latency[key] = statistics.median(values)
         spread[key] = {"min": min(values), "max": max(values), "rel": _rel_range(values)}
-    latency.update(min_ms=min(p["min_ms"] for p in per), max_ms=max(p["max_ms"] for p in per),
-                   std_ms=float(np.std(np.concatenate([np.asarray(t) for t in trials_ms]))),
-                   n=sum(p["n"] for p in per))
+    latency.update(
+        min_ms=min(p["min_ms"] for p in per),
+        max_ms=max(p["max_ms"] for p in per),
+        std_ms=float(np.std(np.concatenate([np.asarray(t) for t in trials_ms]))),
+        n=sum(p["n"] for p in per),
+    )
     return {"latency": latency, "spread": spread, "trials": per}
 
 
@@ -103,8 +114,9 @@ def fps_trials(trials: list[dict[str, Any]], batch: int) -> list[float]:
     return [batch * 1000.0 / t["p50_ms"] for t in trials]
 
 
-def regression(name: str, unit: str, current: list[float], baseline: list[float], threshold: float,
-               higher_is_better: bool) -> dict[str, Any]:
+def regression(
+    name: str, unit: str, current: list[float], baseline: list[float], threshold: float, higher_is_better: bool
+) -> dict[str, Any]:
     """Compare one metric's trial values with the baseline's.
 
     Args:
@@ -129,13 +141,24 @@ def regression(name: str, unit: str, current: list[float], baseline: list[float]
     verb = "slower" if slowdown > 0 else "faster"
     text = f"{name} {base:.4g} -> {cur:.4g} {unit}: {abs(slowdown) * 100:.1f}% {verb}"
     if regressed:
-        text += (f", at least {at_least * 100:.1f}% across all trial pairs (> {threshold * 100:g}% allowed; "
-                 f"trial spread {spread * 100:.1f}%)")
+        text += (
+            f", at least {at_least * 100:.1f}% across all trial pairs (> {threshold * 100:g}% allowed; "
+            f"trial spread {spread * 100:.1f}%)"
+        )
     elif slowdown > threshold:
         text += f", within the measured noise (trial spread {spread * 100:.1f}%): not a regression"
-    return {"name": f"baseline {name}", "metric": name, "baseline": base, "measured": cur, "slowdown": slowdown,
-            "slowdown_at_least": at_least, "threshold": threshold, "spread": spread, "passed": not regressed,
-            "message": text}
+    return {
+        "name": f"baseline {name}",
+        "metric": name,
+        "baseline": base,
+        "measured": cur,
+        "slowdown": slowdown,
+        "slowdown_at_least": at_least,
+        "threshold": threshold,
+        "spread": spread,
+        "passed": not regressed,
+        "message": text,
+    }
 
 
 def naive_regression(current_mean: float, baseline_mean: float, threshold: float) -> bool:

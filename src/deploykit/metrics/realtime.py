@@ -27,8 +27,14 @@ def worst_case(latencies_ms: Sequence[float]) -> dict[str, Any]:
     if arr.size == 0:
         return {"p50_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0, "jitter_ms": 0.0, "n": 0}
     p50, p99, p999 = (float(v) for v in np.percentile(arr, [50, 99, 99.9]))
-    return {"p50_ms": p50, "p99_ms": p99, "p999_ms": p999, "max_ms": float(arr.max()), "jitter_ms": p99 - p50,
-            "n": int(arr.size)}
+    return {
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "p999_ms": p999,
+        "max_ms": float(arr.max()),
+        "jitter_ms": p99 - p50,
+        "n": int(arr.size),
+    }
 
 
 def longest_run(flags: Sequence[bool]) -> int:
@@ -40,7 +46,9 @@ def longest_run(flags: Sequence[bool]) -> int:
     return best
 
 
-def deadline_misses(latencies_ms: Sequence[float], deadline_ms: float, *, dropped: Sequence[int] = ()) -> dict[str, Any]:
+def deadline_misses(
+    latencies_ms: Sequence[float], deadline_ms: float, *, dropped: Sequence[int] = ()
+) -> dict[str, Any]:
     """Frames over ``deadline_ms`` (a latency equal to it is on time).
 
     Args:
@@ -64,20 +72,34 @@ def deadline_misses(latencies_ms: Sequence[float], deadline_ms: float, *, droppe
         series.append(flag)
     series += [True] * (len(drops) - d)
     frames, misses = len(series), sum(series)
-    return {"deadline_ms": deadline_ms, "frames": frames, "misses": misses, "dropped": len(drops),
-            "miss_rate": misses / frames if frames else 0.0, "longest_miss_run": longest_run(series)}
+    return {
+        "deadline_ms": deadline_ms,
+        "frames": frames,
+        "misses": misses,
+        "dropped": len(drops),
+        "miss_rate": misses / frames if frames else 0.0,
+        "longest_miss_run": longest_run(series),
+    }
 
 
 def deadline_check(stats: dict[str, Any], max_miss_rate: float) -> dict[str, Any]:
     """The deadline's verdict as a gate check dict (``name`` "deadline <ms> ms", measured the miss rate)."""
     rate, ok = stats["miss_rate"], stats["miss_rate"] <= max_miss_rate
     dropped = f", {stats['dropped']} dropped" if stats.get("dropped") else ""
-    text = (f"deadline {stats['deadline_ms']:g} ms: {stats['misses']} of {stats['frames']} frames late "
-            f"({rate * 100:.2f}%{dropped}; longest run {stats['longest_miss_run']}) "
-            f"{'<=' if ok else '>'} allowed {max_miss_rate * 100:g}%")
-    return {"name": f"deadline {stats['deadline_ms']:g} ms", "metric": "miss rate", "target": max_miss_rate,
-            "measured": rate, "passed": ok, "message": text,
-            "statistic": "share of frames over the deadline, every timed iteration of every trial"}
+    text = (
+        f"deadline {stats['deadline_ms']:g} ms: {stats['misses']} of {stats['frames']} frames late "
+        f"({rate * 100:.2f}%{dropped}; longest run {stats['longest_miss_run']}) "
+        f"{'<=' if ok else '>'} allowed {max_miss_rate * 100:g}%"
+    )
+    return {
+        "name": f"deadline {stats['deadline_ms']:g} ms",
+        "metric": "miss rate",
+        "target": max_miss_rate,
+        "measured": rate,
+        "passed": ok,
+        "message": text,
+        "statistic": "share of frames over the deadline, every timed iteration of every trial",
+    }
 
 
 def drift(latencies_ms: Sequence[float], times_s: Sequence[float], window_s: float) -> dict[str, Any]:
@@ -94,8 +116,14 @@ def drift(latencies_ms: Sequence[float], times_s: Sequence[float], window_s: flo
         return {"window_s": 0.0, "first_p50_ms": 0.0, "last_p50_ms": 0.0, "drift": 0.0, "frames": int(t.size)}
     first, last = v[t <= t[0] + window], v[t >= t[-1] - window]
     a, b = float(np.median(first)), float(np.median(last))
-    return {"window_s": window, "first_p50_ms": a, "last_p50_ms": b, "drift": b / a - 1.0 if a > 0 else 0.0,
-            "frames": int(t.size), "shrunk": window < window_s}
+    return {
+        "window_s": window,
+        "first_p50_ms": a,
+        "last_p50_ms": b,
+        "drift": b / a - 1.0 if a > 0 else 0.0,
+        "frames": int(t.size),
+        "shrunk": window < window_s,
+    }
 
 
 def averaged(latencies_ms: Sequence[float], n: int) -> list[float]:

@@ -97,8 +97,15 @@ class _Series:
         return {"window_s": self.window_s, "first_p50_ms": a, "last_p50_ms": b, "drift": b / a - 1.0 if a > 0 else 0.0}
 
 
-def run_soak(run: Callable[[], Any], infer: Callable[[], Mapping[str, Any]], seconds: float, limits: Any, *,
-             device_bytes: Callable[[], int] | None = None, deadline_ms: float | None = None) -> dict[str, Any]:
+def run_soak(
+    run: Callable[[], Any],
+    infer: Callable[[], Mapping[str, Any]],
+    seconds: float,
+    limits: Any,
+    *,
+    device_bytes: Callable[[], int] | None = None,
+    deadline_ms: float | None = None,
+) -> dict[str, Any]:
     """Time ``run`` back to back for ``seconds``; every ``limits.check_every_s`` check ``infer()``'s outputs
     and sample memory (outside the timed calls).
 
@@ -136,15 +143,26 @@ def run_soak(run: Callable[[], Any], infer: Callable[[], Mapping[str, Any]], sec
         series.add((t0 / 1e9) - start, (clock() - t0) / 1e6, deadline_ms)
     end = latency.now_s() - start
     memory.append((end, rss_bytes(), device_bytes() if device_bytes else None))
-    out = {"seconds": round(end, 3), "iterations": series.n, "drift": series.drift(),
-           "worst_case": {"p999_ms": series.p999(), "max_ms": series.top, "p999_resolution": "0.5%"},
-           "rss": growth([(t, r) for t, r, _ in memory], window),
-           "device_memory": growth([(t, d) for t, _, d in memory if d is not None], window) if device_bytes else None,
-           "nonfinite": nonfinite, "errors": errors, "per_second": series.seconds}
+    out = {
+        "seconds": round(end, 3),
+        "iterations": series.n,
+        "drift": series.drift(),
+        "worst_case": {"p999_ms": series.p999(), "max_ms": series.top, "p999_resolution": "0.5%"},
+        "rss": growth([(t, r) for t, r, _ in memory], window),
+        "device_memory": growth([(t, d) for t, _, d in memory if d is not None], window) if device_bytes else None,
+        "nonfinite": nonfinite,
+        "errors": errors,
+        "per_second": series.seconds,
+    }
     if deadline_ms is not None:
-        out["deadline"] = {"deadline_ms": deadline_ms, "frames": series.n, "misses": series.late,
-                           "dropped": 0, "miss_rate": series.late / series.n if series.n else 0.0,
-                           "longest_miss_run": series.longest_late}
+        out["deadline"] = {
+            "deadline_ms": deadline_ms,
+            "frames": series.n,
+            "misses": series.late,
+            "dropped": 0,
+            "miss_rate": series.late / series.n if series.n else 0.0,
+            "longest_miss_run": series.longest_late,
+        }
     return out
 
 
@@ -157,8 +175,11 @@ def _check(infer: Callable[[], Mapping[str, Any]], t: float, nonfinite: dict[str
     except Exception as e:
         _error(errors, t, e)
         return
-    bad = [name for name, value in outputs.items()
-           if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.isfinite(value).all()]
+    bad = [
+        name
+        for name, value in outputs.items()
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.isfinite(value).all()
+    ]
     if bad:
         nonfinite["bad"] += 1
         nonfinite["first"] = nonfinite["first"] or f"output {bad[0]!r} at {t:.1f} s"
@@ -184,35 +205,82 @@ def growth(samples: list[tuple[float, int]], window: float) -> dict[str, Any]:
 def soak_checks(soak: dict[str, Any], limits: Any, max_miss_rate: float | None = None) -> list[dict[str, Any]]:
     """The soak's verdicts as gate check dicts: drift, memory growth, NaN/Inf, errors (and the deadline)."""
     d, rss, device = soak["drift"], soak["rss"], soak.get("device_memory")
-    checks = [_check_dict("soak latency drift", "drift", d["drift"], limits.max_drift,
-                          f"median {d['first_p50_ms']:.3f} ms in the first {d['window_s']:g} s, {d['last_p50_ms']:.3f} ms "
-                          f"in the last ({d['drift'] * 100:+.1f}%)", "last window's median latency / first window's - 1"),
-              _check_dict("soak resident memory growth", "MiB", rss["growth_mib"], limits.max_rss_growth_mib,
-                          f"resident memory {rss['first_mib']:.1f} -> {rss['last_mib']:.1f} MiB",
-                          "median RSS of the last window - of the first")]
+    checks = [
+        _check_dict(
+            "soak latency drift",
+            "drift",
+            d["drift"],
+            limits.max_drift,
+            f"median {d['first_p50_ms']:.3f} ms in the first {d['window_s']:g} s, {d['last_p50_ms']:.3f} ms "
+            f"in the last ({d['drift'] * 100:+.1f}%)",
+            "last window's median latency / first window's - 1",
+        ),
+        _check_dict(
+            "soak resident memory growth",
+            "MiB",
+            rss["growth_mib"],
+            limits.max_rss_growth_mib,
+            f"resident memory {rss['first_mib']:.1f} -> {rss['last_mib']:.1f} MiB",
+            "median RSS of the last window - of the first",
+        ),
+    ]
     if device is not None:
-        checks.append(_check_dict("soak device memory growth", "MiB", device["growth_mib"], limits.max_device_growth_mib,
-                                  f"device memory {device['first_mib']:.1f} -> {device['last_mib']:.1f} MiB",
-                                  "median device memory in use, last window - first"))
+        checks.append(
+            _check_dict(
+                "soak device memory growth",
+                "MiB",
+                device["growth_mib"],
+                limits.max_device_growth_mib,
+                f"device memory {device['first_mib']:.1f} -> {device['last_mib']:.1f} MiB",
+                "median device memory in use, last window - first",
+            )
+        )
     n = soak["nonfinite"]
-    checks.append(_check_dict("soak NaN/Inf", "bad checks", float(n["bad"]), 0.0,
-                              f"{n['bad']} of {n['checks']} output checks held NaN/Inf" +
-                              (f" (first: {n['first']})" if n["first"] else ""), "outputs checked every check_every_s"))
+    checks.append(
+        _check_dict(
+            "soak NaN/Inf",
+            "bad checks",
+            float(n["bad"]),
+            0.0,
+            f"{n['bad']} of {n['checks']} output checks held NaN/Inf"
+            + (f" (first: {n['first']})" if n["first"] else ""),
+            "outputs checked every check_every_s",
+        )
+    )
     e = soak["errors"]
-    checks.append(_check_dict("soak errors", "errors", float(e["count"]), 0.0,
-                              f"{e['count']} call(s) raised" + (f" (first {e['first']})" if e["first"] else ""),
-                              "calls that raised during the soak"))
+    checks.append(
+        _check_dict(
+            "soak errors",
+            "errors",
+            float(e["count"]),
+            0.0,
+            f"{e['count']} call(s) raised" + (f" (first {e['first']})" if e["first"] else ""),
+            "calls that raised during the soak",
+        )
+    )
     if max_miss_rate is not None and soak.get("deadline"):
         check = realtime.deadline_check(soak["deadline"], max_miss_rate)
-        checks.append({**check, "name": f"soak {check['name']}",
-                       "statistic": "share of frames over the deadline, every soak iteration"})
+        checks.append(
+            {
+                **check,
+                "name": f"soak {check['name']}",
+                "statistic": "share of frames over the deadline, every soak iteration",
+            }
+        )
     return checks
 
 
 def _check_dict(name: str, metric: str, measured: float, limit: float, what: str, statistic: str) -> dict[str, Any]:
     ok = measured <= limit
-    return {"name": name, "metric": metric, "target": limit, "measured": measured, "passed": ok, "statistic": statistic,
-            "message": f"{name}: {what}: {measured:.4g} {'<=' if ok else '>'} allowed {limit:g}"}
+    return {
+        "name": name,
+        "metric": metric,
+        "target": limit,
+        "measured": measured,
+        "passed": ok,
+        "statistic": statistic,
+        "message": f"{name}: {what}: {measured:.4g} {'<=' if ok else '>'} allowed {limit:g}",
+    }
 
 
 __all__ = ["growth", "rss_bytes", "run_soak", "soak_checks"]

@@ -38,8 +38,9 @@ class TaskMetric:
         if not self._checked:
             for name in self.outputs:
                 if name not in ref:
-                    raise self._error(f"names output {name!r}, which the model does not have "
-                                      f"(outputs: {', '.join(ref)})")
+                    raise self._error(
+                        f"names output {name!r}, which the model does not have (outputs: {', '.join(ref)})"
+                    )
             self.check_shapes({n: ref[n] for n in self.outputs})
             self._checked = True
         self.sums = self.fold(self.sums, {n: ref[n] for n in self.outputs}, {n: got[n] for n in self.outputs})
@@ -58,12 +59,18 @@ class TaskMetric:
         judged = self.judged(judge)
         missed = [(m, op, v) for m, op, v in self.limits() if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
         text = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in missed]
-        return {"kind": self.kind, "label": self.label, "outputs": list(self.outputs), "metrics": metrics,
-                "limits": [{"metric": m, "op": op, "value": v, "judged": (m, op, v) in judged}
-                           for m, op, v in self.limits()],
-                "violations": [t for t, lim in zip(text, missed, strict=True) if lim in judged],
-                "reported": [f"{t} (not judged)" for t, lim in zip(text, missed, strict=True) if lim not in judged],
-                "inconclusive": self.inconclusive(self.sums, metrics)}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "outputs": list(self.outputs),
+            "metrics": metrics,
+            "limits": [
+                {"metric": m, "op": op, "value": v, "judged": (m, op, v) in judged} for m, op, v in self.limits()
+            ],
+            "violations": [t for t, lim in zip(text, missed, strict=True) if lim in judged],
+            "reported": [f"{t} (not judged)" for t, lim in zip(text, missed, strict=True) if lim not in judged],
+            "inconclusive": self.inconclusive(self.sums, metrics),
+        }
 
     def judged(self, judge: str = "all") -> list[Limit]:
         """The limits that decide: all of them (``parity.judge: all``); with ``judge: tasks`` the ones
@@ -80,8 +87,10 @@ class TaskMetric:
         return chosen or limits
 
     def _error(self, what: str) -> DataError:
-        return DataError(f"parity.tasks.{self.label} {what}",
-                         hint=f"point parity.tasks.{self.kind} at the right output, or remove the check")
+        return DataError(
+            f"parity.tasks.{self.label} {what}",
+            hint=f"point parity.tasks.{self.kind} at the right output, or remove the check",
+        )
 
     # -- per kind --------------------------------------------------------------------------------
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
@@ -110,8 +119,10 @@ class Classification(TaskMetric):
         if a.ndim == 0 or not -a.ndim <= self.check.axis < a.ndim:
             raise self._error(f"has axis {self.check.axis}, but output {self.check.output!r} has shape {list(a.shape)}")
         if a.shape[self.check.axis] < 2:
-            raise self._error(f"needs at least 2 classes on axis {self.check.axis}; output "
-                              f"{self.check.output!r} has shape {list(a.shape)}")
+            raise self._error(
+                f"needs at least 2 classes on axis {self.check.axis}; output "
+                f"{self.check.output!r} has shape {list(a.shape)}"
+            )
         self.k = min(self.check.k, a.shape[self.check.axis])
 
     def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
@@ -149,11 +160,15 @@ class Detection(TaskMetric):
         per_class = scores.ndim == boxes.ndim and scores.shape[:-1] == boxes.shape[:-1]
         if not (per_box or per_class) or (c.classes and not per_box):
             want = "(..., N)" if c.classes else "(..., N) or (..., N, classes)"
-            raise self._error(f"expects scores {want} for boxes {list(boxes.shape)}; output {c.scores!r} has shape "
-                              f"{list(scores.shape)}")
+            raise self._error(
+                f"expects scores {want} for boxes {list(boxes.shape)}; output {c.scores!r} has shape "
+                f"{list(scores.shape)}"
+            )
         if c.classes and ref[c.classes].shape != boxes.shape[:-1]:
-            raise self._error(f"expects classes (..., N) for boxes {list(boxes.shape)}; output {c.classes!r} has "
-                              f"shape {list(ref[c.classes].shape)}")
+            raise self._error(
+                f"expects classes (..., N) for boxes {list(boxes.shape)}; output {c.classes!r} has "
+                f"shape {list(ref[c.classes].shape)}"
+            )
 
     def _head(self, d: dict[str, np.ndarray]) -> np.ndarray:
         """The packed output, or the head joined from its levels and score tensors (as (B, N, A))."""
@@ -173,17 +188,22 @@ class Detection(TaskMetric):
         p = self.check.packed
         box = p.decode.box_attributes() if p.decode is not None else 4
         want = min_attributes(p.objectness) - 4 + box
-        what = f"output {p.output!r}" if not (p.levels or p.scores) else f"the head joined from {', '.join(p.tensors())}"
+        what = (
+            f"output {p.output!r}" if not (p.levels or p.scores) else f"the head joined from {', '.join(p.tensors())}"
+        )
         if a.ndim not in (2, 3):
-            raise self._error(f"packed expects (B, N, attributes) or (B, attributes, N); {what} has "
-                              f"shape {list(a.shape)}")
+            raise self._error(
+                f"packed expects (B, N, attributes) or (B, attributes, N); {what} has shape {list(a.shape)}"
+            )
         n, m = a.shape[-2:]
         layout = self._layout()
         attributes = {"boxes_by_attributes": m, "attributes_by_boxes": n}.get(layout, min(n, m))
         if attributes < want:
-            raise self._error(f"packed expects at least {want} attributes per box ({box} box, "
-                              f"{'objectness, ' if p.objectness else ''}class scores); {what} has shape "
-                              f"{list(a.shape)} (layout {layout})")
+            raise self._error(
+                f"packed expects at least {want} attributes per box ({box} box, "
+                f"{'objectness, ' if p.objectness else ''}class scores); {what} has shape "
+                f"{list(a.shape)} (layout {layout})"
+            )
 
     def _images(self, d: dict[str, np.ndarray]) -> list[tuple]:
         c = self.check
@@ -198,7 +218,9 @@ class Detection(TaskMetric):
     def fold(self, tally: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         c = self.check
         tally = tally or DetectionTally()
-        fmt = ("cxcywh" if c.packed.decode is not None else c.packed.box_format) if c.packed is not None else c.box_format
+        fmt = (
+            ("cxcywh" if c.packed.decode is not None else c.packed.box_format) if c.packed is not None else c.box_format
+        )
         for r, g in zip(self._images(ref), self._images(got), strict=True):
             tally.add_image(r, g, fmt, c.score_threshold, c.score_margin, c.match_iou)
         return tally
@@ -211,13 +233,20 @@ class Detection(TaskMetric):
 
     def limits(self) -> list[Limit]:
         c = self.check
-        return [("matched", ">=", c.min_matched), ("recall", ">=", c.min_recall), ("mean_iou", ">=", c.min_mean_iou),
-                ("mean_score_delta", "<=", c.max_score_delta), ("class_flips", "<=", c.max_class_flips)]
+        return [
+            ("matched", ">=", c.min_matched),
+            ("recall", ">=", c.min_recall),
+            ("mean_iou", ">=", c.min_mean_iou),
+            ("mean_score_delta", "<=", c.max_score_delta),
+            ("class_flips", "<=", c.max_class_flips),
+        ]
 
     def inconclusive(self, tally: DetectionTally, metrics: dict[str, Any]) -> str:
         if tally.ref_boxes == 0:
-            return (f"no reference box scores >= {self.check.score_threshold:g} in {tally.images} image(s): "
-                    "nothing was compared")
+            return (
+                f"no reference box scores >= {self.check.score_threshold:g} in {tally.images} image(s): "
+                "nothing was compared"
+            )
         return ""
 
 
@@ -227,8 +256,10 @@ class Segmentation(TaskMetric):
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         a = ref[self.check.output]
         if a.ndim < 2 or not -a.ndim <= self.check.axis < a.ndim or a.shape[self.check.axis] < 2:
-            raise self._error(f"expects class scores with >= 2 classes on axis {self.check.axis}; output "
-                              f"{self.check.output!r} has shape {list(a.shape)} (one channel: use probability_map)")
+            raise self._error(
+                f"expects class scores with >= 2 classes on axis {self.check.axis}; output "
+                f"{self.check.output!r} has shape {list(a.shape)} (one channel: use probability_map)"
+            )
 
     def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
         return dense.segmentation_sums(ref, got, self.check.axis)
@@ -236,8 +267,12 @@ class Segmentation(TaskMetric):
     def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
         present = s["union"] > 0
         ious = s["inter"][present] / s["union"][present]
-        return {"pixel_agreement": s["agree"] / s["pixels"], "miou": float(ious.mean()) if present.any() else 1.0,
-                "classes_present": int(present.sum()), "pixels": s["pixels"]}
+        return {
+            "pixel_agreement": s["agree"] / s["pixels"],
+            "miou": float(ious.mean()) if present.any() else 1.0,
+            "classes_present": int(present.sum()),
+            "pixels": s["pixels"],
+        }
 
     def limits(self) -> list[Limit]:
         return [("pixel_agreement", ">=", self.check.min_pixel_agreement), ("miou", ">=", self.check.min_miou)]
@@ -253,8 +288,9 @@ class Depth(TaskMetric):
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         a = ref[self.check.output]
         if a.ndim == 4 and a.shape[1] != 1 or a.ndim > 4 or a.ndim < 2:
-            raise self._error(f"expects a depth map (N, H, W) or (N, 1, H, W); output {self.check.output!r} has "
-                              f"shape {list(a.shape)}")
+            raise self._error(
+                f"expects a depth map (N, H, W) or (N, 1, H, W); output {self.check.output!r} has shape {list(a.shape)}"
+            )
 
     def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
         return dense.depth_sums(ref, got, self.check.min_depth)
@@ -283,8 +319,10 @@ class Trajectory(TaskMetric):
         if a.ndim < 2 or a.shape[-1] not in (2, 3):
             raise self._error(f"expects trajectories (..., T, 2 or 3); output {c.output!r} has shape {list(a.shape)}")
         if c.scores and (a.ndim < 3 or ref[c.scores].shape != a.shape[:-2]):
-            raise self._error(f"expects mode scores (..., K) for trajectories (..., K, T, D); output {c.scores!r} has "
-                              f"shape {list(ref[c.scores].shape)}, {c.output!r} {list(a.shape)}")
+            raise self._error(
+                f"expects mode scores (..., K) for trajectories (..., K, T, D); output {c.scores!r} has "
+                f"shape {list(ref[c.scores].shape)}, {c.output!r} {list(a.shape)}"
+            )
 
     def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         c = self.check
@@ -313,15 +351,20 @@ class ProbabilityMap(TaskMetric):
     def check_shapes(self, ref: dict[str, np.ndarray]) -> None:
         a = np.asarray(ref[self.check.output], np.float64)
         if a.size and (np.nanmin(a) < 0 or np.nanmax(a) > 1):
-            raise self._error(f"expects probabilities in [0, 1]; output {self.check.output!r} ranges "
-                              f"{np.nanmin(a):.3g}..{np.nanmax(a):.3g} (logits? use segmentation, or apply sigmoid)")
+            raise self._error(
+                f"expects probabilities in [0, 1]; output {self.check.output!r} ranges "
+                f"{np.nanmin(a):.3g}..{np.nanmax(a):.3g} (logits? use segmentation, or apply sigmoid)"
+            )
 
     def sample_sums(self, ref: np.ndarray, got: np.ndarray) -> dict[str, Any]:
         return dense.mask_sums(ref, got, self.check.threshold)
 
     def metrics(self, s: dict[str, Any]) -> dict[str, Any]:
-        return {"iou": s["inter"] / s["union"] if s["union"] else 1.0, "flipped_pixels": s["flipped"],
-                "reference_on": s["ref_on"] / s["pixels"]}
+        return {
+            "iou": s["inter"] / s["union"] if s["union"] else 1.0,
+            "flipped_pixels": s["flipped"],
+            "reference_on": s["ref_on"] / s["pixels"],
+        }
 
     def limits(self) -> list[Limit]:
         return [("iou", ">=", self.check.min_iou)]
@@ -336,19 +379,33 @@ class ProbabilityMap(TaskMetric):
 
 # config field -> the metric it limits (one name per field in every check kind); a measurement never
 # depends on these fields
-LIMIT_FIELDS = {"min_top1": "top1", "min_topk": "topk", "min_matched": "matched", "min_recall": "recall",
-                 "min_mean_iou": "mean_iou", "max_score_delta": "mean_score_delta", "max_class_flips": "class_flips",
-                 "min_pixel_agreement": "pixel_agreement", "min_miou": "miou", "max_abs_rel": "abs_rel",
-                 "min_delta1": "delta1", "max_ade": "ade", "max_fde": "fde", "min_iou": "iou"}
+LIMIT_FIELDS = {
+    "min_top1": "top1",
+    "min_topk": "topk",
+    "min_matched": "matched",
+    "min_recall": "recall",
+    "min_mean_iou": "mean_iou",
+    "max_score_delta": "mean_score_delta",
+    "max_class_flips": "class_flips",
+    "min_pixel_agreement": "pixel_agreement",
+    "min_miou": "miou",
+    "max_abs_rel": "abs_rel",
+    "min_delta1": "delta1",
+    "max_ade": "ade",
+    "max_fde": "fde",
+    "min_iou": "iou",
+}
 
-KINDS: dict[str, type[TaskMetric]] = {c.kind: c for c in (Classification, Detection, Segmentation, Depth,
-                                                             Trajectory, ProbabilityMap)}
+KINDS: dict[str, type[TaskMetric]] = {
+    c.kind: c for c in (Classification, Detection, Segmentation, Depth, Trajectory, ProbabilityMap)
+}
 
 
 def deciding_limit(result: dict[str, Any]) -> dict[str, Any]:
     """The judged limit of a task check's :meth:`TaskMetric.result` that decides its verdict: the one
     furthest past its bound, else the one closest to it (a limit switched off, 0 for a minimum, never
     decides while another is judged); {} when the check has none."""
+
     def used(limit: dict[str, Any]) -> float:
         value, bound = result["metrics"].get(limit["metric"]), limit["value"]
         if not isinstance(value, (int, float)) or np.isnan(value):
@@ -369,8 +426,13 @@ def build_tasks(tasks: TaskChecks) -> list[TaskMetric]:
 def unordered_outputs(tasks: TaskChecks) -> set[str]:
     """Outputs only a task check compares: detections after NMS (``elementwise: false``), whose box
     count and order are data-dependent."""
-    return {name for c in tasks.detection if not c.elementwise
-            for name in (c.boxes, c.scores, c.classes, *(c.packed.tensors() if c.packed else ())) if name}
+    return {
+        name
+        for c in tasks.detection
+        if not c.elementwise
+        for name in (c.boxes, c.scores, c.classes, *(c.packed.tensors() if c.packed else ()))
+        if name
+    }
 
 
 def max_abs_exempt(tasks: TaskChecks) -> set[str]:

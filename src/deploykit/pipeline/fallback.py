@@ -33,21 +33,31 @@ def explain_with_other_exporter(error: DeployKitError, config: Config, store: An
         return
     other = OTHER[used]
     suffix = f"-{other}"  # a run name of its own (an identifier: it names the run's files)
-    trial = dataclasses.replace(config, name=config.name[:128 - len(suffix)] + suffix,
-                                export=dataclasses.replace(config.export, exporter=other))
+    trial = dataclasses.replace(
+        config,
+        name=config.name[: 128 - len(suffix)] + suffix,
+        export=dataclasses.replace(config.export, exporter=other),
+    )
     try:
         run_pipeline(trial, store, stages, until=failed)
     except DeployKitError as e:
         if _failed_stage(getattr(e, "result", None)) == "export":
             return  # the other exporter cannot export this model: auto's choice was the only one
-        error.hint = _join(error.hint, f"the {other} exporter's graph fails at {_failed_stage(getattr(e, 'result', None)) or failed} "
-                                       f"too (run {trial.name!r})")
+        error.hint = _join(
+            error.hint,
+            f"the {other} exporter's graph fails at {_failed_stage(getattr(e, 'result', None)) or failed} "
+            f"too (run {trial.name!r})",
+        )
         return
-    error.message = (f"{error.message} [the {failed} stage fails on the {used} exporter's graph; the {other} "
-                     f"exporter's graph passes it]")
+    error.message = (
+        f"{error.message} [the {failed} stage fails on the {used} exporter's graph; the {other} "
+        f"exporter's graph passes it]"
+    )
     switch = spelled(f"export__exporter={other!r}", f"--set export.exporter={other}")
-    error.hint = _join(f"rerun with {switch} (export.exporter: {other} in the config; its "
-                       f"artifacts are in the store already)", error.hint)
+    error.hint = _join(
+        f"rerun with {switch} (export.exporter: {other} in the config; its artifacts are in the store already)",
+        error.hint,
+    )
 
 
 def _failure(error: DeployKitError, config: Config) -> tuple[str | None, str]:

@@ -44,16 +44,26 @@ class _Run:
     failures: list[GateFailed] = field(default_factory=list)
 
 
-def run_pipeline(config: Config, store: Store, stages: Sequence[Stage], *, reporter: Reporter | None = None,
-                 until: str | None = None, rerun: Sequence[str] = ()) -> RunResult:
+def run_pipeline(
+    config: Config,
+    store: Store,
+    stages: Sequence[Stage],
+    *,
+    reporter: Reporter | None = None,
+    until: str | None = None,
+    rerun: Sequence[str] = (),
+) -> RunResult:
     """Run ``stages`` (up to and including ``until``); reuse artifacts whose recipe exists.
 
     Gate failures (parity, targets) do not stop later stages: every report gets written. Any other
     error stops the run. Either way the error carries the partial result as ``error.result``.
     """
     known = [s.name for s in stages]
-    for flag, names in ((spelled("rerun=", "--rerun"), rerun), ("until=", [until] if until else []),
-                        ("limits.stage_timeouts", list(config.limits.stage_timeouts))):
+    for flag, names in (
+        (spelled("rerun=", "--rerun"), rerun),
+        ("until=", [until] if until else []),
+        ("limits.stage_timeouts", list(config.limits.stage_timeouts)),
+    ):
         for name in names:
             if name not in known:
                 raise UsageError(f"{flag} {name!r}: no such stage (stages: {', '.join(known)})")
@@ -90,8 +100,11 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
     ctx.reporter.event("stage_start", stage=stage.name)
     note = ""
     try:
-        with time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"), _environment_errors(stage), \
-                tracing.span(f"stage {stage.name}"):
+        with (
+            time_limit(ctx.config.limits.timeout(stage.name), f"stage {stage.name}"),
+            _environment_errors(stage),
+            tracing.span(f"stage {stage.name}"),
+        ):
             parents = _parents(run, stage)
             key_config, env = canonical(stage.key_config(ctx)), stage.key_env(ctx)
             key = recipe_key(stage.name, stage.version, parents, key_config, env)
@@ -117,8 +130,15 @@ def _run_stage(run: _Run, stage: Stage, force: bool) -> None:
         run.failures.append(e)
         error = str(e)
     run.records.append(StageRecord(stage.name, status, seconds, artifact, error, note))
-    ctx.reporter.event("stage_end", stage=stage.name, status=status, seconds=seconds, digest=artifact.digest,
-                       passed=not error, **({"note": note} if note else {}))
+    ctx.reporter.event(
+        "stage_end",
+        stage=stage.name,
+        status=status,
+        seconds=seconds,
+        digest=artifact.digest,
+        passed=not error,
+        **({"note": note} if note else {}),
+    )
 
 
 def _check_reuse(store: Store, artifact: Artifact, key: str, env: dict[str, Any]) -> None:
@@ -129,15 +149,18 @@ def _check_reuse(store: Store, artifact: Artifact, key: str, env: dict[str, Any]
     m = artifact.manifest
     where = store.root / "objects" / artifact.digest / MANIFEST
     if recipe_key(m.stage, m.stage_version, m.parents, m.config, env) != key:
-        raise ArtifactCorrupt(f"{where}: its stage, parents or config are not those of recipe {key[:12]}, "
-                              "which names it", hint=f"delete {store.root / 'recipes' / key} and rerun; see "
-                              "`deploykit artifacts verify`")
+        raise ArtifactCorrupt(
+            f"{where}: its stage, parents or config are not those of recipe {key[:12]}, which names it",
+            hint=f"delete {store.root / 'recipes' / key} and rerun; see `deploykit artifacts verify`",
+        )
     device = env.get("device")
     if device is not None and canonical(m.device) != canonical(device):
-        raise ArtifactCorrupt(f"{where}: made on another machine ({_machine(m.device)}), not this one "
-                              f"({_machine(device)}), though its recipe is keyed to this machine",
-                              hint=f"delete {store.root / 'recipes' / key} and rerun to measure here; a "
-                              "measurement from another device is never reused")
+        raise ArtifactCorrupt(
+            f"{where}: made on another machine ({_machine(m.device)}), not this one "
+            f"({_machine(device)}), though its recipe is keyed to this machine",
+            hint=f"delete {store.root / 'recipes' / key} and rerun to measure here; a "
+            "measurement from another device is never reused",
+        )
 
 
 def _machine(device: Any) -> str:
@@ -162,8 +185,9 @@ def _environment_errors(stage: Stage) -> Iterator[None]:
             raise disk_full(full, f"stage {stage.name}") from e
         raise
     except MemoryError as e:
-        raise EnvironmentProblem(f"stage {stage.name}: out of memory", hint="free memory, or lower the dims, "
-                                 "batch sizes or sample counts") from e
+        raise EnvironmentProblem(
+            f"stage {stage.name}: out of memory", hint="free memory, or lower the dims, batch sizes or sample counts"
+        ) from e
     except OSError as e:
         if is_disk_full(e):
             raise disk_full(e, f"stage {stage.name}") from e
@@ -203,11 +227,20 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
             if not isinstance(e, DiskFull) and disk_nearly_full(tmp):
                 raise disk_full(None, f"stage {stage.name}: while writing to {ctx.store.root}") from e
             raise
-        manifest = Manifest(kind=stage.output_kind, stage=stage.name, stage_version=stage.version, recipe_key=key,
-                            config=key_config, parents=parents, files={},
-                            tools=tool_versions(), device=device_fingerprint(),
-                            timings={"run_s": round(time.perf_counter() - start, 4)}, summary=summary,
-                            measured=sorted(stage.measured))
+        manifest = Manifest(
+            kind=stage.output_kind,
+            stage=stage.name,
+            stage_version=stage.version,
+            recipe_key=key,
+            config=key_config,
+            parents=parents,
+            files={},
+            tools=tool_versions(),
+            device=device_fingerprint(),
+            timings={"run_s": round(time.perf_counter() - start, 4)},
+            summary=summary,
+            measured=sorted(stage.measured),
+        )
         return ctx.store.publish(tmp, manifest)
 
 
@@ -217,9 +250,19 @@ def _result(run: _Run, config: Config, error: DeployKitError | None = None) -> R
     from deploykit.record.collect import build_record
 
     store = run.ctx.store
-    rows = [records.StageStatus(r.stage, r.status, round(r.seconds, 4), r.artifact.digest if r.artifact else "",
-                                r.artifact.kind if r.artifact else "",
-                                r.artifact.manifest.created if r.artifact else "", r.error, r.note) for r in run.records]
+    rows = [
+        records.StageStatus(
+            r.stage,
+            r.status,
+            round(r.seconds, 4),
+            r.artifact.digest if r.artifact else "",
+            r.artifact.kind if r.artifact else "",
+            r.artifact.manifest.created if r.artifact else "",
+            r.error,
+            r.note,
+        )
+        for r in run.records
+    ]
     produced = {r.stage: r.artifact for r in run.records if r.artifact is not None}
     q = config.quantize
     identity = (config.name, q.precision, config.build.backend, q.flavour(config.build.backend) if q.enabled else "")

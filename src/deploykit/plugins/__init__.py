@@ -37,8 +37,12 @@ def load_torch_ops() -> Any:
 def __getattr__(name: str) -> Any:
     import importlib
 
-    homes = {"description": "descriptions", "descriptions": "descriptions", "attach_bodies": "onnx_functions",
-             "plugin_nodes": "onnx_functions"}
+    homes = {
+        "description": "descriptions",
+        "descriptions": "descriptions",
+        "attach_bodies": "onnx_functions",
+        "plugin_nodes": "onnx_functions",
+    }
     if name in homes:
         return getattr(importlib.import_module(f"deploykit.plugins.{homes[name]}"), name)
     raise AttributeError(f"module 'deploykit.plugins' has no attribute {name!r}")

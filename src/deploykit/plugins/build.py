@@ -81,8 +81,13 @@ def source_digest(source: Path) -> str:
     return digest_value({p.relative_to(source).as_posix(): digest_file(p) for p in files})
 
 
-def build_plugins(build_dir: Path | None = None, options: BuildOptions = BuildOptions(),
-                  source: Path | None = None, *, force: bool = False) -> BuildResult:
+def build_plugins(
+    build_dir: Path | None = None,
+    options: BuildOptions = BuildOptions(),
+    source: Path | None = None,
+    *,
+    force: bool = False,
+) -> BuildResult:
     """Build the plugin libraries unless ``build_dir`` already holds this exact build.
 
     Raises:
@@ -96,16 +101,27 @@ def build_plugins(build_dir: Path | None = None, options: BuildOptions = BuildOp
     with _locked(build_dir):
         stamp = read_stamp(build_dir)
         if not force and stamp.get("digest") == digest and _outputs_unchanged(build_dir, stamp):
-            return BuildResult(build_dir, digest, True, built_outputs(build_dir), headers=stamp.get("tensorrt_headers", {}))
+            return BuildResult(
+                build_dir, digest, True, built_outputs(build_dir), headers=stamp.get("tensorrt_headers", {})
+            )
         log = _run_cmake(source, build_dir, options)
         outputs = built_outputs(build_dir)
         if "cpu" not in outputs:
-            raise EnvironmentProblem(f"the plugin build in {build_dir} produced no {OUTPUTS['cpu']}",
-                                     hint="see the CMake output above")
+            raise EnvironmentProblem(
+                f"the plugin build in {build_dir} produced no {OUTPUTS['cpu']}", hint="see the CMake output above"
+            )
         record = _headers_record(headers, outputs)
-        _write_stamp(build_dir, {"version": STAMP_VERSION, "digest": digest, "source": str(source),
-                                 "options": asdict(options), "tensorrt_headers": record,
-                                 "outputs": {part: digest_file(Path(p)) for part, p in outputs.items()}})
+        _write_stamp(
+            build_dir,
+            {
+                "version": STAMP_VERSION,
+                "digest": digest,
+                "source": str(source),
+                "options": asdict(options),
+                "tensorrt_headers": record,
+                "outputs": {part: digest_file(Path(p)) for part, p in outputs.items()},
+            },
+        )
         return BuildResult(build_dir, digest, False, outputs, log, record)
 
 
@@ -114,8 +130,9 @@ def with_tensorrt_headers(options: BuildOptions, source: Path) -> tuple[BuildOpt
     if not (options.cuda and options.tensorrt_glue):
         return options, None
     fetched = source.parent / FETCHED_HEADERS
-    headers = trt_headers.choose(options.tensorrt_include_dir, trt_headers.installed_tensorrt(),
-                                 trt_headers.candidates(fetched))
+    headers = trt_headers.choose(
+        options.tensorrt_include_dir, trt_headers.installed_tensorrt(), trt_headers.candidates(fetched)
+    )
     return replace(options, tensorrt_include_dir=headers.include_dir, tensorrt_glue=bool(headers.include_dir)), headers
 
 
@@ -126,8 +143,12 @@ def _headers_record(headers: trt_headers.Headers | None, outputs: dict[str, str]
     if headers is None:
         return {}
     library = built_against(Path(outputs["tensorrt"])) if "tensorrt" in outputs else None
-    return {"include_dir": headers.include_dir, "version": list(headers.version or ()), "why": headers.why,
-            "library": list(library) if library else None}
+    return {
+        "include_dir": headers.include_dir,
+        "version": list(headers.version or ()),
+        "why": headers.why,
+        "library": list(library) if library else None,
+    }
 
 
 def built_outputs(build_dir: Path) -> dict[str, str]:
@@ -148,8 +169,13 @@ def is_current(build_dir: Path, source: Path | None = None) -> bool | None:
     if not stamp:
         return None
     options = BuildOptions(**{**stamp["options"], "targets": tuple(stamp["options"].get("targets", ()))})
-    current = digest_value({"sources": source_digest((source or plugins_source()).resolve()),
-                            "options": asdict(options), "stamp": STAMP_VERSION})
+    current = digest_value(
+        {
+            "sources": source_digest((source or plugins_source()).resolve()),
+            "options": asdict(options),
+            "stamp": STAMP_VERSION,
+        }
+    )
     return current == stamp.get("digest") and _outputs_unchanged(build_dir, stamp)
 
 
@@ -157,12 +183,19 @@ def _outputs_unchanged(build_dir: Path, stamp: dict[str, Any]) -> bool:
     recorded = stamp.get("outputs", {})
     return bool(recorded) and all(
         (build_dir / OUTPUTS[part]).is_file() and digest_file(build_dir / OUTPUTS[part]) == sha
-        for part, sha in recorded.items())
+        for part, sha in recorded.items()
+    )
 
 
 def _cmake_arguments(source: Path, build_dir: Path, options: BuildOptions) -> list[str]:
-    args = ["-S", str(source), "-B", str(build_dir), f"-DCMAKE_BUILD_TYPE={options.build_type}",
-            f"-DDEPLOYKIT_WITH_CUDA={'ON' if options.cuda else 'OFF'}"]
+    args = [
+        "-S",
+        str(source),
+        "-B",
+        str(build_dir),
+        f"-DCMAKE_BUILD_TYPE={options.build_type}",
+        f"-DDEPLOYKIT_WITH_CUDA={'ON' if options.cuda else 'OFF'}",
+    ]
     if options.tensorrt_include_dir:
         args.append(f"-DTENSORRT_INCLUDE_DIR={options.tensorrt_include_dir}")
     args.append(f"-DDEPLOYKIT_WITH_TENSORRT={'ON' if options.tensorrt_glue else 'OFF'}")
@@ -187,9 +220,11 @@ def _run_cmake(source: Path, build_dir: Path, options: BuildOptions) -> str:
         log.append(done.stdout + done.stderr)
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
-            raise EnvironmentProblem(f"`{' '.join(command)}` exited {done.returncode}:\n{tail}",
-                                     hint="a compiler error in plugins/, or a missing toolchain; "
-                                          "-DDEPLOYKIT_WITH_CUDA=OFF (--no-cuda) builds the CPU library alone")
+            raise EnvironmentProblem(
+                f"`{' '.join(command)}` exited {done.returncode}:\n{tail}",
+                hint="a compiler error in plugins/, or a missing toolchain; "
+                "-DDEPLOYKIT_WITH_CUDA=OFF (--no-cuda) builds the CPU library alone",
+            )
     return "\n".join(log)[-4000:]
 
 

@@ -102,8 +102,10 @@ def plugins_source() -> Path:
     for folder in candidates:
         if (folder / "CMakeLists.txt").is_file():
             return folder
-    raise ConfigError(f"plugin sources not found in {' or '.join(map(str, candidates))}",
-                      hint=f"reinstall deploykit (the package carries them), or set {SOURCE_ENV} to a checkout's plugins/")
+    raise ConfigError(
+        f"plugin sources not found in {' or '.join(map(str, candidates))}",
+        hint=f"reinstall deploykit (the package carries them), or set {SOURCE_ENV} to a checkout's plugins/",
+    )
 
 
 @functools.cache
@@ -115,8 +117,10 @@ def _load_all(source: Path) -> dict[str, OpDescription]:
         try:
             op = _from_yaml(yaml.safe_load(path.read_text()), path.parent.name)
         except (KeyError, TypeError, ValueError, yaml.YAMLError) as e:
-            raise ConfigError(f"{path}: not a valid op description ({type(e).__name__}: {e})",
-                              hint="see plugins/README.md, 'Op description files'") from e
+            raise ConfigError(
+                f"{path}: not a valid op description ({type(e).__name__}: {e})",
+                hint="see plugins/README.md, 'Op description files'",
+            ) from e
         ops[op.name] = op
     return ops
 
@@ -140,14 +144,34 @@ def _from_yaml(raw: dict[str, Any], folder: str) -> OpDescription:
         return tuple(TensorDesc(t["name"], t["dtype"], tuple(t["shape"]), t.get("doc", "")) for t in items)
 
     attributes = tuple(
-        AttributeDesc(a["name"], a["type"], int(a["length"]), bool(a["required"]), a.get("default"),
-                      tuple(a.get("binds") or ()), a.get("constraint") or "", a.get("doc", ""))
-        for a in raw.get("attributes") or ())
+        AttributeDesc(
+            a["name"],
+            a["type"],
+            int(a["length"]),
+            bool(a["required"]),
+            a.get("default"),
+            tuple(a.get("binds") or ()),
+            a.get("constraint") or "",
+            a.get("doc", ""),
+        )
+        for a in raw.get("attributes") or ()
+    )
     types = {var: {backend: tuple(ds) for backend, ds in per.items()} for var, per in (raw.get("types") or {}).items()}
     plugin = raw["plugin"]
-    return OpDescription(raw["name"], folder, " ".join(str(raw.get("summary", "")).split()), plugin["name"],
-                         str(plugin["version"]), plugin["namespace"], types, tensors(raw["inputs"]),
-                         tensors(raw["outputs"]), attributes, raw.get("shape_rule", ""), raw.get("semantics") or {})
+    return OpDescription(
+        raw["name"],
+        folder,
+        " ".join(str(raw.get("summary", "")).split()),
+        plugin["name"],
+        str(plugin["version"]),
+        plugin["namespace"],
+        types,
+        tensors(raw["inputs"]),
+        tensors(raw["outputs"]),
+        attributes,
+        raw.get("shape_rule", ""),
+        raw.get("semantics") or {},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,18 +189,23 @@ def check_attributes(op: OpDescription, values: Mapping[str, Any], where: str) -
     for attr in op.attributes:
         value = values.get(attr.name, attr.default)
         if value is None:
-            raise ModelError(f"{op.name} {where}: missing required attribute {attr.name!r} ({attr.describe()})",
-                             hint=f"give the node an INTS attribute {attr.name!r}; see plugins/{op.folder}/README.md")
+            raise ModelError(
+                f"{op.name} {where}: missing required attribute {attr.name!r} ({attr.describe()})",
+                hint=f"give the node an INTS attribute {attr.name!r}; see plugins/{op.folder}/README.md",
+            )
         ints = tuple(int(v) for v in value)
         if len(ints) != attr.length or (attr.constraint == "positive" and min(ints, default=1) < 1):
-            raise ModelError(f"{op.name} {where}: attribute {attr.name!r} = {list(ints)} must be {attr.describe()}",
-                             hint=f"see plugins/{op.folder}/README.md")
+            raise ModelError(
+                f"{op.name} {where}: attribute {attr.name!r} = {list(ints)} must be {attr.describe()}",
+                hint=f"see plugins/{op.folder}/README.md",
+            )
         out[attr.name] = ints
     return out
 
 
-def bind_shapes(op: OpDescription, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Sequence[int]],
-                *, where: str = "") -> dict[str, int]:
+def bind_shapes(
+    op: OpDescription, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Sequence[int]], *, where: str = ""
+) -> dict[str, int]:
     """Bind the description's shape symbols to concrete dims; raise DataError where two disagree.
 
     ``shapes`` are the input shapes in order. The message names both places a symbol was bound,
@@ -184,24 +213,29 @@ def bind_shapes(op: OpDescription, shapes: Sequence[Sequence[int]], attrs: Mappi
     """
     prefix = f"{op.name}{' ' + where if where else ''}"
     if len(shapes) != len(op.inputs):
-        raise DataError(f"{prefix}: expected {len(op.inputs)} inputs "
-                        f"({', '.join(t.name for t in op.inputs)}), got {len(shapes)}")
+        raise DataError(
+            f"{prefix}: expected {len(op.inputs)} inputs ({', '.join(t.name for t in op.inputs)}), got {len(shapes)}"
+        )
     bound: dict[str, tuple[int, str]] = {}
     for attr in op.attributes:
         for symbol, value in zip(attr.binds, attrs.get(attr.name, ()), strict=False):
             bound[symbol] = (int(value), f"attribute {attr.name}")
     for tensor, shape in zip(op.inputs, shapes, strict=True):
         if len(shape) != len(tensor.shape):
-            raise DataError(f"{prefix}: {tensor.name} must have rank {len(tensor.shape)} "
-                            f"({', '.join(map(str, tensor.shape))}), got shape {tuple(shape)}")
+            raise DataError(
+                f"{prefix}: {tensor.name} must have rank {len(tensor.shape)} "
+                f"({', '.join(map(str, tensor.shape))}), got shape {tuple(shape)}"
+            )
         for axis, (symbol, dim) in enumerate(zip(tensor.shape, shape, strict=True)):
             if isinstance(symbol, int):
                 if dim != symbol:
                     raise DataError(f"{prefix}: {tensor.name} dim {axis} must be {symbol}, got shape {tuple(shape)}")
             elif symbol in bound and bound[symbol][0] != dim:
                 value, source = bound[symbol]
-                raise DataError(f"{prefix}: {tensor.name} has {symbol} = {dim} (dim {axis}) but {source} has "
-                                f"{symbol} = {value}", hint=f"see the shape table in plugins/{op.folder}/README.md")
+                raise DataError(
+                    f"{prefix}: {tensor.name} has {symbol} = {dim} (dim {axis}) but {source} has {symbol} = {value}",
+                    hint=f"see the shape table in plugins/{op.folder}/README.md",
+                )
             else:
                 bound.setdefault(symbol, (dim, tensor.name))  # no int(): a symbolic dim must stay symbolic
     return {symbol: value for symbol, (value, _) in bound.items()}
@@ -220,10 +254,14 @@ def check_dtypes(op: OpDescription, dtypes: Sequence[str], backend: str | None, 
         allowed = op.dtypes(tensor.dtype, backend)
         if dtype not in allowed:
             on = f" on {backend}" if backend else ""
-            raise DataError(f"{prefix}: {tensor.name} must be {' or '.join(allowed)}{on}, got {dtype}",
-                            hint=f"see the dtype column in plugins/{op.folder}/README.md")
+            raise DataError(
+                f"{prefix}: {tensor.name} must be {' or '.join(allowed)}{on}, got {dtype}",
+                hint=f"see the dtype column in plugins/{op.folder}/README.md",
+            )
         if tensor.dtype in op.types:
             first = seen.setdefault(tensor.dtype, (dtype, tensor.name))
             if first[0] != dtype:
-                raise DataError(f"{prefix}: {tensor.name} is {dtype} but {first[1]} is {first[0]}; "
-                                f"all {tensor.dtype} tensors must share one dtype")
+                raise DataError(
+                    f"{prefix}: {tensor.name} is {dtype} but {first[1]} is {first[0]}; "
+                    f"all {tensor.dtype} tensors must share one dtype"
+                )

@@ -78,8 +78,10 @@ def _malformed_elf(path: Path) -> Iterator[None]:
     try:
         yield
     except (struct.error, IndexError, ValueError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"{path}: truncated or malformed ELF file ({type(e).__name__}: {e})",
-                           hint="give the .so that `deploykit plugins build` wrote") from e
+        raise InvalidInput(
+            f"{path}: truncated or malformed ELF file ({type(e).__name__}: {e})",
+            hint="give the .so that `deploykit plugins build` wrote",
+        ) from e
 
 
 def exported_symbols(path: Path) -> set[str]:
@@ -123,7 +125,10 @@ def _creators_from_glue_check(path: Path, build_dir: Path | None = None) -> tupl
     recorded = read_stamp(build_dir).get("outputs", {})
     program = build_dir / OUTPUTS["trt_glue_check"]
     if not recorded.get("tensorrt") or digest_file(path) != recorded["tensorrt"]:
-        return None, f"not the TensorRT library of deploykit's build in {build_dir} (its {GLUE_CHECK} describes that build)"
+        return (
+            None,
+            f"not the TensorRT library of deploykit's build in {build_dir} (its {GLUE_CHECK} describes that build)",
+        )
     if not program.is_file() or digest_file(program) != recorded.get("trt_glue_check"):
         return None, f"no {GLUE_CHECK} that deploykit built in {build_dir}"
     try:
@@ -152,8 +157,11 @@ def _compare_creators(report: LibraryReport, ops: dict[str, OpDescription], exac
             if fields != expected:
                 report.add(label, "failed", f"fields {fields} but the description's attributes are {expected}")
                 continue
-        fields = (f", fields {', '.join(a.name for a in op.attributes)}" if exact_fields
-                  else " (fields not listed this way: not checked)")
+        fields = (
+            f", fields {', '.join(a.name for a in op.attributes)}"
+            if exact_fields
+            else " (fields not listed this way: not checked)"
+        )
         report.add(label, "ok", f"version {got[0]!r}, namespace {got[1]!r}{fields}")
     for name in sorted(by_name):
         report.add(f"creator {name}", "failed", "registered by the library but described by no plugins/*/*.yaml")
@@ -167,9 +175,13 @@ def _check_strings(report: LibraryReport, path: Path, ops: dict[str, OpDescripti
         if missing:
             report.add(label, "failed", f"the library's read-only data lacks {', '.join(map(repr, missing))}")
         else:
-            report.add(label, "ok", f"name {op.plugin_name!r} and namespace {op.plugin_namespace!r} are embedded; "
-                                    f"not checked: that they belong to one creator, its version "
-                                    f"{op.plugin_version!r} and its fields (needs TensorRT or {GLUE_CHECK})")
+            report.add(
+                label,
+                "ok",
+                f"name {op.plugin_name!r} and namespace {op.plugin_namespace!r} are embedded; "
+                f"not checked: that they belong to one creator, its version "
+                f"{op.plugin_version!r} and its fields (needs TensorRT or {GLUE_CHECK})",
+            )
 
 
 def _check_headers(report: LibraryReport, path: Path) -> None:
@@ -179,20 +191,31 @@ def _check_headers(report: LibraryReport, path: Path) -> None:
 
     built = built_against(path)
     if built is None:
-        report.add("TensorRT headers", "not checked", f"the library exports no {HEADERS_SYMBOL} (another project's, "
-                   "or built before deploykit recorded it): rebuild with `deploykit plugins build` to record it")
+        report.add(
+            "TensorRT headers",
+            "not checked",
+            f"the library exports no {HEADERS_SYMBOL} (another project's, "
+            "or built before deploykit recorded it): rebuild with `deploykit plugins build` to record it",
+        )
         return
     headers, installed = ".".join(map(str, built)), installed_tensorrt()
     if not installed:
-        report.add("TensorRT headers", "ok", f"compiled against TensorRT {headers} headers; no TensorRT installed here "
-                   f"to compare with: it runs only on TensorRT {built[0]}.x")
+        report.add(
+            "TensorRT headers",
+            "ok",
+            f"compiled against TensorRT {headers} headers; no TensorRT installed here "
+            f"to compare with: it runs only on TensorRT {built[0]}.x",
+        )
         return
     problem = abi_problem(path, installed)
     if problem:
         report.add("TensorRT headers", "failed", f"{problem}: {rebuild_hint(installed)}")
         return
-    report.add("TensorRT headers", "ok", f"compiled against TensorRT {headers} headers; TensorRT {installed} is "
-               "installed (same major)")
+    report.add(
+        "TensorRT headers",
+        "ok",
+        f"compiled against TensorRT {headers} headers; TensorRT {installed} is installed (same major)",
+    )
 
 
 def _check_cuda_runtime(report: LibraryReport, path: Path) -> None:
@@ -206,13 +229,21 @@ def _check_cuda_runtime(report: LibraryReport, path: Path) -> None:
     major = linked[0].rsplit(".so.", 1)[-1].split(".")[0]
     flavour = tensorrt_cuda_flavour()
     if not flavour:
-        report.add("CUDA runtime", "ok", f"links {linked[0]} (the CUDA {major} toolkit it was built with); "
-                   "TensorRT's CUDA is not known here (no tensorrt-cu12/cu13 wheel installed)")
+        report.add(
+            "CUDA runtime",
+            "ok",
+            f"links {linked[0]} (the CUDA {major} toolkit it was built with); "
+            "TensorRT's CUDA is not known here (no tensorrt-cu12/cu13 wheel installed)",
+        )
     elif flavour != f"cu{major}":
-        report.add("CUDA runtime", "warn", f"links {linked[0]} but TensorRT is built for CUDA "
-                   f"{flavour.removeprefix('cu')} ({flavour}): two CUDA runtimes in one process, and {linked[0]} must "
-                   f"be installed; rebuild with the CUDA {flavour.removeprefix('cu')} toolkit's nvcc "
-                   "(CMAKE_CUDA_COMPILER)")
+        report.add(
+            "CUDA runtime",
+            "warn",
+            f"links {linked[0]} but TensorRT is built for CUDA "
+            f"{flavour.removeprefix('cu')} ({flavour}): two CUDA runtimes in one process, and {linked[0]} must "
+            f"be installed; rebuild with the CUDA {flavour.removeprefix('cu')} toolkit's nvcc "
+            "(CMAKE_CUDA_COMPILER)",
+        )
     else:
         report.add("CUDA runtime", "ok", f"links {linked[0]}, the CUDA major TensorRT is built for ({flavour})")
 
@@ -223,12 +254,13 @@ def require_library(path: Path, where: str) -> None:
     plugins check`` refuses first, applied to every library a build is given, whichever backend runs."""
     path = Path(path)
     if not path.is_file():
-        raise InvalidInput(f"{where} {path}: not a regular file",
-                           hint="give the .so `deploykit plugins build` wrote")
+        raise InvalidInput(f"{where} {path}: not a regular file", hint="give the .so `deploykit plugins build` wrote")
     try:
         if not exported_symbols(path):
-            raise InvalidInput(f"{path}: exports no symbol; not a shared library",
-                               hint="give the .so that `deploykit plugins build` wrote")
+            raise InvalidInput(
+                f"{path}: exports no symbol; not a shared library",
+                hint="give the .so that `deploykit plugins build` wrote",
+            )
     except InvalidInput as e:
         raise InvalidInput(f"{where} {e.message}", hint=e.hint) from e
     except OSError as e:
@@ -249,16 +281,23 @@ def check_library(path: Path, ops: dict[str, OpDescription] | None = None) -> Li
     symbols = exported_symbols(path)
     for symbol in _REQUIRED_SYMBOLS:
         found = symbol in symbols
-        report.add(f"exports {symbol}", "ok" if found else "failed",
-                   "found in the dynamic symbol table" if found else "not exported: TensorRT's loadLibrary needs it")
+        report.add(
+            f"exports {symbol}",
+            "ok" if found else "failed",
+            "found in the dynamic symbol table" if found else "not exported: TensorRT's loadLibrary needs it",
+        )
     if "getCreators" in symbols:
         _check_headers(report, path)
         _check_cuda_runtime(report, path)
     if "getCreators" not in symbols:
         if "deploykit_bev_pool_v2_cpu" in symbols:
-            report.add("library kind", "failed", "this is the CPU kernel library (C ABI for ctypes), not the TensorRT "
-                                                 "plugin library libdeploykit_plugins.so (built where nvcc and "
-                                                 "TensorRT headers are found)")
+            report.add(
+                "library kind",
+                "failed",
+                "this is the CPU kernel library (C ABI for ctypes), not the TensorRT "
+                "plugin library libdeploykit_plugins.so (built where nvcc and "
+                "TensorRT headers are found)",
+            )
         report.method = "none"
         report.add("creators", "not checked", "without getCreators there is nothing to ask for creators")
         return report
@@ -273,7 +312,10 @@ def check_library(path: Path, ops: dict[str, OpDescription] | None = None) -> Li
             return report
         reasons.append(f"{method}: {why}")
     report.method = "strings"
-    report.add("creators", "not checked", "creators could not be listed (" + "; ".join(reasons) + "); "
-                                          "checked the embedded names instead")
+    report.add(
+        "creators",
+        "not checked",
+        "creators could not be listed (" + "; ".join(reasons) + "); checked the embedded names instead",
+    )
     _check_strings(report, path, ops)
     return report

@@ -26,9 +26,22 @@ _F32, _I32 = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int32)
 class BevPoolDims(ctypes.Structure):
     """``deploykit_bev_pool_dims`` (plugins/bev_pool/bev_pool.h)."""
 
-    _fields_ = [(name, ctypes.c_int64) for name in (
-        "batch", "cameras", "depth_bins", "height", "width", "channels",
-        "num_points", "num_intervals", "bev_z", "bev_y", "bev_x")]
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in (
+            "batch",
+            "cameras",
+            "depth_bins",
+            "height",
+            "width",
+            "channels",
+            "num_points",
+            "num_intervals",
+            "bev_z",
+            "bev_y",
+            "bev_x",
+        )
+    ]
 
 
 class PillarScatterDims(ctypes.Structure):
@@ -49,24 +62,53 @@ class CpuKernels:
         try:
             self.lib = ctypes.CDLL(str(path))
         except OSError as e:
-            raise EnvironmentProblem(f"cannot load the plugin CPU library {path}: {e}",
-                                     hint="build it with `deploykit plugins build`") from e
+            raise EnvironmentProblem(
+                f"cannot load the plugin CPU library {path}: {e}", hint="build it with `deploykit plugins build`"
+            ) from e
         self.path = Path(path)
         self.lib.deploykit_plugins_abi_version.restype = ctypes.c_int32
         version = self.lib.deploykit_plugins_abi_version()
         if version != ABI_VERSION:
-            raise EnvironmentProblem(f"{path} has plugin ABI version {version}, this deploykit needs {ABI_VERSION}",
-                                     hint="rebuild the plugins with `deploykit plugins build`")
-        self.lib.deploykit_bev_pool_v2_cpu.argtypes = [_F32, _F32, _I32, _I32, _I32, _I32, _I32,
-                                                       ctypes.POINTER(BevPoolDims), _F32, ctypes.c_char_p,
-                                                       ctypes.c_size_t]
+            raise EnvironmentProblem(
+                f"{path} has plugin ABI version {version}, this deploykit needs {ABI_VERSION}",
+                hint="rebuild the plugins with `deploykit plugins build`",
+            )
+        self.lib.deploykit_bev_pool_v2_cpu.argtypes = [
+            _F32,
+            _F32,
+            _I32,
+            _I32,
+            _I32,
+            _I32,
+            _I32,
+            ctypes.POINTER(BevPoolDims),
+            _F32,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         self.lib.deploykit_bev_pool_v2_cpu.restype = ctypes.c_int32
-        self.lib.deploykit_pillar_scatter_cpu.argtypes = [_F32, _I32, _I32, ctypes.POINTER(PillarScatterDims), _F32,
-                                                          ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.deploykit_pillar_scatter_cpu.argtypes = [
+            _F32,
+            _I32,
+            _I32,
+            ctypes.POINTER(PillarScatterDims),
+            _F32,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         self.lib.deploykit_pillar_scatter_cpu.restype = ctypes.c_int32
 
-    def bev_pool_v2(self, depth: Any, feat: Any, ranks_depth: Any, ranks_feat: Any, ranks_bev: Any,
-                    interval_starts: Any, interval_lengths: Any, bev_shape: tuple[int, int, int]) -> np.ndarray:
+    def bev_pool_v2(
+        self,
+        depth: Any,
+        feat: Any,
+        ranks_depth: Any,
+        ranks_feat: Any,
+        ranks_bev: Any,
+        interval_starts: Any,
+        interval_lengths: Any,
+        bev_shape: tuple[int, int, int],
+    ) -> np.ndarray:
         """BEVPoolV2 on float32 numpy arrays; returns (B, Z, Y, X, C)."""
         op = description("BEVPoolV2")
         arrays = _checked(op, (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths))
@@ -93,8 +135,11 @@ class CpuKernels:
         pointers = [a.ctypes.data_as(_F32 if a.dtype == np.float32 else _I32) for a in arrays]
         status = fn(*pointers, ctypes.byref(dims), out.ctypes.data_as(_F32), err, len(err))
         if status == _ERR_INDEX:
-            raise DataError(err.value.decode(), hint="an index lies outside its tensor; fix the preprocessing that "
-                                                     "computes it (the CUDA plugin would skip it silently)")
+            raise DataError(
+                err.value.decode(),
+                hint="an index lies outside its tensor; fix the preprocessing that "
+                "computes it (the CUDA plugin would skip it silently)",
+            )
         if status != 0:  # argument errors mean this binding passed something the checks above should refuse
             raise InternalError(f"{fn.__name__} returned status {status}: {err.value.decode()}")
 

@@ -27,8 +27,12 @@ from typing import Any
 from deploykit.plugins.descriptions import ONNX_DOMAIN, OpDescription, description
 
 _TORCHSCRIPT_OPSET = 9  # the lowest opset the symbolics apply to: they emit no standard op
-_ONNX_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "int32": "tensor(int32)",
-               "int64": "tensor(int64)"}
+_ONNX_TYPES = {
+    "float32": "tensor(float)",
+    "float16": "tensor(float16)",
+    "int32": "tensor(int32)",
+    "int64": "tensor(int64)",
+}
 
 
 def _plugin_attributes(op: OpDescription) -> dict[str, str]:
@@ -43,11 +47,17 @@ def _torchscript_symbolic(op: OpDescription) -> Callable[..., Any]:
     from torch.onnx import symbolic_helper
 
     def symbolic(g: Any, *args: Any) -> Any:
-        tensors, values = args[:len(op.inputs)], args[len(op.inputs):]
-        attrs = {a.name: [int(v) for v in symbolic_helper._maybe_get_const(value, "is")]
-                 for a, value in zip(op.attributes, values, strict=True)}
-        out = g.op(f"{ONNX_DOMAIN}::{op.name}", *tensors, **{f"{k}_i": v for k, v in attrs.items()},
-                   **{f"{k}_s": v for k, v in _plugin_attributes(op).items()})
+        tensors, values = args[: len(op.inputs)], args[len(op.inputs) :]
+        attrs = {
+            a.name: [int(v) for v in symbolic_helper._maybe_get_const(value, "is")]
+            for a, value in zip(op.attributes, values, strict=True)
+        }
+        out = g.op(
+            f"{ONNX_DOMAIN}::{op.name}",
+            *tensors,
+            **{f"{k}_i": v for k, v in attrs.items()},
+            **{f"{k}_s": v for k, v in _plugin_attributes(op).items()},
+        )
         like = next(t for t, desc in zip(tensors, op.inputs, strict=True) if desc.dtype == op.outputs[0].dtype)
         out.setType(like.type().with_sizes(_known_output_dims(op, tensors, attrs)))
         return out
@@ -92,13 +102,23 @@ def op_schema(op: OpDescription) -> Any:
         return defs.OpSchema.FormalParameter(tensor.name, type_str, tensor.doc)
 
     constraints = [(var, [_ONNX_TYPES[d] for d in op.dtypes(var)], f"{var} of {op.name}") for var in op.types]
-    attributes = [defs.OpSchema.Attribute(a.name, defs.OpSchema.AttrType.INTS, a.doc, required=a.required)
-                  for a in op.attributes]
-    attributes += [defs.OpSchema.Attribute(name, defs.OpSchema.AttrType.STRING, f"TensorRT {name}", required=False)
-                   for name in _plugin_attributes(op)]
-    return defs.OpSchema(op.name, ONNX_DOMAIN, 1, op.summary, inputs=[parameter(t) for t in op.inputs],
-                         outputs=[parameter(t) for t in op.outputs], type_constraints=constraints,
-                         attributes=attributes)
+    attributes = [
+        defs.OpSchema.Attribute(a.name, defs.OpSchema.AttrType.INTS, a.doc, required=a.required) for a in op.attributes
+    ]
+    attributes += [
+        defs.OpSchema.Attribute(name, defs.OpSchema.AttrType.STRING, f"TensorRT {name}", required=False)
+        for name in _plugin_attributes(op)
+    ]
+    return defs.OpSchema(
+        op.name,
+        ONNX_DOMAIN,
+        1,
+        op.summary,
+        inputs=[parameter(t) for t in op.inputs],
+        outputs=[parameter(t) for t in op.outputs],
+        type_constraints=constraints,
+        attributes=attributes,
+    )
 
 
 @functools.cache
@@ -111,16 +131,28 @@ def _onnxscript_op(name: str) -> Any:
 
 def _emit(name: str, tensors: Sequence[Any], attrs: dict[str, Sequence[int]]) -> Any:
     op = description(name)
-    return _onnxscript_op(name)(*tensors, **{k: [int(v) for v in vs] for k, vs in attrs.items()},
-                                **_plugin_attributes(op))
+    return _onnxscript_op(name)(
+        *tensors, **{k: [int(v) for v in vs] for k, vs in attrs.items()}, **_plugin_attributes(op)
+    )
 
 
 # The exporter matches the torch op's arguments to these parameters by position and name.
-def bev_pool_v2_onnx(depth: Any, feat: Any, ranks_depth: Any, ranks_feat: Any, ranks_bev: Any,
-                     interval_starts: Any, interval_lengths: Any, bev_shape: Sequence[int]) -> Any:
+def bev_pool_v2_onnx(
+    depth: Any,
+    feat: Any,
+    ranks_depth: Any,
+    ranks_feat: Any,
+    ranks_bev: Any,
+    interval_starts: Any,
+    interval_lengths: Any,
+    bev_shape: Sequence[int],
+) -> Any:
     """Dynamo translation of ``deploykit::bev_pool_v2``: one ``deploykit::BEVPoolV2`` node."""
-    return _emit("BEVPoolV2", (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths),
-                 {"bev_shape": bev_shape})
+    return _emit(
+        "BEVPoolV2",
+        (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths),
+        {"bev_shape": bev_shape},
+    )
 
 
 def pillar_scatter_onnx(features: Any, coords: Any, num_pillars: Any, grid: Sequence[int]) -> Any:
@@ -134,8 +166,10 @@ def translation_table() -> dict[Any, Callable[..., Any]]:
 
     import deploykit.plugins.torch_ops  # noqa: F401  (defines torch.ops.deploykit.*)
 
-    return {torch.ops.deploykit.bev_pool_v2.default: bev_pool_v2_onnx,
-            torch.ops.deploykit.pillar_scatter.default: pillar_scatter_onnx}
+    return {
+        torch.ops.deploykit.bev_pool_v2.default: bev_pool_v2_onnx,
+        torch.ops.deploykit.pillar_scatter.default: pillar_scatter_onnx,
+    }
 
 
 def _attach_bodies_hook(model: Any) -> Any:

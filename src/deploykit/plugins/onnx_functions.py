@@ -77,10 +77,15 @@ def _function(op: OpDescription, body: _Body, outputs: list[str], opset: int) ->
     from onnx import helper
 
     return helper.make_function(
-        ONNX_DOMAIN, op.name, [t.name for t in op.inputs], outputs, body.nodes,
+        ONNX_DOMAIN,
+        op.name,
+        [t.name for t in op.inputs],
+        outputs,
+        body.nodes,
         opset_imports=[helper.make_opsetid("", opset)],
         attributes=[a.name for a in op.attributes] + list(_PLUGIN_ATTRIBUTES),
-        doc_string=f"ONNX Runtime body of plugin {op.plugin_name} v{op.plugin_version} ({op.summary})")
+        doc_string=f"ONNX Runtime body of plugin {op.plugin_name} v{op.plugin_version} ({op.summary})",
+    )
 
 
 def bev_pool_v2_body(op: OpDescription, opset: int = DEFAULT_OPSET) -> onnx.FunctionProto:
@@ -117,16 +122,29 @@ def bev_pool_v2_body(op: OpDescription, opset: int = DEFAULT_OPSET) -> onnx.Func
     # Gather the weights and rows, scatter-add the products into the cells.
     ranks_depth = f("Cast", f("Gather", "ranks_depth", point), to=TensorProto.INT64)
     ranks_feat = f("Cast", f("Gather", "ranks_feat", point), to=TensorProto.INT64)
-    ranks_bev = f("Cast", f("Gather", "ranks_bev", f.checked(owner_start, points, "interval_start")),
-                  to=TensorProto.INT64)
-    weight = f("Gather", depth_flat, f.checked(ranks_depth, f("Shape", depth_flat), "ranks_depth"),
-               name="gather_ranks_depth")
-    rows = f("Gather", feat_rows, f.checked(ranks_feat, f("Shape", feat_rows, end=1), "ranks_feat"), axis=0,
-             name="gather_ranks_feat")
+    ranks_bev = f(
+        "Cast", f("Gather", "ranks_bev", f.checked(owner_start, points, "interval_start")), to=TensorProto.INT64
+    )
+    weight = f(
+        "Gather", depth_flat, f.checked(ranks_depth, f("Shape", depth_flat), "ranks_depth"), name="gather_ranks_depth"
+    )
+    rows = f(
+        "Gather",
+        feat_rows,
+        f.checked(ranks_feat, f("Shape", feat_rows, end=1), "ranks_feat"),
+        axis=0,
+        name="gather_ranks_feat",
+    )
     products = f("Mul", rows, f("Unsqueeze", weight, f.ints(-1)))
     canvas = f("ConstantOfShape", f("Concat", cells, channels, axis=0))
-    summed = f("ScatterND", canvas, f("Unsqueeze", f.checked(ranks_bev, cells, "ranks_bev"), f.ints(-1)), products,
-               reduction="add", name="scatter_ranks_bev")
+    summed = f(
+        "ScatterND",
+        canvas,
+        f("Unsqueeze", f.checked(ranks_bev, cells, "ranks_bev"), f.ints(-1)),
+        products,
+        reduction="add",
+        name="scatter_ranks_bev",
+    )
     pooled = f("Reshape", summed, f("Concat", batch, bev_shape, channels, axis=0))
     out = f("CastLike", pooled, "depth")
     return _function(op, f, [out], opset)
@@ -150,8 +168,11 @@ def pillar_scatter_body(op: OpDescription, opset: int = DEFAULT_OPSET) -> onnx.F
     coords = f("Cast", "coords", to=TensorProto.INT64)
     y = f("Gather", coords, f.ints(2, scalar=True), axis=2)
     x = f("Gather", coords, f.ints(3, scalar=True), axis=2)
-    inside = f("And", f("And", f("GreaterOrEqual", y, zero), f("Less", y, ny)),
-               f("And", f("GreaterOrEqual", x, zero), f("Less", x, nx)))
+    inside = f(
+        "And",
+        f("And", f("GreaterOrEqual", y, zero), f("Less", y, ny)),
+        f("And", f("GreaterOrEqual", x, zero), f("Less", x, nx)),
+    )
     flat = f("Add", f("Mul", f("Add", f("Mul", rows, ny), y), nx), x)
     # A live pillar off the grid gets the index one past the canvas: the ScatterND below then fails.
     flat = f("Where", inside, flat, cells, name="check_coords")
@@ -160,8 +181,7 @@ def pillar_scatter_body(op: OpDescription, opset: int = DEFAULT_OPSET) -> onnx.F
     features = f("Reshape", f("Cast", "features", to=TensorProto.FLOAT), f("Concat", f.ints(-1), channels, axis=0))
     features = f("Compress", features, mask, axis=0)
     canvas = f("ConstantOfShape", f("Concat", cells, channels, axis=0))
-    summed = f("ScatterND", canvas, f("Unsqueeze", index, f.ints(-1)), features, reduction="add",
-               name="scatter_coords")
+    summed = f("ScatterND", canvas, f("Unsqueeze", index, f.ints(-1)), features, reduction="add", name="scatter_coords")
     out = f("Transpose", f("Reshape", summed, f("Concat", batch, grid, channels, axis=0)), perm=[0, 3, 1, 2])
     return _function(op, f, [f("CastLike", out, "features")], opset)
 
@@ -178,9 +198,11 @@ MIN_OPSET = 16  # ScatterND's reduction attribute
 def function_body(op_type: str, opset: int = DEFAULT_OPSET) -> onnx.FunctionProto:
     """The model-local function for plugin ``op_type`` (domain ``deploykit``) at ``ai.onnx`` ``opset``."""
     if opset < MIN_OPSET:
-        raise ModelError(f"the ONNX Runtime body of {op_type} needs opset >= {MIN_OPSET} (ScatterND with "
-                         f"reduction), the model has opset {opset}",
-                         hint=f"export with export.opset >= {MIN_OPSET}, or add the convert_opset surgery pass")
+        raise ModelError(
+            f"the ONNX Runtime body of {op_type} needs opset >= {MIN_OPSET} (ScatterND with "
+            f"reduction), the model has opset {opset}",
+            hint=f"export with export.opset >= {MIN_OPSET}, or add the convert_opset surgery pass",
+        )
     return BODY_BUILDERS[op_type](descriptions()[op_type], opset)
 
 
@@ -257,27 +279,36 @@ def static_types(graph: onnx.GraphProto) -> dict[str, tuple[str, tuple[int | Non
     return out
 
 
-def _check_static_inputs(node: onnx.NodeProto, op: OpDescription, where: str,
-                         known: dict[str, tuple[str, tuple[int | None, ...] | None]]) -> None:
+def _check_static_inputs(
+    node: onnx.NodeProto, op: OpDescription, where: str, known: dict[str, tuple[str, tuple[int | None, ...] | None]]
+) -> None:
     """Dtypes and shared dims of the inputs whose type the graph declares (ranks are usually initializers)."""
     seen: dict[str, tuple[int, str]] = {}
     for name, tensor in zip(node.input, op.inputs, strict=False):
         dtype, dims = known.get(name, ("", None))
         allowed = op.dtypes(tensor.dtype)
         if dtype and dtype not in allowed:
-            raise ModelError(f"{op.name} {where}: input {tensor.name} ({name!r}) is {dtype}, must be {' or '.join(allowed)}",
-                             hint=f"see plugins/{op.folder}/README.md; cast it before the node")
+            raise ModelError(
+                f"{op.name} {where}: input {tensor.name} ({name!r}) is {dtype}, must be {' or '.join(allowed)}",
+                hint=f"see plugins/{op.folder}/README.md; cast it before the node",
+            )
         for symbol, dim in zip(tensor.shape, dims or (), strict=False):
             if isinstance(symbol, int) or dim is None:
                 continue
             first = seen.setdefault(symbol, (dim, tensor.name))
             if first[0] != dim:
-                raise ModelError(f"{op.name} {where}: {tensor.name} has {symbol} = {dim} but {first[1]} has "
-                                 f"{symbol} = {first[0]}", hint=f"see the shape table in plugins/{op.folder}/README.md")
+                raise ModelError(
+                    f"{op.name} {where}: {tensor.name} has {symbol} = {dim} but {first[1]} has {symbol} = {first[0]}",
+                    hint=f"see the shape table in plugins/{op.folder}/README.md",
+                )
 
 
-def validate_node(node: onnx.NodeProto, op: OpDescription, label: str,
-                  known: dict[str, tuple[str, tuple[int | None, ...] | None]] | None = None) -> None:
+def validate_node(
+    node: onnx.NodeProto,
+    op: OpDescription,
+    label: str,
+    known: dict[str, tuple[str, tuple[int | None, ...] | None]] | None = None,
+) -> None:
     """Raise ModelError (naming the node and the attribute or input) if ``node`` does not fit ``op``.
 
     ``known`` (from :func:`static_types`) adds checks of the inputs whose dtype or dims the graph declares.
@@ -290,12 +321,17 @@ def validate_node(node: onnx.NodeProto, op: OpDescription, label: str,
     version = attrs.get("plugin_version", b"1")
     version = version.decode() if isinstance(version, bytes) else str(version)
     if version != op.plugin_version:
-        raise ModelError(f"{op.name} {where}: plugin_version {version!r} is not implemented "
-                         f"(deploykit has version {op.plugin_version!r})", hint="re-export with this deploykit")
+        raise ModelError(
+            f"{op.name} {where}: plugin_version {version!r} is not implemented "
+            f"(deploykit has version {op.plugin_version!r})",
+            hint="re-export with this deploykit",
+        )
     if len(node.input) != len(op.inputs) or len(node.output) != len(op.outputs):
-        raise ModelError(f"{op.name} {where}: has {len(node.input)} inputs and {len(node.output)} outputs, "
-                         f"the op takes {len(op.inputs)} ({', '.join(t.name for t in op.inputs)}) "
-                         f"and gives {len(op.outputs)}")
+        raise ModelError(
+            f"{op.name} {where}: has {len(node.input)} inputs and {len(node.output)} outputs, "
+            f"the op takes {len(op.inputs)} ({', '.join(t.name for t in op.inputs)}) "
+            f"and gives {len(op.outputs)}"
+        )
     _check_static_inputs(node, op, where, known or {})
 
 

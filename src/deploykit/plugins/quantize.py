@@ -84,10 +84,14 @@ def quantize_keeping_plugins(job: Any, quantize_model: Callable[[Any], Any]) -> 
     if not inlined.plugins:
         return quantize_model(job)
     # Constant nodes of the bodies become initializers in the quantizer's preparation: name the rest.
-    computing = tuple(n.name for n in inlined.model.graph.node
-                      if n.name.startswith(PREFIX + "/") and n.op_type != "Constant")
-    cfg = dataclasses.replace(job.cfg, exclude_patterns=(*job.cfg.exclude_patterns, f"^{re.escape(PREFIX)}/"),
-                              keep_fp32_nodes=(*job.cfg.keep_fp32_nodes, *computing))
+    computing = tuple(
+        n.name for n in inlined.model.graph.node if n.name.startswith(PREFIX + "/") and n.op_type != "Constant"
+    )
+    cfg = dataclasses.replace(
+        job.cfg,
+        exclude_patterns=(*job.cfg.exclude_patterns, f"^{re.escape(PREFIX)}/"),
+        keep_fp32_nodes=(*job.cfg.keep_fp32_nodes, *computing),
+    )
     result = quantize_model(dataclasses.replace(job, model=inlined.model, cfg=cfg))
     result.model = restore_plugins(result.model, inlined)
     return result
@@ -166,8 +170,12 @@ def _inline_one(node: onnx.NodeProto, body: onnx.FunctionProto, prefix: str) -> 
                 attr.CopyFrom(value)
                 attr.name = name
         nodes.append(copy)
-    plugin = InlinedPlugin(_copy(node), prefix, tuple(tuple(readers[i]) for i in range(len(node.input))),
-                           tuple(writers[i] for i in range(len(node.output))))
+    plugin = InlinedPlugin(
+        _copy(node),
+        prefix,
+        tuple(tuple(readers[i]) for i in range(len(node.input))),
+        tuple(writers[i] for i in range(len(node.output))),
+    )
     return nodes, plugin
 
 
@@ -207,8 +215,10 @@ def restore_plugins(model: onnx.ModelProto, inlined: InlinedPlugins) -> onnx.Mod
     for plugin in inlined.plugins:
         first = next((n.name for n in graph.node if n.name.startswith(plugin.prefix + "/")), None)
         if first is None:
-            raise ModelError(f"the quantized graph lost every node of plugin {plugin.node.name!r}'s body",
-                             hint="exclude InlinedPlugins.node_names from quantization")
+            raise ModelError(
+                f"the quantized graph lost every node of plugin {plugin.node.name!r}'s body",
+                hint="exclude InlinedPlugins.node_names from quantization",
+            )
         replacements[first] = _plugin_nodes_back(plugin, by_name, types, _existing_tensors(graph))
     kept = []
     for node in graph.node:
@@ -227,8 +237,9 @@ def restore_plugins(model: onnx.ModelProto, inlined: InlinedPlugins) -> onnx.Mod
     return restored
 
 
-def _plugin_nodes_back(plugin: InlinedPlugin, by_name: dict, types: dict[str, int],
-                       existing: set[str]) -> list[onnx.NodeProto]:
+def _plugin_nodes_back(
+    plugin: InlinedPlugin, by_name: dict, types: dict[str, int], existing: set[str]
+) -> list[onnx.NodeProto]:
     """The plugin node wired to the current tensors, with the Casts that keep it FP32."""
     from onnx import helper
 
@@ -247,8 +258,10 @@ def _plugin_nodes_back(plugin: InlinedPlugin, by_name: dict, types: dict[str, in
     for j, (writer, slot) in enumerate(plugin.writers):
         producer = by_name.get(writer)
         if producer is None:
-            raise ModelError(f"the quantized graph lost {writer!r}, which computes plugin "
-                             f"{plugin.node.name!r}'s output", hint="exclude InlinedPlugins.node_names from quantization")
+            raise ModelError(
+                f"the quantized graph lost {writer!r}, which computes plugin {plugin.node.name!r}'s output",
+                hint="exclude InlinedPlugins.node_names from quantization",
+            )
         target = producer.output[slot]
         if types.get(target, _FLOAT) != _FLOAT:  # the neighbours became FP16: cast the FP32 result to them
             fp32 = f"{plugin.prefix}/{op.outputs[j].name}_fp32"
@@ -258,8 +271,9 @@ def _plugin_nodes_back(plugin: InlinedPlugin, by_name: dict, types: dict[str, in
     return [*before, node, *after]
 
 
-def _current_input(original: str, readers: tuple[tuple[str, int], ...], by_name: dict, existing: set[str],
-                   plugin: InlinedPlugin) -> str:
+def _current_input(
+    original: str, readers: tuple[tuple[str, int], ...], by_name: dict, existing: set[str], plugin: InlinedPlugin
+) -> str:
     """The tensor plugin input ``original`` is now: itself if it still exists, else what its readers read."""
     if original in existing:
         return original  # untouched: anything the quantizer put after it belonged to the body
@@ -267,13 +281,18 @@ def _current_input(original: str, readers: tuple[tuple[str, int], ...], by_name:
         node = by_name.get(reader)
         if node is not None:
             return node.input[slot]
-    raise ModelError(f"cannot find what plugin {plugin.node.name!r} read as {original!r} in the quantized graph",
-                     hint="exclude InlinedPlugins.node_names from quantization")
+    raise ModelError(
+        f"cannot find what plugin {plugin.node.name!r} read as {original!r} in the quantized graph",
+        hint="exclude InlinedPlugins.node_names from quantization",
+    )
 
 
 def _existing_tensors(graph: onnx.GraphProto) -> set[str]:
-    return ({i.name for i in graph.input} | {t.name for t in graph.initializer}
-            | {o for n in graph.node for o in n.output if o})
+    return (
+        {i.name for i in graph.input}
+        | {t.name for t in graph.initializer}
+        | {o for n in graph.node for o in n.output if o}
+    )
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:

@@ -22,7 +22,9 @@ from torch import Tensor
 from deploykit.errors import DataError
 from deploykit.plugins.descriptions import OpDescription, bind_shapes, check_dtypes, description, output_shape
 
-_INDEX_HINT = "an index lies outside its tensor; fix the preprocessing that computes it (the CUDA plugin would skip it silently)"
+_INDEX_HINT = (
+    "an index lies outside its tensor; fix the preprocessing that computes it (the CUDA plugin would skip it silently)"
+)
 
 
 def _dtype_name(t: Tensor) -> str:
@@ -45,21 +47,33 @@ def _first_bad(bad: Tensor) -> int | None:
 def _check_ranks(name: str, ranks: Tensor, limit: int, extent: str) -> None:
     i = _first_bad((ranks < 0) | (ranks >= limit))
     if i is not None:
-        raise DataError(f"BEVPoolV2: {name}[{i}] = {int(ranks[i])} is outside [0, {limit}) ({extent})",
-                        hint=_INDEX_HINT)
+        raise DataError(
+            f"BEVPoolV2: {name}[{i}] = {int(ranks[i])} is outside [0, {limit}) ({extent})", hint=_INDEX_HINT
+        )
 
 
 def _check_intervals(starts: Tensor, lengths: Tensor, points: int) -> None:
     starts, lengths = starts.long(), lengths.long()
     k = _first_bad((starts < 0) | (lengths < 0) | (starts + lengths > points))
     if k is not None:
-        raise DataError(f"BEVPoolV2: interval {k} (interval_starts[{k}] = {int(starts[k])}, interval_lengths[{k}] = "
-                        f"{int(lengths[k])}) is outside the {points} points [0, P)", hint=_INDEX_HINT)
+        raise DataError(
+            f"BEVPoolV2: interval {k} (interval_starts[{k}] = {int(starts[k])}, interval_lengths[{k}] = "
+            f"{int(lengths[k])}) is outside the {points} points [0, P)",
+            hint=_INDEX_HINT,
+        )
 
 
 @torch.library.custom_op("deploykit::bev_pool_v2", mutates_args=())
-def bev_pool_v2(depth: Tensor, feat: Tensor, ranks_depth: Tensor, ranks_feat: Tensor, ranks_bev: Tensor,
-                interval_starts: Tensor, interval_lengths: Tensor, bev_shape: list[int]) -> Tensor:
+def bev_pool_v2(
+    depth: Tensor,
+    feat: Tensor,
+    ranks_depth: Tensor,
+    ranks_feat: Tensor,
+    ranks_bev: Tensor,
+    interval_starts: Tensor,
+    interval_lengths: Tensor,
+    bev_shape: list[int],
+) -> Tensor:
     """BEVPoolV2 (plugins/bev_pool/README.md): the depth-weighted features of each interval summed into its cell.
 
     Args:
@@ -75,8 +89,11 @@ def bev_pool_v2(depth: Tensor, feat: Tensor, ranks_depth: Tensor, ranks_feat: Te
     Returns:
         (B, Z, Y, X, C) pooled features in depth's dtype; cells no interval reaches are zero.
     """
-    s = _check(_BEV, (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths),
-               {"bev_shape": bev_shape})
+    s = _check(
+        _BEV,
+        (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths),
+        {"bev_shape": bev_shape},
+    )
     cells = s["B"] * s["Z"] * s["Y"] * s["X"]
     _check_ranks("ranks_depth", ranks_depth, depth.numel(), "B*N*D*H*W")
     _check_ranks("ranks_feat", ranks_feat, s["B"] * s["N"] * s["H"] * s["W"], "B*N*H*W")
@@ -93,17 +110,32 @@ def bev_pool_v2(depth: Tensor, feat: Tensor, ranks_depth: Tensor, ranks_feat: Te
     rows = feat.reshape(-1, s["C"]).float()
     # out = S @ rows with S[cell, row] = the summed weights of the points joining them: a sparse
     # product, so the (points, C) products are never materialised (6x faster at BEVDet's size).
-    pool = torch.sparse_coo_tensor(torch.stack([ranks_bev.long()[starts][owner], ranks_feat.long()[points]]),
-                                   weights, (cells, rows.shape[0]), check_invariants=False)  # indices checked above
+    pool = torch.sparse_coo_tensor(
+        torch.stack([ranks_bev.long()[starts][owner], ranks_feat.long()[points]]),
+        weights,
+        (cells, rows.shape[0]),
+        check_invariants=False,
+    )  # indices checked above
     out = torch.sparse.mm(pool, rows)
     return out.reshape(output_shape(_BEV, s)).to(depth.dtype)
 
 
 @bev_pool_v2.register_fake
-def _bev_pool_v2_fake(depth: Tensor, feat: Tensor, ranks_depth: Tensor, ranks_feat: Tensor, ranks_bev: Tensor,
-                      interval_starts: Tensor, interval_lengths: Tensor, bev_shape: list[int]) -> Tensor:
-    s = _check(_BEV, (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths),
-               {"bev_shape": bev_shape})
+def _bev_pool_v2_fake(
+    depth: Tensor,
+    feat: Tensor,
+    ranks_depth: Tensor,
+    ranks_feat: Tensor,
+    ranks_bev: Tensor,
+    interval_starts: Tensor,
+    interval_lengths: Tensor,
+    bev_shape: list[int],
+) -> Tensor:
+    s = _check(
+        _BEV,
+        (depth, feat, ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths),
+        {"bev_shape": bev_shape},
+    )
     return depth.new_empty(output_shape(_BEV, s))
 
 
@@ -125,16 +157,20 @@ def pillar_scatter(features: Tensor, coords: Tensor, num_pillars: Tensor, grid: 
     counts = num_pillars.long()
     row = _first_bad((counts < 0) | (counts > p))
     if row is not None:
-        raise DataError(f"PillarScatter: num_pillars[{row}] = {int(counts[row])} is outside [0, P = {p}]",
-                        hint=_INDEX_HINT)
+        raise DataError(
+            f"PillarScatter: num_pillars[{row}] = {int(counts[row])} is outside [0, P = {p}]", hint=_INDEX_HINT
+        )
     live = torch.arange(p, device=features.device)[None, :] < counts[:, None]
     y, x = coords[..., 2].long(), coords[..., 3].long()
     bad = _first_bad(live & ((y < 0) | (y >= ny) | (x < 0) | (x >= nx)))
     if bad is not None:
         r, q = divmod(bad, p)
         values = ", ".join(str(int(v)) for v in coords[r, q])
-        raise DataError(f"PillarScatter: coords[{r}, {q}] = ({values}) puts (y, x) = ({int(y[r, q])}, {int(x[r, q])}) "
-                        f"outside the grid (ny, nx) = ({ny}, {nx})", hint=_INDEX_HINT)
+        raise DataError(
+            f"PillarScatter: coords[{r}, {q}] = ({values}) puts (y, x) = ({int(y[r, q])}, {int(x[r, q])}) "
+            f"outside the grid (ny, nx) = ({ny}, {nx})",
+            hint=_INDEX_HINT,
+        )
     # Added straight into the channels-first canvas: no (B, ny, nx, C) copy to transpose (4x faster).
     canvas = torch.zeros(b, c, ny * nx, dtype=torch.float32, device=features.device)
     for row in range(b):

@@ -26,10 +26,21 @@ from deploykit.errors import ConfigError
 
 Version = tuple[int, int, int]
 _WHEEL_PACKAGES = ("tensorrt_libs", "tensorrt_cu13_libs", "tensorrt_cu12_libs", "tensorrt")
-_SYSTEM_DIRS = ("/usr/include/x86_64-linux-gnu", "/usr/include/aarch64-linux-gnu", "/usr/include",
-                "/usr/local/tensorrt/include", "/opt/tensorrt/include")
-_DISTRIBUTIONS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu13-bindings", "tensorrt-cu12-bindings",
-                  "tensorrt_libs")
+_SYSTEM_DIRS = (
+    "/usr/include/x86_64-linux-gnu",
+    "/usr/include/aarch64-linux-gnu",
+    "/usr/include",
+    "/usr/local/tensorrt/include",
+    "/opt/tensorrt/include",
+)
+_DISTRIBUTIONS = (
+    "tensorrt",
+    "tensorrt-cu13",
+    "tensorrt-cu12",
+    "tensorrt-cu13-bindings",
+    "tensorrt-cu12-bindings",
+    "tensorrt_libs",
+)
 
 
 @dataclass(frozen=True)
@@ -99,12 +110,17 @@ def choose(explicit: str, installed: str, found: Iterable[tuple[Path, str]]) -> 
     if explicit:
         version = header_version(explicit)
         if version is None:
-            raise ConfigError(f"--tensorrt-include {explicit}: no NvInferRuntime.h and NvInferVersion.h there",
-                              hint="give the folder that holds TensorRT's NvInfer*.h headers")
+            raise ConfigError(
+                f"--tensorrt-include {explicit}: no NvInferRuntime.h and NvInferVersion.h there",
+                hint="give the folder that holds TensorRT's NvInfer*.h headers",
+            )
         if major is not None and version[0] != major:
-            raise ConfigError(f"--tensorrt-include {explicit} holds the TensorRT {_text(version)} headers but TensorRT "
-                              f"{installed} is installed: a plugin library must be compiled against the headers of "
-                              "the TensorRT major it runs with", hint=f"give TensorRT {installed}'s include folder")
+            raise ConfigError(
+                f"--tensorrt-include {explicit} holds the TensorRT {_text(version)} headers but TensorRT "
+                f"{installed} is installed: a plugin library must be compiled against the headers of "
+                "the TensorRT major it runs with",
+                hint=f"give TensorRT {installed}'s include folder",
+            )
         return Headers(str(explicit), version, f"given with --tensorrt-include ({_text(version)})")
     seen = [(folder, where, header_version(folder)) for folder, where in found]
     usable = [(f, w, v) for f, w, v in seen if v is not None]
@@ -112,25 +128,35 @@ def choose(explicit: str, installed: str, found: Iterable[tuple[Path, str]]) -> 
         if not usable:
             return Headers("", None, "no TensorRT headers found (set TENSORRT_ROOT or pass --tensorrt-include)")
         folder, where, version = usable[0]
-        return Headers(str(folder), version, f"no TensorRT installed here: compiled against {where} "
-                                             f"({_text(version)}) as a compile check; build again where TensorRT runs")
+        return Headers(
+            str(folder),
+            version,
+            f"no TensorRT installed here: compiled against {where} "
+            f"({_text(version)}) as a compile check; build again where TensorRT runs",
+        )
     minor = _minor(installed)
     same = sorted((f for f in usable if f[2][0] == major), key=lambda f: f[2][1] != minor)
     if same:
         folder, where, version = same[0]
         return Headers(str(folder), version, f"TensorRT {installed} installed: {where} ({_text(version)})")
     looked = "; ".join(f"{w}: {f} ({_text(v) if v else 'none'})" for f, w, v in seen)
-    return Headers("", None, f"TensorRT {installed} is installed but no TensorRT {major}.x headers were found "
-                             f"({looked}); the TensorRT plugin library is not built: {published(installed)}")
+    return Headers(
+        "",
+        None,
+        f"TensorRT {installed} is installed but no TensorRT {major}.x headers were found "
+        f"({looked}); the TensorRT plugin library is not built: {published(installed)}",
+    )
 
 
 def published(installed: str) -> str:
     """Where the headers of TensorRT ``installed`` are, in one line (the pip wheels ship none)."""
     major, minor = installed.split(".")[0], _minor(installed)
     tag = f"v{major}.{minor}" if minor >= 0 else f"v{major}.x"
-    return (f"pip's TensorRT wheels ship no headers; TensorRT {major}.x's are in NVIDIA's TensorRT repository "
-            f"(github.com/NVIDIA/TensorRT, tag {tag}, folder include/, Apache-2.0) and in the TensorRT tar/deb "
-            f"packages: `deploykit plugins build --tensorrt-include <that>/include`")
+    return (
+        f"pip's TensorRT wheels ship no headers; TensorRT {major}.x's are in NVIDIA's TensorRT repository "
+        f"(github.com/NVIDIA/TensorRT, tag {tag}, folder include/, Apache-2.0) and in the TensorRT tar/deb "
+        f"packages: `deploykit plugins build --tensorrt-include <that>/include`"
+    )
 
 
 def _minor(version: str) -> int:

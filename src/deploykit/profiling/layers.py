@@ -8,12 +8,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Element sizes by our dtype names; sub-byte types count as fractions.
-ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-            "uint8": 1, "bool": 1, "int4": 0.5, "fp4": 0.5}
+ITEMSIZE = {
+    "fp64": 8,
+    "fp32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
 # ONNX Runtime's type names (profile JSON, numpy) -> ours.
-_ALIASES = {"float": "fp32", "float32": "fp32", "double": "fp64", "float64": "fp64", "float16": "fp16", "half": "fp16",
-            "bfloat16": "bf16", "float8e4m3fn": "fp8", "float8e5m2": "fp8", "float8e4m3fnuz": "fp8",
-            "float8e5m2fnuz": "fp8", "int64_t": "int64", "int32_t": "int32", "int8_t": "int8", "uint8_t": "uint8"}
+_ALIASES = {
+    "float": "fp32",
+    "float32": "fp32",
+    "double": "fp64",
+    "float64": "fp64",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float8e4m3fn": "fp8",
+    "float8e5m2": "fp8",
+    "float8e4m3fnuz": "fp8",
+    "float8e5m2fnuz": "fp8",
+    "int64_t": "int64",
+    "int32_t": "int32",
+    "int8_t": "int8",
+    "uint8_t": "uint8",
+}
 # Precisions a layer can compute in, for the roofline's compute ceiling (most to least precise).
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")
 

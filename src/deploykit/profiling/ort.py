@@ -26,7 +26,9 @@ from deploykit.profiling.layers import Layer, Tensor, compute_precision, dtype_n
 _SUFFIX = "_kernel_time"
 
 
-def profile(engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, warmup: int) -> tuple[list[Layer], dict[str, Any]]:
+def profile(
+    engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, warmup: int
+) -> tuple[list[Layer], dict[str, Any]]:
     """Run the engine ``warmup + iterations`` times under ONNX Runtime's profiler; return its layers.
 
     Returns:
@@ -45,10 +47,14 @@ def profile(engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, war
     providers = sorted({layer.extra.get("provider", "") for layer in layers} - {""})
     gpu = [p for p in providers if p != "CPUExecutionProvider"]
     kernels = any(e.get("cat") == "Kernel" for e in events)
-    timing = ("per-node kernel time from ONNX Runtime's profiler" if not gpu else
-              "GPU kernel time per node from ONNX Runtime's CUDA profiling" if kernels else
-              "host-side time per node from ONNX Runtime's profiler (the CUDA provider launches asynchronously; "
-              "GPU kernel times need an ONNX Runtime built with CUDA profiling)")
+    timing = (
+        "per-node kernel time from ONNX Runtime's profiler"
+        if not gpu
+        else "GPU kernel time per node from ONNX Runtime's CUDA profiling"
+        if kernels
+        else "host-side time per node from ONNX Runtime's profiler (the CUDA provider launches asynchronously; "
+        "GPU kernel times need an ONNX Runtime built with CUDA profiling)"
+    )
     return layers, {"evaluator": session.evaluator, "providers": providers, "run_ms": runs, "timing": timing}
 
 
@@ -87,8 +93,9 @@ def _tensors(entries: list[Any]) -> list[Tensor]:
     return out
 
 
-def layers_from_events(events: list[dict[str, Any]], warmup: int,
-                       attributes: dict[str, dict[str, Any]] | None = None) -> tuple[list[Layer], float]:
+def layers_from_events(
+    events: list[dict[str, Any]], warmup: int, attributes: dict[str, dict[str, Any]] | None = None
+) -> tuple[list[Layer], float]:
     """Layers (graph order) with one time per kept run, and the median run time in ms.
 
     Args:
@@ -96,15 +103,18 @@ def layers_from_events(events: list[dict[str, Any]], warmup: int,
         warmup: how many of the first runs to drop.
         attributes: :func:`node_attributes` of the engine's graph.
     """
-    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
-                  key=lambda e: e["ts"])[warmup:]
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+    )[warmup:]
     if not runs:
         raise ArtifactCorrupt("ONNX Runtime's profile holds no model_run after the warm-up runs")
     kernels = [e for e in events if e.get("cat") == "Kernel"]
     per_run: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     layers: dict[str, Layer] = {}
-    for event in sorted((e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith(_SUFFIX)),
-                        key=lambda e: e["ts"]):
+    for event in sorted(
+        (e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith(_SUFFIX)),
+        key=lambda e: e["ts"],
+    ):
         index = _run_of(event, runs)
         if index is None:
             continue
@@ -112,9 +122,15 @@ def layers_from_events(events: list[dict[str, Any]], warmup: int,
         if name not in layers:
             inputs = _tensors(args.get("input_type_shape"))
             op = str(args.get("op_name", ""))
-            layers[name] = Layer(name, op, compute_precision(op, inputs), inputs, _tensors(args.get("output_type_shape")),
-                                 attributes=dict((attributes or {}).get(name, {})),
-                                 extra={"provider": str(args.get("provider", ""))})
+            layers[name] = Layer(
+                name,
+                op,
+                compute_precision(op, inputs),
+                inputs,
+                _tensors(args.get("output_type_shape")),
+                attributes=dict((attributes or {}).get(name, {})),
+                extra={"provider": str(args.get("provider", ""))},
+            )
         per_run[name][index] += float(event.get("dur", 0)) / 1000.0
     if kernels:
         per_run = _kernel_times(kernels, runs) or per_run

@@ -30,8 +30,15 @@ from deploykit.store.hashing import digest_value
 CACHE_DIR = "peaks"
 SCHEMA = "deploykit.peaks/1"
 # Which measured ceiling stands in for a precision that has none (the report names the stand-in).
-_FALLBACK = {"bf16": ("fp16", "fp32"), "fp16": ("fp32",), "fp8": ("int8", "fp16", "fp32"), "int8": ("fp32",),
-             "int4": ("int8", "fp32"), "fp4": ("fp8", "int8", "fp16", "fp32"), "uint8": ("int8", "fp32")}
+_FALLBACK = {
+    "bf16": ("fp16", "fp32"),
+    "fp16": ("fp32",),
+    "fp8": ("int8", "fp16", "fp32"),
+    "int8": ("fp32",),
+    "int4": ("int8", "fp32"),
+    "fp4": ("fp8", "int8", "fp16", "fp32"),
+    "uint8": ("int8", "fp32"),
+}
 Measure = Callable[[set[str], bool], dict[str, Any]]  # (precisions, copy too) -> {"gemm_flops", "bandwidth", "method"}
 CPU_COPY_SIZES = (256 << 10, 4 << 20, 64 << 20)  # L2-, L3- and DRAM-sized working sets
 
@@ -62,13 +69,18 @@ class Peaks:
         return (self.gemm_flops[best], best) if best else (0.0, "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "gemm_flops": dict(sorted(self.gemm_flops.items())),
-                "bandwidth": {str(k): v for k, v in sorted(self.bandwidth.items())},
-                "copy_bytes_per_s": self.copy_bytes_per_s, "method": dict(sorted(self.method.items()))}
+        return {
+            "device": self.device,
+            "gemm_flops": dict(sorted(self.gemm_flops.items())),
+            "bandwidth": {str(k): v for k, v in sorted(self.bandwidth.items())},
+            "copy_bytes_per_s": self.copy_bytes_per_s,
+            "method": dict(sorted(self.method.items())),
+        }
 
 
-def cached_peaks(cache_dir: Path, key: dict[str, Any], device: str, needed: set[str], measure: Measure,
-                 measurable: set[str]) -> Peaks:
+def cached_peaks(
+    cache_dir: Path, key: dict[str, Any], device: str, needed: set[str], measure: Measure, measurable: set[str]
+) -> Peaks:
     """The cached peaks for ``key``, measuring (and caching) whatever ``needed`` precision is missing.
 
     Args:
@@ -85,13 +97,21 @@ def cached_peaks(cache_dir: Path, key: dict[str, Any], device: str, needed: set[
     missing = ({"fp32"} | (needed & measurable)) - have
     if missing or not data.get("bandwidth"):
         fresh = measure(missing, not data.get("bandwidth"))
-        data = {"schema": SCHEMA, "key": key, "device": device,
-                "gemm_flops": {**data.get("gemm_flops", {}), **fresh.get("gemm_flops", {})},
-                "bandwidth": {str(k): v for k, v in (fresh.get("bandwidth") or data.get("bandwidth", {})).items()},
-                "method": {**data.get("method", {}), **fresh.get("method", {})}}
+        data = {
+            "schema": SCHEMA,
+            "key": key,
+            "device": device,
+            "gemm_flops": {**data.get("gemm_flops", {}), **fresh.get("gemm_flops", {})},
+            "bandwidth": {str(k): v for k, v in (fresh.get("bandwidth") or data.get("bandwidth", {})).items()},
+            "method": {**data.get("method", {}), **fresh.get("method", {})},
+        }
         _write(path, data)
-    return Peaks(data.get("device", device), {k: float(v) for k, v in data["gemm_flops"].items()},
-                 {int(k): float(v) for k, v in data["bandwidth"].items()}, dict(data.get("method", {})))
+    return Peaks(
+        data.get("device", device),
+        {k: float(v) for k, v in data["gemm_flops"].items()},
+        {int(k): float(v) for k, v in data["bandwidth"].items()},
+        dict(data.get("method", {})),
+    )
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -136,6 +156,7 @@ def cpu_copy_bandwidth(nbytes: int, repeats: int = 15, workers: int | None = Non
     rounds = max(1, (64 << 20) // max(src.nbytes, 1))
     slices = [slice(i * len(src) // workers, (i + 1) * len(src) // workers) for i in range(workers)]
     with ThreadPoolExecutor(workers) as pool:
+
         def work(part: slice) -> None:
             for _ in range(rounds):
                 np.copyto(dst[part], src[part])
@@ -155,21 +176,34 @@ def gemm_onnx(path: Path, n: int, precision: str) -> Path:
     if precision == "fp16":
         inits.append(numpy_helper.from_array(weight.astype(np.float16), "w"))
         nodes += [helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16)]
-        nodes += [helper.make_node("MatMul", ["x16", "w"], ["y16"]), helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT)]
+        nodes += [
+            helper.make_node("MatMul", ["x16", "w"], ["y16"]),
+            helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
+        ]
     elif precision in ("int8", "fp8"):
         qtype, zero = (TensorProto.INT8, 0) if precision == "int8" else (TensorProto.FLOAT8E4M3FN, 0)
-        inits += [numpy_helper.from_array(np.array(0.05, np.float32), "s"), helper.make_tensor("z", qtype, [], [zero]),
-                  numpy_helper.from_array(weight, "w")]
+        inits += [
+            numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+            helper.make_tensor("z", qtype, [], [zero]),
+            numpy_helper.from_array(weight, "w"),
+        ]
         for name in ("x", "w"):
-            nodes += [helper.make_node("QuantizeLinear", [name, "s", "z"], [f"{name}_q"]),
-                      helper.make_node("DequantizeLinear", [f"{name}_q", "s", "z"], [f"{name}_dq"])]
+            nodes += [
+                helper.make_node("QuantizeLinear", [name, "s", "z"], [f"{name}_q"]),
+                helper.make_node("DequantizeLinear", [f"{name}_q", "s", "z"], [f"{name}_dq"]),
+            ]
         x, w = "x_dq", "w_dq"
         nodes.append(helper.make_node("MatMul", [x, w], ["y"]))
     else:
         inits.append(numpy_helper.from_array(weight, "w"))
         nodes.append(helper.make_node("MatMul", [x, w], ["y"]))
-    graph = helper.make_graph(nodes, f"gemm_{precision}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], inits)
+    graph = helper.make_graph(
+        nodes,
+        f"gemm_{precision}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19 if precision == "fp8" else 17)])
     model.ir_version = 9
     onnx.save(model, str(path))
@@ -191,18 +225,29 @@ def measure_cpu(precisions: set[str], copy: bool, threads: int = 0, n: int = 512
             model = _cpu_gemm(folder / "gemm.onnx", n, precision)
             backend.build(model, options, folder)
             session = backend.load(folder)
-            feed = {s.name: (rng.standard_normal((n, n)).astype(np.float32) if s.dtype == "float32"
-                             else rng.integers(0, 255, (n, n), dtype=np.uint8)) for s in session.inputs}
+            feed = {
+                s.name: (
+                    rng.standard_normal((n, n)).astype(np.float32)
+                    if s.dtype == "float32"
+                    else rng.integers(0, 255, (n, n), dtype=np.uint8)
+                )
+                for s in session.inputs
+            }
             seconds = best_seconds(session.timed_runner(feed), repeats=30)
             out["gemm_flops"][precision] = 2.0 * n**3 / seconds
-            out["method"][f"gemm_{precision}"] = (f"{n}x{n}x{n} {'MatMulInteger u8s8' if precision == 'int8' else 'MatMul'}"
-                                                  " through the onnxruntime backend, best of 30")
+            out["method"][f"gemm_{precision}"] = (
+                f"{n}x{n}x{n} {'MatMulInteger u8s8' if precision == 'int8' else 'MatMul'}"
+                " through the onnxruntime backend, best of 30"
+            )
     if copy:
         # One thread and one per core, the faster counts: small copies in threads only contend for the GIL.
-        out["bandwidth"] = monotonic({size: max(cpu_copy_bandwidth(size, workers=1), cpu_copy_bandwidth(size))
-                                      for size in CPU_COPY_SIZES})
-        out["method"]["copy"] = (f"numpy copy on 1 and {os.cpu_count()} threads at working sets of "
-                                 f"{', '.join(_size(s) for s in CPU_COPY_SIZES)}, best of 15 (read + write)")
+        out["bandwidth"] = monotonic(
+            {size: max(cpu_copy_bandwidth(size, workers=1), cpu_copy_bandwidth(size)) for size in CPU_COPY_SIZES}
+        )
+        out["method"]["copy"] = (
+            f"numpy copy on 1 and {os.cpu_count()} threads at working sets of "
+            f"{', '.join(_size(s) for s in CPU_COPY_SIZES)}, best of 15 (read + write)"
+        )
     return out
 
 
@@ -227,10 +272,13 @@ def _cpu_gemm(path: Path, n: int, precision: str) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     weight = np.random.default_rng(0).integers(-127, 127, (n, n), dtype=np.int8)
-    graph = helper.make_graph([helper.make_node("MatMulInteger", ["x", "w"], ["y"])], "gemm_int8",
-                              [helper.make_tensor_value_info("x", TensorProto.UINT8, [n, n])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, [n, n])],
-                              [numpy_helper.from_array(weight, "w")])
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["x", "w"], ["y"])],
+        "gemm_int8",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [n, n])],
+        [numpy_helper.from_array(weight, "w")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, str(path))

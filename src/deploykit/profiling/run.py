@@ -31,8 +31,10 @@ class ProfileOptions:
 
     def __post_init__(self) -> None:
         if self.iterations < 1 or self.warmup < 0 or self.top < 1:
-            raise ConfigError(f"profile: iterations must be >= 1, warmup >= 0 and top >= 1 (got {self.iterations}, "
-                              f"{self.warmup}, {self.top})")
+            raise ConfigError(
+                f"profile: iterations must be >= 1, warmup >= 0 and top >= 1 (got {self.iterations}, "
+                f"{self.warmup}, {self.top})"
+            )
 
 
 def engine_record(engine_dir: Path) -> dict[str, Any]:
@@ -41,15 +43,23 @@ def engine_record(engine_dir: Path) -> dict[str, Any]:
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise ModelError(f"{engine_dir}: not an engine folder (no readable {ENGINE_JSON})",
-                         hint="pass the folder `deploykit build -o DIR` wrote, or a deploykit.yaml") from e
+        raise ModelError(
+            f"{engine_dir}: not an engine folder (no readable {ENGINE_JSON})",
+            hint="pass the folder `deploykit build -o DIR` wrote, or a deploykit.yaml",
+        ) from e
     if record.get("backend") not in ("onnxruntime", "tensorrt"):
         raise ModelError(f"{path}: unknown backend {record.get('backend')!r}", hint="rebuild the engine")
     return record
 
 
-def profile_engine(engine_dir: Path, feeds: dict[str, np.ndarray], options: ProfileOptions = ProfileOptions(), *,
-                   peaks_dir: Path | None = None, **facts: Any) -> dict[str, Any]:
+def profile_engine(
+    engine_dir: Path,
+    feeds: dict[str, np.ndarray],
+    options: ProfileOptions = ProfileOptions(),
+    *,
+    peaks_dir: Path | None = None,
+    **facts: Any,
+) -> dict[str, Any]:
     """Profile an engine folder on ``feeds``; the report of :func:`deploykit.profiling.summary.summarize`.
 
     Args:
@@ -66,10 +76,18 @@ def profile_engine(engine_dir: Path, feeds: dict[str, np.ndarray], options: Prof
     else:
         from deploykit.profiling import ort as runner  # type: ignore[no-redef]
     layers, meta = runner.profile(Path(engine_dir), feeds, options.iterations, options.warmup)
-    peaks, note = (machine_peaks(record, layers, peaks_dir) if options.roofline
-                   else (None, "turned off (--no-roofline)"))
-    return summarize(layers, peaks, top=options.top, backend=backend, iterations=options.iterations,
-                     warmup=options.warmup, **meta, **facts, **({"roofline_note": note} if note else {}))
+    peaks, note = machine_peaks(record, layers, peaks_dir) if options.roofline else (None, "turned off (--no-roofline)")
+    return summarize(
+        layers,
+        peaks,
+        top=options.top,
+        backend=backend,
+        iterations=options.iterations,
+        warmup=options.warmup,
+        **meta,
+        **facts,
+        **({"roofline_note": note} if note else {}),
+    )
 
 
 def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path | None) -> tuple[Peaks | None, str]:
@@ -81,18 +99,27 @@ def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path |
         from deploykit.backends.trt_compat import parse_compute_capability
         from deploykit.profiling.tensorrt import gpu_peaks_key, measure_gpu
 
-        measurable = {"fp32", "fp16", "int8"} | ({"fp8"} if parse_compute_capability(
-            record.get("compute_capability", "0.0")) >= (8, 9) else set())
+        measurable = {"fp32", "fp16", "int8"} | (
+            {"fp8"} if parse_compute_capability(record.get("compute_capability", "0.0")) >= (8, 9) else set()
+        )
         key, device = gpu_peaks_key(record), f"{record.get('gpu', 'GPU')} (TensorRT {record.get('tensorrt', '?')})"
         measure = measure_gpu
     else:
         if record.get("provider", "cpu") != "cpu":
-            return None, ("ONNX Runtime's CUDA provider times nodes on the host, and GPU peaks are measured "
-                          "through TensorRT: profile a tensorrt engine for the GPU roofline")
+            return None, (
+                "ONNX Runtime's CUDA provider times nodes on the host, and GPU peaks are measured "
+                "through TensorRT: profile a tensorrt engine for the GPU roofline"
+            )
         threads = int(record.get("intra_op_threads", 0))
         fingerprint = device_fingerprint()
-        key = {"backend": "onnxruntime", "device": fingerprint, "cores": os.cpu_count(), "threads": threads,
-               "onnxruntime": onnxruntime_version(), "measured_with": "deploykit.peaks/1"}
+        key = {
+            "backend": "onnxruntime",
+            "device": fingerprint,
+            "cores": os.cpu_count(),
+            "threads": threads,
+            "onnxruntime": onnxruntime_version(),
+            "measured_with": "deploykit.peaks/1",
+        }
         device = f"{fingerprint['model']} ({os.cpu_count()} cores, onnxruntime threads {threads or 'default'})"
         measurable = {"fp32", "int8"}
 
@@ -108,8 +135,9 @@ def machine_peaks(record: dict[str, Any], layers: list[Layer], peaks_dir: Path |
 MAX_FEED_BYTES = 1 << 30  # an engine folder has no config (limits.max_input_mib): the same default bound
 
 
-def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0,
-                 batch: int | None = None) -> dict[str, np.ndarray]:
+def engine_feeds(
+    engine_dir: Path, dims: dict[str, int], seed: int = 0, batch: int | None = None
+) -> dict[str, np.ndarray]:
     """Random inputs for an engine folder alone: fixed dims as built, named dims from ``dims`` (else the
     TensorRT profile's opt, else 1); ``batch`` sets every input's leading dim, and is refused (UsageError)
     where the engine cannot take it: a fixed leading dim of another size, past a TensorRT profile's
@@ -120,15 +148,23 @@ def engine_feeds(engine_dir: Path, dims: dict[str, int], seed: int = 0,
     specs = _tensorrt_inputs(record) if record["backend"] == "tensorrt" else _onnx_inputs(Path(engine_dir))
     feeds = {}
     for name, dtype, shape, opt in specs:
-        sizes = [d if isinstance(d, int) and d > 0 else dims.get(str(d), opt[i] if opt else 1) for i, d in enumerate(shape)]
+        sizes = [
+            d if isinstance(d, int) and d > 0 else dims.get(str(d), opt[i] if opt else 1) for i, d in enumerate(shape)
+        ]
         np_dtype = np.dtype(NP_DTYPES.get(dtype, dtype))
         if batch is not None and shape:
             sizes[0] = _engine_batch(engine_dir, name, shape[0], batch, _profile_range(record, name))
             if int(np.prod(sizes)) * np_dtype.itemsize > MAX_FEED_BYTES:
-                raise UsageError(f"--batch {batch}: input {name!r} would be {sizes} ({np_dtype.name}), "
-                                 f"more than {MAX_FEED_BYTES >> 20} MiB", hint="profile at a smaller batch")
-        feeds[name] = (rng.standard_normal(sizes).astype(np_dtype) if np.issubdtype(np_dtype, np.floating)
-                       else rng.integers(0, 16, sizes).astype(np_dtype))
+                raise UsageError(
+                    f"--batch {batch}: input {name!r} would be {sizes} ({np_dtype.name}), "
+                    f"more than {MAX_FEED_BYTES >> 20} MiB",
+                    hint="profile at a smaller batch",
+                )
+        feeds[name] = (
+            rng.standard_normal(sizes).astype(np_dtype)
+            if np.issubdtype(np_dtype, np.floating)
+            else rng.integers(0, 16, sizes).astype(np_dtype)
+        )
     return feeds
 
 
@@ -137,12 +173,15 @@ def _engine_batch(engine_dir: Path, name: str, lead: Any, batch: int, span: tupl
     if batch < 1:
         raise UsageError(f"--batch {batch}: a batch is at least 1")
     if isinstance(lead, int) and lead > 0 and lead != batch:
-        raise UsageError(f"--batch {batch}: input {name!r} of {engine_dir} has a fixed batch of {lead}",
-                         hint=f"profile at --batch {lead}, or build the engine with a dynamic batch (--dim)")
+        raise UsageError(
+            f"--batch {batch}: input {name!r} of {engine_dir} has a fixed batch of {lead}",
+            hint=f"profile at --batch {lead}, or build the engine with a dynamic batch (--dim)",
+        )
     if span is not None and not span[0] <= batch <= span[1]:
-        raise UsageError(f"--batch {batch}: outside input {name!r}'s optimization profile "
-                         f"[{span[0]}, {span[1]}]",
-                         hint="profile within it, or rebuild with a wider profile")
+        raise UsageError(
+            f"--batch {batch}: outside input {name!r}'s optimization profile [{span[0]}, {span[1]}]",
+            hint="profile within it, or rebuild with a wider profile",
+        )
     return batch
 
 

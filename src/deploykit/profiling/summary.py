@@ -32,11 +32,19 @@ def layer_row(layer: Layer, total_ms: float, peaks: Peaks | None) -> dict[str, A
     cost = layer_cost(layer)
     ms = layer.ms
     row: dict[str, Any] = {
-        "name": layer.name, "op_type": layer.op_type, "kind": cost.kind, "precision": layer.precision,
-        "ms": ms, "share": ms / total_ms if total_ms else 0.0, "runs": len(layer.times_ms),
-        "flops": cost.flops, "bytes": cost.bytes, "intensity": cost.intensity,
+        "name": layer.name,
+        "op_type": layer.op_type,
+        "kind": cost.kind,
+        "precision": layer.precision,
+        "ms": ms,
+        "share": ms / total_ms if total_ms else 0.0,
+        "runs": len(layer.times_ms),
+        "flops": cost.flops,
+        "bytes": cost.bytes,
+        "intensity": cost.intensity,
         "inputs": [[t.dtype, list(t.shape)] for t in layer.inputs],
-        "outputs": [[t.dtype, list(t.shape)] for t in layer.outputs], **layer.extra,
+        "outputs": [[t.dtype, list(t.shape)] for t in layer.outputs],
+        **layer.extra,
     }
     seconds = ms / 1e3
     row["achieved_flops"] = cost.flops / seconds if seconds else 0.0
@@ -47,14 +55,20 @@ def layer_row(layer: Layer, total_ms: float, peaks: Peaks | None) -> dict[str, A
         ridge = compute / bandwidth if compute else 0.0
         roof = min(compute, cost.intensity * bandwidth) if compute else cost.intensity * bandwidth
         floor_s = max(cost.flops / compute if compute else 0.0, cost.bytes / bandwidth)
-        row.update({
-            "compute_peak": compute, "peak_precision": measured_as, "memory_peak": bandwidth,
-            "roofline_flops": roof, "bound": "compute" if cost.flops and cost.intensity >= ridge else "memory",
-            "floor_ms": floor_s * 1e3,
-            # Movement layers have no FLOPs: their distance from the roof is in bandwidth.
-            "of_roofline": (row["achieved_flops"] / roof if cost.flops and roof else
-                            row["achieved_bandwidth"] / bandwidth),
-        })
+        row.update(
+            {
+                "compute_peak": compute,
+                "peak_precision": measured_as,
+                "memory_peak": bandwidth,
+                "roofline_flops": roof,
+                "bound": "compute" if cost.flops and cost.intensity >= ridge else "memory",
+                "floor_ms": floor_s * 1e3,
+                # Movement layers have no FLOPs: their distance from the roof is in bandwidth.
+                "of_roofline": (
+                    row["achieved_flops"] / roof if cost.flops and roof else row["achieved_bandwidth"] / bandwidth
+                ),
+            }
+        )
     return row
 
 
@@ -69,15 +83,29 @@ def summarize(layers: list[Layer], peaks: Peaks | None, *, top: int = 10, **fact
     """
     total = sum(layer.ms for layer in layers)
     rows = sorted((layer_row(layer, total, peaks) for layer in layers), key=lambda r: r["ms"], reverse=True)
-    report: dict[str, Any] = {"schema": SCHEMA, **facts, "layers_count": len(rows), "total_ms": total,
-                              "top": [r["name"] for r in rows[:top]], "top_n": top, "layers": rows,
-                              "by_op_type": _group(rows, "op_type", total), "by_precision": _group(rows, "precision", total)}
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        **facts,
+        "layers_count": len(rows),
+        "total_ms": total,
+        "top": [r["name"] for r in rows[:top]],
+        "top_n": top,
+        "layers": rows,
+        "by_op_type": _group(rows, "op_type", total),
+        "by_precision": _group(rows, "precision", total),
+    }
     if peaks is not None:
         floor = sum(r.get("floor_ms", 0.0) for r in rows)
         compute = sum(r["ms"] for r in rows if r.get("bound") == "compute")
-        report.update({"peaks": peaks.to_json(), "floor_ms": floor, "of_floor": floor / total if total else 0.0,
-                       "compute_bound_share": compute / total if total else 0.0,
-                       "ridge_intensity": peaks.compute("fp32")[0] / peaks.copy_bytes_per_s if peaks.copy_bytes_per_s else 0.0})
+        report.update(
+            {
+                "peaks": peaks.to_json(),
+                "floor_ms": floor,
+                "of_floor": floor / total if total else 0.0,
+                "compute_bound_share": compute / total if total else 0.0,
+                "ridge_intensity": peaks.compute("fp32")[0] / peaks.copy_bytes_per_s if peaks.copy_bytes_per_s else 0.0,
+            }
+        )
     return report
 
 
@@ -101,29 +129,45 @@ def _si(value: float, unit: str) -> str:
 
 def render_markdown(report: dict[str, Any]) -> str:
     """The profile as Markdown: headline, the top layers with the roofline columns, op types, precisions."""
-    lines = [f"## Per-layer profile: {report.get('model', '')} ({report.get('backend', '')})", "",
-             f"{report.get('evaluator', '')}; batch {report.get('batch', '?')}, {report.get('iterations', '?')} profiled "
-             f"runs after {report.get('warmup', '?')} warm-up; {report.get('timing', '')}.", "",
-             f"Sum of layer times {report['total_ms']:.3f} ms over {report['layers_count']} layers"
-             + (f"; profiled run {report['run_ms']:.3f} ms" if report.get("run_ms") else "") + "."]
+    lines = [
+        f"## Per-layer profile: {report.get('model', '')} ({report.get('backend', '')})",
+        "",
+        f"{report.get('evaluator', '')}; batch {report.get('batch', '?')}, {report.get('iterations', '?')} profiled "
+        f"runs after {report.get('warmup', '?')} warm-up; {report.get('timing', '')}.",
+        "",
+        f"Sum of layer times {report['total_ms']:.3f} ms over {report['layers_count']} layers"
+        + (f"; profiled run {report['run_ms']:.3f} ms" if report.get("run_ms") else "")
+        + ".",
+    ]
     if "floor_ms" in report:
         p = report["peaks"]
-        lines += ["", f"Roofline floor {report['floor_ms']:.3f} ms ({report['of_floor']:.0%} of the measured time); "
-                  f"{report['compute_bound_share']:.0%} of the time in compute-bound layers. Peaks on {p['device']}: "
-                  + ", ".join(f"{k} {_si(v, 'FLOP/s')}" for k, v in p["gemm_flops"].items())
-                  + "; copy " + ", ".join(f"{_si(v, 'B/s')} at {_si(float(k), 'B')}" for k, v in p["bandwidth"].items())
-                  + "."]
+        lines += [
+            "",
+            f"Roofline floor {report['floor_ms']:.3f} ms ({report['of_floor']:.0%} of the measured time); "
+            f"{report['compute_bound_share']:.0%} of the time in compute-bound layers. Peaks on {p['device']}: "
+            + ", ".join(f"{k} {_si(v, 'FLOP/s')}" for k, v in p["gemm_flops"].items())
+            + "; copy "
+            + ", ".join(f"{_si(v, 'B/s')} at {_si(float(k), 'B')}" for k, v in p["bandwidth"].items())
+            + ".",
+        ]
     elif report.get("roofline_note"):
         lines += ["", f"No roofline: {report['roofline_note']}."]
     head = "| layer | op | precision | ms | share | GFLOP | MB | FLOP/B | achieved | of roof | bound |"
-    lines += ["", f"### Slowest {min(report['top_n'], report['layers_count'])} layers", "", head,
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "",
+        f"### Slowest {min(report['top_n'], report['layers_count'])} layers",
+        "",
+        head,
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in report["layers"][: report["top_n"]]:
         achieved = _si(r["achieved_flops"], "FLOP/s") if r["flops"] else _si(r["achieved_bandwidth"], "B/s")
         roof = f"{r['of_roofline']:.0%}" if "of_roofline" in r else "-"
-        lines.append(f"| `{r['name']}` | {r['op_type']} | {r['precision'] or '?'} | {r['ms']:.4f} | {r['share']:.1%} | "
-                     f"{r['flops'] / 1e9:.3f} | {r['bytes'] / 1e6:.2f} | {r['intensity']:.1f} | {achieved} | {roof} | "
-                     f"{r.get('bound', '-')} |")
+        lines.append(
+            f"| `{r['name']}` | {r['op_type']} | {r['precision'] or '?'} | {r['ms']:.4f} | {r['share']:.1%} | "
+            f"{r['flops'] / 1e9:.3f} | {r['bytes'] / 1e6:.2f} | {r['intensity']:.1f} | {achieved} | {roof} | "
+            f"{r.get('bound', '-')} |"
+        )
     for title, key in (("By op type", "op_type"), ("By precision", "precision")):
         lines += ["", f"### {title}", "", f"| {key.replace('_', ' ')} | layers | ms | share |", "|---|---:|---:|---:|"]
         lines += [f"| {g[key]} | {g['count']} | {g['ms']:.4f} | {g['share']:.1%} |" for g in report[f"by_{key}"]]
@@ -136,8 +180,11 @@ def write_profile(report: dict[str, Any], folder: Path, *, with_plots: bool = Tr
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    texts = {"profile.json": json.dumps(report, indent=2, default=str), "profile.md": render_markdown(report),
-             "profile.html": render_profile_page(report, with_plots)}
+    texts = {
+        "profile.json": json.dumps(report, indent=2, default=str),
+        "profile.md": render_markdown(report),
+        "profile.html": render_profile_page(report, with_plots),
+    }
     written = []
     for name, text in texts.items():
         tmp = folder / f".{name}.{os.getpid()}.tmp"

@@ -26,7 +26,9 @@ from deploykit.profiling.peaks import best_seconds, gemm_onnx, monotonic
 _ONNX_NAMES = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
 
 
-def profile(engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, warmup: int) -> tuple[list[Layer], dict[str, Any]]:
+def profile(
+    engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, warmup: int
+) -> tuple[list[Layer], dict[str, Any]]:
     """Profile a TensorRT engine folder on ``feeds``; (layers in engine order, facts for the report)."""
     from deploykit.backends.tensorrt import TensorRTBackend
 
@@ -38,8 +40,10 @@ def profile(engine_dir: Path, feeds: dict[str, np.ndarray], iterations: int, war
     finally:
         session.close()
     return layers_from_inspector(information, times), {
-        "evaluator": evaluator, "timing": "GPU time per layer from TensorRT's IProfiler (plain enqueue, no CUDA "
-        "graph); precision per layer from the engine inspector"}
+        "evaluator": evaluator,
+        "timing": "GPU time per layer from TensorRT's IProfiler (plain enqueue, no CUDA "
+        "graph); precision per layer from the engine inspector",
+    }
 
 
 def layers_from_inspector(text: str, times: dict[str, list[float]]) -> list[Layer]:
@@ -56,8 +60,11 @@ def layers_from_inspector(text: str, times: dict[str, list[float]]) -> list[Laye
     known = {row.name for row in layers}
     for row in layers:
         row.times_ms = list(times.get(row.name, []))
-    layers += [Layer(name, "unknown", "", times_ms=list(t), extra={"note": "timed by TensorRT, not in the inspector"})
-               for name, t in times.items() if name not in known]
+    layers += [
+        Layer(name, "unknown", "", times_ms=list(t), extra={"note": "timed by TensorRT, not in the inspector"})
+        for name, t in times.items()
+        if name not in known
+    ]
     return layers
 
 
@@ -90,13 +97,24 @@ def _layer(item: Any) -> Layer:
     if op == "Pooling" and item.get("WindowSize"):
         attributes["kernel_shape"] = [int(k) for k in item["WindowSize"]]
     metadata = str(item.get("Metadata", "")).replace("\x1e", "+").replace("\x1f", "+")
-    return Layer(str(item.get("Name", "")), op, compute_precision(op, inputs), inputs, outputs, attributes=attributes,
-                 weights_bytes=_constant_bytes(item.get("Weights")) + _constant_bytes(item.get("Bias")),
-                 extra={"layer_type": str(item.get("LayerType", "")), "tactic": str(item.get("TacticName") or
-                        item.get("TacticValue") or ""), "onnx_nodes": _ONNX_NAMES.findall(metadata)})
+    return Layer(
+        str(item.get("Name", "")),
+        op,
+        compute_precision(op, inputs),
+        inputs,
+        outputs,
+        attributes=attributes,
+        weights_bytes=_constant_bytes(item.get("Weights")) + _constant_bytes(item.get("Bias")),
+        extra={
+            "layer_type": str(item.get("LayerType", "")),
+            "tactic": str(item.get("TacticName") or item.get("TacticValue") or ""),
+            "onnx_nodes": _ONNX_NAMES.findall(metadata),
+        },
+    )
 
 
 # -- peaks -------------------------------------------------------------------------------------------
+
 
 def measure_gpu(precisions: set[str], copy: bool, n: int = 4096) -> dict[str, Any]:
     """GEMM FLOP/s per precision through the TensorRT backend (a MatMul engine each) and device copy bandwidth."""
@@ -117,12 +135,14 @@ def measure_gpu(precisions: set[str], copy: bool, n: int = 4096) -> dict[str, An
             finally:
                 session.close()
             out["gemm_flops"][precision] = 2.0 * n**3 / seconds
-            out["method"][f"gemm_{precision}"] = (f"{n}x{n}x{n} MatMul ({precision}) built by the tensorrt backend, "
-                                                  "engine-only time, best of 20")
+            out["method"][f"gemm_{precision}"] = (
+                f"{n}x{n}x{n} MatMul ({precision}) built by the tensorrt backend, engine-only time, best of 20"
+            )
     if copy:
         out["bandwidth"] = monotonic({size: device_copy_bandwidth(size) for size in GPU_COPY_SIZES})
-        out["method"]["copy"] = ("cudaMemcpyAsync device to device at working sets of 8 MiB (L2) and 1 GiB (HBM), "
-                                 "best of 10 (read + write)")
+        out["method"]["copy"] = (
+            "cudaMemcpyAsync device to device at working sets of 8 MiB (L2) and 1 GiB (HBM), best of 10 (read + write)"
+        )
     return out
 
 
@@ -139,6 +159,7 @@ def device_copy_bandwidth(nbytes: int, repeats: int = 10) -> float:
     stream = call(cudart, cudart.cudaStreamCreate(), "cudaStreamCreate")
     kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice
     try:
+
         def copy() -> None:
             call(cudart, cudart.cudaMemcpyAsync(dst, src, nbytes, kind, stream), "cudaMemcpyAsync D2D")
             call(cudart, cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
@@ -153,8 +174,13 @@ def device_copy_bandwidth(nbytes: int, repeats: int = 10) -> float:
 
 def gpu_peaks_key(meta: dict[str, Any]) -> dict[str, Any]:
     """What GPU peaks depend on: the GPU and the TensorRT that builds the GEMMs."""
-    return {"backend": "tensorrt", "gpu": meta.get("gpu", ""), "compute_capability": meta.get("compute_capability", ""),
-            "tensorrt": meta.get("tensorrt", ""), "measured_with": "deploykit.peaks/1"}
+    return {
+        "backend": "tensorrt",
+        "gpu": meta.get("gpu", ""),
+        "compute_capability": meta.get("compute_capability", ""),
+        "tensorrt": meta.get("tensorrt", ""),
+        "measured_with": "deploykit.peaks/1",
+    }
 
 
 __all__ = ["device_copy_bandwidth", "gpu_peaks_key", "layers_from_inspector", "measure_gpu", "profile"]

@@ -40,12 +40,15 @@ class BiasCorrection:
 
     def note(self) -> str:
         worst = max(self.corrected.values(), default=0.0)
-        return (f"bias correction: {len(self.corrected)} layers on {self.samples} calibration samples, "
-                f"largest mean shift removed {worst:.3g} of the output's spread")
+        return (
+            f"bias correction: {len(self.corrected)} layers on {self.samples} calibration samples, "
+            f"largest mean shift removed {worst:.3g} of the output's spread"
+        )
 
 
-def correct_biases(quantized: onnx.ModelProto, reference: onnx.ModelProto, samples: list[dict[str, Any]]
-                   ) -> tuple[onnx.ModelProto, BiasCorrection]:
+def correct_biases(
+    quantized: onnx.ModelProto, reference: onnx.ModelProto, samples: list[dict[str, Any]]
+) -> tuple[onnx.ModelProto, BiasCorrection]:
     """A copy of ``quantized`` (FP32 high precision) with bias corrections; ``reference`` is the FP32
     graph it was quantized from (node names align)."""
     import onnx
@@ -56,8 +59,11 @@ def correct_biases(quantized: onnx.ModelProto, reference: onnx.ModelProto, sampl
     out = onnx.ModelProto.FromString(quantized.SerializeToString())
     quantized_nodes = quantized_node_names(out)
     ref_nodes = {n.name: n for n in reference.graph.node}
-    layers = [n for n in out.graph.node if n.op_type in OPS and n.name in quantized_nodes and n.name in ref_nodes
-              and len(n.input) > 2 and n.input[2]]
+    layers = [
+        n
+        for n in out.graph.node
+        if n.op_type in OPS and n.name in quantized_nodes and n.name in ref_nodes and len(n.input) > 2 and n.input[2]
+    ]
     report = BiasCorrection(samples=len(samples))
     shadow, pairs = _shadow_graph(reference, out, layers, ref_nodes)
     if not pairs or not samples:
@@ -79,8 +85,12 @@ def correct_biases(quantized: onnx.ModelProto, reference: onnx.ModelProto, sampl
     return out, report
 
 
-def _shadow_graph(reference: onnx.ModelProto, quantized: onnx.ModelProto, layers: list[onnx.NodeProto],
-                  ref_nodes: dict[str, onnx.NodeProto]) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
+def _shadow_graph(
+    reference: onnx.ModelProto,
+    quantized: onnx.ModelProto,
+    layers: list[onnx.NodeProto],
+    ref_nodes: dict[str, onnx.NodeProto],
+) -> tuple[onnx.ModelProto, dict[str, tuple[str, str]]]:
     """The FP32 graph plus, per layer, a copy of its quantized form reading the FP32 input; layer ->
     (FP32 output, shadow output)."""
     import onnx
@@ -115,8 +125,9 @@ def _shadow_graph(reference: onnx.ModelProto, quantized: onnx.ModelProto, layers
     return shadow, pairs
 
 
-def _input_chain(node: onnx.NodeProto, made_by: dict[str, onnx.NodeProto], inits: dict[str, Any]
-                 ) -> list[onnx.NodeProto] | None:
+def _input_chain(
+    node: onnx.NodeProto, made_by: dict[str, onnx.NodeProto], inits: dict[str, Any]
+) -> list[onnx.NodeProto] | None:
     """The layer's activation QuantizeLinear and DequantizeLinear first, then the Q/DQ nodes its
     weights and bias come through from initializers; None for any other input structure."""
     dq = made_by.get(node.input[0])
@@ -131,7 +142,8 @@ def _input_chain(node: onnx.NodeProto, made_by: dict[str, onnx.NodeProto], inits
             if n is None:
                 continue  # an initializer
             if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or any(
-                    i and i not in inits and made_by.get(i) is None for i in n.input):
+                i and i not in inits and made_by.get(i) is None for i in n.input
+            ):
                 return None
             chain.insert(2, n)  # producers before their readers
             todo.extend(i for i in n.input if i in made_by)
@@ -169,8 +181,9 @@ def _subtract(model: onnx.ModelProto, node: onnx.NodeProto, shift: np.ndarray) -
         bias = numpy_helper.to_array(inits[name]).astype(np.float64)
         if bias.shape != shift.shape:
             return False
-        inits[name].CopyFrom(numpy_helper.from_array((bias - shift).astype(numpy_helper.to_array(inits[name]).dtype),
-                                                     name))
+        inits[name].CopyFrom(
+            numpy_helper.from_array((bias - shift).astype(numpy_helper.to_array(inits[name]).dtype), name)
+        )
         return True
     dq = next((n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == name), None)
     if dq is None or dq.input[0] not in inits or inits[dq.input[0]].data_type != 6:  # INT32

@@ -50,9 +50,7 @@ def qdq(
 ) -> onnx.ModelProto:
     """The Q/DQ graph (FP32 high precision) with ``ranges`` in its activation scales, ``names`` excluded."""
     key = (id(model), tuple(names))
-    out, placed = job.target.place(
-        model, ranges, names, sample, job.cfg, job.reduce_range, job.placements.get(key)
-    )
+    out, placed = job.target.place(model, ranges, names, sample, job.cfg, job.reduce_range, job.placements.get(key))
     if placed is not None:
         job.placements.setdefault(key, placed)
     return out

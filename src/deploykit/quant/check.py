@@ -48,9 +48,17 @@ class Check:
         return max((m["mean_rel_l2"] for m in self.metrics.values()), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "metrics": self.metrics, "violations": self.violations,
-                "evaluator": self.evaluator, "samples": self.samples, "warnings": self.warnings,
-                "rel_l2_limits": self.rel_l2_limits, "tasks": self.tasks, "data": self.data}
+        return {
+            "passed": self.passed,
+            "metrics": self.metrics,
+            "violations": self.violations,
+            "evaluator": self.evaluator,
+            "samples": self.samples,
+            "warnings": self.warnings,
+            "rel_l2_limits": self.rel_l2_limits,
+            "tasks": self.tasks,
+            "data": self.data,
+        }
 
 
 class Reference:
@@ -87,8 +95,9 @@ def _signal(values: list[np.ndarray]) -> float | None:
     return float(np.mean(dev / np.maximum(norm, 1e-30)))
 
 
-def check(reference: Reference, candidate: onnx.ModelProto, opener: Callable[..., OrtSession],
-          tolerance: Callable[[str], Any]) -> Check:
+def check(
+    reference: Reference, candidate: onnx.ModelProto, opener: Callable[..., OrtSession], tolerance: Callable[[str], Any]
+) -> Check:
     """Run ``candidate`` (through ``opener``) on the reference's samples and compare every output.
 
     Args:
@@ -117,12 +126,19 @@ def check(reference: Reference, candidate: onnx.ModelProto, opener: Callable[...
         worst[name]["mean_rel_l2"] = float(np.mean(values))
     bad = [f"{name}: {v}" for name, m in sorted(worst.items()) for v in violations(m, tolerance(name))]
     nonfinite = [name for name, m in worst.items() if m["nonfinite"] > 0]
-    limits = {name: float(limit) for name in worst
-              if (limit := getattr(tolerance(name), "rel_l2", None)) is not None and np.isfinite(limit)}
-    notes = [f"{name}: the candidate's shape differs from the FP32 graph's on some samples (a data-dependent "
-             "size): not compared here" for name in sorted(resized)]
-    return Check(worst, bad, session.evaluator, len(reference.samples), nonfinite,
-                 weak_signal(worst, reference) + notes, limits)
+    limits = {
+        name: float(limit)
+        for name in worst
+        if (limit := getattr(tolerance(name), "rel_l2", None)) is not None and np.isfinite(limit)
+    }
+    notes = [
+        f"{name}: the candidate's shape differs from the FP32 graph's on some samples (a data-dependent "
+        "size): not compared here"
+        for name in sorted(resized)
+    ]
+    return Check(
+        worst, bad, session.evaluator, len(reference.samples), nonfinite, weak_signal(worst, reference) + notes, limits
+    )
 
 
 SIGNAL_WARNING = 0.5  # error / signal above this: the quantized output has lost much of what the input drives
@@ -142,13 +158,17 @@ def weak_signal(worst: dict[str, dict[str, float]], reference: Reference) -> lis
         m["error_to_signal"] = m["rel_l2"] / signal if signal > 0 else float("inf")
         if m["error_to_signal"] <= SIGNAL_WARNING:
             continue
-        said = (f"{name}: the error (rel-L2 {m['rel_l2']:.3g}) is {m['error_to_signal']:.3g}x how much the output "
-                f"changes between samples ({signal:.3g})")
+        said = (
+            f"{name}: the error (rel-L2 {m['rel_l2']:.3g}) is {m['error_to_signal']:.3g}x how much the output "
+            f"changes between samples ({signal:.3g})"
+        )
         if signal < WEAK_SIGNAL:
             out.append(f"{said}; this output barely depends on its input, so passing its tolerance proves little")
         else:
-            out.append(f"{said}: the quantized output has lost much of what the input changes in it, whatever "
-                       "its tolerance says")
+            out.append(
+                f"{said}: the quantized output has lost much of what the input changes in it, whatever "
+                "its tolerance says"
+            )
     return out
 
 
@@ -159,6 +179,10 @@ def _worst(a: dict[str, float] | None, b: dict[str, float]) -> dict[str, float]:
     if a is None:
         return {k: v for k, v in b.items() if k in (*_LARGER_IS_WORSE, "cosine", "snr_db", "ref_absmax", "ref_range")}
     out = {k: max(a[k], b[k]) for k in _LARGER_IS_WORSE}
-    out.update(cosine=min(a["cosine"], b["cosine"]), snr_db=min(a["snr_db"], b["snr_db"]),
-               ref_absmax=max(a["ref_absmax"], b["ref_absmax"]), ref_range=max(a["ref_range"], b["ref_range"]))
+    out.update(
+        cosine=min(a["cosine"], b["cosine"]),
+        snr_db=min(a["snr_db"], b["snr_db"]),
+        ref_absmax=max(a["ref_absmax"], b["ref_absmax"]),
+        ref_range=max(a["ref_range"], b["ref_range"]),
+    )
     return out

@@ -49,10 +49,12 @@ class Equalized:
     precision_after: float = 0.0
 
     def note(self) -> str:
-        return (f"cross-layer equalization: {len(self.pairs)} convolution pairs, mean per-channel weight range "
-                f"{self.precision_before:.2f} -> {self.precision_after:.2f} of the largest"
-                + (f"; {len(self.rewritten)} activations rewritten per channel" if self.rewritten else "")
-                + (f"; {len(self.skipped)} pairs left alone" if self.skipped else ""))
+        return (
+            f"cross-layer equalization: {len(self.pairs)} convolution pairs, mean per-channel weight range "
+            f"{self.precision_before:.2f} -> {self.precision_after:.2f} of the largest"
+            + (f"; {len(self.rewritten)} activations rewritten per channel" if self.rewritten else "")
+            + (f"; {len(self.skipped)} pairs left alone" if self.skipped else "")
+        )
 
 
 @dataclass
@@ -97,16 +99,21 @@ def equalize(model: onnx.ModelProto, hardswish: EqualizeHardSwish = "exact") -> 
     return out, report
 
 
-def _pairs(model: onnx.ModelProto, weights: dict[str, np.ndarray], hardswish: EqualizeHardSwish,
-           report: Equalized) -> list[_Pair]:
+def _pairs(
+    model: onnx.ModelProto, weights: dict[str, np.ndarray], hardswish: EqualizeHardSwish, report: Equalized
+) -> list[_Pair]:
     from deploykit.graph.proto import consumers
 
     readers = consumers(model)
     outputs = {o.name for o in model.graph.output}
     pairs, as_a, as_b = [], set(), set()
     for a in model.graph.node:
-        if a.op_type != "Conv" or len(a.input) < 2 or a.input[1] not in weights \
-                or not (_group(a) == 1 or _is_depthwise(a, weights)):
+        if (
+            a.op_type != "Conv"
+            or len(a.input) < 2
+            or a.input[1] not in weights
+            or not (_group(a) == 1 or _is_depthwise(a, weights))
+        ):
             continue
         found = _follow(a, readers, outputs, weights)
         if isinstance(found, str):
@@ -124,8 +131,9 @@ def _pairs(model: onnx.ModelProto, weights: dict[str, np.ndarray], hardswish: Eq
     return pairs
 
 
-def _follow(a: onnx.NodeProto, readers: dict, outputs: set[str], weights: dict[str, np.ndarray]
-            ) -> tuple[onnx.NodeProto | None, str, onnx.NodeProto] | str:
+def _follow(
+    a: onnx.NodeProto, readers: dict, outputs: set[str], weights: dict[str, np.ndarray]
+) -> tuple[onnx.NodeProto | None, str, onnx.NodeProto] | str:
     """(activation, its kind, conv B) that A's output reaches alone, or why there is none."""
     tensor = a.output[0]
     users = readers.get(tensor, [])
@@ -148,8 +156,9 @@ def _follow(a: onnx.NodeProto, readers: dict, outputs: set[str], weights: dict[s
     b = nxt[0]
     if b.input[1] not in weights or not (_group(b) == 1 or _is_depthwise(b, weights)):
         return "the next convolution is grouped or has computed weights"
-    if weights[a.input[1]].shape[0] != (weights[b.input[1]].shape[0] if _is_depthwise(b, weights)
-                                        else weights[b.input[1]].shape[1]):
+    if weights[a.input[1]].shape[0] != (
+        weights[b.input[1]].shape[0] if _is_depthwise(b, weights) else weights[b.input[1]].shape[1]
+    ):
         return "channel counts do not line up"
     return act, kind, b
 
@@ -191,8 +200,11 @@ def _is_depthwise(node: onnx.NodeProto, weights: dict[str, np.ndarray]) -> bool:
 def _ranges(p: _Pair, weights: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     wa, wb = weights[p.a.input[1]], weights[p.b.input[1]]
     ra = np.abs(wa).reshape(wa.shape[0], -1).max(axis=1)
-    rb = np.abs(wb).reshape(wb.shape[0], -1).max(axis=1) if _is_depthwise(p.b, weights) \
+    rb = (
+        np.abs(wb).reshape(wb.shape[0], -1).max(axis=1)
+        if _is_depthwise(p.b, weights)
         else np.abs(np.moveaxis(wb, 1, 0)).reshape(wb.shape[1], -1).max(axis=1)
+    )
     return ra, rb
 
 
@@ -230,19 +242,33 @@ def _scaled_activation(model: onnx.ModelProto, p: _Pair) -> dict[str, list[onnx.
     if p.kind == "relu6":
         hi = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == p.act.input[2])))
         consts = {f"{name}/bound": (hi / s).astype(np.float32)}
-        nodes = [helper.make_node("Relu", [x], [f"{name}/relu"], name=f"{name}/relu"),
-                 helper.make_node("Min", [f"{name}/relu", f"{name}/bound"], [y], name=name)]
+        nodes = [
+            helper.make_node("Relu", [x], [f"{name}/relu"], name=f"{name}/relu"),
+            helper.make_node("Min", [f"{name}/relu", f"{name}/bound"], [y], name=name),
+        ]
     else:
-        consts = {f"{name}/slope": (s / 6.0).astype(np.float32), f"{name}/half": np.array(0.5, np.float32),
-                  f"{name}/zero": np.array(0.0, np.float32), f"{name}/one": np.array(1.0, np.float32)}
-        nodes = [helper.make_node("Mul", [x, f"{name}/slope"], [f"{name}/scaled"], name=f"{name}/scaled"),
-                 helper.make_node("Add", [f"{name}/scaled", f"{name}/half"], [f"{name}/shifted"], name=f"{name}/shifted"),
-                 helper.make_node("Clip", [f"{name}/shifted", f"{name}/zero", f"{name}/one"], [f"{name}/gate"],
-                                  name=f"{name}/gate"),
-                 helper.make_node("Mul", [x, f"{name}/gate"], [y], name=name)]
+        consts = {
+            f"{name}/slope": (s / 6.0).astype(np.float32),
+            f"{name}/half": np.array(0.5, np.float32),
+            f"{name}/zero": np.array(0.0, np.float32),
+            f"{name}/one": np.array(1.0, np.float32),
+        }
+        nodes = [
+            helper.make_node("Mul", [x, f"{name}/slope"], [f"{name}/scaled"], name=f"{name}/scaled"),
+            helper.make_node("Add", [f"{name}/scaled", f"{name}/half"], [f"{name}/shifted"], name=f"{name}/shifted"),
+            helper.make_node(
+                "Clip", [f"{name}/shifted", f"{name}/zero", f"{name}/one"], [f"{name}/gate"], name=f"{name}/gate"
+            ),
+            helper.make_node("Mul", [x, f"{name}/gate"], [y], name=name),
+        ]
     model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
     out: dict[str, list[onnx.NodeProto]] = {name: nodes}
     if p.act.op_type == "Mul":
-        out.update({n.name: [] for n in model.graph.node if n.op_type == "HardSigmoid" and n.input[0] == x
-                    and n.output[0] in p.act.input})
+        out.update(
+            {
+                n.name: []
+                for n in model.graph.node
+                if n.op_type == "HardSigmoid" and n.input[0] == x and n.output[0] in p.act.input
+            }
+        )
     return out

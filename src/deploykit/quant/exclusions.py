@@ -35,23 +35,15 @@ def keep_first(into: dict[str, Reason], found: Mapping[str, Reason]) -> dict[str
     return into
 
 
-def configured(
-    model: onnx.ModelProto, cfg: QuantizeConfig, where: str, notes: list[str]
-) -> dict[str, Reason]:
+def configured(model: onnx.ModelProto, cfg: QuantizeConfig, where: str, notes: list[str]) -> dict[str, Reason]:
     """The configuration's exclusions (names, op types, patterns, ``high_precision_ops``); a pattern
     that matches no node is noted."""
     excluded = resolve(model, cfg.exclude_nodes, cfg.exclude_op_types, cfg.exclude_patterns, where)
     keep_first(
         excluded,
-        {
-            n.name: Kept.HIGH_PRECISION_OP(op=n.op_type)
-            for n in model.graph.node
-            if n.op_type in cfg.high_precision_ops
-        },
+        {n.name: Kept.HIGH_PRECISION_OP(op=n.op_type) for n in model.graph.node if n.op_type in cfg.high_precision_ops},
     )
-    notes += [
-        f"exclude_patterns {p!r} matches no node" for p in unmatched_patterns(model, cfg.exclude_patterns)
-    ]
+    notes += [f"exclude_patterns {p!r} matches no node" for p in unmatched_patterns(model, cfg.exclude_patterns)]
     return excluded
 
 
@@ -110,11 +102,7 @@ def after_calibration(
 
 def bounded_readers(model: onnx.ModelProto) -> dict[str, Reason]:
     readers = proto.consumers(model)
-    return {
-        n.name: Kept.BOUNDED_READER(tensor=t)
-        for t in sorted(g.bounded_tensors(model))
-        for n in readers.get(t, [])
-    }
+    return {n.name: Kept.BOUNDED_READER(tensor=t) for t in sorted(g.bounded_tensors(model)) for n in readers.get(t, [])}
 
 
 def masking_nodes(model: onnx.ModelProto, infinite: frozenset[str]) -> dict[str, Reason]:
@@ -138,9 +126,7 @@ def mixed_range_joins(model: onnx.ModelProto, ranges: dict[str, TensorRange]) ->
     real YOLOv8n, with ONNX Runtime's quantize_static too). Each input keeps its own scale."""
     out: dict[str, Reason] = {}
     for node in model.graph.node:
-        spans = {
-            t: ranges[t].max - ranges[t].min for t in node.input if node.op_type == "Concat" and t in ranges
-        }
+        spans = {t: ranges[t].max - ranges[t].min for t in node.input if node.op_type == "Concat" and t in ranges}
         spans = {t: v for t, v in spans.items() if v > 0}
         if len(spans) < 2:
             continue
@@ -164,10 +150,6 @@ def output_tail(model: onnx.ModelProto) -> dict[str, Reason]:
     for node in reversed(model.graph.node):  # topological order: a node's readers are decided first
         if node.op_type in COMPUTE_OPS or not node.output:
             continue
-        if all(
-            t in outputs or (readers.get(t) and all(r.name in tail for r in readers[t]))
-            for t in node.output
-            if t
-        ):
+        if all(t in outputs or (readers.get(t) and all(r.name in tail for r in readers[t])) for t in node.output if t):
             tail[node.name] = Kept.OUTPUT_TAIL()
     return tail

@@ -82,9 +82,7 @@ class QuantFlavour(Protocol):
         """``quantize.reduce_range`` resolved for this flavour (7-bit weights)."""
         ...
 
-    def prepare(
-        self, model: onnx.ModelProto, cfg: QuantizeConfig, where: str
-    ) -> tuple[onnx.ModelProto, Preparation]:
+    def prepare(self, model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> tuple[onnx.ModelProto, Preparation]:
         """The graph prepared for the quantizer (:func:`deploykit.quant.prepare.prepare`) at its opset."""
         ...
 
@@ -160,9 +158,7 @@ def flavour_for(name: Flavour | str) -> QuantFlavour:
     from deploykit.errors import ConfigError
 
     if name not in REGISTRY:
-        raise ConfigError(
-            f"unknown quantize flavour {name!r}", hint=f"use one of {', '.join(values(Flavour))}"
-        )
+        raise ConfigError(f"unknown quantize flavour {name!r}", hint=f"use one of {', '.join(values(Flavour))}")
     module, _, attribute = REGISTRY[name].partition(":")
     found: QuantFlavour = getattr(importlib.import_module(module), attribute)
     return found

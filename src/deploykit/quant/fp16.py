@@ -55,8 +55,10 @@ def refuse(nodes: dict[str, Reason]) -> None:
     """The ``fp16_overflow: refuse`` policy: an error that names every offending node."""
     listed = "; ".join(f"{n}: {why}" for n, why in sorted(nodes.items())[:8])
     more = f" (and {len(nodes) - 8} more)" if len(nodes) > 8 else ""
-    raise ModelError(f"FP16 would overflow in {len(nodes)} node(s): {listed}{more}",
-                     hint="set quantize.fp16_overflow: keep_fp32, or quantize.high_precision: fp32")
+    raise ModelError(
+        f"FP16 would overflow in {len(nodes)} node(s): {listed}{more}",
+        hint="set quantize.fp16_overflow: keep_fp32, or quantize.high_precision: fp32",
+    )
 
 
 def to_fp16(model: onnx.ModelProto, keep_fp32: list[str], opset: int | None = None) -> onnx.ModelProto:
@@ -71,12 +73,20 @@ def to_fp16(model: onnx.ModelProto, keep_fp32: list[str], opset: int | None = No
         onnx.save_model(model, str(path))
         try:
             converted = convert_to_mixed_precision(
-                str(path), low_precision_type="fp16", nodes_to_exclude=[f"^{re.escape(n)}$" for n in keep_fp32],
-                data_max=np.inf, init_max=np.inf, keep_io_types=True, opset=opset)
+                str(path),
+                low_precision_type="fp16",
+                nodes_to_exclude=[f"^{re.escape(n)}$" for n in keep_fp32],
+                data_max=np.inf,
+                init_max=np.inf,
+                keep_io_types=True,
+                opset=opset,
+            )
         except Exception as e:  # AutoCast raises bare Exceptions
             first = first_line(e)
-            raise ModelError(f"FP16 conversion failed: {first}",
-                             hint="set quantize.high_precision: fp32, or keep the node it names in FP32") from e
+            raise ModelError(
+                f"FP16 conversion failed: {first}",
+                hint="set quantize.high_precision: fp32, or keep the node it names in FP32",
+            ) from e
     forget_invented_dims(converted, model)
     return converted
 
@@ -95,8 +105,12 @@ def forget_invented_dims(converted: onnx.ModelProto, source: onnx.ModelProto) ->
     from deploykit.graph.proto import subgraphs
 
     def names(graph: onnx.GraphProto) -> set[str]:
-        found = {d.dim_param for v in (*graph.input, *graph.value_info, *graph.output)
-                 for d in v.type.tensor_type.shape.dim if d.dim_param}
+        found = {
+            d.dim_param
+            for v in (*graph.input, *graph.value_info, *graph.output)
+            for d in v.type.tensor_type.shape.dim
+            if d.dim_param
+        }
         for node in graph.node:
             for sub in subgraphs(node):
                 found |= names(sub)

@@ -21,9 +21,30 @@ if TYPE_CHECKING:
 
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 # Elementwise ops that finish a compute node's output when every non-constant input comes from it.
-FINISHING_OPS = frozenset({"Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-                           "Elu", "Selu", "Softplus", "Mish", "Gelu", "Erf", "Mul", "Div", "Add", "Sub",
-                           "BatchNormalization", "Softmax"})
+FINISHING_OPS = frozenset(
+    {
+        "Relu",
+        "LeakyRelu",
+        "PRelu",
+        "Clip",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "Softplus",
+        "Mish",
+        "Gelu",
+        "Erf",
+        "Mul",
+        "Div",
+        "Add",
+        "Sub",
+        "BatchNormalization",
+        "Softmax",
+    }
+)
 _PASS_THROUGH = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast"})
 
 
@@ -65,8 +86,11 @@ def find_groups(model: onnx.ModelProto) -> list[Group]:
         elif node.op_type in COMPUTE_OPS or node.name in quantized:
             owner[node.name] = node.name
             members[node.name] = [node]
-    return [Group(name, tuple(n.name for n in group), "+".join(n.op_type for n in group))
-            for name, group in members.items() if _worth_a_group(group, quantized)]
+    return [
+        Group(name, tuple(n.name for n in group), "+".join(n.op_type for n in group))
+        for name, group in members.items()
+        if _worth_a_group(group, quantized)
+    ]
 
 
 def _source(made_by: dict[str, onnx.NodeProto], tensor: str) -> onnx.NodeProto | None:
@@ -77,8 +101,12 @@ def _source(made_by: dict[str, onnx.NodeProto], tensor: str) -> onnx.NodeProto |
     return node
 
 
-def _absorbs(node: onnx.NodeProto, sources: list[onnx.NodeProto | None], owner: dict[str, str], members: dict[str, list[onnx.NodeProto]]
-             ) -> str | None:
+def _absorbs(
+    node: onnx.NodeProto,
+    sources: list[onnx.NodeProto | None],
+    owner: dict[str, str],
+    members: dict[str, list[onnx.NodeProto]],
+) -> str | None:
     """The group ``node`` finishes, if any: every non-constant input comes from that one group, or
     ``node`` is the values MatMul after an attention block's Softmax."""
     upstream = {owner.get(s.name) if s is not None else None for s in sources}
@@ -87,8 +115,14 @@ def _absorbs(node: onnx.NodeProto, sources: list[onnx.NodeProto | None], owner: 
     if node.op_type != "MatMul":
         return None
     softmax = {s.name for s in sources if s is not None and s.op_type == "Softmax"}
-    return next((owner[name] for name in softmax if name in owner and members[owner[name]][-1].name == name
-                 and members[owner[name]][0].op_type == "MatMul"), None)
+    return next(
+        (
+            owner[name]
+            for name in softmax
+            if name in owner and members[owner[name]][-1].name == name and members[owner[name]][0].op_type == "MatMul"
+        ),
+        None,
+    )
 
 
 def _worth_a_group(group: list[onnx.NodeProto], quantized: set[str]) -> bool:

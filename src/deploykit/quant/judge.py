@@ -35,8 +35,18 @@ _LESS = ("max_abs", "mean_abs", "rel_l2", "max_rel")  # checks where smaller is 
 _MORE = ("cosine", "snr_db")
 # Fields of the task checks that are limits: a measurement does not depend on them (tested).
 LIMIT_FIELDS = frozenset(TASK_LIMIT_FIELDS)
-_KEPT = ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db", "nonfinite", "ref_nonfinite",
-         "ref_absmax", "ref_range")
+_KEPT = (
+    "max_abs",
+    "mean_abs",
+    "rel_l2",
+    "max_rel",
+    "cosine",
+    "snr_db",
+    "nonfinite",
+    "ref_nonfinite",
+    "ref_absmax",
+    "ref_range",
+)
 
 
 @dataclass(frozen=True)
@@ -248,8 +258,9 @@ class Judge:
         return session, comparison
 
     def _extend(self, session: Any, comparison: Any, count: int) -> None:
-        for sample, expected in zip(self.samples[comparison.samples:count], self.ref.outputs[comparison.samples:count],
-                                    strict=True):
+        for sample, expected in zip(
+            self.samples[comparison.samples : count], self.ref.outputs[comparison.samples : count], strict=True
+        ):
             comparison.add({"onnx": expected}, session.infer(sample))
             self.inferences += 1
 
@@ -340,8 +351,11 @@ def front_ranks(entries: Mapping[str, Entry]) -> dict[str, float | None]:
     the smallest rank sum, and leaving it out keeps it from swaying the ranks of those that can win,
     which is what lets the race stop scoring it early."""
     finished = {m: e.losses for m, e in entries.items() if not e.stopped}
-    front = {m: losses for m, losses in finished.items()
-             if not any(dominates(other, losses) for o, other in finished.items() if o != m)}
+    front = {
+        m: losses
+        for m, losses in finished.items()
+        if not any(dominates(other, losses) for o, other in finished.items() if o != m)
+    }
     ranks = rank_sums(front)
     return {m: ranks.get(m) for m in entries}
 
@@ -369,28 +383,46 @@ def measurement_settings(parity: ParityConfig) -> dict[str, Any]:
     """What a measurement depends on in ``parity`` (its limits left out): the part of a search cache's key."""
     import dataclasses
 
-    tasks = {f.name: [{k: v for k, v in dataclasses.asdict(c).items() if k not in LIMIT_FIELDS}
-                      for c in getattr(parity.tasks, f.name)] for f in dataclasses.fields(parity.tasks)}
+    tasks = {
+        f.name: [
+            {k: v for k, v in dataclasses.asdict(c).items() if k not in LIMIT_FIELDS}
+            for c in getattr(parity.tasks, f.name)
+        ]
+        for f in dataclasses.fields(parity.tasks)
+    }
     floors = {name: t.rel_floor for name, t in sorted(parity.outputs.items())}
-    return {"tasks": tasks, "rel_floor": parity.default.rel_floor, "output_rel_floor": floors,
-            "vacuous_below": parity.vacuous_below}
+    return {
+        "tasks": tasks,
+        "rel_floor": parity.default.rel_floor,
+        "output_rel_floor": floors,
+        "vacuous_below": parity.vacuous_below,
+    }
 
 
 def measurement_of(report: dict[str, Any]) -> Measurement:
-    outputs = {name: {k: float(v) for k, v in refs["onnx"]["metrics"].items() if k in _KEPT}
-               for name, refs in report["outputs"].items() if "onnx" in refs}
-    tasks = [{"label": t["label"], "kind": t["kind"], "metrics": _plain(t["metrics"]), "inconclusive": t["inconclusive"]}
-             for t in report["tasks"] if t["reference"] == "onnx"]
+    outputs = {
+        name: {k: float(v) for k, v in refs["onnx"]["metrics"].items() if k in _KEPT}
+        for name, refs in report["outputs"].items()
+        if "onnx" in refs
+    }
+    tasks = [
+        {"label": t["label"], "kind": t["kind"], "metrics": _plain(t["metrics"]), "inconclusive": t["inconclusive"]}
+        for t in report["tasks"]
+        if t["reference"] == "onnx"
+    ]
     return Measurement(outputs, tasks, int(report["samples"]))
 
 
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer)) else v)
-            for k, v in metrics.items()}
+    return {
+        k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer)) else v)
+        for k, v in metrics.items()
+    }
 
 
-def check_of(report: dict[str, Any], evaluator: str, ref: Reference, parity: ParityConfig, preset: Tolerance,
-             source: str) -> Check:
+def check_of(
+    report: dict[str, Any], evaluator: str, ref: Reference, parity: ParityConfig, preset: Tolerance, source: str
+) -> Check:
     """A parity report folded into the quantize stage's Check (worst metrics, violations, tasks)."""
     metrics: dict[str, dict[str, float]] = {}
     violations: list[str] = []
@@ -408,9 +440,30 @@ def check_of(report: dict[str, Any], evaluator: str, ref: Reference, parity: Par
         if t["status"] == "inconclusive" and parity.inconclusive == "fail":
             violations.append(f"{t['label']}: inconclusive: {t['inconclusive']}")
     nonfinite = [name for name, m in metrics.items() if m["nonfinite"] > 0]
-    limits = {name: float(tol.rel_l2) for name in metrics
-              if (tol := parity.tolerance(name, preset)).rel_l2 is not None and math.isfinite(tol.rel_l2)}
-    task_rows = [{"label": t["label"], "kind": t["kind"], "metrics": _plain(t["metrics"]), "limits": t["limits"],
-                  "violations": t["violations"], "status": t["status"]} for t in tasks]
-    return Check(metrics, violations, evaluator, int(report["samples"]), nonfinite, weak_signal(metrics, ref), limits,
-                 task_rows, source)
+    limits = {
+        name: float(tol.rel_l2)
+        for name in metrics
+        if (tol := parity.tolerance(name, preset)).rel_l2 is not None and math.isfinite(tol.rel_l2)
+    }
+    task_rows = [
+        {
+            "label": t["label"],
+            "kind": t["kind"],
+            "metrics": _plain(t["metrics"]),
+            "limits": t["limits"],
+            "violations": t["violations"],
+            "status": t["status"],
+        }
+        for t in tasks
+    ]
+    return Check(
+        metrics,
+        violations,
+        evaluator,
+        int(report["samples"]),
+        nonfinite,
+        weak_signal(metrics, ref),
+        limits,
+        task_rows,
+        source,
+    )

@@ -56,16 +56,24 @@ def miscomputed(qdq: onnx.ModelProto, level: str) -> dict[str, Reason]:
     return out
 
 
-def _steps_off(qdq: onnx.ModelProto, cut: tuple[list[Any], dict[str, Feed], float], inits: dict[str, Any],
-               shapes: dict[str, tuple[int, ...]], level: str, rng: np.random.Generator) -> float | None:
+def _steps_off(
+    qdq: onnx.ModelProto,
+    cut: tuple[list[Any], dict[str, Feed], float],
+    inits: dict[str, Any],
+    shapes: dict[str, tuple[int, ...]],
+    level: str,
+    rng: np.random.Generator,
+) -> float | None:
     """How many output steps the fused kernel of one cut-out node is off its Q/DQ graph, worst of RUNS."""
     from onnx import numpy_helper
 
     from deploykit.graph.run import session_from_onnx
 
     sub, feeds_spec, step = cut
-    feeds = {name: _grid_values(rng, shape, numpy_helper.to_array(inits[s]), numpy_helper.to_array(inits[z]))
-             for name, (shape, s, z) in feeds_spec.items()}
+    feeds = {
+        name: _grid_values(rng, shape, numpy_helper.to_array(inits[s]), numpy_helper.to_array(inits[z]))
+        for name, (shape, s, z) in feeds_spec.items()
+    }
     model = _model(qdq, sub, inits, feeds_spec, shapes)
     try:
         reference = session_from_onnx(model, "as_written", quiet=True, spin=False).infer(feeds)
@@ -84,13 +92,24 @@ def _signature(node: onnx.NodeProto, cut: tuple[list[Any], dict[str, Feed], floa
     so each signature is run once (a text detector's 83 compute nodes have far fewer)."""
     sub, feeds, step = cut
     weights = sorted((tuple(inits[t].dims), inits[t].data_type) for n in sub for t in n.input if t in inits)
-    parts = [node.op_type, [a.SerializeToString() for a in node.attribute], sorted(s for s, _, _ in feeds.values()),
-             weights, [n.op_type for n in sub], step > 0]
+    parts = [
+        node.op_type,
+        [a.SerializeToString() for a in node.attribute],
+        sorted(s for s, _, _ in feeds.values()),
+        weights,
+        [n.op_type for n in sub],
+        step > 0,
+    ]
     return repr(parts).encode()
 
 
-def _cut(node: onnx.NodeProto, made_by: dict[str, Any], readers: dict[str, list[Any]], inits: dict[str, Any],
-         shapes: dict[str, tuple[int, ...]]) -> tuple[list[Any], dict[str, Feed], float] | None:
+def _cut(
+    node: onnx.NodeProto,
+    made_by: dict[str, Any],
+    readers: dict[str, list[Any]],
+    inits: dict[str, Any],
+    shapes: dict[str, tuple[int, ...]],
+) -> tuple[list[Any], dict[str, Feed], float] | None:
     """The node with its input Q/DQ (weights: their DQ) and output Q -> DQ, in graph order; the float inputs of the
     activation quantizers with their shapes and Q parameters; the output step (0: unquantized).
     None when the node does not read only dequantized tensors and constants (nothing is fused)."""
@@ -135,15 +154,22 @@ def _grid_values(rng: np.random.Generator, shape: tuple[int, ...], scale: np.nda
     return ((q - zero.astype(np.int64)) * scale.astype(np.float64)).astype(np.float32)
 
 
-def _model(source: onnx.ModelProto, nodes: list[Any], inits: dict[str, Any],
-           feeds: dict[str, Feed], shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+def _model(
+    source: onnx.ModelProto,
+    nodes: list[Any],
+    inits: dict[str, Any],
+    feeds: dict[str, Feed],
+    shapes: dict[str, tuple[int, ...]],
+) -> onnx.ModelProto:
     from onnx import TensorProto, helper
 
     used = {t for n in nodes for t in n.input if t in inits}
     result = nodes[-1].output[0]  # the compute node's, or its output DQ's
     graph = helper.make_graph(
-        nodes, "kernel_check",
+        nodes,
+        "kernel_check",
         [helper.make_tensor_value_info(t, TensorProto.FLOAT, shape) for t, (shape, _, _) in feeds.items()],
         [helper.make_tensor_value_info(result, TensorProto.FLOAT, shapes.get(result))],
-        [inits[t] for t in sorted(used)])
+        [inits[t] for t in sorted(used)],
+    )
     return helper.make_model(graph, opset_imports=list(source.opset_import), ir_version=source.ir_version)

@@ -82,12 +82,21 @@ class Borders:
         return sum(self._tensor(self.tensors[i], after) - self._tensor(self.tensors[i], patch) for i in adjacent)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tensors": [[c, p, list(r)] for c, p, r in self.tensors], "base": self.base, "rest": self.rest, "alike": list(self.alike)}
+        return {
+            "tensors": [[c, p, list(r)] for c, p, r in self.tensors],
+            "base": self.base,
+            "rest": self.rest,
+            "alike": list(self.alike),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Borders:
-        return cls(tuple((float(c), p, tuple(r)) for c, p, r in data["tensors"]), data["base"], data["rest"],
-                   tuple(data.get("alike", ())))
+        return cls(
+            tuple((float(c), p, tuple(r)) for c, p, r in data["tensors"]),
+            data["base"],
+            data["rest"],
+            tuple(data.get("alike", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -115,8 +124,14 @@ class Costs:
         return self.borders.cost({}) if self.borders is not None else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"delta": self.delta, "base": self.base, "top": self.top, "unit": self.unit, "method": self.method,
-                "borders": self.borders.to_dict() if self.borders is not None else None}
+        return {
+            "delta": self.delta,
+            "base": self.base,
+            "top": self.top,
+            "unit": self.unit,
+            "method": self.method,
+            "borders": self.borders.to_dict() if self.borders is not None else None,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Costs:
@@ -124,8 +139,14 @@ class Costs:
         return cls(data["delta"], data["base"], data["top"], data["unit"], data["method"], borders)
 
 
-def borders(base: onnx.ModelProto, groups: Mapping[str, Group], conversion: Callable[[float], float],
-            base_precision: str, rest: str, alike: tuple[str, ...] = ()) -> Borders:
+def borders(
+    base: onnx.ModelProto,
+    groups: Mapping[str, Group],
+    conversion: Callable[[float], float],
+    base_precision: str,
+    rest: str,
+    alike: tuple[str, ...] = (),
+) -> Borders:
     """The activation tensors of ``base`` that pass through a Q/DQ pair, by producing and reading group;
     ``conversion``: elements -> the latency of converting that many."""
     from deploykit.graph.proto import consumers, infer_shapes, producers, static_shapes
@@ -141,12 +162,19 @@ def borders(base: onnx.ModelProto, groups: Mapping[str, Group], conversion: Call
         source = made_by.get(q.input[0])
         while source is not None and source.op_type in (*_QDQ, "Cast"):
             source = made_by.get(source.input[0])
-        reading = sorted({owner.get(r.name, "") for dq in readers.get(q.output[0], []) if dq.op_type == "DequantizeLinear"
-                          for r in _past_casts(readers, dq.output[0])})
+        reading = sorted(
+            {
+                owner.get(r.name, "")
+                for dq in readers.get(q.output[0], [])
+                if dq.op_type == "DequantizeLinear"
+                for r in _past_casts(readers, dq.output[0])
+            }
+        )
         elements = float(np.prod(shapes.get(q.input[0], (0,)), dtype=np.float64))
         if reading and elements > 0:
-            found.append((conversion(elements), owner.get(source.name, "") if source is not None else "",
-                          tuple(reading)))
+            found.append(
+                (conversion(elements), owner.get(source.name, "") if source is not None else "", tuple(reading))
+            )
     return Borders(tuple(found), base_precision, rest, alike)
 
 
@@ -171,8 +199,9 @@ CPU_BYTES = {"fp32": 4.0, "int8": 1.0}
 CONVERSION_BYTES = 5.0  # a standalone QuantizeLinear/DequantizeLinear reads and writes 4 + 1 bytes an element
 
 
-def cpu_estimate(reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group],
-                 steps: tuple[str, ...]) -> Costs:
+def cpu_estimate(
+    reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group], steps: tuple[str, ...]
+) -> Costs:
     """Per-group costs on ONNX Runtime's CPU kernels, in microseconds at :data:`CPU_GFLOPS` (the
     module docstring); ``steps``: the base precision, then FP32."""
     from deploykit.graph.proto import infer_shapes, static_shapes
@@ -188,12 +217,18 @@ def cpu_estimate(reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapp
         base_total += cost[low]
         top_total += cost[high]
     edges = borders(base, groups, lambda n: _cpu_move_us(n * CONVERSION_BYTES), low, high)
-    return Costs(delta, base_total + edges.cost({}), top_total, "us (estimate)",
-                 "CPU roofline estimate from FLOPs and bytes (load-independent; whole graphs timed to confirm): "
-                 f"max(FLOPs / rate, bytes / bandwidth) per node at {', '.join(f'{k} {v:g}' for k, v in CPU_GFLOPS.items())} "
-                 f"GFLOP/s (depthwise at {CPU_DEPTHWISE_RATE:g}x that, INT8 at {CPU_DEPTHWISE_INT8:g}x FP32), "
-                 f"{'/'.join(f'{b:g}' for _, b in CPU_BANDWIDTH_GBS)} GB/s by working set, "
-                 f"Q/DQ at each precision boundary {CONVERSION_BYTES:g} bytes an element", edges)
+    return Costs(
+        delta,
+        base_total + edges.cost({}),
+        top_total,
+        "us (estimate)",
+        "CPU roofline estimate from FLOPs and bytes (load-independent; whole graphs timed to confirm): "
+        f"max(FLOPs / rate, bytes / bandwidth) per node at {', '.join(f'{k} {v:g}' for k, v in CPU_GFLOPS.items())} "
+        f"GFLOP/s (depthwise at {CPU_DEPTHWISE_RATE:g}x that, INT8 at {CPU_DEPTHWISE_INT8:g}x FP32), "
+        f"{'/'.join(f'{b:g}' for _, b in CPU_BANDWIDTH_GBS)} GB/s by working set, "
+        f"Q/DQ at each precision boundary {CONVERSION_BYTES:g} bytes an element",
+        edges,
+    )
 
 
 def _cpu_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision: str) -> float:
@@ -221,8 +256,15 @@ def _depthwise(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> bool
 
 # -- tensorrt: a roofline ----------------------------------------------------------------------------
 
-def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tuple[str, ...],
-             base_precision: str, activations: str, base: onnx.ModelProto | None = None) -> Costs:
+
+def roofline(
+    reference: onnx.ModelProto,
+    groups: Mapping[str, Group],
+    steps: tuple[str, ...],
+    base_precision: str,
+    activations: str,
+    base: onnx.ModelProto | None = None,
+) -> Costs:
     """Per-group costs from FLOPs and bytes (microseconds at :data:`PEAKS`).
 
     Args:
@@ -241,25 +283,44 @@ def roofline(reference: onnx.ModelProto, groups: Mapping[str, Group], steps: tup
     nodes = {n.name: n for n in model.graph.node}
     delta, base_total, top_total = {}, 0.0, 0.0
     for name, group in groups.items():
-        cost = {p: sum(_node_us(nodes[n], shapes, p, base_precision, activations) for n in group.nodes if n in nodes)
-                for p in steps}
+        cost = {
+            p: sum(_node_us(nodes[n], shapes, p, base_precision, activations) for n in group.nodes if n in nodes)
+            for p in steps
+        }
         delta[name] = {p: float(cost[p] - cost[steps[0]]) for p in steps[1:]}
         base_total += cost[steps[0]]
         top_total += cost[steps[-1]]
-    edges = borders(base, groups, lambda n: n * REFORMAT_BYTES / (BANDWIDTH_TBS * 1e6), steps[0], activations,
-                    alike=("int8", "fp8", "int4")) if base is not None else None
-    return Costs(delta, base_total + (edges.cost({}) if edges else 0.0), top_total, "us (estimate)",
-                 "roofline estimate from FLOPs and bytes (no GPU measured): max(FLOPs / peak, bytes / bandwidth) "
-                 f"per compute node at H100 SXM datasheet rates ({', '.join(f'{k} {v:g}' for k, v in PEAKS.items())} "
-                 f"TFLOPS, {BANDWIDTH_TBS} TB/s)" + (f", {REFORMAT_BYTES:g} bytes an element at each precision "
-                                                     "boundary" if edges else ""), edges)
+    edges = (
+        borders(
+            base,
+            groups,
+            lambda n: n * REFORMAT_BYTES / (BANDWIDTH_TBS * 1e6),
+            steps[0],
+            activations,
+            alike=("int8", "fp8", "int4"),
+        )
+        if base is not None
+        else None
+    )
+    return Costs(
+        delta,
+        base_total + (edges.cost({}) if edges else 0.0),
+        top_total,
+        "us (estimate)",
+        "roofline estimate from FLOPs and bytes (no GPU measured): max(FLOPs / peak, bytes / bandwidth) "
+        f"per compute node at H100 SXM datasheet rates ({', '.join(f'{k} {v:g}' for k, v in PEAKS.items())} "
+        f"TFLOPS, {BANDWIDTH_TBS} TB/s)"
+        + (f", {REFORMAT_BYTES:g} bytes an element at each precision boundary" if edges else ""),
+        edges,
+    )
 
 
 REFORMAT_BYTES = 3.0  # a precision boundary on the GPU: an FP16 element read, an INT8 one written
 
 
-def _node_us(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision: str, base: str,
-             activations: str) -> float:
+def _node_us(
+    node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]], precision: str, base: str, activations: str
+) -> float:
     """One node's roofline time at ``precision`` (elementwise nodes fuse into their compute node: 0)."""
     flops = _flops(node, shapes)
     if flops == 0.0:
@@ -292,8 +353,14 @@ def _flops(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> float:
 
 # -- whole graphs ------------------------------------------------------------------------------------
 
-def measure(models: Mapping[str, onnx.ModelProto], sample: dict[str, np.ndarray], level: str,
-            budget_s: float = 4.0, rounds: int = 3) -> dict[str, float]:
+
+def measure(
+    models: Mapping[str, onnx.ModelProto],
+    sample: dict[str, np.ndarray],
+    level: str,
+    budget_s: float = 4.0,
+    rounds: int = 3,
+) -> dict[str, float]:
     """Median ms per inference of each graph as ONNX Runtime runs it at ``level``, interleaved rounds."""
     from deploykit.graph.run import session_from_onnx
 

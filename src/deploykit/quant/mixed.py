@@ -48,15 +48,25 @@ def plan(base: onnx.ModelProto, cfg: QuantizeConfig, flavour: QuantFlavour, wher
     return Plan(groups, steps, {g: p for g, p in cfg.layer_precisions.items() if p != steps[0]}, high)
 
 
-def builder(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, precision: str
-            ) -> Callable[[Patch], onnx.ModelProto]:
+def builder(
+    p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, precision: str
+) -> Callable[[Patch], onnx.ModelProto]:
     return partial(apply_patch, base, reference, p.groups, base_precision=precision, high_precision=p.high_precision)
 
 
-def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Judge, cfg: QuantizeConfig,
-           flavour: QuantFlavour, ort_level: str, sample: dict[str, np.ndarray], lookup: CacheLookup | None,
-           progress: Callable[[], Any] | None = None, task: Callable[[str, int], Any] | None = None
-           ) -> tuple[SearchResult, dict[str, Any]]:
+def search(
+    p: Plan,
+    base: onnx.ModelProto,
+    reference: onnx.ModelProto,
+    judge: Judge,
+    cfg: QuantizeConfig,
+    flavour: QuantFlavour,
+    ort_level: str,
+    sample: dict[str, np.ndarray],
+    lookup: CacheLookup | None,
+    progress: Callable[[], Any] | None = None,
+    task: Callable[[str, int], Any] | None = None,
+) -> tuple[SearchResult, dict[str, Any]]:
     """The search's result and the cache payload to store in the artifact (``sensitivity.json``);
     ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
     timing of its answer on this CPU."""
@@ -64,8 +74,12 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
     build = builder(p, base, reference, cfg.precision)
-    facts = {**cache_facts(judge, cfg.repair, base), "flavour": flavour.name,
-             "ort_level": flavour.level(ort_level), "ladder": list(p.ladder)}
+    facts = {
+        **cache_facts(judge, cfg.repair, base),
+        "flavour": flavour.name,
+        "ort_level": flavour.level(ort_level),
+        "ladder": list(p.ladder),
+    }
     key = cache_key(facts)
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
@@ -78,14 +92,25 @@ def search(p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, judge: Ju
     timer = _timer(build, base, reference, sample, ort_level, task) if flavour.measures_latency else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)
     result.wall_s, result.cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    payload = {"schema": CACHE_SCHEMA, "key": key, "facts": facts, "measurements": ev.cache, "costs": costs.to_dict(),
-               "reused": previous is not None}
+    payload = {
+        "schema": CACHE_SCHEMA,
+        "key": key,
+        "facts": facts,
+        "measurements": ev.cache,
+        "costs": costs.to_dict(),
+        "reused": previous is not None,
+    }
     return result, payload
 
 
-def _timer(build: Callable[[Patch], onnx.ModelProto], base: onnx.ModelProto, reference: onnx.ModelProto,
-           sample: dict[str, np.ndarray], level: str, task: Callable[[str, int], Any] | None
-           ) -> Callable[[dict[str, Patch]], dict[str, Any]]:
+def _timer(
+    build: Callable[[Patch], onnx.ModelProto],
+    base: onnx.ModelProto,
+    reference: onnx.ModelProto,
+    sample: dict[str, np.ndarray],
+    level: str,
+    task: Callable[[str, int], Any] | None,
+) -> Callable[[dict[str, Patch]], dict[str, Any]]:
     """label -> patch to each state's speed against FP32 (and the base's), from one interleaved timing."""
     import contextlib
 

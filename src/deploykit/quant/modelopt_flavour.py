@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     from deploykit.quant.reasons import Reason
 
 
-def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *, exclude: list[str],
-             block_size: int = 128) -> onnx.ModelProto:
+def quantize(
+    model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *, exclude: list[str], block_size: int = 128
+) -> onnx.ModelProto:
     """A Q/DQ graph (FP32 elsewhere) from ModelOpt; ``exclude`` are node names left unquantized.
 
     Args:
@@ -58,14 +59,20 @@ def quantize(model: onnx.ModelProto, mode: str, sample: dict[str, np.ndarray], *
     with tempfile.TemporaryDirectory(prefix="deploykit-modelopt-") as tmp:
         src, dst = Path(tmp) / "model.onnx", Path(tmp) / "quantized.onnx"
         onnx.save_model(model, str(src))  # ModelOpt writes intermediates beside its input
-        kwargs: dict[str, Any] = {"quantize_mode": mode, "calibration_eps": ["cpu"], "output_path": str(dst),
-                                  "nodes_to_exclude": [f"{re.escape(n)}$" for n in exclude],
-                                  "high_precision_dtype": "fp32", "log_level": "CRITICAL"}
+        kwargs: dict[str, Any] = {
+            "quantize_mode": mode,
+            "calibration_eps": ["cpu"],
+            "output_path": str(dst),
+            "nodes_to_exclude": [f"{re.escape(n)}$" for n in exclude],
+            "high_precision_dtype": "fp32",
+            "log_level": "CRITICAL",
+        }
         if mode == "int4":
             # DQ-only (INT4 weights + DequantizeLinear with axis/block_size): ModelOpt 0.47's Q/DQ
             # variant writes blocked scales without the block_size attribute, an invalid graph.
-            kwargs.update(calibration_method="rtn_dq", block_size=block_size,
-                          calibration_data_reader=replay_reader([sample]))
+            kwargs.update(
+                calibration_method="rtn_dq", block_size=block_size, calibration_data_reader=replay_reader([sample])
+            )
         else:
             kwargs.update(calibration_method="max", calibration_data_reader=replay_reader([sample]))
         _run(str(src), kwargs)
@@ -82,8 +89,10 @@ def _run(path: str, kwargs: dict[str, Any]) -> None:
             modelopt_quantize(path, **kwargs)
         except Exception as e:  # ModelOpt raises bare ValueError/AssertionError/RuntimeError
             first = first_line(e)
-            raise ModelError(f"ModelOpt could not quantize the model: {first}",
-                             hint="exclude the node it names (quantize.exclude_nodes) or try --target onnxruntime") from e
+            raise ModelError(
+                f"ModelOpt could not quantize the model: {first}",
+                hint="exclude the node it names (quantize.exclude_nodes) or try --target onnxruntime",
+            ) from e
 
 
 @contextlib.contextmanager
@@ -110,8 +119,11 @@ def ort_patch_guard() -> Iterator[None]:
     """Restore ``onnxruntime.quantization`` (module attributes, class attributes, registries) on exit."""
     import onnxruntime.quantization  # noqa: F401  (load the modules whose state is saved)
 
-    saved = [_snapshot(m) for name, m in list(sys.modules.items())
-             if name.startswith("onnxruntime.quantization") and m is not None]
+    saved = [
+        _snapshot(m)
+        for name, m in list(sys.modules.items())
+        if name.startswith("onnxruntime.quantization") and m is not None
+    ]
     try:
         yield
     finally:
@@ -188,11 +200,11 @@ class TensorRTFlavour:
             model, prep = prepare(model, FP8_LAYERS_OPSET, where)
         except ModelError:
             model, prep = prepare(model, 19, where)
-            prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no "
-                              "FP8 layers")
+            prep.notes.append("the opset converter cannot reach 21: the mixed-precision search offers no FP8 layers")
             return model, prep
-        prep.notes = [n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)")
-                      for n in prep.notes]
+        prep.notes = [
+            n.replace("(per-channel Q/DQ needs it)", "(the search's FP8 layers need FP16 scales)") for n in prep.notes
+        ]
         return model, prep
 
     def preprocess(self, model: onnx.ModelProto, precision: str, notes: list[str]) -> onnx.ModelProto:
@@ -204,9 +216,16 @@ class TensorRTFlavour:
     def checks_kernels(self, precision: str) -> bool:
         return False  # TensorRT's kernels are not on this machine to check
 
-    def place(self, model: onnx.ModelProto, ranges: dict[str, TensorRange], exclude: list[str],
-              sample: dict[str, np.ndarray], cfg: QuantizeConfig, reduce_range: bool, placed: Placed | None
-              ) -> tuple[onnx.ModelProto, Placed | None]:
+    def place(
+        self,
+        model: onnx.ModelProto,
+        ranges: dict[str, TensorRange],
+        exclude: list[str],
+        sample: dict[str, np.ndarray],
+        cfg: QuantizeConfig,
+        reduce_range: bool,
+        placed: Placed | None,
+    ) -> tuple[onnx.ModelProto, Placed | None]:
         """ModelOpt places once per exclusion set; its activation scales are overwritten with ``ranges``."""
         import onnx
 
@@ -249,8 +268,15 @@ class TensorRTFlavour:
             steps.append("fp32")
         return tuple(steps)
 
-    def latency_costs(self, reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group],
-                      ladder: tuple[str, ...], precision: str, high_precision: str) -> Costs:
+    def latency_costs(
+        self,
+        reference: onnx.ModelProto,
+        base: onnx.ModelProto,
+        groups: Mapping[str, Group],
+        ladder: tuple[str, ...],
+        precision: str,
+        high_precision: str,
+    ) -> Costs:
         """A GPU roofline at datasheet rates (no TensorRT here to time)."""
         from deploykit.quant import latency_cost
 

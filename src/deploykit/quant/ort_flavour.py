@@ -123,18 +123,25 @@ def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
         try:
             quant_pre_process(str(src), str(dst))
         except Exception as e:  # symbolic shape inference raises on shapes it cannot complete
-            notes.append(f"symbolic shape inference failed ({first_line(e, limit=120)}); "
-                         "pre-processed without it")
+            notes.append(f"symbolic shape inference failed ({first_line(e, limit=120)}); pre-processed without it")
             try:
                 quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
             except Exception as e2:
-                raise ModelError(f"ONNX Runtime cannot pre-process the model for quantization: "
-                                 f"{first_line(e2)}") from e2
+                raise ModelError(
+                    f"ONNX Runtime cannot pre-process the model for quantization: {first_line(e2)}"
+                ) from e2
         return onnx.load(str(dst))
 
 
-def quantize(model: onnx.ModelProto, sample: dict[str, np.ndarray], ranges: dict[str, TensorRange], *,
-             exclude: list[str], per_channel: bool, reduce_range: bool) -> onnx.ModelProto:
+def quantize(
+    model: onnx.ModelProto,
+    sample: dict[str, np.ndarray],
+    ranges: dict[str, TensorRange],
+    *,
+    exclude: list[str],
+    per_channel: bool,
+    reduce_range: bool,
+) -> onnx.ModelProto:
     """An INT8 QDQ graph from ``onnxruntime.quantization.quantize_static`` with deploykit's ranges.
 
     Args:
@@ -156,15 +163,26 @@ def quantize(model: onnx.ModelProto, sample: dict[str, np.ndarray], ranges: dict
         onnx.save_model(model, str(src))
         try:
             with _calibrated_by(quantize_static, ranges):
-                quantize_static(str(src), str(dst), replay_reader([sample]), quant_format=ortq.QuantFormat.QDQ,
-                                per_channel=per_channel, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
-                                weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
-                                extra_options=overrides(ranges, model), calibrate_method=ortq.CalibrationMethod.MinMax,
-                                calibration_providers=["CPUExecutionProvider"])
+                quantize_static(
+                    str(src),
+                    str(dst),
+                    replay_reader([sample]),
+                    quant_format=ortq.QuantFormat.QDQ,
+                    per_channel=per_channel,
+                    reduce_range=reduce_range,
+                    activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8,
+                    nodes_to_exclude=list(exclude),
+                    extra_options=overrides(ranges, model),
+                    calibrate_method=ortq.CalibrationMethod.MinMax,
+                    calibration_providers=["CPUExecutionProvider"],
+                )
         except Exception as e:  # ORT raises bare ValueError/RuntimeError
             first = first_line(e)
-            raise ModelError(f"ONNX Runtime's quantizer failed: {first}",
-                             hint="exclude the node it names (quantize.exclude_nodes) or try --target tensorrt") from e
+            raise ModelError(
+                f"ONNX Runtime's quantizer failed: {first}",
+                hint="exclude the node it names (quantize.exclude_nodes) or try --target tensorrt",
+            ) from e
         out = onnx.load(str(dst))
     read_float_inputs(out, model, exclude)
     return out
@@ -179,8 +197,9 @@ def _calibrated_by(quantize_static: Any, ranges: dict[str, TensorRange]) -> Iter
     ``TensorQuantOverrides`` (:func:`overrides`); this only removes the work whose result they override."""
     namespace = quantize_static.__globals__  # the private onnxruntime.quantization.quantize module
     calibrate = namespace["create_calibrator"].__globals__  # ... and its calibrate module
-    tensors = {name: calibrate["TensorData"](lowest=np.float32(r.lo), highest=np.float32(r.hi))
-               for name, r in ranges.items()}
+    tensors = {
+        name: calibrate["TensorData"](lowest=np.float32(r.lo), highest=np.float32(r.hi)) for name, r in ranges.items()
+    }
     data = calibrate["TensorsData"](calibrate["CalibrationMethod"].MinMax, tensors)
 
     class Calibrated:
@@ -198,8 +217,12 @@ def _calibrated_by(quantize_static: Any, ranges: dict[str, TensorRange]) -> Iter
         namespace["create_calibrator"] = real
 
 
-def rescale(model: onnx.ModelProto, reference: onnx.ModelProto, ranges: dict[str, TensorRange],
-            placed_with: dict[str, TensorRange] | None = None) -> onnx.ModelProto | None:
+def rescale(
+    model: onnx.ModelProto,
+    reference: onnx.ModelProto,
+    ranges: dict[str, TensorRange],
+    placed_with: dict[str, TensorRange] | None = None,
+) -> onnx.ModelProto | None:
     """A copy of ORT's QDQ ``model`` with its activation scales, zero points and int32 biases
     recomputed from ``ranges``, as :func:`quantize` would write them; None where that cannot be
     done exactly (another activation type, a bias whose float value ``reference`` lacks, a bias
@@ -256,8 +279,10 @@ class _Donors:
         """The tensor whose new range quantizer ``q`` takes, or "" where it is not one range."""
         from onnx import numpy_helper
 
-        held = numpy_helper.to_array(inits[q.input[2]]).astype(np.uint8).tobytes() + \
-            numpy_helper.to_array(inits[q.input[1]]).astype(np.float32).tobytes()
+        held = (
+            numpy_helper.to_array(inits[q.input[2]]).astype(np.uint8).tobytes()
+            + numpy_helper.to_array(inits[q.input[1]]).astype(np.float32).tobytes()
+        )
         names = self.by_params.get(held, [])
         if not names or any(n not in self.ranges for n in names):
             return ""
@@ -272,8 +297,10 @@ def _holds(inits: dict[str, Any], q: onnx.NodeProto, r: TensorRange | None) -> b
     if r is None:
         return False
     zp, scale = _uint8_params(r)
-    return bool(np.array_equal(numpy_helper.to_array(inits[q.input[2]]), zp)
-                and np.array_equal(numpy_helper.to_array(inits[q.input[1]]), scale))
+    return bool(
+        np.array_equal(numpy_helper.to_array(inits[q.input[2]]), zp)
+        and np.array_equal(numpy_helper.to_array(inits[q.input[1]]), scale)
+    )
 
 
 def _uint8_params(r: TensorRange) -> tuple[np.ndarray, np.ndarray]:
@@ -288,8 +315,9 @@ def _uint8_params(r: TensorRange) -> tuple[np.ndarray, np.ndarray]:
 INT32_SAFE = 2.0**30  # ORT raises a weight scale when a bias would overflow int32; stay far from it
 
 
-def _requantize_biases(model: onnx.ModelProto, reference: onnx.ModelProto, inits: dict[str, Any],
-                       new: dict[str, np.ndarray]) -> bool:
+def _requantize_biases(
+    model: onnx.ModelProto, reference: onnx.ModelProto, inits: dict[str, Any], new: dict[str, np.ndarray]
+) -> bool:
     """Add to ``new`` each int32 bias (and its scale) for the new input scales: bias / (s_in * s_w)."""
     from onnx import numpy_helper
 
@@ -367,8 +395,9 @@ def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes:
     return rewired
 
 
-def _float_source(tensor: str, original: str, made_by: dict[str, onnx.NodeProto],
-                  made_in_reference: dict[str, onnx.NodeProto]) -> tuple[str, onnx.NodeProto | None] | None:
+def _float_source(
+    tensor: str, original: str, made_by: dict[str, onnx.NodeProto], made_in_reference: dict[str, onnx.NodeProto]
+) -> tuple[str, onnx.NodeProto | None] | None:
     """What gives the FP32 value of ``original`` from the float ``tensor`` a QuantizeLinear reads:
     the tensor itself, or the tensor through a copy of an activation ORT fused into the quantizer."""
     import onnx
@@ -430,10 +459,17 @@ NORM_SCALE_AXIS = {"BatchNormalization": 0, "InstanceNormalization": 0, "LayerNo
 def overrides(ranges: dict[str, TensorRange], model: onnx.ModelProto) -> dict[str, Any]:
     """ORT's extra_options: asymmetric activations whose ranges are deploykit's (rmin <= 0 <= rmax)."""
     inits = {i.name for i in model.graph.initializer}
-    per_tensor = {name: [{"rmin": np.float32(min(r.lo, 0.0)), "rmax": np.float32(max(r.hi, 0.0))}]
-                  for name, r in ranges.items() if name not in inits}
-    return {"TensorQuantOverrides": per_tensor, "ActivationSymmetric": False, "WeightSymmetric": True,
-            "QDQOpTypePerChannelSupportToAxis": dict(NORM_SCALE_AXIS)}
+    per_tensor = {
+        name: [{"rmin": np.float32(min(r.lo, 0.0)), "rmax": np.float32(max(r.hi, 0.0))}]
+        for name, r in ranges.items()
+        if name not in inits
+    }
+    return {
+        "TensorQuantOverrides": per_tensor,
+        "ActivationSymmetric": False,
+        "WeightSymmetric": True,
+        "QDQOpTypePerChannelSupportToAxis": dict(NORM_SCALE_AXIS),
+    }
 
 
 class OnnxRuntimeFlavour:
@@ -451,12 +487,14 @@ class OnnxRuntimeFlavour:
 
     def check(self, precision: str) -> None:
         if precision not in self.precisions:
-            raise ConfigError(f"quantize.precision {precision} with target onnxruntime: ONNX Runtime's CPU "
-                              f"kernels have no {precision.upper()} convolution (QLinearConv rejects float8 "
-                              "inputs at optimization level extended), so the model would be slower and not "
-                              "run as built",
-                              hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit "
-                                   "checks that graph as written on the CPU")
+            raise ConfigError(
+                f"quantize.precision {precision} with target onnxruntime: ONNX Runtime's CPU "
+                f"kernels have no {precision.upper()} convolution (QLinearConv rejects float8 "
+                "inputs at optimization level extended), so the model would be slower and not "
+                "run as built",
+                hint="use quantize.target: tensorrt (auto picks it for fp8/int4); deploykit "
+                "checks that graph as written on the CPU",
+            )
 
     def needs_modelopt(self, precision: str) -> bool:
         return not _quantizes(precision)  # FP16 is ModelOpt's AutoCast
@@ -465,8 +503,11 @@ class OnnxRuntimeFlavour:
         from deploykit.store.environment import cpu_info
 
         # this CPU's integer kernels: nodes they compute wrong are kept in float (kernel_check)
-        return {"reduce_range": self.reduce_range(cfg.reduce_range), "cpu_features": cpu_info()["features"],
-                "ort_level": level}
+        return {
+            "reduce_range": self.reduce_range(cfg.reduce_range),
+            "cpu_features": cpu_info()["features"],
+            "ort_level": level,
+        }
 
     def level(self, level: str) -> str | None:
         return level
@@ -496,9 +537,16 @@ class OnnxRuntimeFlavour:
     def checks_kernels(self, precision: str) -> bool:
         return _quantizes(precision)
 
-    def place(self, model: onnx.ModelProto, ranges: dict[str, TensorRange], exclude: list[str],
-              sample: dict[str, np.ndarray], cfg: QuantizeConfig, reduce_range: bool, placed: Placed | None
-              ) -> tuple[onnx.ModelProto, Placed | None]:
+    def place(
+        self,
+        model: onnx.ModelProto,
+        ranges: dict[str, TensorRange],
+        exclude: list[str],
+        sample: dict[str, np.ndarray],
+        cfg: QuantizeConfig,
+        reduce_range: bool,
+        placed: Placed | None,
+    ) -> tuple[onnx.ModelProto, Placed | None]:
         """ORT's scales recomputed exactly as its quantizer would (:func:`rescale`), else it runs again."""
         import onnx
 
@@ -507,8 +555,7 @@ class OnnxRuntimeFlavour:
         out = rescale(placed.qdq, model, ranges, placed.ranges) if placed is not None else None
         if out is not None:
             return out, None
-        out = quantize(model, sample, ranges, exclude=exclude, per_channel=cfg.per_channel,
-                       reduce_range=reduce_range)
+        out = quantize(model, sample, ranges, exclude=exclude, per_channel=cfg.per_channel, reduce_range=reduce_range)
         return out, Placed(model, onnx.ModelProto.FromString(out.SerializeToString()), ranges)
 
     def high_precision(self, cfg: QuantizeConfig) -> str:
@@ -525,8 +572,15 @@ class OnnxRuntimeFlavour:
         layer would only add Casts."""
         return (precision, "fp32")
 
-    def latency_costs(self, reference: onnx.ModelProto, base: onnx.ModelProto, groups: Mapping[str, Group],
-                      ladder: tuple[str, ...], precision: str, high_precision: str) -> Costs:
+    def latency_costs(
+        self,
+        reference: onnx.ModelProto,
+        base: onnx.ModelProto,
+        groups: Mapping[str, Group],
+        ladder: tuple[str, ...],
+        precision: str,
+        high_precision: str,
+    ) -> Costs:
         """A CPU roofline of ORT's kernels (INT8 against FP32), the answer then timed on this CPU."""
         from deploykit.quant import latency_cost
 

@@ -42,16 +42,26 @@ def check_patch(patch: Mapping[str, str], groups: Mapping[str, Group], steps: tu
     for name, precision in sorted(patch.items()):
         if name not in groups:
             close = difflib.get_close_matches(name, list(groups), n=3)
-            raise ConfigError(f"{where}: quantize.layer_precisions names {name!r}, which is not a layer group of the "
-                              "quantized graph" + (f" (close: {', '.join(close)})" if close else ""),
-                              hint="groups are named after their first node; precision.json lists them")
+            raise ConfigError(
+                f"{where}: quantize.layer_precisions names {name!r}, which is not a layer group of the "
+                "quantized graph" + (f" (close: {', '.join(close)})" if close else ""),
+                hint="groups are named after their first node; precision.json lists them",
+            )
         if precision not in steps:
-            raise ConfigError(f"{where}: quantize.layer_precisions.{name} is {precision!r}; this flavour offers "
-                              f"{', '.join(steps)}", hint="pick one of those")
+            raise ConfigError(
+                f"{where}: quantize.layer_precisions.{name} is {precision!r}; this flavour offers {', '.join(steps)}",
+                hint="pick one of those",
+            )
 
 
-def apply_patch(base: onnx.ModelProto, reference: onnx.ModelProto, groups: Mapping[str, Group],
-                patch: Mapping[str, str], base_precision: str, high_precision: str) -> onnx.ModelProto:
+def apply_patch(
+    base: onnx.ModelProto,
+    reference: onnx.ModelProto,
+    groups: Mapping[str, Group],
+    patch: Mapping[str, str],
+    base_precision: str,
+    high_precision: str,
+) -> onnx.ModelProto:
     """A copy of ``base`` with each patched group in its precision; see the module docstring.
 
     Args:
@@ -66,8 +76,7 @@ def apply_patch(base: onnx.ModelProto, reference: onnx.ModelProto, groups: Mappi
 
     model = onnx.ModelProto.FromString(base.SerializeToString())
     order = {name: i for i, name in enumerate(groups)}
-    edits = [(groups[name], p) for name, p in sorted(patch.items(), key=lambda kv: order[kv[0]])
-             if p != base_precision]
+    edits = [(groups[name], p) for name, p in sorted(patch.items(), key=lambda kv: order[kv[0]]) if p != base_precision]
     if not edits:
         return model
     wide = [g for g, p in edits if p == "fp32" and high_precision == "fp16"]
@@ -85,6 +94,7 @@ def apply_patch(base: onnx.ModelProto, reference: onnx.ModelProto, groups: Mappi
 
 
 # -- float: read past the Q/DQ pairs ------------------------------------------------------------------
+
 
 def _chain(made_by: dict[str, onnx.NodeProto], tensor: str) -> tuple[list[onnx.NodeProto], onnx.NodeProto | None]:
     """The Casts between ``tensor`` and the DequantizeLinear that produces it, and that DQ (or None)."""
@@ -153,8 +163,11 @@ def _unquantize_outputs(model: onnx.ModelProto, members: set[str]) -> None:
         for j, name in enumerate(node.output):
             q = next((k for k in readers.get(name, ()) if nodes[k].op_type == "QuantizeLinear"), None)
             after = readers.get(nodes[q].output[0], []) if q is not None else []
-            if len(after) != 1 or nodes[after[0]].op_type != "DequantizeLinear" or \
-                    nodes[after[0]].output[0] not in outputs:
+            if (
+                len(after) != 1
+                or nodes[after[0]].op_type != "DequantizeLinear"
+                or nodes[after[0]].output[0] not in outputs
+            ):
                 continue
             final = nodes[after[0]].output[0]
             node.output[j] = final
@@ -174,8 +187,9 @@ def _type_after(dq: onnx.NodeProto, casts: list[onnx.NodeProto], inits: dict[str
     return scale.data_type if scale is not None else _FLOAT
 
 
-def _float_initializer(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], value: onnx.TensorProto,
-                       dtype: int) -> str:
+def _float_initializer(
+    model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], value: onnx.TensorProto, dtype: int
+) -> str:
     from onnx import numpy_helper
 
     name = f"{value.name}__float"
@@ -186,8 +200,9 @@ def _float_initializer(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto
     return name
 
 
-def _recast(tensor: str, casts: list[onnx.NodeProto], made_by: dict[str, onnx.NodeProto],
-            added: list[onnx.NodeProto]) -> str:
+def _recast(
+    tensor: str, casts: list[onnx.NodeProto], made_by: dict[str, onnx.NodeProto], added: list[onnx.NodeProto]
+) -> str:
     """``tensor`` converted as the Casts after the replaced DQ converted (an FP32-kept node's input)."""
     from onnx import helper
 
@@ -226,6 +241,7 @@ def _insert(model: onnx.ModelProto, added: list[onnx.NodeProto]) -> None:
 
 # -- fp8: the same ranges, FLOAT8E4M3FN ----------------------------------------------------------------
 
+
 def _to_fp8(model: onnx.ModelProto, members: set[str]) -> None:
     """Give ``members`` (the nodes of the FP8 groups) FP8 Q/DQ pairs in place of the INT8 ones they read."""
     from deploykit.graph.proto import producers
@@ -248,8 +264,9 @@ def _to_fp8(model: onnx.ModelProto, members: set[str]) -> None:
     _insert(model, added)
 
 
-def _fp8_pair(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], q: onnx.NodeProto,
-              dq: onnx.NodeProto) -> tuple[onnx.NodeProto, onnx.NodeProto]:
+def _fp8_pair(
+    model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], q: onnx.NodeProto, dq: onnx.NodeProto
+) -> tuple[onnx.NodeProto, onnx.NodeProto]:
     import onnx
 
     pair = []
@@ -257,8 +274,11 @@ def _fp8_pair(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], q: onn
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         copy.name, copy.output[0] = f"{node.name}__fp8", f"{node.output[0]}__fp8"
-        copy.input[0], copy.input[1], copy.input[2] = data, _fp8_scale(model, inits, node.input[1]), \
-            _fp8_zero(model, inits, node.input[2])
+        copy.input[0], copy.input[1], copy.input[2] = (
+            data,
+            _fp8_scale(model, inits, node.input[1]),
+            _fp8_zero(model, inits, node.input[2]),
+        )
         pair.append(copy)
     return pair[0], pair[1]
 
@@ -290,6 +310,7 @@ def _fp8_zero(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], name: 
 
 
 # -- fp32 inside an FP16 graph -------------------------------------------------------------------------
+
 
 def _types(model: onnx.ModelProto) -> dict[str, int]:
     from deploykit.graph.proto import infer_shapes, tensor_types
@@ -330,8 +351,11 @@ def _to_fp32(model: onnx.ModelProto, group: Group, types: dict[str, int]) -> Non
             if name in read_outside and types.get(name) == _FLOAT16:
                 node.output[j] = f"{name}__out32"
                 out.append(helper.make_node("Cast", [node.output[j]], [name], name=f"{name}__to_fp16", to=_FLOAT16))
-    renamed = {n[: -len("__out32")] for n in (o for node in out if node.name in members for o in node.output)
-               if n.endswith("__out32")}
+    renamed = {
+        n[: -len("__out32")]
+        for n in (o for node in out if node.name in members for o in node.output)
+        if n.endswith("__out32")
+    }
     for node in out:
         if node.name in members:
             for i, name in enumerate(node.input):
@@ -347,6 +371,7 @@ def _to_fp32(model: onnx.ModelProto, group: Group, types: dict[str, int]) -> Non
 
 # -- clean up --------------------------------------------------------------------------------------------
 
+
 def _drop_unread(model: onnx.ModelProto) -> None:
     """Remove Q/DQ and Cast nodes nothing reads, repeatedly, the constants only they used, and every
     declaration of a tensor no node now writes or reads (a removed pair's INT8 declaration left
@@ -355,8 +380,10 @@ def _drop_unread(model: onnx.ModelProto) -> None:
     dropped: set[str] = set()
     while True:
         read = {i for n in model.graph.node for i in n.input} | outputs
-        unread = [n.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast") and not any(o in read for o in n.output)
-                  for n in model.graph.node]
+        unread = [
+            n.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast") and not any(o in read for o in n.output)
+            for n in model.graph.node
+        ]
         if not any(unread):
             break
         dropped |= {i for n, u in zip(model.graph.node, unread, strict=True) if u for i in n.input}

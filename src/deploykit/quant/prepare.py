@@ -26,8 +26,17 @@ if TYPE_CHECKING:
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 # Ops that show a model was quantized already (static QOperator or dynamic quantization).
-QUANTIZED_OPS = QDQ_OPS | {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear",
-                           "QLinearAdd", "QLinearMul", "MatMulNBits", "QGemm"}
+QUANTIZED_OPS = QDQ_OPS | {
+    "ConvInteger",
+    "MatMulInteger",
+    "QLinearConv",
+    "QLinearMatMul",
+    "DynamicQuantizeLinear",
+    "QLinearAdd",
+    "QLinearMul",
+    "MatMulNBits",
+    "QGemm",
+}
 # Outputs in a fixed range: entropy or percentile calibration would clip them (a probability map
 # capped at 0.063 measured here), so they get max calibration or stay unquantized.
 BOUNDED_OPS = frozenset({"Sigmoid", "Softmax", "Tanh", "HardSigmoid", "LogSoftmax"})
@@ -44,8 +53,13 @@ class Preparation:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"opset_from": self.opset_from, "opset_to": self.opset_to, "constants_to_initializers":
-                self.constants_folded, "nodes_named": self.nodes_named, "notes": list(self.notes)}
+        return {
+            "opset_from": self.opset_from,
+            "opset_to": self.opset_to,
+            "constants_to_initializers": self.constants_folded,
+            "nodes_named": self.nodes_named,
+            "notes": list(self.notes),
+        }
 
 
 def quantized_nodes(model: onnx.ModelProto) -> Counter[str]:
@@ -66,8 +80,9 @@ def prepare(model: onnx.ModelProto, min_opset: int, where: Path | str) -> tuple[
         prep.notes.append(f"opset upgraded {prep.opset_from} -> {min_opset} (per-channel Q/DQ needs it)")
     prep.opset_to = opset_version(model)
     if prep.constants_folded:
-        prep.notes.append(f"{prep.constants_folded} Constant nodes turned into initializers "
-                          "(quantizers only see initializer weights)")
+        prep.notes.append(
+            f"{prep.constants_folded} Constant nodes turned into initializers (quantizers only see initializer weights)"
+        )
     return infer_shapes(model, prep), prep
 
 
@@ -93,8 +108,10 @@ def upgrade_opset(model: onnx.ModelProto, target: int, where: Path | str) -> onn
     try:
         return version_converter.convert_version(model, target)
     except Exception as e:  # the converter raises bare RuntimeErrors/ValidationErrors
-        raise ModelError(f"{where}: cannot upgrade opset {opset_version(model)} -> {target}: {first_line(e)}",
-                         hint="re-export the model at a newer opset") from e
+        raise ModelError(
+            f"{where}: cannot upgrade opset {opset_version(model)} -> {target}: {first_line(e)}",
+            hint="re-export the model at a newer opset",
+        ) from e
 
 
 def infer_shapes(model: onnx.ModelProto, prep: Preparation | None = None) -> onnx.ModelProto:
@@ -109,8 +126,23 @@ def bounded_tensors(model: onnx.ModelProto) -> set[str]:
 
 # Ops that move values without changing them: a tensor read or written through them holds the
 # same values as its source, so it keeps the source's calibration rule.
-LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Split",
-                        "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Concat"})
+LAYOUT_OPS = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Identity",
+        "Slice",
+        "Split",
+        "Expand",
+        "Tile",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Concat",
+    }
+)
 
 
 def through_layout(model: onnx.ModelProto, outputs: set[str], bounded: set[str]) -> set[str]:

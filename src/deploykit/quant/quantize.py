@@ -64,8 +64,7 @@ class Job:
     search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
     # what the quantizer placed, by (graph, excluded nodes): it places Q/DQ once per exclusion set,
     # every range set after that only rewrites scales (see candidates.qdq)
-    placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False,
-                                                                  repr=False)
+    placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False, repr=False)
     correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
     corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 
@@ -104,9 +103,21 @@ def quantize_model(job: Job) -> Result:
     """Run the quantize stage's work; see the module docstring."""
     cfg, flavour = job.cfg, job.target
     if _already_quantized(job):
-        return Result(job.model, job.model, {}, RangeSettings(), {}, {}, None, {},
-                      ["the model already contains quantization nodes: passed through unchanged "
-                       "(quantize.already_quantized: pass)"], passthrough=True)
+        return Result(
+            job.model,
+            job.model,
+            {},
+            RangeSettings(),
+            {},
+            {},
+            None,
+            {},
+            [
+                "the model already contains quantization nodes: passed through unchanged "
+                "(quantize.already_quantized: pass)"
+            ],
+            passthrough=True,
+        )
     flavour.check(cfg.precision)
     _check_int4(job)
     model, prep = flavour.prepare(job.model, cfg, job.where)
@@ -156,23 +167,29 @@ def _already_quantized(job: Job) -> bool:
     if job.cfg.already_quantized == "pass":
         return True
     listed = ", ".join(f"{n} {op}" for op, n in sorted(found.items()))
-    raise ModelError(f"{job.where}: the model is already quantized ({listed}); refusing to quantize it again",
-                     hint="give the FP32 model, or set quantize.already_quantized: pass to keep it as it is")
+    raise ModelError(
+        f"{job.where}: the model is already quantized ({listed}); refusing to quantize it again",
+        hint="give the FP32 model, or set quantize.already_quantized: pass to keep it as it is",
+    )
 
 
 def _check_int4(job: Job) -> None:
     if job.cfg.precision == "int4" and not any(n.op_type in ("MatMul", "Gemm") for n in job.model.graph.node):
         ops = sorted({n.op_type for n in job.model.graph.node})
-        raise ModelError(f"{job.where}: int4 quantizes MatMul/Gemm weights, and the model has none "
-                         f"(its ops: {', '.join(ops[:12])})", hint="use --precision int8 or fp8 for this model")
+        raise ModelError(
+            f"{job.where}: int4 quantizes MatMul/Gemm weights, and the model has none (its ops: {', '.join(ops[:12])})",
+            hint="use --precision int8 or fp8 for this model",
+        )
 
 
 def _configured_fp32(model: onnx.ModelProto, cfg: QuantizeConfig, where: str) -> dict[str, Reason]:
     names = {n.name for n in model.graph.node}
     for name in cfg.keep_fp32_nodes:
         if name not in names:
-            raise ModelError(f"{where}: quantize.keep_fp32_nodes names {name!r}, which the model does not have",
-                             hint="`deploykit inspect` lists node names")
+            raise ModelError(
+                f"{where}: quantize.keep_fp32_nodes names {name!r}, which the model does not have",
+                hint="`deploykit inspect` lists node names",
+            )
     return dict.fromkeys(cfg.keep_fp32_nodes, Kept.FP32_BY_CONFIG())
 
 
@@ -186,14 +203,26 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
     task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
     validated = bool(job.judging.samples)  # parity's validation data judges: no calibration sample is held out
     with task as advance:
-        result = calibrate(model, job.samples, settings, histograms, hold_out=0 if validated else _check_count(job.cfg),
-                           bounded=_max_calibrated(model), progress=advance, expected=job.samples.limit)
+        result = calibrate(
+            model,
+            job.samples,
+            settings,
+            histograms,
+            hold_out=0 if validated else _check_count(job.cfg),
+            bounded=_max_calibrated(model),
+            progress=advance,
+            expected=job.samples.limit,
+        )
     if validated:
-        notes.append(f"ranges from all {result.seen} calibration samples (the check judges on the validation "
-                     "samples: none is held out)")
+        notes.append(
+            f"ranges from all {result.seen} calibration samples (the check judges on the validation "
+            "samples: none is held out)"
+        )
     elif result.held_out:
-        notes.append(f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
-                     f"{len(result.held_out)} are held out for the check")
+        notes.append(
+            f"ranges from {result.seen - len(result.held_out)} calibration samples; the first "
+            f"{len(result.held_out)} are held out for the check"
+        )
     else:
         notes.append(f"only {result.seen} calibration samples: the check runs on samples the ranges saw (optimistic)")
     return result
@@ -226,9 +255,15 @@ def _uses_fp16(job: Job) -> bool:
     return job.target.fp16_rest(job.cfg)
 
 
-def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibration,
-                        excluded: dict[str, Reason], fp32: dict[str, Reason], notes: list[str],
-                        original: onnx.ModelProto) -> Result:
+def _quantize_and_check(
+    job: Job,
+    model: onnx.ModelProto,
+    calibration: Calibration,
+    excluded: dict[str, Reason],
+    fp32: dict[str, Reason],
+    notes: list[str],
+    original: onnx.ModelProto,
+) -> Result:
     if calibration.held_out:
         samples = calibration.held_out
     elif job.samples is not None:
@@ -244,14 +279,20 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
     judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
     # the held-out samples' FP32 outputs (before equalization: what must not change), made only when
     # method auto needs them, from the judge's when it judges on those samples
-    head = cache(lambda: (judge.ref if judge.reference is original and not job.judging.samples
-                          else Reference(original, samples[: job.cfg.auto_samples])).head(job.cfg.auto_samples))
+    head = cache(
+        lambda: (
+            judge.ref
+            if judge.reference is original and not job.judging.samples
+            else Reference(original, samples[: job.cfg.auto_samples])
+        ).head(job.cfg.auto_samples)
+    )
 
     def few(candidate: onnx.ModelProto) -> Check:
         return check(head(), candidate, opener=memo, tolerance=tolerance(job))
 
-    method, ranges = choose_ranges(job, model, sets, excluded, fp32, samples[0], few,
-                                   judge if job.judging.samples else None, notes)
+    method, ranges = choose_ranges(
+        job, model, sets, excluded, fp32, samples[0], few, judge if job.judging.samples else None, notes
+    )
     if job.cfg.bias_correction and job.samples is not None and job.cfg.precision in CALIBRATED:
         from deploykit.quant.bias import SAMPLES
 
@@ -268,25 +309,36 @@ def _quantize_and_check(job: Job, model: onnx.ModelProto, calibration: Calibrati
             result.settings = dataclasses.replace(settings(job.cfg), method=method)
             return result
         _fix_nonfinite(job, model, result, fp32, samples[:1], opener)
-    raise ModelError("the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
-                     hint="set quantize.high_precision: fp32")
+    raise ModelError(
+        "the quantized model still computes NaN/Inf after keeping the offending nodes in FP32",
+        hint="set quantize.high_precision: fp32",
+    )
 
 
-def _miscomputed(job: Job, model: onnx.ModelProto, ranges: dict[str, TensorRange],
-                 excluded: dict[str, Reason], sample: dict[str, Any], notes: list[str]) -> dict[str, Reason]:
+def _miscomputed(
+    job: Job,
+    model: onnx.ModelProto,
+    ranges: dict[str, TensorRange],
+    excluded: dict[str, Reason],
+    sample: dict[str, Any],
+    notes: list[str],
+) -> dict[str, Reason]:
     """Nodes ONNX Runtime's integer kernels compute wrong on this CPU (:mod:`deploykit.quant.kernel_check`)."""
     from deploykit.quant.candidates import qdq
     from deploykit.quant.kernel_check import miscomputed
 
     found = miscomputed(g.infer_shapes(qdq(job, model, ranges, sorted(excluded), sample)), job.ort_level)
     if found:
-        notes.append(f"ONNX Runtime's integer kernels on this CPU compute {len(found)} quantized node(s) wrong "
-                     f"({', '.join(sorted(found)[:4])}{', …' if len(found) > 4 else ''}): kept in float")
+        notes.append(
+            f"ONNX Runtime's integer kernels on this CPU compute {len(found)} quantized node(s) wrong "
+            f"({', '.join(sorted(found)[:4])}{', …' if len(found) > 4 else ''}): kept in float"
+        )
     return found
 
 
-def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any],
-           notes: list[str]) -> Judge:
+def _judge(
+    job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any], notes: list[str]
+) -> Judge:
     """Parity's judge: its validation samples when configured, else the held-out calibration samples."""
     from deploykit.config import ParityConfig, parity_preset
 
@@ -297,8 +349,15 @@ def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], ope
         samples = held_out
         source = f"{len(held_out)} held-out calibration samples (no validation data: parity runs on random inputs)"
     notes.append(f"the check judges on {source}, by parity's tolerances and task checks")
-    return Judge(j.reference or model, samples, opener, j.parity or ParityConfig(), parity_preset(job.cfg),
-                 job.cfg.precision, source)
+    return Judge(
+        j.reference or model,
+        samples,
+        opener,
+        j.parity or ParityConfig(),
+        parity_preset(job.cfg),
+        job.cfg.precision,
+        source,
+    )
 
 
 def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
@@ -309,12 +368,21 @@ def _random_samples(model: onnx.ModelProto) -> list[dict[str, Any]]:
 
     rng = np.random.default_rng(0)
     specs = session_from_onnx(model, "as_written").inputs
-    return [{s.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in s.shape]).astype(s.dtype)
-             for s in specs} for _ in range(2)]
+    return [
+        {s.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in s.shape]).astype(s.dtype) for s in specs}
+        for _ in range(2)
+    ]
 
 
-def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, judge: Judge,
-                     excluded: dict[str, Reason], sample: dict[str, Any], notes: list[str]) -> Result:
+def _mixed_precision(
+    job: Job,
+    model: onnx.ModelProto,
+    base: onnx.ModelProto,
+    judge: Judge,
+    excluded: dict[str, Reason],
+    sample: dict[str, Any],
+    notes: list[str],
+) -> Result:
     """The base graph with the configured layer precisions, judged; the search when it misses parity."""
     cfg = job.cfg
     if cfg.precision not in ("int8", "fp8", "int4"):
@@ -324,27 +392,48 @@ def _mixed_precision(job: Job, model: onnx.ModelProto, base: onnx.ModelProto, ju
     plan = mixed.plan(base, cfg, job.target, job.where)
     candidate = mixed.builder(plan, base, model, cfg.precision)(plan.start)
     verdict = judge.check(candidate)
-    result = Result(candidate, model, {}, RangeSettings(), dict(excluded), {}, verdict, {}, base=base,
-                    layer_precisions=dict(plan.start))
+    result = Result(
+        candidate,
+        model,
+        {},
+        RangeSettings(),
+        dict(excluded),
+        {},
+        verdict,
+        {},
+        base=base,
+        layer_precisions=dict(plan.start),
+    )
     if verdict.passed or verdict.nonfinite or not (cfg.repair.enabled or _search_by_task(job, verdict)):
         return result
     if not cfg.repair.enabled:
-        notes.append(f"plain {cfg.precision.upper()} missed parity's task check on the validation data: the "
-                     "mixed-precision search ran (quantize.repair.auto: false turns this off)")
+        notes.append(
+            f"plain {cfg.precision.upper()} missed parity's task check on the validation data: the "
+            "mixed-precision search ran (quantize.repair.auto: false turns this off)"
+        )
     # the bar's total is the most the search may run: a measurement per group plus its step budget
     total = len(plan.groups) + cfg.repair.max_iterations
     with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
-        search, payload = mixed.search(plan, base, model, judge, cfg, job.target, job.ort_level, sample,
-                                       job.search_cache, advance, job.task)
-    notes.append(f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
-                 f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
-                 "reused from an earlier artifact's measurements")
+        search, payload = mixed.search(
+            plan, base, model, judge, cfg, job.target, job.ort_level, sample, job.search_cache, advance, job.task
+        )
+    notes.append(
+        f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
+        f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
+        "reused from an earlier artifact's measurements"
+    )
     if search.check.passed and not search.faster_than_top():
         notes.append(_not_faster(search))
     elif search.check.passed and "chosen" in search.speeds:
         notes.append(search.speeds["chosen"].sentence("the passing mix runs at") + " on this CPU")
-    return dataclasses.replace(result, model=search.model, check=search.check, repair=search,
-                               layer_precisions=dict(search.patch), search_cache=payload)
+    return dataclasses.replace(
+        result,
+        model=search.model,
+        check=search.check,
+        repair=search,
+        layer_precisions=dict(search.patch),
+        search_cache=payload,
+    )
 
 
 def _search_by_task(job: Job, verdict: Check) -> bool:
@@ -357,18 +446,30 @@ def _not_faster(search: SearchResult) -> str:
     """The plain statement for a passing mix that is not faster than every layer at the top precision."""
     m = search.measured_ms
     if "chosen" in search.speeds:  # the measurement the stage's CPU speed check reports too
-        return (f"the mix that passes is not faster than FP32 on this CPU: {search.speeds['chosen'].sentence('it runs')}; "
-                "FP32 is as accurate and at least as fast here")
+        return (
+            f"the mix that passes is not faster than FP32 on this CPU: {search.speeds['chosen'].sentence('it runs')}; "
+            "FP32 is as accurate and at least as fast here"
+        )
     if "chosen" in m and "fp32" in m:
-        return (f"the mix that passes is not faster than FP32 on this CPU (measured {m['chosen']:.3g} ms against "
-                f"{m['fp32']:.3g} ms): FP32 is as accurate and at least as fast here")
+        return (
+            f"the mix that passes is not faster than FP32 on this CPU (measured {m['chosen']:.3g} ms against "
+            f"{m['fp32']:.3g} ms): FP32 is as accurate and at least as fast here"
+        )
     c = search.costs
-    return (f"the mix that passes is estimated no faster than every layer at the top precision "
-            f"({c.of(search.patch):.3g} vs {c.top:.3g} {c.unit}, {c.method}): that precision does as well")
+    return (
+        f"the mix that passes is estimated no faster than every layer at the top precision "
+        f"({c.of(search.patch):.3g} vs {c.top:.3g} {c.unit}, {c.method}): that precision does as well"
+    )
 
 
-def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[str, Reason],
-                   samples: list[dict[str, Any]], opener: Callable[..., Any]) -> None:
+def _fix_nonfinite(
+    job: Job,
+    model: onnx.ModelProto,
+    result: Result,
+    fp32: dict[str, Reason],
+    samples: list[dict[str, Any]],
+    opener: Callable[..., Any],
+) -> None:
     """Find the first node whose output goes NaN/Inf; keep it in FP32 or refuse, naming it."""
     from deploykit.metrics.divergence import diagnose
 
@@ -377,8 +478,10 @@ def _fix_nonfinite(job: Job, model: onnx.ModelProto, result: Result, fp32: dict[
     outputs = ", ".join(result.check.nonfinite) if result.check else ""
     if bad is None or not _uses_fp16(job) or job.cfg.fp16_overflow == "refuse" or bad.node in fp32:
         where = f" first at node {bad.node!r} ({bad.op_type}, tensor {bad.tensor!r})" if bad else ""
-        raise ModelError(f"the quantized model computes NaN/Inf in output(s) {outputs}{where}",
-                         hint="keep that node in FP32 (quantize.keep_fp32_nodes) or exclude it from quantization")
+        raise ModelError(
+            f"the quantized model computes NaN/Inf in output(s) {outputs}{where}",
+            hint="keep that node in FP32 (quantize.keep_fp32_nodes) or exclude it from quantization",
+        )
     fp32[bad.node] = Kept.FP16_NONFINITE(tensor=bad.tensor)
 
 
@@ -386,6 +489,11 @@ def _opener(job: Job) -> Callable[..., Any]:
     """Sessions over candidates, computed as the target flavour's runtime will."""
     from deploykit.graph.run import session_from_onnx
 
-    return partial(session_from_onnx, evaluator=job.target.evaluator, level=job.ort_level, spin=False,
-                   failure="ONNX Runtime cannot run the quantized graph",
-                   hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32")
+    return partial(
+        session_from_onnx,
+        evaluator=job.target.evaluator,
+        level=job.ort_level,
+        spin=False,
+        failure="ONNX Runtime cannot run the quantized graph",
+        hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32",
+    )

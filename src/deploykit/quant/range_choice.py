@@ -33,8 +33,9 @@ def settings(cfg: QuantizeConfig) -> RangeSettings:
     return RangeSettings(method, cfg.percentile, cfg.num_bins, "fp8" if cfg.precision == "fp8" else "int8")
 
 
-def range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, Reason],
-               sample: dict[str, Any]) -> dict[str, dict[str, TensorRange]]:
+def range_sets(
+    job: Job, model: onnx.ModelProto, calibration: Calibration, excluded: dict[str, Reason], sample: dict[str, Any]
+) -> dict[str, dict[str, TensorRange]]:
     """The range set of each method to try (every AUTO_METHODS one for ``auto``), from the one pass.
 
     Thresholds are computed only for the tensors the quantizer puts an activation quantizer on
@@ -49,9 +50,12 @@ def range_sets(job: Job, model: onnx.ModelProto, calibration: Calibration, exclu
 
     placed = qdq(job, model, calibration.sets["max"], sorted(excluded), sample)
     quantized = {src.removesuffix("_QuantizeLinear_Input") for _, src in activation_quantizers(placed)}
-    return {m: calibration.sets["max"] if m == "max" else
-            stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
-            for m in methods}
+    return {
+        m: calibration.sets["max"]
+        if m == "max"
+        else stats.ranges(stats.per_tensor(only=quantized) if m == "per_tensor" else m, only=quantized)
+        for m in methods
+    }
 
 
 def tolerance(job: Job) -> Callable[[str], Any]:
@@ -64,10 +68,17 @@ def tolerance(job: Job) -> Callable[[str], Any]:
     return lambda output: Tolerance() if output in unordered else parity.tolerance(output, preset)
 
 
-def choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[str, TensorRange]],
-                  excluded: dict[str, Reason], fp32: dict[str, Reason], sample: dict[str, Any],
-                  evaluate: Callable[[onnx.ModelProto], Check], validation: Judge | None, notes: list[str]
-                  ) -> tuple[str, dict[str, TensorRange]]:
+def choose_ranges(
+    job: Job,
+    model: onnx.ModelProto,
+    range_sets: dict[str, dict[str, TensorRange]],
+    excluded: dict[str, Reason],
+    fp32: dict[str, Reason],
+    sample: dict[str, Any],
+    evaluate: Callable[[onnx.ModelProto], Check],
+    validation: Judge | None,
+    notes: list[str],
+) -> tuple[str, dict[str, TensorRange]]:
     """Method ``auto``: the range set that parity's task metrics on its validation data order first
     (each metric ranks the sets no other set beats on every metric, the rank sums decide), then the
     smallest mean rel-L2 on a few held-out calibration samples (with no validation data or no task
@@ -96,8 +107,13 @@ def choose_ranges(job: Job, model: onnx.ModelProto, range_sets: dict[str, dict[s
         if any(e.losses for e in entries.values()):
             ranks = front_ranks(entries)
             by_task = f"task-metric rank sums on {len(validation.samples)} validation samples " + ", ".join(
-                f"{m} {ranks[m]:g}" if ranks[m] is not None else f"{m} stopped after {e.samples} (cannot beat "
-                f"{e.beaten_by})" if e.stopped else f"{m} dominated" for m, e in entries.items())
+                f"{m} {ranks[m]:g}"
+                if ranks[m] is not None
+                else f"{m} stopped after {e.samples} (cannot beat {e.beaten_by})"
+                if e.stopped
+                else f"{m} dominated"
+                for m, e in entries.items()
+            )
     top = min(r for r in ranks.values() if r is not None)
     tied = [m for m, r in ranks.items() if r == top]
     # mean rel-L2 decides among the candidates the task ranks first, and only there: on the validation

@@ -125,8 +125,12 @@ class Statistics:
             self._thresholds[key] = min(found, st.absmax)
         return self._thresholds[key]
 
-    def per_tensor(self, candidates: tuple[str, ...] = ("percentile", "mse"), gain: float = PER_TENSOR_GAIN,
-                   only: set[str] | None = None) -> dict[str, str]:
+    def per_tensor(
+        self,
+        candidates: tuple[str, ...] = ("percentile", "mse"),
+        gain: float = PER_TENSOR_GAIN,
+        only: set[str] | None = None,
+    ) -> dict[str, str]:
         """A method per tensor, chosen from its histogram: the candidate with the smallest
         quantization error of the tensor itself, where that error is at least ``gain`` times
         smaller than max calibration's; max elsewhere.
@@ -141,8 +145,9 @@ class Statistics:
             if st.absmax <= 0:
                 continue
             hist, top = st.trimmed()
-            errors = {m: thresholds.quantization_error(hist, top, self.threshold(name, m), grid)
-                      for m in ("max", *candidates)}
+            errors = {
+                m: thresholds.quantization_error(hist, top, self.threshold(name, m), grid) for m in ("max", *candidates)
+            }
             best = min(candidates, key=lambda m: errors[m])
             out[name] = best if errors[best] * gain <= errors["max"] else "max"
         return out
@@ -169,9 +174,15 @@ class Calibration:
     statistics: Statistics | None = None
 
 
-def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
-                   *, tensors: list[str] | None = None, bounded: set[str] | frozenset[str] = frozenset(),
-                   progress: Any = None) -> dict[str, TensorRange]:
+def collect_ranges(
+    model: onnx.ModelProto,
+    samples: Iterable[dict[str, np.ndarray]],
+    settings: RangeSettings,
+    *,
+    tensors: list[str] | None = None,
+    bounded: set[str] | frozenset[str] = frozenset(),
+    progress: Any = None,
+) -> dict[str, TensorRange]:
     """Calibrate every float tensor of ``model`` (or ``tensors``) on ``samples``, streaming once.
 
     Args:
@@ -182,15 +193,24 @@ def collect_ranges(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarra
         bounded: tensors that always get max calibration.
         progress: called with 1 per sample read (a Reporter task's ``advance``).
     """
-    result = calibrate(model, samples, settings, (settings.method,), tensors=tensors, bounded=bounded,
-                       progress=progress)
+    result = calibrate(
+        model, samples, settings, (settings.method,), tensors=tensors, bounded=bounded, progress=progress
+    )
     return result.sets[settings.method]
 
 
-def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], settings: RangeSettings,
-              methods: tuple[str, ...], *, hold_out: int = 0, tensors: list[str] | None = None,
-              bounded: set[str] | frozenset[str] = frozenset(), progress: Any = None,
-              expected: int | None = None) -> Calibration:
+def calibrate(
+    model: onnx.ModelProto,
+    samples: Iterable[dict[str, np.ndarray]],
+    settings: RangeSettings,
+    methods: tuple[str, ...],
+    *,
+    hold_out: int = 0,
+    tensors: list[str] | None = None,
+    bounded: set[str] | frozenset[str] = frozenset(),
+    progress: Any = None,
+    expected: int | None = None,
+) -> Calibration:
     """Ranges for several methods from one pass over ``samples`` (min/max and histograms together);
     the pseudo-method ``histogram`` fills the histograms without deriving a set (derive one later
     with ``statistics.ranges``).
@@ -207,8 +227,9 @@ def calibrate(model: onnx.ModelProto, samples: Iterable[dict[str, np.ndarray]], 
     alias = same_values(model, names)
     roots = [n for n in names if n not in alias]
     tap = _Tap(model, roots)
-    wanted = ({alias.get(n, n) for n in names if n not in bounded} if any(m not in NO_HISTOGRAM for m in methods)
-              else set())
+    wanted = (
+        {alias.get(n, n) for n in names if n not in bounded} if any(m not in NO_HISTOGRAM for m in methods) else set()
+    )
     methods = tuple(m for m in methods if m != "histogram")  # "histogram": statistics only, no set
     stats = {n: AbsHistogram(2 * settings.num_bins) for n in roots}
     every = max(1, -(-(expected - hold_out) // HISTOGRAM_SAMPLES)) if expected else 1
@@ -245,15 +266,19 @@ HISTOGRAM_SAMPLES = 48
 
 # Ops whose output holds exactly the values of their data input, rearranged: same min, max and
 # histogram, so calibration reads the input only (a real text detector has 147 Identity nodes).
-SAME_VALUES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
-                         "SpaceToDepth"})
+SAME_VALUES = frozenset(
+    {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace", "SpaceToDepth"}
+)
 
 
 def same_values(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     """Tensor -> the tensor whose values it holds (through chains of :data:`SAME_VALUES` ops)."""
     wanted = set(names)
-    source = {n.output[0]: n.input[0] for n in model.graph.node
-              if n.op_type in SAME_VALUES and n.input and n.output and n.output[0] in wanted and n.input[0] in wanted}
+    source = {
+        n.output[0]: n.input[0]
+        for n in model.graph.node
+        if n.op_type in SAME_VALUES and n.input and n.output and n.output[0] in wanted and n.input[0] in wanted
+    }
     out = {}
     for name in source:
         root = name
@@ -263,8 +288,9 @@ def same_values(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     return out
 
 
-def _fold(tap: _Tap, sample: dict[str, np.ndarray], stats: dict[str, AbsHistogram], wanted: set[str],
-          infinite: set[str]) -> None:
+def _fold(
+    tap: _Tap, sample: dict[str, np.ndarray], stats: dict[str, AbsHistogram], wanted: set[str], infinite: set[str]
+) -> None:
     for name, value in tap.run(sample).items():
         if not value.size or not np.issubdtype(value.dtype, np.floating):
             continue
@@ -310,10 +336,13 @@ def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> bool:
         return False
     if np.isnan(value).any():
         node = tap.producer(name)
-        raise ModelError(f"the FP32 model computes NaN in tensor {name!r}"
-                         + (f" (node {node!r})" if node else "") + " on the calibration data",
-                         hint="fix the model or the data (a fully masked attention row gives NaN); "
-                              "a range cannot be calibrated from NaN")
+        raise ModelError(
+            f"the FP32 model computes NaN in tensor {name!r}"
+            + (f" (node {node!r})" if node else "")
+            + " on the calibration data",
+            hint="fix the model or the data (a fully masked attention row gives NaN); "
+            "a range cannot be calibrated from NaN",
+        )
     return True
 
 
@@ -326,8 +355,9 @@ class _Tap:
 
         self._producers = {t: n.name for t, n in producers(model).items()}
         inputs = {i.name for i in model.graph.input}
-        self.session = session_from_onnx(model, "as_written", expose=tuple(n for n in names if n not in inputs),
-                                         spin=False)
+        self.session = session_from_onnx(
+            model, "as_written", expose=tuple(n for n in names if n not in inputs), spin=False
+        )
         self.names = set(names)
 
     def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -341,8 +371,12 @@ class _Tap:
 
 def ranges_to_json(ranges: dict[str, TensorRange], settings: RangeSettings, extra: dict[str, Any]) -> dict[str, Any]:
     """The ranges file: schema, settings, and per tensor min/max/amax/method."""
-    return {"schema": RANGES_SCHEMA, "settings": asdict(settings), **extra,
-            "tensors": {k: asdict(v) for k, v in sorted(ranges.items())}}
+    return {
+        "schema": RANGES_SCHEMA,
+        "settings": asdict(settings),
+        **extra,
+        "tensors": {k: asdict(v) for k, v in sorted(ranges.items())},
+    }
 
 
 def write_ranges(path: Path, ranges: dict[str, TensorRange], settings: RangeSettings, extra: dict[str, Any]) -> None:

@@ -30,11 +30,16 @@ class SampleStream:
     cached. ``seen`` is the number of samples the last full pass produced.
     """
 
-    def __init__(self, source: Iterable[dict[str, np.ndarray]] | Callable[[], Iterable[dict[str, np.ndarray]]],
-                 limit: int | None = None, what: str = "calibration data") -> None:
+    def __init__(
+        self,
+        source: Iterable[dict[str, np.ndarray]] | Callable[[], Iterable[dict[str, np.ndarray]]],
+        limit: int | None = None,
+        what: str = "calibration data",
+    ) -> None:
         if not callable(source) and iter(source) is source:
-            raise TypeError("SampleStream needs a re-iterable source (a DataSource, a list, or a factory), "
-                            "not a one-shot iterator")
+            raise TypeError(
+                "SampleStream needs a re-iterable source (a DataSource, a list, or a factory), not a one-shot iterator"
+            )
         self._source, self.limit, self.what, self.seen = source, limit, what, 0
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:

@@ -42,8 +42,9 @@ def activation_quantizers(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, 
     return out
 
 
-def set_activation_scales(model: onnx.ModelProto, ranges: dict[str, TensorRange], min_scale: float = 1e-30
-                          ) -> dict[str, float]:
+def set_activation_scales(
+    model: onnx.ModelProto, ranges: dict[str, TensorRange], min_scale: float = 1e-30
+) -> dict[str, float]:
     """Set activation scales in place from ``ranges``; return scale name -> scale written.
 
     Args:
@@ -63,8 +64,10 @@ def set_activation_scales(model: onnx.ModelProto, ranges: dict[str, TensorRange]
         if source not in ranges and source.endswith(RENAMED):
             source = source[: -len(RENAMED)]  # ORT keeps a graph output's name for the DQ after it
         if source not in ranges:
-            raise InternalError(f"quantizer {q.name!r} quantizes {source!r}, which calibration did not see",
-                                hint="report this model: the quantizer renamed a tensor")
+            raise InternalError(
+                f"quantizer {q.name!r} quantizes {source!r}, which calibration did not see",
+                hint="report this model: the quantizer renamed a tensor",
+            )
         qmax = _qmax(q, inits)
         scale = max(ranges[source].amax / qmax, min_scale)
         for name in [q.input[1], *(d.input[1] for d in dq_by_input.get(q.output[0], []))]:

@@ -14,9 +14,10 @@ The search raises a growing prefix of that order (``per_step`` groups, then twic
 until a state passes, never a prefix as slow as every group at the top precision (``ceiling``: such
 a mix is not worth shipping, and the search says it cannot pass rather than return it); when every
 move raised still fails and some moves are FP8, one more state raises those to ``fallback`` (FP16).
-Then it bisects for the shortest passing prefix: a few evaluations whether one layer is the culprit (an outlier channel) or the error is spread over forty (a deep depthwise
-network). A pass on the search samples counts only once confirmed on every judging sample; a state
-that fails on the few samples is not run on the rest. A passing state's INT8 islands whose raising
+Then it bisects for the shortest passing prefix: a few evaluations whether one layer is the culprit
+(an outlier channel) or the error is spread over forty (a deep depthwise network). A pass on the
+search samples counts only once confirmed on every judging sample; a state that fails on the few
+samples is not run on the rest. A passing state's INT8 islands whose raising
 makes it faster (their conversions cost more than their integer kernel saves) are then raised too,
 as one more state (``fill``). Trimming then lowers the raised groups,
 least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
@@ -50,26 +51,30 @@ class Stop(Code):
     ONLY_ALL_PASS = (
         "only_all_pass",
         "cannot pass faster than every layer at the top precision: only all {n} ranked groups raised "
-        "({tops}) pass{instead}")
+        "({tops}) pass{instead}",
+    )
     BUDGET_SPENT = ("budget_spent", "evaluation budget spent ({n})")
     NO_FASTER_PREFIX = (
         "no_faster_prefix",
         "cannot pass faster than every layer at the top precision: the {n} best-ranked groups raised still "
-        "fail, and raising more would be no faster")
+        "fail, and raising more would be no faster",
+    )
     ALL_RAISED_FAIL = ("all_raised_fail", "every ranked group raised ({n}) still fails")
     # run_search's, after the search:
     PASSED_AT_CLOSEST = (
         "passed_at_closest",
-        "passed on all {n_all} judging samples at the closest state (on the {n_search} search samples: "
-        "{before})")
+        "passed on all {n_all} judging samples at the closest state (on the {n_search} search samples: {before})",
+    )
     RANKED_BY_ACCURACY = (
         "ranked_by_accuracy",
         "{base} alone is not {margin:.2g}x faster than every group at {raised} here ({base_cost:.3g} vs "
-        "{top:.3g} {unit}), so no mix can pass faster than {raised}: the search ranked by accuracy alone")
+        "{top:.3g} {unit}), so no mix can pass faster than {raised}: the search ranked by accuracy alone",
+    )
     TIMED_NOT_FASTER = (
         "timed_not_faster",
         "timed after the search, {base} alone is not {margin:.2g}x faster than FP32 here ({base_ms:.3g} vs "
-        "{fp32_ms:.3g} ms), so no mix could pass faster than FP32")
+        "{fp32_ms:.3g} ms), so no mix could pass faster than FP32",
+    )
 
 
 @dataclass(frozen=True)
@@ -112,10 +117,21 @@ class Step:
     kept: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "action": self.action, "changes": dict(self.changes), "patch": dict(self.patch),
-                "objective": self.score.objective, "excess": self.score.excess, "worst_ratio": self.score.worst,
-                "passed": self.score.passed, "failing": self.score.failing()[:6], "ratios": self.score.ratios,
-                "latency": self.latency, "samples": self.samples, "kept": self.kept}
+        return {
+            "step": self.step,
+            "action": self.action,
+            "changes": dict(self.changes),
+            "patch": dict(self.patch),
+            "objective": self.score.objective,
+            "excess": self.score.excess,
+            "worst_ratio": self.score.worst,
+            "passed": self.score.passed,
+            "failing": self.score.failing()[:6],
+            "ratios": self.score.ratios,
+            "latency": self.latency,
+            "samples": self.samples,
+            "kept": self.kept,
+        }
 
 
 @dataclass
@@ -146,8 +162,9 @@ def rank(moves: list[Move], floor: float = 0.0) -> list[Move]:
     return sorted(best.values(), key=lambda m: priority(m.gain, m.cost, floor), reverse=True)
 
 
-def order_moves(moves: list[Move], cost: Callable[[Patch, Move], float], neighbours: Mapping[str, set[str]],
-                floor: float = 0.0) -> list[Move]:
+def order_moves(
+    moves: list[Move], cost: Callable[[Patch, Move], float], neighbours: Mapping[str, set[str]], floor: float = 0.0
+) -> list[Move]:
     """One move per group (as :func:`rank`), ordered greedily: each next move is the one with the best
     priority given the moves before it, its cost what it adds on top of them (``cost(state, move)``).
     Where raising a group removes the boundary to a raised neighbour its cost drops, so contiguous
@@ -185,9 +202,15 @@ def order_moves(moves: list[Move], cost: Callable[[Patch, Move], float], neighbo
     return out
 
 
-def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], order: list[Move],
-           start: Patch, ladder: Mapping[str, tuple[str, ...]], budget: Budget,
-           fallback: Mapping[str, str] | None = None) -> Outcome:
+def search(
+    evaluate: Callable[[Patch, bool], Score],
+    latency: Callable[[Patch], float],
+    order: list[Move],
+    start: Patch,
+    ladder: Mapping[str, tuple[str, ...]],
+    budget: Budget,
+    fallback: Mapping[str, str] | None = None,
+) -> Outcome:
     """Search from ``start``; see the module docstring. ``ladder``: group -> its precisions, cheapest first.
 
     ``fallback``: group -> the precision to raise it to instead when every ranked move raised still
@@ -197,7 +220,9 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
     order = [m for m in order if m.group not in start][: budget.groups]
     if run.judge(dict(start), {}, "base"):
         return run.outcome(Stop.PASSED_AT_START())
-    affordable = next((k for k in range(len(order), 0, -1) if not budget.at_ceiling(latency(_prefix(start, order, k)))), 0)
+    affordable = next(
+        (k for k in range(len(order), 0, -1) if not budget.at_ceiling(latency(_prefix(start, order, k)))), 0
+    )
     slow = affordable < len(order)
     order = order[:affordable]
     failing, passing, k = 0, None, min(budget.per_step, len(order))
@@ -209,8 +234,13 @@ def search(evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], 
         else:
             failing, k = k, min(2 * k, len(order))
     promoted = [Move(m.group, (fallback or {}).get(m.group, m.precision), m.gain, m.cost) for m in order]
-    if passing is None and failing == len(order) and promoted != order and not run.spent() and (
-            not budget.above_ceiling(latency(_prefix(start, promoted, len(promoted))))):  # the bisection's upper end
+    if (
+        passing is None
+        and failing == len(order)
+        and promoted != order
+        and not run.spent()
+        and (not budget.above_ceiling(latency(_prefix(start, promoted, len(promoted)))))
+    ):  # the bisection's upper end
         changes = {m.group: m.precision for m in promoted if m not in order}
         if run.judge(_prefix(start, promoted, len(promoted)), changes, "raise"):
             order, failing, passing = promoted, 0, len(promoted)
@@ -249,6 +279,7 @@ def _refine(run: _Run, start: Patch, order: list[Move], sizes: list[int]) -> tup
     add up), grow the best prefix the doubling met by chunks of the groups after it, keeping a
     chunk only where it improves the score and halving the chunk where it does not; a group that
     alone makes it worse is skipped. Returns a passing state and the groups it raised, or None."""
+
     def objective(patch: Patch) -> float:
         found = run.objective(patch)
         return float("inf") if found is None else found
@@ -257,7 +288,7 @@ def _refine(run: _Run, start: Patch, order: list[Move], sizes: list[int]) -> tup
     state, kept, rest = _prefix(start, order, best), [m.group for m in order[:best]], order[best:]
     chunk, i = max(1, best // 2), 0
     while i < len(rest) and not run.spent():
-        moves = rest[i:i + chunk]
+        moves = rest[i : i + chunk]
         candidate = {**state, **{m.group: m.precision for m in moves}}
         if run.judge(candidate, {m.group: m.precision for m in moves}, "refine"):
             return candidate, kept + [m.group for m in moves]
@@ -285,8 +316,9 @@ PASSING, FAILING, AT_CEILING = 0, 1, 2
 class _Run:
     """The steps taken so far, the best state, and the budget."""
 
-    def __init__(self, evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float],
-                 budget: Budget) -> None:
+    def __init__(
+        self, evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], budget: Budget
+    ) -> None:
         self._evaluate, self._latency, self.budget = evaluate, latency, budget
         self.steps: list[Step] = []
         self.verdicts: dict[frozenset[tuple[str, str]], bool] = {}  # states judged already
@@ -313,8 +345,18 @@ class _Run:
 
     def _record(self, patch: Patch, changes: Patch, action: str, full: bool) -> Score:
         score = self._evaluate(patch, full)
-        self.steps.append(Step(len(self.steps), action, dict(changes), dict(patch), score, self._latency(patch),
-                               "all" if full else "search", False))
+        self.steps.append(
+            Step(
+                len(self.steps),
+                action,
+                dict(changes),
+                dict(patch),
+                score,
+                self._latency(patch),
+                "all" if full else "search",
+                False,
+            )
+        )
         passed = score.passed and full
         key = self._key(patch, score, passed)
         if self.best is None or key < self._key(*self.best):
@@ -356,8 +398,7 @@ class _Run:
             return current, raised + sorted(added, key=list(targets).index)
         return state, raised
 
-    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]], stop: Reason
-             ) -> Outcome:
+    def trim(self, state: Patch, raised: list[str], ladder: Mapping[str, tuple[str, ...]], stop: Reason) -> Outcome:
         """Lower each raised group one precision step, least valuable first, while every sample passes."""
         for group in reversed(raised):
             if self.spent():

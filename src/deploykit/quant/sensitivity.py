@@ -131,15 +131,27 @@ class SearchResult:
         return self.costs.of(self.patch) < self.costs.top
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.check.passed, "stopped": self.stopped.to_dict(),
-                "patch": dict(sorted(self.patch.items())),
-                "layer_precisions": dict(sorted(self.patch.items())), "precisions": self.ladder,
-                "judged_on": self.data, "evaluations": self.evaluations, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "timings": self.timings, "latency": self.costs.method,
-                "faster_than_top": self.faster_than_top(),
-                "latency_unit": self.costs.unit, "table": self.table, "measured_ms": self.measured_ms,
-                "speed": {k: v.to_dict() for k, v in self.speeds.items()},
-                "steps": [s.to_dict() for s in self.outcome.steps], "sensitivity": self.sensitivity,
-                "groups": [g.to_dict() for g in self.groups]}
+        return {
+            "passed": self.check.passed,
+            "stopped": self.stopped.to_dict(),
+            "patch": dict(sorted(self.patch.items())),
+            "layer_precisions": dict(sorted(self.patch.items())),
+            "precisions": self.ladder,
+            "judged_on": self.data,
+            "evaluations": self.evaluations,
+            "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
+            "timings": self.timings,
+            "latency": self.costs.method,
+            "faster_than_top": self.faster_than_top(),
+            "latency_unit": self.costs.unit,
+            "table": self.table,
+            "measured_ms": self.measured_ms,
+            "speed": {k: v.to_dict() for k, v in self.speeds.items()},
+            "steps": [s.to_dict() for s in self.outcome.steps],
+            "sensitivity": self.sensitivity,
+            "groups": [g.to_dict() for g in self.groups],
+        }
 
 
 def cache_key(facts: Mapping[str, Any]) -> str:
@@ -164,15 +176,28 @@ def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[
             array = np.ascontiguousarray(sample[name])
             samples.update(f"{name}:{array.dtype}:{array.shape}".encode())
             samples.update(array.tobytes())
-    return {"base": hashlib.sha256(base.SerializeToString()).hexdigest(),
-            "reference": hashlib.sha256(judge.reference.SerializeToString()).hexdigest(),
-            "data": samples.hexdigest(), "samples": len(judge.samples), "screen_samples": cfg.screen_samples,
-            "search_samples": cfg.samples, "parity": measurement_settings(judge.parity),
-            "device": device_fingerprint(), "onnxruntime": onnxruntime_version()}
+    return {
+        "base": hashlib.sha256(base.SerializeToString()).hexdigest(),
+        "reference": hashlib.sha256(judge.reference.SerializeToString()).hexdigest(),
+        "data": samples.hexdigest(),
+        "samples": len(judge.samples),
+        "screen_samples": cfg.screen_samples,
+        "search_samples": cfg.samples,
+        "parity": measurement_settings(judge.parity),
+        "device": device_fingerprint(),
+        "onnxruntime": onnxruntime_version(),
+    }
 
 
-def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], costs: Costs, cfg: RepairConfig,
-               start: Patch, timer: Callable[[dict[str, Patch]], dict[str, float]] | None = None) -> SearchResult:
+def run_search(
+    ev: Evaluations,
+    groups: list[Group],
+    ladder: tuple[str, ...],
+    costs: Costs,
+    cfg: RepairConfig,
+    start: Patch,
+    timer: Callable[[dict[str, Patch]], dict[str, float]] | None = None,
+) -> SearchResult:
     """Rank, measure and search; see the module docstring.
 
     Args:
@@ -194,44 +219,92 @@ def run_search(ev: Evaluations, groups: list[Group], ladder: tuple[str, ...], co
     causal = _causal(ev, ranked, ladder, high, start, costs, n_search) if "fp8" in ladder else []
     clock.lap("causal")
     floor = COST_FLOOR * costs.base / max(len(by_name), 1)
-    order = order_moves([Move(g, _target(g, causal, high), damage[g], costs.delta.get(g, {}).get(high, 0.0))
-                         for g in damage], _marginal(costs), _neighbours(costs), floor)
+    order = order_moves(
+        [Move(g, _target(g, causal, high), damage[g], costs.delta.get(g, {}).get(high, 0.0)) for g in damage],
+        _marginal(costs),
+        _neighbours(costs),
+        floor,
+    )
     top_precision = ladder[-1] if high == "fp32" else high
     top = costs.of(dict.fromkeys(by_name, top_precision))
     ceiling = top if costs.base < CEILING_MARGIN * top else float("inf")
-    outcome = search(lambda patch, full: ev.score(patch, n_all if full else n_search), costs.of, order, start,
-                     {g: ladder for g in by_name},
-                     Budget(cfg.max_iterations, cfg.max_nodes or len(by_name), cfg.nodes_per_step, ceiling),
-                     fallback={m.group: high for m in order if m.precision != high})
+    outcome = search(
+        lambda patch, full: ev.score(patch, n_all if full else n_search),
+        costs.of,
+        order,
+        start,
+        {g: ladder for g in by_name},
+        Budget(cfg.max_iterations, cfg.max_nodes or len(by_name), cfg.nodes_per_step, ceiling),
+        fallback={m.group: high for m in order if m.precision != high},
+    )
     clock.lap("search")
     model = ev.build(outcome.best)
     check = judge.check(model, key="patch|" + ",".join(f"{g}={p}" for g, p in sorted(outcome.best.items())))
     if check.passed and not outcome.passed:  # the closest state missed on the few samples, passes on all
         before = outcome.stopped  # its codes stay: why the search samples did not pass it
-        outcome.passed, outcome.stopped = True, dataclasses.replace(
-            Stop.PASSED_AT_CLOSEST(n_all=n_all, n_search=n_search, before=before), also=before.codes)
+        outcome.passed, outcome.stopped = (
+            True,
+            dataclasses.replace(
+                Stop.PASSED_AT_CLOSEST(n_all=n_all, n_search=n_search, before=before), also=before.codes
+            ),
+        )
     if not outcome.passed and ceiling == float("inf"):  # a bigger budget buys accuracy, never speed: say so
         raised = top_precision.upper()
-        outcome.stopped = outcome.stopped.qualified(Stop.RANKED_BY_ACCURACY(
-            base=ladder[0].upper(), margin=1 / CEILING_MARGIN, raised=raised, base_cost=costs.base, top=top,
-            unit=costs.unit))
+        outcome.stopped = outcome.stopped.qualified(
+            Stop.RANKED_BY_ACCURACY(
+                base=ladder[0].upper(),
+                margin=1 / CEILING_MARGIN,
+                raised=raised,
+                base_cost=costs.base,
+                top=top,
+                unit=costs.unit,
+            )
+        )
     clock.lap("final_check")
-    sensitivity = [{"group": m.group, "ops": by_name[m.group].ops, "alone_damage": damage[m.group], "rank": i,
-                    "screened_with": screened[m.group], "target": m.precision,
-                    "gain": {c.precision: c.gain for c in causal if c.group == m.group},
-                    "cost": costs.delta.get(m.group, {}), "cost_in_order": m.cost} for i, m in enumerate(order)]
+    sensitivity = [
+        {
+            "group": m.group,
+            "ops": by_name[m.group].ops,
+            "alone_damage": damage[m.group],
+            "rank": i,
+            "screened_with": screened[m.group],
+            "target": m.precision,
+            "gain": {c.precision: c.gain for c in causal if c.group == m.group},
+            "cost": costs.delta.get(m.group, {}),
+            "cost_in_order": m.cost,
+        }
+        for i, m in enumerate(order)
+    ]
     found = timer({"chosen": outcome.best}) if timer else {}
     table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], (lambda _: found) if timer else None)
     speeds = timed(found)[1]
-    if not outcome.passed and ceiling != float("inf") and measured.get("base", 0.0) >= CEILING_MARGIN * \
-            measured.get("fp32", float("inf")):  # the profiler's kernel times said faster; whole runs say not
-        outcome.stopped = outcome.stopped.qualified(Stop.TIMED_NOT_FASTER(
-            base=ladder[0].upper(), margin=1 / CEILING_MARGIN, base_ms=measured["base"],
-            fp32_ms=measured["fp32"]))
+    if (
+        not outcome.passed
+        and ceiling != float("inf")
+        and measured.get("base", 0.0) >= CEILING_MARGIN * measured.get("fp32", float("inf"))
+    ):  # the profiler's kernel times said faster; whole runs say not
+        outcome.stopped = outcome.stopped.qualified(
+            Stop.TIMED_NOT_FASTER(
+                base=ladder[0].upper(), margin=1 / CEILING_MARGIN, base_ms=measured["base"], fp32_ms=measured["fp32"]
+            )
+        )
     clock.lap("timing")
-    return SearchResult(model, check, dict(outcome.best), outcome, groups, sensitivity, costs, table, measured,
-                        {"fresh": ev.fresh, "cached": ev.cached}, ladder, judge.source, timings=clock.laps,
-                        speeds=speeds)
+    return SearchResult(
+        model,
+        check,
+        dict(outcome.best),
+        outcome,
+        groups,
+        sensitivity,
+        costs,
+        table,
+        measured,
+        {"fresh": ev.fresh, "cached": ev.cached},
+        ladder,
+        judge.source,
+        timings=clock.laps,
+        speeds=speeds,
+    )
 
 
 class _Clock:
@@ -271,7 +344,7 @@ def first_order(ev: Evaluations, names: list[str], high: str, n: int) -> tuple[d
     if len(names) <= SCREEN_ALL:
         return {g: alone((g,)) for g in names}, dict.fromkeys(names, 1)
     size = math.ceil(len(names) / math.ceil(math.sqrt(len(names))))
-    runs = [(tuple(names[i:i + size]), 0.0) for i in range(0, len(names), size)]
+    runs = [(tuple(names[i : i + size]), 0.0) for i in range(0, len(names), size)]
     runs = [(r, alone(r)) for r, _ in runs]
     budget = SCREEN_PER_ROOT * math.ceil(math.sqrt(len(names))) - len(runs)
     while budget >= 2:
@@ -280,8 +353,8 @@ def first_order(ev: Evaluations, names: list[str], high: str, n: int) -> tuple[d
             break
         k = max(splittable, key=lambda k: (runs[k][1], -k))
         run = runs[k][0]
-        halves = (run[: len(run) // 2], run[len(run) // 2:])
-        runs[k: k + 1] = [(h, alone(h)) for h in halves]
+        halves = (run[: len(run) // 2], run[len(run) // 2 :])
+        runs[k : k + 1] = [(h, alone(h)) for h in halves]
         budget -= 2
     damage = {g: e / len(r) for r, e in runs for g in r}
     return damage, {g: len(r) for r, _ in runs for g in r}
@@ -315,8 +388,9 @@ def _energy(m: Measurement) -> float:
     return float(sum(o.get("rel_l2", 0.0) ** 2 for o in m.outputs.values()))
 
 
-def _causal(ev: Evaluations, ranked: list[str], ladder: tuple[str, ...], high: str, start: Patch, costs: Costs,
-            n: int) -> list[Move]:
+def _causal(
+    ev: Evaluations, ranked: list[str], ladder: tuple[str, ...], high: str, start: Patch, costs: Costs, n: int
+) -> list[Move]:
     """What raising each ranked group alone gains on parity's score over ``start``, at each precision
     offered (leave-one-out: the group's effect with every other group quantized)."""
     base = ev.score(start, n).objective
@@ -325,8 +399,9 @@ def _causal(ev: Evaluations, ranked: list[str], ladder: tuple[str, ...], high: s
         for p in ladder[1:]:
             if p == "fp32" and high == "fp16":
                 continue  # FP32 over FP16 buys range, not rounding: offered in layer_precisions only
-            moves.append(Move(name, p, base - ev.score({**start, name: p}, n).objective,
-                              costs.delta.get(name, {}).get(p, 0.0)))
+            moves.append(
+                Move(name, p, base - ev.score({**start, name: p}, n).objective, costs.delta.get(name, {}).get(p, 0.0))
+            )
     return moves
 
 
@@ -349,9 +424,13 @@ def timed(found: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
     return ms, speeds
 
 
-def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
-                 timer: Callable[[dict[str, Patch]], dict[str, float]] | None
-                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def pareto_table(
+    outcome: Outcome,
+    costs: Costs,
+    groups: list[str],
+    base: str,
+    timer: Callable[[dict[str, Patch]], dict[str, float]] | None,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One row per evaluated state: precision counts, accuracy (worst ratio to a limit, the measured
     values), latency (the cost model's, relative to every group at the top precision), whether the
     search kept it and whether no other state beats it on both; with a timer, the FP32 graph, the
@@ -363,14 +442,33 @@ def pareto_table(outcome: Outcome, costs: Costs, groups: list[str], base: str,
         for g in groups:
             counts[s.patch.get(g, base)] = counts.get(s.patch.get(g, base), 0) + 1
         est = costs.of(s.patch)
-        rows.append({"step": s.step, "action": s.action, "changes": s.changes, "precisions": counts,
-                     "worst_ratio": s.score.worst, "excess": s.score.excess, "passed": s.score.passed,
-                     "samples": s.samples, "values": s.score.values, "latency": est,
-                     "latency_vs_top": est / costs.top if costs.top > 0 else None, "kept": s.kept,
-                     "chosen": s.patch == outcome.best,
-                     "measured_ms": measured.get("base") if s.step == 0 else measured.get("chosen")
-                     if s.patch == outcome.best and s.samples == "all" else None})
+        rows.append(
+            {
+                "step": s.step,
+                "action": s.action,
+                "changes": s.changes,
+                "precisions": counts,
+                "worst_ratio": s.score.worst,
+                "excess": s.score.excess,
+                "passed": s.score.passed,
+                "samples": s.samples,
+                "values": s.score.values,
+                "latency": est,
+                "latency_vs_top": est / costs.top if costs.top > 0 else None,
+                "kept": s.kept,
+                "chosen": s.patch == outcome.best,
+                "measured_ms": measured.get("base")
+                if s.step == 0
+                else measured.get("chosen")
+                if s.patch == outcome.best and s.samples == "all"
+                else None,
+            }
+        )
     for r in rows:
-        r["pareto"] = not any(o["latency"] <= r["latency"] and o["worst_ratio"] <= r["worst_ratio"] and
-                              (o["latency"] < r["latency"] or o["worst_ratio"] < r["worst_ratio"]) for o in rows)
+        r["pareto"] = not any(
+            o["latency"] <= r["latency"]
+            and o["worst_ratio"] <= r["worst_ratio"]
+            and (o["latency"] < r["latency"] or o["worst_ratio"] < r["worst_ratio"])
+            for o in rows
+        )
     return rows, measured

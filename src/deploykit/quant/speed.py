@@ -55,22 +55,33 @@ class SpeedCheck:
         if self.speedup >= NOT_FASTER:
             return None
         how = "slower than" if self.speedup < 1 / NOT_FASTER else "not faster than"
-        what = (f"the mix the search chose ({mix[0]} of {mix[1]} layer groups in FP32, the rest {precision.upper()})"
-                if mix else precision.upper())
-        measured = (f"{self.quantized_ms:.3f} ms vs {self.fp32_ms:.3f} ms per inference at batch {self.batch} "
-                    f"({self.speedup:.2f}x, {self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
-                    f"interleaved rounds; {self.evaluator})")
+        what = (
+            f"the mix the search chose ({mix[0]} of {mix[1]} layer groups in FP32, the rest {precision.upper()})"
+            if mix
+            else precision.upper()
+        )
+        measured = (
+            f"{self.quantized_ms:.3f} ms vs {self.fp32_ms:.3f} ms per inference at batch {self.batch} "
+            f"({self.speedup:.2f}x, {self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
+            f"interleaved rounds; {self.evaluator})"
+        )
         if mix:
-            return (f"{what} passes parity but is {how} FP32 on this CPU: {measured}. No mix the search tried both "
-                    "passes and beats FP32 here; keep FP32 (--precision fp32), or loosen the tolerance")
+            return (
+                f"{what} passes parity but is {how} FP32 on this CPU: {measured}. No mix the search tried both "
+                "passes and beats FP32 here; keep FP32 (--precision fp32), or loosen the tolerance"
+            )
         because = f" {reason[0].upper()}{reason[1:]}." if reason else ""
-        return (f"{what} is {how} FP32 on this CPU: {measured}.{because} Keep FP32 (--precision fp32) unless the "
-                "gate's numbers say otherwise")
+        return (
+            f"{what} is {how} FP32 on this CPU: {measured}.{because} Keep FP32 (--precision fp32) unless the "
+            "gate's numbers say otherwise"
+        )
 
     def sentence(self, what: str) -> str:
         """``what`` against FP32 as every view prints it: ratio of the medians, the per-round range, the times."""
-        return (f"{what} {self.speedup:.2f}x FP32 ({self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
-                f"interleaved rounds; {self.quantized_ms:.3g} vs {self.fp32_ms:.3g} ms)")
+        return (
+            f"{what} {self.speedup:.2f}x FP32 ({self.speedup_low:.2f}-{self.speedup_high:.2f}x over {self.rounds} "
+            f"interleaved rounds; {self.quantized_ms:.3g} vs {self.fp32_ms:.3g} ms)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "speedup": self.speedup}
@@ -96,19 +107,24 @@ def why_not_faster(model: onnx.ModelProto) -> str:
     thin = sum(fp32_us[n.name] for n in compute if _depthwise(n, shapes))
     total = sum(fp32_us.values())
     if total and thin > DEPTHWISE_HEAVY * total:
-        return (f"depthwise convolutions take {thin / total:.0%} of the estimated convolution and MatMul time, and "
-                "ONNX Runtime's integer depthwise kernel is no faster than its FP32 one")
+        return (
+            f"depthwise convolutions take {thin / total:.0%} of the estimated convolution and MatMul time, and "
+            "ONNX Runtime's integer depthwise kernel is no faster than its FP32 one"
+        )
     slow = sorted({op for op in ops if op in NO_INTEGER_KERNEL})
     if slow:
-        return (f"its {', '.join(slow)} nodes have no integer kernel in ONNX Runtime: they run in float between "
-                "Q/DQ pairs, which adds conversions around them")
+        return (
+            f"its {', '.join(slow)} nodes have no integer kernel in ONNX Runtime: they run in float between "
+            "Q/DQ pairs, which adds conversions around them"
+        )
     if total == 0:
         return "it has no Conv, MatMul or Gemm work for integer kernels to speed up"
     return "every boundary between quantized and float nodes adds a Q/DQ pair, and its convolutions are small"
 
 
-def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str, np.ndarray], level: str,
-            budget_s: float = 3.0) -> SpeedCheck:
+def compare(
+    fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str, np.ndarray], level: str, budget_s: float = 3.0
+) -> SpeedCheck:
     """Time ``fp32`` and ``quantized`` on ``sample`` with ONNX Runtime's CPU kernels at ``level``.
 
     The rounds and iterations are sized from one timed run of each so the check takes about
@@ -117,8 +133,13 @@ def compare(fp32: onnx.ModelProto, quantized: onnx.ModelProto, sample: dict[str,
     return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s)["quantized"]
 
 
-def compare_all(fp32: onnx.ModelProto, graphs: dict[str, onnx.ModelProto], sample: dict[str, np.ndarray], level: str,
-                budget_s: float = 3.0) -> dict[str, SpeedCheck]:
+def compare_all(
+    fp32: onnx.ModelProto,
+    graphs: dict[str, onnx.ModelProto],
+    sample: dict[str, np.ndarray],
+    level: str,
+    budget_s: float = 3.0,
+) -> dict[str, SpeedCheck]:
     """Each of ``graphs`` against ``fp32``, all timed in the same interleaved rounds (the order rotates
     round by round), so every ratio comes from one measurement; see :func:`compare`."""
     from deploykit.graph.run import session_from_onnx
@@ -136,7 +157,7 @@ def compare_all(fp32: onnx.ModelProto, graphs: dict[str, onnx.ModelProto], sampl
     trials: list[list[list[float]]] = [[] for _ in models]
     for r in range(rounds):
         order = list(range(len(models)))
-        for i in order[r % len(order):] + order[: r % len(order)]:
+        for i in order[r % len(order) :] + order[: r % len(order)]:
             trials[i].append(time_iterations(runners[i], iterations))
     stats = [aggregate_trials(t) for t in trials]
     medians = [[t["p50_ms"] for t in s["trials"]] for s in stats]
@@ -144,7 +165,16 @@ def compare_all(fp32: onnx.ModelProto, graphs: dict[str, onnx.ModelProto], sampl
     out = {}
     for k, (name, s) in enumerate(zip(graphs, stats[1:], strict=True), start=1):
         ratios = [a / b for a, b in zip(medians[0], medians[k], strict=True) if b > 0]
-        out[name] = SpeedCheck(stats[0]["latency"]["p50_ms"], s["latency"]["p50_ms"], rounds, iterations, batch,
-                               sessions[k].evaluator, min(ratios, default=0.0), max(ratios, default=0.0),
-                               stats[0]["spread"]["p50_ms"]["rel"], s["spread"]["p50_ms"]["rel"])
+        out[name] = SpeedCheck(
+            stats[0]["latency"]["p50_ms"],
+            s["latency"]["p50_ms"],
+            rounds,
+            iterations,
+            batch,
+            sessions[k].evaluator,
+            min(ratios, default=0.0),
+            max(ratios, default=0.0),
+            stats[0]["spread"]["p50_ms"]["rel"],
+            s["spread"]["p50_ms"]["rel"],
+        )
     return out

@@ -72,7 +72,9 @@ def _kl_all(hist: np.ndarray, candidates: np.ndarray, quant_bins: int) -> np.nda
         tail = total - mass[i]
         last = h[i - 1]
         q_last = np.where(last > 0, sums[:, -1] / np.maximum(counts[:, -1], 1), 0.0)
-        tail_log_q = np.where(tail > 0, np.where(q_last > 0, tail * np.log(np.where(q_last > 0, q_last, 1.0)), -np.inf), 0.0)
+        tail_log_q = np.where(
+            tail > 0, np.where(q_last > 0, tail * np.log(np.where(q_last > 0, q_last, 1.0)), -np.inf), 0.0
+        )
         r = last + tail
         ref_log_ref = hlogh[i - 1] + np.where(r > 0, r * np.log(np.where(r > 0, r, 1.0)), 0.0)
         kept = mass[i]
@@ -94,7 +96,9 @@ def mse(hist: np.ndarray, absmax: float, grid: str = "int8", candidates: int = 2
     centers, weights = ((np.arange(bins) + 0.5) * width)[nz], hist[nz]
     ks = np.unique(np.linspace(max(1, bins // 50), bins, candidates).astype(np.int64))
     ts = ks * width
-    errors = np.concatenate([_errors(centers, weights, ts[i:i + MSE_BLOCK], grid) for i in range(0, len(ts), MSE_BLOCK)])
+    errors = np.concatenate(
+        [_errors(centers, weights, ts[i : i + MSE_BLOCK], grid) for i in range(0, len(ts), MSE_BLOCK)]
+    )
     return float(ts[int(np.argmin(errors))])
 
 

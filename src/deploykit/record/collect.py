@@ -38,9 +38,16 @@ class StageInfo(Protocol):
         ...
 
 
-def build_record(identity: tuple[str, str, str, str], rows: Sequence[StageStatus], artifacts: dict[str, Artifact],
-                 stages: Sequence[StageInfo], store: Store, *, error: DeployKitError | None = None,
-                 source: str = "run") -> RunRecord:
+def build_record(
+    identity: tuple[str, str, str, str],
+    rows: Sequence[StageStatus],
+    artifacts: dict[str, Artifact],
+    stages: Sequence[StageInfo],
+    store: Store,
+    *,
+    error: DeployKitError | None = None,
+    source: str = "run",
+) -> RunRecord:
     """The record of one run (or of stored artifacts): every check, warning and report, in pipeline order.
 
     Args:
@@ -66,12 +73,23 @@ def build_record(identity: tuple[str, str, str, str], rows: Sequence[StageStatus
     newest = max(artifacts.values(), key=lambda a: a.manifest.created, default=None)
     name, precision, backend, flavour = identity
     return RunRecord(
-        name=name, precision=precision, backend=backend, flavour=flavour, stages=tuple(rows), checks=tuple(checks),
-        warnings=tuple(_warnings(details, flavour, backend)), gate_cached=gate is not None and gate.status == "reused",
-        error=error.message if error is not None else "", hint=error.hint if error is not None else "",
-        error_code=error.exit_code if error is not None else 0, details=details, workdir=str(store.root),
-        created=clock.stamp(), tools=dict(newest.manifest.tools) if newest else {},
-        device=dict(newest.manifest.device) if newest else {})
+        name=name,
+        precision=precision,
+        backend=backend,
+        flavour=flavour,
+        stages=tuple(rows),
+        checks=tuple(checks),
+        warnings=tuple(_warnings(details, flavour, backend)),
+        gate_cached=gate is not None and gate.status == "reused",
+        error=error.message if error is not None else "",
+        hint=error.hint if error is not None else "",
+        error_code=error.exit_code if error is not None else 0,
+        details=details,
+        workdir=str(store.root),
+        created=clock.stamp(),
+        tools=dict(newest.manifest.tools) if newest else {},
+        device=dict(newest.manifest.device) if newest else {},
+    )
 
 
 def rows_by_stage(rows: Sequence[StageStatus]) -> dict[str, StageStatus]:
@@ -90,17 +108,22 @@ def _warnings(details: dict[str, Any], flavour: str, backend: str) -> list[str]:
         out += [f"gate: {w}" for w in gate.get("warnings", [])]
         load = gate.get("load") or {}
         if load.get("loaded"):
-            out.append(f"gate: measured under load (CPU pressure {load.get('cpu_pressure')}, load "
-                       f"{load.get('loadavg1')} on {load.get('cpus')} CPUs): the numbers may be low; "
-                       "--remeasure on a quiet machine")
+            out.append(
+                f"gate: measured under load (CPU pressure {load.get('cpu_pressure')}, load "
+                f"{load.get('loadavg1')} on {load.get('cpus')} CPUs): the numbers may be low; "
+                "--remeasure on a quiet machine"
+            )
         if flavour and flavour_for(flavour).foreign(backend):
-            out.append(f"gate: this is a TensorRT-flavour graph timed with {backend} on the CPU ({gate['evaluator']}); "
-                       "the number says nothing about TensorRT speed — build with --backend tensorrt on the GPU")
+            out.append(
+                f"gate: this is a TensorRT-flavour graph timed with {backend} on the CPU ({gate['evaluator']}); "
+                "the number says nothing about TensorRT speed — build with --backend tensorrt on the GPU"
+            )
     return out
 
 
-def from_store(workdir: str, ref: str, stages: Sequence[StageInfo], *, precision: str | None = None,
-               backend: str | None = None) -> tuple[RunRecord, str]:
+def from_store(
+    workdir: str, ref: str, stages: Sequence[StageInfo], *, precision: str | None = None, backend: str | None = None
+) -> tuple[RunRecord, str]:
     """The record ``ref`` names in the store, and a note when several runs match.
 
     ``ref`` is a run name (the config's ``name``; with several precisions/backends recorded the newest
@@ -113,8 +136,10 @@ def from_store(workdir: str, ref: str, stages: Sequence[StageInfo], *, precision
         verify_record(store, found, stages)  # a record renders only what its artifacts say
         return found, note
     if precision is not None or backend is not None:
-        raise UsageError(f"no recorded run of {ref!r} with precision {precision or 'any'} and backend "
-                         f"{backend or 'any'}", hint=f"recorded: {', '.join(r.identity for r in records.find(store.root, ref)) or 'none'}")
+        raise UsageError(
+            f"no recorded run of {ref!r} with precision {precision or 'any'} and backend {backend or 'any'}",
+            hint=f"recorded: {', '.join(r.identity for r in records.find(store.root, ref)) or 'none'}",
+        )
     if store.has_run(ref):  # a store written before run records
         roles = {role: _peek(store, d) for role, d in store.run_refs(ref).items()}
         return _stored(store, ref, roles, stages, "run"), ""
@@ -142,29 +167,33 @@ def verify_record(store: Store, record: RunRecord, stages: Sequence[StageInfo]) 
         if not row.digest:
             if row.status != "failed" or not record.error:  # only the stage that stopped a run has none
                 why = "" if record.error else " and the record names no error that stopped it"
-                raise ArtifactCorrupt(f"{path}: its {row.stage} stage is {row.status!r} without an "
-                                      f"artifact{why}",
-                                      hint=f"delete {path} and rerun the config")
+                raise ArtifactCorrupt(
+                    f"{path}: its {row.stage} stage is {row.status!r} without an artifact{why}",
+                    hint=f"delete {path} and rerun the config",
+                )
             continue
         artifact = _peek(store, row.digest)
         m = artifact.manifest
         if (m.stage, m.kind, m.created) != (row.stage, row.kind, row.created):
-            raise ArtifactCorrupt(f"{path}: its {row.stage} stage names artifact {row.digest[:12]}, a "
-                                  f"{m.stage} {m.kind} made {m.created}, not the {row.kind} made "
-                                  f"{row.created} it records",
-                                  hint=f"delete {path} and rerun the config")
+            raise ArtifactCorrupt(
+                f"{path}: its {row.stage} stage names artifact {row.digest[:12]}, a "
+                f"{m.stage} {m.kind} made {m.created}, not the {row.kind} made "
+                f"{row.created} it records",
+                hint=f"delete {path} and rerun the config",
+            )
         artifacts[row.stage] = store.get(row.digest)  # the reports are read: their files are re-hashed
     identity = (record.name, record.precision, record.backend, record.flavour)
-    derived = build_record(identity, record.stages, artifacts, stages, store,
-                           source=record.details.get("source", "run"))
+    derived = build_record(
+        identity, record.stages, artifacts, stages, store, source=record.details.get("source", "run")
+    )
     said, made = (json.loads(dumps(r.to_dict())) for r in (record, derived))
     said["details"].pop("partial", None)
     for key in ("checks", "warnings", "details", "gate_cached", "tools", "device"):
         if said[key] != made[key]:
-            raise ArtifactCorrupt(f"{path}: its {key} disagree with the artifacts it names"
-                                  f"{_first_difference(key, said[key], made[key])}",
-                                  hint=f"delete {path} and rerun the config; deploykit renders a record only "
-                                  "as its artifacts say")
+            raise ArtifactCorrupt(
+                f"{path}: its {key} disagree with the artifacts it names{_first_difference(key, said[key], made[key])}",
+                hint=f"delete {path} and rerun the config; deploykit renders a record only as its artifacts say",
+            )
 
 
 def _first_difference(key: str, said: Any, made: Any) -> str:
@@ -173,8 +202,10 @@ def _first_difference(key: str, said: Any, made: Any) -> str:
         return ""
     for a, b in zip(said, made, strict=False):
         if a != b:
-            return (f" (the record says {a.get('group')} {a.get('name')!r}: {a.get('status')}; its artifacts "
-                    f"say {b.get('group')} {b.get('name')!r}: {b.get('status')})")
+            return (
+                f" (the record says {a.get('group')} {a.get('name')!r}: {a.get('status')}; its artifacts "
+                f"say {b.get('group')} {b.get('name')!r}: {b.get('status')})"
+            )
     return f" (the record holds {len(said)} checks, its artifacts {len(made)})"
 
 
@@ -194,14 +225,26 @@ def verify_records(store: Store, stages: Sequence[StageInfo]) -> tuple[int, list
 def _stored(store: Store, name: str, roles: dict[str, Artifact], stages: Sequence[StageInfo], source: str) -> RunRecord:
     known = {s.name: s for s in stages}
     ordered = _in_lineage_order(store, roles, list(known))
-    rows = [StageStatus(a.manifest.stage, "stored", a.manifest.timings.get("run_s", 0.0), a.digest, a.kind,
-                        a.manifest.created, _failure(a, known)) for a in ordered]
+    rows = [
+        StageStatus(
+            a.manifest.stage,
+            "stored",
+            a.manifest.timings.get("run_s", 0.0),
+            a.digest,
+            a.kind,
+            a.manifest.created,
+            _failure(a, known),
+        )
+        for a in ordered
+    ]
     # Reports read the artifacts' files: verify them first (the lineage walk read manifests only).
     by_stage = {a.manifest.stage: store.get(a.digest) if a.manifest.stage in known else a for a in ordered}
-    backend = next((known["build"].summary(a).backend for a in ordered if a.manifest.stage == "build"
-                    and "build" in known), "")
-    quantized = next((known["quantize"].summary(a) for a in ordered if a.manifest.stage == "quantize"
-                      and "quantize" in known), None)
+    backend = next(
+        (known["build"].summary(a).backend for a in ordered if a.manifest.stage == "build" and "build" in known), ""
+    )
+    quantized = next(
+        (known["quantize"].summary(a) for a in ordered if a.manifest.stage == "quantize" and "quantize" in known), None
+    )
     identity = (name, quantized.precision if quantized else "", backend, quantized.flavour if quantized else "")
     return build_record(identity, rows, by_stage, stages, store, source=source)
 
@@ -212,8 +255,10 @@ def _peek(store: Store, digest: str) -> Artifact:
     try:
         return store.manifest(digest)
     except UsageError as e:
-        raise ArtifactCorrupt(f"{store.root / 'objects' / digest}: named by the run but not in the store",
-                              hint="rerun the config to rebuild it") from e
+        raise ArtifactCorrupt(
+            f"{store.root / 'objects' / digest}: named by the run but not in the store",
+            hint="rerun the config to rebuild it",
+        ) from e
 
 
 def _ancestors(store: Store, artifact: Artifact, role: str) -> dict[str, Artifact]:
@@ -261,8 +306,18 @@ def lineage_rows(store: Store, roles: dict[str, Artifact]) -> list[dict[str, Any
     def walk(artifact: Artifact, role: str, depth: int) -> None:
         m = artifact.manifest
         repeat = artifact.digest in shown  # a shared parent: its own parents are listed once, above
-        rows.append({"depth": depth, "role": role, "digest": artifact.digest, "kind": artifact.kind,
-                     "stage": m.stage, "version": m.stage_version, "created": m.created, "repeat": repeat})
+        rows.append(
+            {
+                "depth": depth,
+                "role": role,
+                "digest": artifact.digest,
+                "kind": artifact.kind,
+                "stage": m.stage,
+                "version": m.stage_version,
+                "created": m.created,
+                "repeat": repeat,
+            }
+        )
         shown.add(artifact.digest)
         for r, d in sorted(m.parents.items()) if not repeat else ():
             walk(_peek(store, d), r, depth + 1)

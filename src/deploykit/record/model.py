@@ -4,7 +4,8 @@ Markdown, the HTML page and the notebook — renders this record and nothing els
 disagree with each other or with the exit code (:attr:`RunRecord.exit_code`).
 
 A verdict is a :class:`Check`: one per quantize output, per TensorRT version the lint checked, per
-parity output x reference, per task check, per gate target check (model x platform) and per baseline metric. The stage reports the
+parity output x reference, per task check, per gate target check (model x platform) and per baseline
+metric. The stage reports the
 HTML sections draw from (``parity.json``, ``gate.json``, the quantize summary with its precision
 patch) travel inside the record as ``details``, so a record read back from the store renders the
 same page as the run that wrote it.
@@ -78,9 +79,15 @@ class Check:
             return self.message or self.status
         if self.limit is None:
             return f"{self.metric} {number(self.measured)} (reported, no limit)" + (
-                f": {self.message}" if self.message and not self.passed else "")
-        within = self.measured <= self.limit if self.op == "<=" else self.measured >= self.limit if self.op == ">=" \
+                f": {self.message}" if self.message and not self.passed else ""
+            )
+        within = (
+            self.measured <= self.limit
+            if self.op == "<="
+            else self.measured >= self.limit
+            if self.op == ">="
             else self.passed
+        )
         op = self.op if within else {"<=": ">", ">=": "<"}.get(self.op, "vs")
         line = f"{self.metric} {number(self.measured)} {op} {number(self.limit)}"
         if not self.passed and within:
@@ -193,6 +200,7 @@ def number(value: float) -> str:
 
 # -- the store -----------------------------------------------------------------------------------
 
+
 def write(store: Store, record: RunRecord) -> Path:
     """Write ``record`` atomically as ``records/<identity>.json`` in ``store``; return its path."""
     from deploykit.store.jsonio import dumps
@@ -228,15 +236,18 @@ def read(path: Path) -> RunRecord:
     except FileNotFoundError:
         raise UsageError(f"{path}: no such run record", hint="see `deploykit artifacts ls`") from None
     except (ValueError, TypeError, AttributeError, RecursionError, ConfigError) as e:
-        raise ArtifactCorrupt(f"{path}: not a readable run record ({first_line(e)[:200]})",
-                              hint=f"delete {path} and rerun") from e
+        raise ArtifactCorrupt(
+            f"{path}: not a readable run record ({first_line(e)[:200]})", hint=f"delete {path} and rerun"
+        ) from e
     if path.name != path_of(path.parent.parent, record).name:
-        raise ArtifactCorrupt(f"{path}: holds the record of another run ({record.identity})",
-                              hint=f"delete {path} and rerun")
+        raise ArtifactCorrupt(
+            f"{path}: holds the record of another run ({record.identity})", hint=f"delete {path} and rerun"
+        )
     if dumps(record.to_dict()).encode() != raw:
-        raise ArtifactCorrupt(f"{path}: run record was edited (it is not the file deploykit wrote)",
-                              hint=f"delete {path} and rerun the config; deploykit never trusts an edited "
-                              "record")
+        raise ArtifactCorrupt(
+            f"{path}: run record was edited (it is not the file deploykit wrote)",
+            hint=f"delete {path} and rerun the config; deploykit never trusts an edited record",
+        )
     return record
 
 
@@ -259,12 +270,17 @@ def find(root: Path, ref: str, *, precision: str | None = None, backend: str | N
     if RUN_NAME.fullmatch(ref) and exact.is_file() and precision is None and backend is None:
         return [read(exact)]
     records = [read(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-    found = [r for r in records if ref in (r.name, r.identity) and precision in (None, r.precision)
-             and backend in (None, r.backend)]
+    found = [
+        r
+        for r in records
+        if ref in (r.name, r.identity) and precision in (None, r.precision) and backend in (None, r.backend)
+    ]
     return sorted(found, key=lambda r: r.created, reverse=True)
 
 
-def pick(root: Path, ref: str, *, precision: str | None = None, backend: str | None = None) -> tuple[RunRecord | None, str]:
+def pick(
+    root: Path, ref: str, *, precision: str | None = None, backend: str | None = None
+) -> tuple[RunRecord | None, str]:
     """The record ``ref`` names, and a note when several match (the newest is taken and the others named).
 
     None when no record matches (``ref`` may still be an artifact digest).
@@ -275,8 +291,10 @@ def pick(root: Path, ref: str, *, precision: str | None = None, backend: str | N
     if len(found) == 1:
         return found[0], ""
     others = ", ".join(r.identity for r in found[1:])
-    return found[0], (f"{len(found)} runs of {ref!r}: showing the newest, {found[0].identity}; the others: {others} "
-                      "(name one, or pass --precision / --backend)")
+    return found[0], (
+        f"{len(found)} runs of {ref!r}: showing the newest, {found[0].identity}; the others: {others} "
+        "(name one, or pass --precision / --backend)"
+    )
 
 
 def scan(root: Path) -> tuple[list[tuple[Path, RunRecord]], list[str]]:
@@ -299,8 +317,10 @@ def scan(root: Path) -> tuple[list[tuple[Path, RunRecord]], list[str]]:
 
 def no_record(root: Path, ref: str) -> UsageError:
     known = sorted({p.stem for p in (root / FOLDER).glob("*.json")}) if (root / FOLDER).is_dir() else []
-    return UsageError(f"{ref!r} is neither a run name nor an artifact in {root}",
-                      hint=f"runs recorded there: {', '.join(known) or 'none'}; see `deploykit artifacts ls`")
+    return UsageError(
+        f"{ref!r} is neither a run name nor an artifact in {root}",
+        hint=f"runs recorded there: {', '.join(known) or 'none'}; see `deploykit artifacts ls`",
+    )
 
 
 def worst_of(metrics: dict[str, Any], tolerance: dict[str, Any]) -> tuple[str, float | None, float | None, str]:

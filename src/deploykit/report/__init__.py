@@ -16,8 +16,16 @@ if TYPE_CHECKING:
     from deploykit.record.collect import StageInfo
 
 
-def write_html(workdir: str | Path, ref: str, output: str | Path, stages: Sequence[StageInfo],
-               with_plots: bool = True, *, precision: str | None = None, backend: str | None = None) -> tuple[Path, str]:
+def write_html(
+    workdir: str | Path,
+    ref: str,
+    output: str | Path,
+    stages: Sequence[StageInfo],
+    with_plots: bool = True,
+    *,
+    precision: str | None = None,
+    backend: str | None = None,
+) -> tuple[Path, str]:
     """Render the run or artifact ``ref`` from the store at ``workdir`` into one self-contained HTML file.
 
     Args:

@@ -28,8 +28,11 @@ def load(path: Path, *, model: str, platform: str, device: dict[str, Any], batch
         raise UsageError(f"baseline {path}: not a readable JSON report ({str(e)[:200]})", hint=_HINT) from e
     if not isinstance(report, dict) or report.get("schema") != SCHEMA:
         found = report.get("schema", "no schema") if isinstance(report, dict) else type(report).__name__
-        raise UsageError(f"baseline {path}: not a {SCHEMA} report ({found}); older reports measured fps as "
-                         "batch / median latency (or had no trials to compare spreads with)", hint=_HINT)
+        raise UsageError(
+            f"baseline {path}: not a {SCHEMA} report ({found}); older reports measured fps as "
+            "batch / median latency (or had no trials to compare spreads with)",
+            hint=_HINT,
+        )
     for why in _mismatches(report, model, platform, device, batch):
         raise UsageError(f"baseline {path} cannot be compared: {why}", hint=_HINT)
     return {"path": str(path), "digest": digest_file(path), "report": report}
@@ -43,8 +46,10 @@ def _mismatches(report: dict[str, Any], model: str, platform: str, device: dict[
         out.append(f"it measured platform {report.get('platform')!r}, this machine is {platform!r}")
     theirs = report.get("device", {})
     if theirs.get("model") != device.get("model") or theirs.get("type") != device.get("type"):
-        out.append(f"it was measured on {theirs.get('type')} {theirs.get('model')!r}, this machine is "
-                   f"{device.get('type')} {device.get('model')!r}")
+        out.append(
+            f"it was measured on {theirs.get('type')} {theirs.get('model')!r}, this machine is "
+            f"{device.get('type')} {device.get('model')!r}"
+        )
     if report.get("batch") != batch:
         out.append(f"it measured batch {report.get('batch')}, this run measures batch {batch}")
     return out
@@ -53,13 +58,34 @@ def _mismatches(report: dict[str, Any], model: str, platform: str, device: dict[
 def compare(report: dict[str, Any], base: dict[str, Any], threshold: float) -> dict[str, Any]:
     """Regression checks of ``report`` against the loaded baseline (fps, p99, throughput per batch)."""
     old = base["report"]
-    checks = [regression("fps", "FPS", report["fps_trials"], old["fps_trials"], threshold, higher_is_better=True),
-              regression("p99 latency", "ms", [t["p99_ms"] for t in report["trials"]],
-                         [t["p99_ms"] for t in old["trials"]], threshold, higher_is_better=False)]
+    checks = [
+        regression("fps", "FPS", report["fps_trials"], old["fps_trials"], threshold, higher_is_better=True),
+        regression(
+            "p99 latency",
+            "ms",
+            [t["p99_ms"] for t in report["trials"]],
+            [t["p99_ms"] for t in old["trials"]],
+            threshold,
+            higher_is_better=False,
+        ),
+    ]
     old_sweep = {s["batch"]: s for s in old.get("sweep", [])}
     for s in report.get("sweep", []):
         if s["batch"] in old_sweep:
-            checks.append(regression(f"throughput at batch {s['batch']}", "samples/s", s["fps_trials"],
-                                     old_sweep[s["batch"]]["fps_trials"], threshold, higher_is_better=True))
-    return {"path": base["path"], "digest": base["digest"], "threshold": threshold, "checks": checks,
-            "passed": all(c["passed"] for c in checks)}
+            checks.append(
+                regression(
+                    f"throughput at batch {s['batch']}",
+                    "samples/s",
+                    s["fps_trials"],
+                    old_sweep[s["batch"]]["fps_trials"],
+                    threshold,
+                    higher_is_better=True,
+                )
+            )
+    return {
+        "path": base["path"],
+        "digest": base["digest"],
+        "threshold": threshold,
+        "checks": checks,
+        "passed": all(c["passed"] for c in checks),
+    }

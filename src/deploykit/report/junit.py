@@ -16,8 +16,9 @@ def render(record: RunRecord) -> str:
     cases = [_case(record, c) for c in record.checks]
     if record.stopped:
         case = ET.Element("testcase", classname=f"deploykit.{record.name}", name="run", time="0")
-        ET.SubElement(case, "error", message=record.error, type=f"exit {record.exit_code}").text = (
-            record.error + (f"\nhint: {record.hint}" if record.hint else ""))
+        ET.SubElement(case, "error", message=record.error, type=f"exit {record.exit_code}").text = record.error + (
+            f"\nhint: {record.hint}" if record.hint else ""
+        )
         cases.append(case)
     suite.extend(cases)
     suite.set("tests", str(len(cases)))

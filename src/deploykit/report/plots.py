@@ -70,8 +70,13 @@ def per_layer(tensors: list[dict[str, Any]], threshold: float | None, metric: st
         ax.axhline(threshold, color=_FAIL, ls="--", lw=1, label=f"threshold {threshold:g}")
         ax.legend(fontsize=7)
     step = max(1, len(tensors) // 20)
-    ax.set_xticks(range(0, len(tensors), step), [tensors[i]["name"][-24:] for i in range(0, len(tensors), step)],
-                  rotation=60, ha="right", fontsize=6)
+    ax.set_xticks(
+        range(0, len(tensors), step),
+        [tensors[i]["name"][-24:] for i in range(0, len(tensors), step)],
+        rotation=60,
+        ha="right",
+        fontsize=6,
+    )
     ax.set(yscale="log", ylabel=metric.replace("_", " "), title="per-layer error (graph order)")
     ax.grid(alpha=0.3, axis="y")
     return _png(fig)
@@ -111,9 +116,16 @@ def latency_over_time(gate: dict[str, Any]) -> str:
     deadline = (gate.get("deadline") or {}).get("deadline_ms")
     if deadline:
         d = gate["deadline"]
-        ax.axhline(deadline, color=_FAIL, ls="--", lw=1.2,
-                   label=f"deadline {deadline:g} ms ({d['misses']} of {d['frames']} late)")
-    ax.set(xlabel="iteration (trials in order)", ylabel="latency (ms)", title=f"latency over time at batch {gate['batch']}")
+        ax.axhline(
+            deadline,
+            color=_FAIL,
+            ls="--",
+            lw=1.2,
+            label=f"deadline {deadline:g} ms ({d['misses']} of {d['frames']} late)",
+        )
+    ax.set(
+        xlabel="iteration (trials in order)", ylabel="latency (ms)", title=f"latency over time at batch {gate['batch']}"
+    )
     ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
     return _png(fig)
@@ -145,8 +157,11 @@ def stack_latency(models: dict[str, dict[str, Any]]) -> str:
         ax.plot(series.get("start_s", []), series.get("latency_ms", []), lw=0.8, color=colour, label=name)
         if m.get("deadline"):
             ax.axhline(m["deadline"]["deadline_ms"], color=colour, ls="--", lw=1)
-    ax.set(xlabel="seconds into the run (all models together)", ylabel="latency (ms)",
-           title="per-frame latency (dashed: each model's deadline)")
+    ax.set(
+        xlabel="seconds into the run (all models together)",
+        ylabel="latency (ms)",
+        title="per-frame latency (dashed: each model's deadline)",
+    )
     ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
     return _png(fig)
@@ -158,8 +173,14 @@ def percentile_bars(gate: dict[str, Any]) -> str:
     keys = ("p50_ms", "p90_ms", "p99_ms", "mean_ms")
     med = [gate["latency"][k] for k in keys]
     spread = gate.get("spread", {})
-    err = [[m - spread[k]["min"] for k, m in zip(keys, med, strict=True)],
-           [spread[k]["max"] - m for k, m in zip(keys, med, strict=True)]] if spread else None
+    err = (
+        [
+            [m - spread[k]["min"] for k, m in zip(keys, med, strict=True)],
+            [spread[k]["max"] - m for k, m in zip(keys, med, strict=True)],
+        ]
+        if spread
+        else None
+    )
     ax.bar([k.removesuffix("_ms") for k in keys], med, yerr=err, capsize=4, color=_BLUE, alpha=0.8)
     target = (gate.get("target") or {}).get("latency_ms_p99")
     if target:
@@ -197,15 +218,32 @@ def search_pareto(table: list[dict[str, Any]], unit: str) -> str:
     colours = [_PASS if r["passed"] else _FAIL for r in rows]
     ax.scatter(x, y, c=colours, s=14, alpha=0.7, label="evaluated (green: within every limit)")
     kept = [r for r in rows if r["kept"]]
-    ax.plot([r["latency_vs_top"] for r in kept], [max(r["worst_ratio"], 1e-3) for r in kept], "-", color=_BLUE, lw=1,
-            label="kept, in order")
+    ax.plot(
+        [r["latency_vs_top"] for r in kept],
+        [max(r["worst_ratio"], 1e-3) for r in kept],
+        "-",
+        color=_BLUE,
+        lw=1,
+        label="kept, in order",
+    )
     for r in (r for r in rows if r.get("chosen")):
-        ax.scatter([r["latency_vs_top"]], [max(r["worst_ratio"], 1e-3)], marker="*", s=120, color=_BLUE, zorder=3,
-                   label=f"chosen (step {r['step']})")
+        ax.scatter(
+            [r["latency_vs_top"]],
+            [max(r["worst_ratio"], 1e-3)],
+            marker="*",
+            s=120,
+            color=_BLUE,
+            zorder=3,
+            label=f"chosen (step {r['step']})",
+        )
         break
     ax.axhline(1.0, color=_FAIL, ls="--", lw=1, label="limit")
-    ax.set(yscale="log", xlabel=f"latency / all layers at the top precision ({unit})",
-           ylabel="worst value / its limit", title="mixed-precision search: accuracy vs latency")
+    ax.set(
+        yscale="log",
+        xlabel=f"latency / all layers at the top precision ({unit})",
+        ylabel="worst value / its limit",
+        title="mixed-precision search: accuracy vs latency",
+    )
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return _png(fig)
@@ -222,14 +260,20 @@ def profile_layers(profile: dict[str, Any]) -> str:
     colours = [_BOUND_COLOURS.get(r.get("bound", ""), _GREY) for r in rows]
     bars = ax.barh(range(len(rows)), [r["ms"] for r in rows], color=colours)
     for bar, r in zip(bars, rows, strict=True):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r['share']:.1%} {r.get('precision', '')}",
-                va="center", fontsize=7)
+        ax.text(
+            bar.get_width(),
+            bar.get_y() + bar.get_height() / 2,
+            f" {r['share']:.1%} {r.get('precision', '')}",
+            va="center",
+            fontsize=7,
+        )
     ax.set_yticks(range(len(rows)), names, fontsize=7)
     ax.set(xlabel="ms per run (median)", title=f"slowest {len(rows)} layers ({profile.get('backend', '')})")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=f"{b}-bound") for b, c in _BOUND_COLOURS.items()], fontsize=7,
-              loc="lower right")
+    ax.legend(
+        handles=[Patch(color=c, label=f"{b}-bound") for b, c in _BOUND_COLOURS.items()], fontsize=7, loc="lower right"
+    )
     ax.grid(alpha=0.3, axis="x")
     return _png(fig)
 
@@ -245,22 +289,44 @@ def roofline(profile: dict[str, Any]) -> str:
     dram = peaks["copy_bytes_per_s"]
     for i, (precision, flops) in enumerate(sorted(peaks["gemm_flops"].items(), key=lambda kv: kv[1])):
         ridge = flops / dram
-        ax.plot([x[0], ridge, x[1]], [x[0] * dram, flops, flops], color=(_FAIL, _PASS, _BLUE, _GREY)[i % 4], lw=1.2,
-                label=f"{precision} peak {flops / 1e9:.0f} GFLOP/s")
+        ax.plot(
+            [x[0], ridge, x[1]],
+            [x[0] * dram, flops, flops],
+            color=(_FAIL, _PASS, _BLUE, _GREY)[i % 4],
+            lw=1.2,
+            label=f"{precision} peak {flops / 1e9:.0f} GFLOP/s",
+        )
     top = max(peaks["gemm_flops"].values(), default=0.0)
     for bandwidth, size in bandwidths:  # cache-sized working sets: faster memory roofs, up to the top compute roof
         if bandwidth != dram and top:
             ridge = top / bandwidth
-            ax.plot([x[0], ridge], [x[0] * bandwidth, top], color=_GREY, ls=":", lw=0.8,
-                    label=f"copy at {size >> 20 or size >> 10} {'MiB' if size >> 20 else 'KiB'}: {bandwidth / 1e9:.0f} GB/s")
+            ax.plot(
+                [x[0], ridge],
+                [x[0] * bandwidth, top],
+                color=_GREY,
+                ls=":",
+                lw=0.8,
+                label=f"copy at {size >> 20 or size >> 10} {'MiB' if size >> 20 else 'KiB'}: "
+                f"{bandwidth / 1e9:.0f} GB/s",
+            )
     total = sum(r["ms"] for r in layers) or 1.0
-    ax.scatter(intensities if layers else [], [r["achieved_flops"] for r in layers],
-               s=[max(8.0, 400 * r["ms"] / total) for r in layers],
-               c=[_BOUND_COLOURS.get(r.get("bound", ""), _GREY) for r in layers], alpha=0.6, edgecolors="none")
+    ax.scatter(
+        intensities if layers else [],
+        [r["achieved_flops"] for r in layers],
+        s=[max(8.0, 400 * r["ms"] / total) for r in layers],
+        c=[_BOUND_COLOURS.get(r.get("bound", ""), _GREY) for r in layers],
+        alpha=0.6,
+        edgecolors="none",
+    )
     for r in sorted(layers, key=lambda r: r["ms"], reverse=True)[:5]:
         ax.annotate(r["name"][:24], (r["intensity"], r["achieved_flops"]), fontsize=6, alpha=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte)", ylabel="achieved FLOP/s",
-           title=f"roofline: {peaks['device']}")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP / byte)",
+        ylabel="achieved FLOP/s",
+        title=f"roofline: {peaks['device']}",
+    )
     ax.legend(fontsize=6, loc="lower right")
     ax.grid(alpha=0.3, which="both")
     return _png(fig)

@@ -12,8 +12,19 @@ from typing import Any
 
 from deploykit.record.model import Check, RunRecord
 
-_COLOUR = {"ran": "green", "reused": "cyan", "failed": "red", "stored": "white", "pass": "green", "fail": "red",
-           "inconclusive": "yellow", "skipped": "yellow", "PASS": "green", "FAIL": "red", "ERROR": "red"}
+_COLOUR = {
+    "ran": "green",
+    "reused": "cyan",
+    "failed": "red",
+    "stored": "white",
+    "pass": "green",
+    "fail": "red",
+    "inconclusive": "yellow",
+    "skipped": "yellow",
+    "PASS": "green",
+    "FAIL": "red",
+    "ERROR": "red",
+}
 
 
 def console(stderr: bool = False) -> Any:
@@ -52,8 +63,13 @@ def stage_table(record: RunRecord) -> Any:
     for s in record.stages:
         # the error line (or the verdict lines) below say it: once
         note = "" if s.status == "failed" and record.stopped else "check failed" if s.error else s.note
-        t.add_row(s.stage, f"[{_COLOUR.get(s.status, 'white')}]{s.status}[/]", f"{s.seconds:.2f}s", s.digest[:12],
-                  escape(note))
+        t.add_row(
+            s.stage,
+            f"[{_COLOUR.get(s.status, 'white')}]{s.status}[/]",
+            f"{s.seconds:.2f}s",
+            s.digest[:12],
+            escape(note),
+        )
     return t
 
 
@@ -135,8 +151,10 @@ def gate_numbers(gate: dict[str, Any]) -> str:
         text += f", p99.9 {worst['p999_ms']:.3f} ms, max {worst['max_ms']:.3f} ms, jitter {worst['jitter_ms']:.3f} ms"
     d = gate.get("deadline")
     if d:
-        text += (f"; deadline {d['deadline_ms']:g} ms: {d['misses']} of {d['frames']} late "
-                 f"({d['miss_rate'] * 100:.2f}%, longest run {d['longest_miss_run']})")
+        text += (
+            f"; deadline {d['deadline_ms']:g} ms: {d['misses']} of {d['frames']} late "
+            f"({d['miss_rate'] * 100:.2f}%, longest run {d['longest_miss_run']})"
+        )
     soak = gate.get("soak")
     if soak:
         text += f"; {soak_phrase(soak)}"
@@ -146,10 +164,13 @@ def gate_numbers(gate: dict[str, Any]) -> str:
 def soak_phrase(soak: dict[str, Any]) -> str:
     """A soak in a few words: drift, memory growth, NaN/Inf and errors."""
     device = soak.get("device_memory")
-    return (f"soak {soak['seconds']:.1f} s ({soak['iterations']} runs): drift {soak['drift']['drift'] * 100:+.1f}%, "
-            f"RSS {soak['rss']['growth_mib']:+.1f} MiB" + (f", device {device['growth_mib']:+.1f} MiB" if device else "")
-            + f", NaN/Inf in {soak['nonfinite']['bad']} of {soak['nonfinite']['checks']} checks, "
-            f"{soak['errors']['count']} errors")
+    return (
+        f"soak {soak['seconds']:.1f} s ({soak['iterations']} runs): drift {soak['drift']['drift'] * 100:+.1f}%, "
+        f"RSS {soak['rss']['growth_mib']:+.1f} MiB"
+        + (f", device {device['growth_mib']:+.1f} MiB" if device else "")
+        + f", NaN/Inf in {soak['nonfinite']['bad']} of {soak['nonfinite']['checks']} checks, "
+        f"{soak['errors']['count']} errors"
+    )
 
 
 def _gate_created(record: RunRecord) -> str:
@@ -163,7 +184,11 @@ def result_line(record: RunRecord) -> str:
     failed = record.failed_checks
     if failed:
         more = f"; and {len(failed) - 4} more" if len(failed) > 4 else ""
-        return f"result: FAIL (exit 1) — {len(failed)} failed: " + "; ".join(f"{c.group} {c.name}" for c in failed[:4]) + more
+        return (
+            f"result: FAIL (exit 1) — {len(failed)} failed: "
+            + "; ".join(f"{c.group} {c.name}" for c in failed[:4])
+            + more
+        )
     if record.error:  # a failure no check names
         return f"result: FAIL (exit {record.exit_code}) — {record.error}"
     if not record.checks:
@@ -179,12 +204,22 @@ def print_lint(report: dict[str, Any], out: Any = None) -> None:
 
     out = out or console()
     if report.get("findings"):
-        t = table(f"TensorRT lint: {report.get('model', '')}", ["severity", "rule", "node", "op", "TensorRT", "message",
-                                                               "fix"], text=("message", "fix"))
+        t = table(
+            f"TensorRT lint: {report.get('model', '')}",
+            ["severity", "rule", "node", "op", "TensorRT", "message", "fix"],
+            text=("message", "fix"),
+        )
         for f in report["findings"]:
             colour = "red" if f["severity"] == "error" else "yellow"
-            t.add_row(f"[{colour}]{f['severity']}[/]", f["rule"], escape(f["node"]), escape(f["op"]),
-                      ", ".join(f["versions"]), escape(f["message"]), escape(f["fix"]))
+            t.add_row(
+                f"[{colour}]{f['severity']}[/]",
+                f["rule"],
+                escape(f["node"]),
+                escape(f["op"]),
+                ", ".join(f["versions"]),
+                escape(f["message"]),
+                escape(f["fix"]),
+            )
         print_table(out, t)
     for v in report.get("verdicts", []):
         colour = "green" if v["errors"] == 0 else "red"
@@ -192,8 +227,12 @@ def print_lint(report: dict[str, Any], out: Any = None) -> None:
     for note in report.get("notes", []):
         out.print(f"[bold yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     failed = [v["line"] for v in report.get("verdicts", []) if v["errors"]]
-    out.print(f"result: {'FAIL' if failed else 'PASS'} (exit {report.get('exit_code', 0)})"
-              + (f" — {'; '.join(failed)}" if failed else ""), highlight=False, soft_wrap=True)
+    out.print(
+        f"result: {'FAIL' if failed else 'PASS'} (exit {report.get('exit_code', 0)})"
+        + (f" — {'; '.join(failed)}" if failed else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def parity_table(record: RunRecord) -> Any:
@@ -202,18 +241,28 @@ def parity_table(record: RunRecord) -> Any:
 
     report = record.details.get("parity") or {}
     status = {c.name: c for c in record.group("parity", "task")}
-    t = table(f"parity: {report.get('candidate_evaluator', '')}", ["output", "reference", "max abs", "rel L2", "cosine",
-                                                                  "SNR dB", "result", "why"])
+    t = table(
+        f"parity: {report.get('candidate_evaluator', '')}",
+        ["output", "reference", "max abs", "rel L2", "cosine", "SNR dB", "result", "why"],
+    )
     for name, refs in report.get("outputs", {}).items():
         for ref, r in refs.items():
             m, tol = r["metrics"], r["tolerance"]
             check = status.get(f"{name} vs {ref}")
-            t.add_row(name, ref, _cell(m.get("max_abs"), tol.get("max_abs"), "<="),
-                      _cell(m.get("rel_l2"), tol.get("rel_l2"), "<="), _cell(m.get("cosine"), tol.get("cosine"), ">=", ".6f"),
-                      _cell(m.get("snr_db"), tol.get("snr_db"), ">=", ".1f"), _status(check), escape(check.message if check else ""))
+            t.add_row(
+                name,
+                ref,
+                _cell(m.get("max_abs"), tol.get("max_abs"), "<="),
+                _cell(m.get("rel_l2"), tol.get("rel_l2"), "<="),
+                _cell(m.get("cosine"), tol.get("cosine"), ">=", ".6f"),
+                _cell(m.get("snr_db"), tol.get("snr_db"), ">=", ".1f"),
+                _status(check),
+                escape(check.message if check else ""),
+            )
     for c in record.group("task"):
-        t.add_row(c.name.split(" vs ")[0], c.name.split(" vs ")[-1], "", "", "", "", _status(c),
-                  escape(c.verdict_line()))
+        t.add_row(
+            c.name.split(" vs ")[0], c.name.split(" vs ")[-1], "", "", "", "", _status(c), escape(c.verdict_line())
+        )
     return t
 
 

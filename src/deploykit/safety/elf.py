@@ -35,23 +35,24 @@ class Symbol:
 
 
 def _cstring(data: bytes, at: int) -> str:
-    return data[at:data.index(b"\0", at)].decode(errors="replace")
+    return data[at : data.index(b"\0", at)].decode(errors="replace")
 
 
 def sections(data: bytes, path: Path) -> list[Section]:
     """The section headers; InvalidInput when ``data`` is not a 64-bit little-endian ELF file."""
     if len(data) < 0x40 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise InvalidInput(f"{path}: not a 64-bit little-endian ELF shared library",
-                           hint="give the .so that `deploykit plugins build` wrote")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+        raise InvalidInput(
+            f"{path}: not a 64-bit little-endian ELF shared library",
+            hint="give the .so that `deploykit plugins build` wrote",
+        )
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     try:
         raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
         names_at = raw[shstrndx][4]
         return [Section(_cstring(data, names_at + s[0]), s[1], s[3], s[4], s[5], s[6]) for s in raw]
     except (struct.error, IndexError, ValueError) as e:
-        raise InvalidInput(f"{path}: truncated or malformed ELF section table ({e})",
-                           hint="rebuild the library") from e
+        raise InvalidInput(f"{path}: truncated or malformed ELF section table ({e})", hint="rebuild the library") from e
 
 
 def exported(path: Path) -> dict[str, Symbol]:
@@ -80,7 +81,7 @@ def symbol_bytes(path: Path, name: str) -> bytes | None:
     for section in sections(data, path):
         if section.addr and section.addr <= symbol.value < section.addr + section.size and section.type != 8:
             start = section.offset + symbol.value - section.addr  # SHT_NOBITS (8, .bss) holds no bytes
-            return data[start:start + symbol.size]
+            return data[start : start + symbol.size]
     return None
 
 
@@ -90,7 +91,7 @@ def readonly_strings(path: Path, min_length: int = 2) -> set[str]:
     section = next((s for s in sections(data, path) if s.name == ".rodata"), None)
     if section is None:
         return set()
-    chunks = data[section.offset:section.offset + section.size].split(b"\0")
+    chunks = data[section.offset : section.offset + section.size].split(b"\0")
     return {c.decode() for c in chunks if len(c) >= min_length and all(32 <= b < 127 for b in c)}
 
 

@@ -45,8 +45,10 @@ def time_limit(seconds: float, what: str, hint: str = "") -> Iterator[None]:
     """Raise TimeLimitExceeded in this block once ``seconds`` have passed."""
     from deploykit.safety import supervise
 
-    error = TimeLimitExceeded(f"{what} ran past its time limit of {seconds:g} s",
-                              hint=hint or "raise limits.stage_timeout_s (or limits.stage_timeouts.<stage>)")
+    error = TimeLimitExceeded(
+        f"{what} ran past its time limit of {seconds:g} s",
+        hint=hint or "raise limits.stage_timeout_s (or limits.stage_timeouts.<stage>)",
+    )
     supervise.report(f"limit {seconds} {what}")
     try:
         with _alarm(seconds, error):

@@ -45,13 +45,17 @@ def probe(model: Any, path: Path) -> None:
     finally:
         os.close(read_end)
     if status is None:
-        raise ModelError(f"{path}: onnx's checker and shape inference did not finish within {TIMEOUT_S:g} s",
-                         hint="the graph is malformed or hostile; `deploykit inspect --no-runtime` shows it")
+        raise ModelError(
+            f"{path}: onnx's checker and shape inference did not finish within {TIMEOUT_S:g} s",
+            hint="the graph is malformed or hostile; `deploykit inspect --no-runtime` shows it",
+        )
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
         detail = f": {said}" if said else ""
-        raise ModelError(f"{path}: onnx's checker or shape inference crashed on this model ({name}){detail}",
-                         hint="the graph is malformed (e.g. an input rank its op does not accept); re-export it")
+        raise ModelError(
+            f"{path}: onnx's checker or shape inference crashed on this model ({name}){detail}",
+            hint="the graph is malformed (e.g. an input rank its op does not accept); re-export it",
+        )
 
 
 def _checks(model: Any, path: Path) -> None:
@@ -87,7 +91,7 @@ def _wait(pid: int, pipe: int) -> tuple[int | None, str]:
 def _last_line(data: bytes) -> str:
     lines = [ln.strip() for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     last = lines[-1] if lines else ""
-    return last[last.index("Assertion"):][:300] if "Assertion" in last else last[-300:]  # not the header path
+    return last[last.index("Assertion") :][:300] if "Assertion" in last else last[-300:]  # not the header path
 
 
 __all__ = ["probe"]

@@ -39,8 +39,14 @@ def check_structure(model: onnx.ModelProto, path: Path) -> None:
 def _check_text(model: onnx.ModelProto, path: Path) -> None:
     """Every name is text: protobuf hands a proto2 string field that is not UTF-8 back as bytes,
     which every consumer (sorting, formatting, ONNX Runtime) then trips over."""
-    header = (model.producer_name, model.producer_version, model.domain, *(o.domain for o in model.opset_import),
-              *(p.key for p in model.metadata_props), *(p.value for p in model.metadata_props))
+    header = (
+        model.producer_name,
+        model.producer_version,
+        model.domain,
+        *(o.domain for o in model.opset_import),
+        *(p.key for p in model.metadata_props),
+        *(p.value for p in model.metadata_props),
+    )
     if not all(isinstance(x, str) for x in header):
         raise ModelError(f"{path}: the model's producer, opset domains or metadata are not UTF-8 text", hint=_HINT)
     graphs, nodes = [model.graph], list(model.graph.node)
@@ -52,15 +58,23 @@ def _check_text(model: onnx.ModelProto, path: Path) -> None:
         graphs += _subgraphs(n)
         texts = (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))
         if not all(isinstance(x, str) for x in texts):
-            raise ModelError(f"{path}: node {_printable(n.name)} ({_printable(n.op_type)}) has a name, input, "
-                             "output or attribute that is not UTF-8 text", hint=_HINT)
+            raise ModelError(
+                f"{path}: node {_printable(n.name)} ({_printable(n.op_type)}) has a name, input, "
+                "output or attribute that is not UTF-8 text",
+                hint=_HINT,
+            )
     for g in graphs:
         values = [*g.input, *g.output, *g.value_info, *g.initializer]
-        dims = [d.dim_param for v in (*g.input, *g.output, *g.value_info)
-                if v.type.HasField("tensor_type") for d in v.type.tensor_type.shape.dim]
+        dims = [
+            d.dim_param
+            for v in (*g.input, *g.output, *g.value_info)
+            if v.type.HasField("tensor_type")
+            for d in v.type.tensor_type.shape.dim
+        ]
         if not all(isinstance(x, str) for x in (g.name, *(v.name for v in values), *dims)):
-            raise ModelError(f"{path}: graph {_printable(g.name)} has a tensor or dim name that is not UTF-8 text",
-                             hint=_HINT)
+            raise ModelError(
+                f"{path}: graph {_printable(g.name)} has a tensor or dim name that is not UTF-8 text", hint=_HINT
+            )
 
 
 def _printable(text: object) -> str:
@@ -120,8 +134,10 @@ def _check_functions(model: onnx.ModelProto, path: Path) -> None:
     sizes = _inlined_sizes(functions, calls)
     main = sum(sizes.get(_key(n), 1) for n in _all_nodes(model.graph.node))
     if main > MAX_INLINED_NODES:
-        raise ModelError(f"{path}: the graph's model-local functions inline to {main:,} nodes "
-                         f"(at most {MAX_INLINED_NODES:,})", hint=_HINT)
+        raise ModelError(
+            f"{path}: the graph's model-local functions inline to {main:,} nodes (at most {MAX_INLINED_NODES:,})",
+            hint=_HINT,
+        )
 
 
 def _graph_depth_of_nodes(nodes: Any) -> int:
@@ -152,14 +168,20 @@ def _check_call_graph(calls: dict[tuple[str, str, str], list[tuple[str, str, str
                 raise ModelError(f"{path}: model-local functions call themselves ({chain})", hint=_HINT)
             if callee not in depth:
                 if len(stack) >= MAX_FUNCTION_DEPTH:
-                    raise ModelError(f"{path}: model-local function calls nest deeper than {MAX_FUNCTION_DEPTH} "
-                                     f"(at {callee[0]}::{callee[1]})", hint=_HINT)
+                    raise ModelError(
+                        f"{path}: model-local function calls nest deeper than {MAX_FUNCTION_DEPTH} "
+                        f"(at {callee[0]}::{callee[1]})",
+                        hint=_HINT,
+                    )
                 stack.append((callee, iter(calls[callee])))
                 on_path.add(callee)
     worst = max(depth.items(), key=lambda kv: kv[1], default=None)
     if worst and worst[1] > MAX_FUNCTION_DEPTH:
-        raise ModelError(f"{path}: model-local function calls nest {worst[1]} deep (at {worst[0][0]}::{worst[0][1]}; "
-                         f"at most {MAX_FUNCTION_DEPTH})", hint=_HINT)
+        raise ModelError(
+            f"{path}: model-local function calls nest {worst[1]} deep (at {worst[0][0]}::{worst[0][1]}; "
+            f"at most {MAX_FUNCTION_DEPTH})",
+            hint=_HINT,
+        )
 
 
 def _inlined_sizes(functions: dict[Any, Any], calls: dict[Any, list[Any]]) -> dict[Any, int]:
@@ -188,8 +210,10 @@ def check_external_data(path: Path, tensor: Any, folder: Path) -> Path:
         raise ModelError(f"{where}: external data location is not a file name", hint=_HINT)
     target = (folder / location).resolve()
     if not location or Path(location).is_absolute() or not target.is_relative_to(folder):
-        raise ModelError(f"{where} points to external data outside the model's folder ({location!r})",
-                         hint="untrusted paths are refused; move the data beside the model")
+        raise ModelError(
+            f"{where} points to external data outside the model's folder ({location!r})",
+            hint="untrusted paths are refused; move the data beside the model",
+        )
     try:
         offset, length = int(entries.get("offset") or 0), int(entries.get("length") or -1)
     except ValueError:
@@ -197,8 +221,9 @@ def check_external_data(path: Path, tensor: Any, folder: Path) -> Path:
     try:
         st = os.lstat(folder / location)
     except FileNotFoundError:
-        raise ModelError(f"{path}: external data file {location!r} is missing",
-                         hint="copy the model together with its .data file") from None
+        raise ModelError(
+            f"{path}: external data file {location!r} is missing", hint="copy the model together with its .data file"
+        ) from None
     except OSError as e:
         raise ModelError(f"{where}: cannot read external data {location!r} ({e.strerror})") from e
     import stat
@@ -206,11 +231,17 @@ def check_external_data(path: Path, tensor: Any, folder: Path) -> Path:
     if not stat.S_ISREG(st.st_mode):
         raise ModelError(f"{where}: external data {location!r} is not a regular file (links are refused)", hint=_HINT)
     if st.st_nlink > 1:
-        raise ModelError(f"{where}: external data {location!r} is hard-linked ({st.st_nlink} names); a hard link "
-                         "can reach a file outside the folder, so it is refused", hint="copy the data file instead")
+        raise ModelError(
+            f"{where}: external data {location!r} is hard-linked ({st.st_nlink} names); a hard link "
+            "can reach a file outside the folder, so it is refused",
+            hint="copy the data file instead",
+        )
     if offset < 0 or (length != -1 and length < 0) or offset + max(length, 0) > st.st_size:
-        raise ModelError(f"{where}: external data offset {offset} + length {length} lies beyond the end of "
-                         f"{location!r} ({st.st_size} bytes)", hint="the data file is truncated or not this model's")
+        raise ModelError(
+            f"{where}: external data offset {offset} + length {length} lies beyond the end of "
+            f"{location!r} ({st.st_size} bytes)",
+            hint="the data file is truncated or not this model's",
+        )
     return target
 
 
@@ -219,19 +250,26 @@ def check_io(model: onnx.ModelProto, path: Path) -> None:
     import onnx
 
     initializers = {i.name for i in model.graph.initializer}
-    for kind, values in (("input", [v for v in model.graph.input if v.name not in initializers]),
-                         ("output", list(model.graph.output))):
+    for kind, values in (
+        ("input", [v for v in model.graph.input if v.name not in initializers]),
+        ("output", list(model.graph.output)),
+    ):
         for vi in values:
             what = vi.type.WhichOneof("value")
             if what != "tensor_type":
-                raise ModelError(f"{path}: {kind} {vi.name!r} is a {what or 'untyped'} value; deploykit feeds and "
-                                 "compares tensors only", hint="export the model with tensor inputs and outputs")
+                raise ModelError(
+                    f"{path}: {kind} {vi.name!r} is a {what or 'untyped'} value; deploykit feeds and "
+                    "compares tensors only",
+                    hint="export the model with tensor inputs and outputs",
+                )
             elem = vi.type.tensor_type.elem_type
             if elem not in onnx.TensorProto.DataType.values() or elem in (onnx.TensorProto.UNDEFINED,):
                 raise ModelError(f"{path}: {kind} {vi.name!r} has no valid element type ({elem})", hint=_HINT)
             if kind == "input" and elem == onnx.TensorProto.STRING:
-                raise ModelError(f"{path}: input {vi.name!r} is a string tensor; deploykit feeds numeric tensors",
-                                 hint="move tokenization out of the graph")
+                raise ModelError(
+                    f"{path}: input {vi.name!r} is a string tensor; deploykit feeds numeric tensors",
+                    hint="move tokenization out of the graph",
+                )
 
 
 __all__ = ["check_external_data", "check_io", "check_structure"]

@@ -42,8 +42,7 @@ def open_regular(path: Path, error: type[DeployKitError], what: str) -> BinaryIO
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise error(f"{path}: {what} is {kind_of(mode)}, not a regular file",
-                        hint="remove it or point elsewhere")
+            raise error(f"{path}: {what} is {kind_of(mode)}, not a regular file", hint="remove it or point elsewhere")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -53,9 +52,14 @@ def open_regular(path: Path, error: type[DeployKitError], what: str) -> BinaryIO
 
 def kind_of(mode: int) -> str:
     """What a file's mode says it is, for a message ("a named pipe (FIFO)")."""
-    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link")):
+    for test, name in (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
         if test(mode):
             return name
     return "not a regular file"

@@ -93,9 +93,13 @@ def _watch(pid: int, pipe: int) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return _fail(f"{state['what']} ran past its time limit of {state['limit']:g} s (it did not stop "
-                         "when asked: stuck in native code)", "raise limits.stage_timeout_s (or "
-                         "limits.stage_timeouts.<stage>), or find what hangs with `deploykit inspect`", 3)
+            return _fail(
+                f"{state['what']} ran past its time limit of {state['limit']:g} s (it did not stop "
+                "when asked: stuck in native code)",
+                "raise limits.stage_timeout_s (or "
+                "limits.stage_timeouts.<stage>), or find what hangs with `deploykit inspect`",
+                3,
+            )
 
 
 def _read_reports(pipe: int, state: dict) -> None:
@@ -119,13 +123,20 @@ def _exit_code(status: int, state: dict) -> int:
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     where = f" during {state['what']}" if state["what"] and state["deadline"] is not None else ""
     if signum == signal.SIGKILL and not state["we_killed"]:
-        return _fail(f"the work was killed (SIGKILL){where}, most likely for running out of memory",
-                     "free memory, or lower the dims, batch sizes or sample counts", 3)
+        return _fail(
+            f"the work was killed (SIGKILL){where}, most likely for running out of memory",
+            "free memory, or lower the dims, batch sizes or sample counts",
+            3,
+        )
     if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         return 128 + signum
     name = signal.Signals(signum).name if signum else "unknown"
-    return _fail(f"native code crashed ({name}){where}", "a crash inside onnx, ONNX Runtime or TensorRT; "
-                 "`deploykit inspect` the model, and report it with the model attached", 70)
+    return _fail(
+        f"native code crashed ({name}){where}",
+        "a crash inside onnx, ONNX Runtime or TensorRT; "
+        "`deploykit inspect` the model, and report it with the model attached",
+        70,
+    )
 
 
 def _fail(message: str, hint: str, code: int) -> int:

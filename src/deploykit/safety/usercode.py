@@ -50,6 +50,6 @@ def _short(filename: str) -> tuple[str, str]:
     parts = Path(filename).parts
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:
-            rest = parts[len(parts) - parts[::-1].index(marker):]
+            rest = parts[len(parts) - parts[::-1].index(marker) :]
             return "/".join(rest), (rest[0].removesuffix(".py") if rest else "")
     return filename, ""

@@ -31,8 +31,9 @@ class ExportHooks:
 _REGISTERED: dict[str, ExportHooks] = {}
 
 
-def register_export_hooks(name: str, *, translations: Mapping[Any, Callable[..., Any]] | None = None,
-                          model_hook: ModelHook | None = None) -> None:
+def register_export_hooks(
+    name: str, *, translations: Mapping[Any, Callable[..., Any]] | None = None, model_hook: ModelHook | None = None
+) -> None:
     """Register (or replace) the export hooks of the extension ``name`` (see the module docstring)."""
     _REGISTERED[name] = ExportHooks(dict(translations or {}), model_hook)
 

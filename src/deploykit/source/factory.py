@@ -33,8 +33,10 @@ def _find_module_file(config: Config) -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        raise ConfigError(f"source.factory: module {module!r} not found in {config.base_dir} or on sys.path",
-                          hint="give 'module:function' importable from the config's folder")
+        raise ConfigError(
+            f"source.factory: module {module!r} not found in {config.base_dir} or on sys.path",
+            hint="give 'module:function' importable from the config's folder",
+        )
     return Path(spec.origin)
 
 
@@ -99,15 +101,20 @@ def build_model(config: Config) -> Any:
         module = _import_factory_module(config)
     except ModuleNotFoundError as e:
         if e.name == module_name:
-            raise ConfigError(f"source.factory: module {module_name!r} not found in {config.base_dir} or on sys.path",
-                              hint="give 'module:function' importable from the config's folder") from e
+            raise ConfigError(
+                f"source.factory: module {module_name!r} not found in {config.base_dir} or on sys.path",
+                hint="give 'module:function' importable from the config's folder",
+            ) from e
         inside, package = failed_inside(e)
-        raise ModelError(f"source.factory: importing {module_name!r} failed: {first_line(e)}{inside}",
-                         hint=_import_hint(package)) from e
+        raise ModelError(
+            f"source.factory: importing {module_name!r} failed: {first_line(e)}{inside}", hint=_import_hint(package)
+        ) from e
     except Exception as e:
         inside, package = failed_inside(e)
-        raise ModelError(f"source.factory: importing {module_name!r} raised {type(e).__name__}: {first_line(e)}"
-                         f"{inside}", hint=_import_hint(package)) from e
+        raise ModelError(
+            f"source.factory: importing {module_name!r} raised {type(e).__name__}: {first_line(e)}{inside}",
+            hint=_import_hint(package),
+        ) from e
     factory = getattr(module, fn_name, None)
     if not callable(factory):
         raise ConfigError(f"source.factory: {module_name!r} has no function {fn_name!r}")
@@ -115,10 +122,13 @@ def build_model(config: Config) -> Any:
         model = factory()
     except Exception as e:
         inside, _ = failed_inside(e)
-        raise ModelError(f"source.factory: {config.source.factory}() raised {type(e).__name__}: {first_line(e)}"
-                         f"{inside}") from e
+        raise ModelError(
+            f"source.factory: {config.source.factory}() raised {type(e).__name__}: {first_line(e)}{inside}"
+        ) from e
     if not isinstance(model, torch.nn.Module):
-        raise ModelError(f"source.factory: {config.source.factory}() returned {type(model).__name__}, not a torch.nn.Module")
+        raise ModelError(
+            f"source.factory: {config.source.factory}() returned {type(model).__name__}, not a torch.nn.Module"
+        )
     if config.source.weights:
         _load_weights(model, config.path(config.source.weights))
     return model.eval()
@@ -128,9 +138,11 @@ def _import_hint(package: str) -> str:
     """What to try when the factory's import failed inside an installed package."""
     if not package:
         return "fix the import error above in the factory's module (or what it imports)"
-    return (f"the failure is inside the installed package {package!r}: `python -c 'import {package}'` shows it "
-            "alone; a build for another torch (a CUDA torchvision beside the CPU torch) fails like this, so "
-            "reinstall it to match torch")
+    return (
+        f"the failure is inside the installed package {package!r}: `python -c 'import {package}'` shows it "
+        "alone; a build for another torch (a CUDA torchvision beside the CPU torch) fails like this, so "
+        "reinstall it to match torch"
+    )
 
 
 def _load_weights(model: Any, path: Path) -> None:
@@ -139,8 +151,9 @@ def _load_weights(model: Any, path: Path) -> None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)  # never unpickle code
     except Exception as e:
-        raise ModelError(f"{path}: cannot read weights as a state_dict ({e})",
-                         hint="save with torch.save(model.state_dict(), path)") from e
+        raise ModelError(
+            f"{path}: cannot read weights as a state_dict ({e})", hint="save with torch.save(model.state_dict(), path)"
+        ) from e
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError) as e:
@@ -159,9 +172,11 @@ def run_torch(model: Any, feeds: dict[str, Any], input_names: list[str]) -> list
         return [t.detach().numpy() for t in flat]
     except Exception as e:  # the user's forward() failed on these inputs: name them, not a deploykit bug
         shapes = ", ".join(f"{n}={list(feeds[n].shape)} {feeds[n].dtype}" for n in input_names)
-        raise ModelError(f"the torch model raised {type(e).__name__} on inputs {shapes}: {first_line(e)}",
-                         hint="deploykit feeds random values (floats N(0,1), integers 0-15, booleans); an input that "
-                              "needs other values (a mask, token ids) needs validation data") from e
+        raise ModelError(
+            f"the torch model raised {type(e).__name__} on inputs {shapes}: {first_line(e)}",
+            hint="deploykit feeds random values (floats N(0,1), integers 0-15, booleans); an input that "
+            "needs other values (a mask, token ids) needs validation data",
+        ) from e
 
 
 def torch_name(config: Config) -> str:

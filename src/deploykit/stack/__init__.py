@@ -20,9 +20,15 @@ import types
 from typing import Any
 
 # Loaded on first use: `deploykit --help` registers the stack command without numpy or the runner.
-_LAZY = {"run_stack": "deploykit.stack.run", "write_reports": "deploykit.stack.run", "REPORT_FILES": "deploykit.stack.run",
-         "StackResult": "deploykit.stack.record", "StackModel": "deploykit.stack.spec",
-         "StackSpec": "deploykit.stack.spec", "load_stack": "deploykit.stack.spec"}
+_LAZY = {
+    "run_stack": "deploykit.stack.run",
+    "write_reports": "deploykit.stack.run",
+    "REPORT_FILES": "deploykit.stack.run",
+    "StackResult": "deploykit.stack.record",
+    "StackModel": "deploykit.stack.spec",
+    "StackSpec": "deploykit.stack.spec",
+    "load_stack": "deploykit.stack.spec",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -41,8 +41,10 @@ def _check_device(spec: StackSpec) -> None:
     backend = get_backend(BACKEND[spec.device], require_available=False)
     status = backend.availability()
     if not status.available:
-        raise EnvironmentProblem(f"stack device {spec.device}: the {backend.name} backend is unavailable: {status.reason}",
-                                 hint="run `deploykit doctor`; device: cpu runs ONNX Runtime sessions on threads")
+        raise EnvironmentProblem(
+            f"stack device {spec.device}: the {backend.name} backend is unavailable: {status.reason}",
+            hint="run `deploykit doctor`; device: cpu runs ONNX Runtime sessions on threads",
+        )
 
 
 def load_one(spec: StackSpec, name: str, workdir: Path, reporter: Any = None) -> Loaded:
@@ -62,8 +64,12 @@ def load_one(spec: StackSpec, name: str, workdir: Path, reporter: Any = None) ->
     status = next((r.status for r in result.stages if r.stage == "build"), "ran")
     cfg = api.resolve_config(path, overrides)
     session = _load(spec, entry, engine.path, BACKEND[spec.device])
-    return Loaded(name, session, random_feeds(cfg, "opt", np.random.default_rng(0)),
-                  f"{path.name} ({cfg.quantize.precision}), engine {engine.digest[:12]} ({status})")
+    return Loaded(
+        name,
+        session,
+        random_feeds(cfg, "opt", np.random.default_rng(0)),
+        f"{path.name} ({cfg.quantize.precision}), engine {engine.digest[:12]} ({status})",
+    )
 
 
 def _engine_folder(spec: StackSpec, name: str, entry: StackModel, path: Path) -> Loaded:
@@ -72,8 +78,12 @@ def _engine_folder(spec: StackSpec, name: str, entry: StackModel, path: Path) ->
     backend = json.loads((path / "engine.json").read_text()).get("backend", "tensorrt")
     session = _load(spec, entry, path, backend)
     rng = np.random.default_rng(0)
-    feeds = {s.name: random_input("tensor", [d if isinstance(d, int) else 1 for d in s.shape],
-                                  NP_DTYPES.get(s.dtype, np.float32), rng) for s in session.inputs}
+    feeds = {
+        s.name: random_input(
+            "tensor", [d if isinstance(d, int) else 1 for d in s.shape], NP_DTYPES.get(s.dtype, np.float32), rng
+        )
+        for s in session.inputs
+    }
     return Loaded(name, session, feeds, f"engine folder {path.name} ({backend})")
 
 
@@ -83,8 +93,10 @@ def _load(spec: StackSpec, entry: StackModel, engine: Path, backend: str) -> Any
     if backend != BACKEND[spec.device]:
         from deploykit.errors import ConfigError
 
-        raise ConfigError(f"{engine}: a {backend} engine cannot run on stack device {spec.device}",
-                          hint=f"device: {spec.device} runs {BACKEND[spec.device]} engines")
+        raise ConfigError(
+            f"{engine}: a {backend} engine cannot run on stack device {spec.device}",
+            hint=f"device: {spec.device} runs {BACKEND[spec.device]} engines",
+        )
     if spec.device == "cpu":
         return get_backend(backend).load(engine, threads=entry.threads)  # type: ignore[call-arg]
     return get_backend(backend).load(engine, stream_priority=PRIORITIES[entry.priority])  # type: ignore[call-arg]

@@ -77,32 +77,54 @@ def model_stats(frames: Frames, deadline_ms: float | None, rate_hz: float | None
     worst = realtime.worst_case(frames.latencies_ms)
     completed = len(frames.latencies_ms)
     out: dict[str, Any] = {
-        "frames": completed + len(frames.dropped_at), "completed": completed, "dropped": len(frames.dropped_at),
-        "achieved_hz": completed / frames.seconds if frames.seconds else 0.0, "rate_hz": rate_hz,
-        "latency": worst, "service": realtime.worst_case(frames.service_ms), "errors": frames.errors,
+        "frames": completed + len(frames.dropped_at),
+        "completed": completed,
+        "dropped": len(frames.dropped_at),
+        "achieved_hz": completed / frames.seconds if frames.seconds else 0.0,
+        "rate_hz": rate_hz,
+        "latency": worst,
+        "service": realtime.worst_case(frames.service_ms),
+        "errors": frames.errors,
         "first_error": frames.first_error,
         "drift": realtime.drift(frames.latencies_ms, frames.starts_s, 60.0) if completed > 2 else None,
-        "series": {"start_s": [round(t, 4) for t in frames.starts_s],
-                   "latency_ms": [round(v, 4) for v in frames.latencies_ms]}}
+        "series": {
+            "start_s": [round(t, 4) for t in frames.starts_s],
+            "latency_ms": [round(v, 4) for v in frames.latencies_ms],
+        },
+    }
     if deadline_ms is not None:
         out["deadline"] = realtime.deadline_misses(frames.latencies_ms, deadline_ms, dropped=frames.dropped_at)
     return out
 
 
-def build_result(spec: StackSpec, together: dict[str, Frames], alone: dict[str, Frames], best: dict[str, float],
-                 sources: dict[str, str], environment: dict[str, Any]) -> StackResult:
+def build_result(
+    spec: StackSpec,
+    together: dict[str, Frames],
+    alone: dict[str, Frames],
+    best: dict[str, float],
+    sources: dict[str, str],
+    environment: dict[str, Any],
+) -> StackResult:
     """The result of a run: every model's numbers together and alone, the chains, the checks."""
     models, checks, warnings = {}, [], []
     for name, m in spec.models.items():
         head_rate = spec.models[spec.chain(name)[0]].rate_hz
         stats = model_stats(together[name], m.deadline_ms, head_rate)
-        stats.update(source=sources.get(name, ""), best_case_ms=best.get(name), threads=m.threads,
-                     priority=m.priority, consumes=m.consumes, max_miss_rate=m.max_miss_rate)
+        stats.update(
+            source=sources.get(name, ""),
+            best_case_ms=best.get(name),
+            threads=m.threads,
+            priority=m.priority,
+            consumes=m.consumes,
+            max_miss_rate=m.max_miss_rate,
+        )
         if name in alone:
             stats["alone"] = model_stats(alone[name], m.deadline_ms, head_rate)
             a, t = stats["alone"]["latency"], stats["latency"]
-            stats["slowdown"] = {"p50": t["p50_ms"] / a["p50_ms"] if a["p50_ms"] else None,
-                                 "p99": t["p99_ms"] / a["p99_ms"] if a["p99_ms"] else None}
+            stats["slowdown"] = {
+                "p50": t["p50_ms"] / a["p50_ms"] if a["p50_ms"] else None,
+                "p99": t["p99_ms"] / a["p99_ms"] if a["p99_ms"] else None,
+            }
         models[name] = stats
         checks += _model_checks(name, stats)
     threads = sum(m.threads for m in spec.models.values())
@@ -120,27 +142,55 @@ def build_result(spec: StackSpec, together: dict[str, Frames], alone: dict[str, 
             heads = len(together[spec.chain(name)[0]].latencies_ms) + len(together[spec.chain(name)[0]].dropped_at)
             d = realtime.deadline_misses(e2e, m.e2e_deadline_ms, dropped=[len(e2e)] * max(0, heads - len(e2e)))
             chains[chain]["deadline"] = d
-            checks.append(_deadline(f"{chain}: end-to-end deadline {m.e2e_deadline_ms:g} ms", "chain", d, m.max_miss_rate))
-    return StackResult(spec.name, spec.device, spec.duration_s, models, chains, tuple(checks), tuple(warnings),
-                       environment)
+            checks.append(
+                _deadline(f"{chain}: end-to-end deadline {m.e2e_deadline_ms:g} ms", "chain", d, m.max_miss_rate)
+            )
+    return StackResult(
+        spec.name, spec.device, spec.duration_s, models, chains, tuple(checks), tuple(warnings), environment
+    )
 
 
 def _model_checks(name: str, stats: dict[str, Any]) -> list[Check]:
     out = []
     if stats.get("deadline"):
-        out.append(_deadline(f"{name}: deadline {stats['deadline']['deadline_ms']:g} ms", "deadline", stats["deadline"],
-                             stats["max_miss_rate"]))
+        out.append(
+            _deadline(
+                f"{name}: deadline {stats['deadline']['deadline_ms']:g} ms",
+                "deadline",
+                stats["deadline"],
+                stats["max_miss_rate"],
+            )
+        )
     errors = stats["errors"]
-    out.append(Check("errors", f"{name}: errors", "pass" if not errors else "fail", not errors, "errors",
-                     float(errors), 0.0, "<=", f"{errors} run(s) raised" + (f" (first: {stats['first_error']})"
-                                                                            if errors else "")))
+    out.append(
+        Check(
+            "errors",
+            f"{name}: errors",
+            "pass" if not errors else "fail",
+            not errors,
+            "errors",
+            float(errors),
+            0.0,
+            "<=",
+            f"{errors} run(s) raised" + (f" (first: {stats['first_error']})" if errors else ""),
+        )
+    )
     return out
 
 
 def _deadline(name: str, group: str, d: dict[str, Any], allowed: float) -> Check:
     c = realtime.deadline_check(d, allowed)
-    return Check(group, name, "pass" if c["passed"] else "fail", c["passed"], "miss rate", c["measured"], allowed, "<=",
-                 c["message"])
+    return Check(
+        group,
+        name,
+        "pass" if c["passed"] else "fail",
+        c["passed"],
+        "miss rate",
+        c["measured"],
+        allowed,
+        "<=",
+        c["message"],
+    )
 
 
 __all__ = ["SCHEMA", "StackResult", "build_result", "model_stats"]

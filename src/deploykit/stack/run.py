@@ -14,9 +14,15 @@ from deploykit.stack.spec import StackSpec, stack_from_dict
 REPORT_FILES = ("stack.json", "junit.xml", "summary.md", "report.html")
 
 
-def run_stack(source: str | Path | Mapping[str, Any], *, workdir: str | Path = ".deploykit",
-              duration_s: float | None = None, alone_s: float | None = None, report_dir: str | Path | None = None,
-              reporter: Any = None) -> StackResult:
+def run_stack(
+    source: str | Path | Mapping[str, Any],
+    *,
+    workdir: str | Path = ".deploykit",
+    duration_s: float | None = None,
+    alone_s: float | None = None,
+    report_dir: str | Path | None = None,
+    reporter: Any = None,
+) -> StackResult:
     """Run a stack; return its result (``result.passed``, ``result.exit_code``, HTML in notebooks).
 
     Args:
@@ -47,8 +53,14 @@ def run_stack(source: str | Path | Mapping[str, Any], *, workdir: str | Path = "
         memory: list[tuple[float, int]] = []
         with tracing.span(f"stack {spec.name} together"):
             together = run_phase(spec, runs, spec.duration_s, memory)
-    result = build_result(spec, together, alone, best, {n: m.source for n, m in loaded.items()},
-                          {**_environment(), "rss": growth(memory, min(60.0, spec.duration_s / 3))})
+    result = build_result(
+        spec,
+        together,
+        alone,
+        best,
+        {n: m.source for n, m in loaded.items()},
+        {**_environment(), "rss": growth(memory, min(60.0, spec.duration_s / 3))},
+    )
     if report_dir is not None:
         write_reports(result, Path(report_dir))
     return result
@@ -75,8 +87,12 @@ def _environment() -> dict[str, Any]:
     from deploykit.store import clock
     from deploykit.store.environment import device_fingerprint, tool_versions
 
-    return {"cpus": os.cpu_count() or 0, "device": device_fingerprint(), "tools": tool_versions(),
-            "created": clock.stamp()}
+    return {
+        "cpus": os.cpu_count() or 0,
+        "device": device_fingerprint(),
+        "tools": tool_versions(),
+        "created": clock.stamp(),
+    }
 
 
 def write_reports(result: StackResult, folder: Path) -> list[Path]:

@@ -61,26 +61,34 @@ def best_cases(spec: StackSpec, runs: dict[str, Callable[[], Any]]) -> dict[str,
                 continue
             times.append((latency.CLOCK_NS() - t0) / 1e6)
         if not times:
-            raise ModelError(f"models.{name}: every one of {max(1, spec.warmup)} warm-up runs raised: "
-                             f"{type(failure).__name__}: {str(failure).splitlines()[0][:200] if str(failure) else ''}",
-                             hint="run the model alone (`deploykit gate`) to see why")
+            raise ModelError(
+                f"models.{name}: every one of {max(1, spec.warmup)} warm-up runs raised: "
+                f"{type(failure).__name__}: {str(failure).splitlines()[0][:200] if str(failure) else ''}",
+                hint="run the model alone (`deploykit gate`) to see why",
+            )
         best[name] = min(times)
     for name, m in spec.models.items():
         if m.deadline_ms is not None and m.deadline_ms < best[name]:
-            raise ConfigError(f"models.{name}.deadline_ms: {m.deadline_ms:g} ms is below the model's measured best "
-                              f"case ({best[name]:.3f} ms, the fastest of {max(1, spec.warmup)} runs alone): it can "
-                              "never be met", hint="raise the deadline, or use a faster build (precision, threads)")
+            raise ConfigError(
+                f"models.{name}.deadline_ms: {m.deadline_ms:g} ms is below the model's measured best "
+                f"case ({best[name]:.3f} ms, the fastest of {max(1, spec.warmup)} runs alone): it can "
+                "never be met",
+                hint="raise the deadline, or use a faster build (precision, threads)",
+            )
         if m.e2e_deadline_ms is not None:
             floor = sum(best[n] for n in spec.chain(name))
             if m.e2e_deadline_ms < floor:
-                raise ConfigError(f"models.{name}.e2e_deadline_ms: {m.e2e_deadline_ms:g} ms is below the chain's "
-                                  f"best case ({floor:.3f} ms: {' + '.join(spec.chain(name))} alone)",
-                                  hint="raise the deadline, or use faster builds")
+                raise ConfigError(
+                    f"models.{name}.e2e_deadline_ms: {m.e2e_deadline_ms:g} ms is below the chain's "
+                    f"best case ({floor:.3f} ms: {' + '.join(spec.chain(name))} alone)",
+                    hint="raise the deadline, or use faster builds",
+                )
     return best
 
 
-def run_phase(spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: float,
-              memory: list[tuple[float, int]] | None = None) -> dict[str, Frames]:
+def run_phase(
+    spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: float, memory: list[tuple[float, int]] | None = None
+) -> dict[str, Frames]:
     """Run the models of ``runs`` together for ``seconds``; each model's frames.
 
     A consumer whose producer is not in ``runs`` (a model timed alone) is fed at its chain head's rate.
@@ -126,8 +134,15 @@ def run_phase(spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: floa
     return frames
 
 
-def _periodic(name: str, run: Callable[[], Any], rate: float, start: float, end: float, frames: Frames,
-              done: Callable[[str, float, float], None]) -> None:
+def _periodic(
+    name: str,
+    run: Callable[[], Any],
+    rate: float,
+    start: float,
+    end: float,
+    frames: Frames,
+    done: Callable[[str, float, float], None],
+) -> None:
     period, k = 1.0 / rate, 0
     total = released(start, end, period)
     label = f"stack {name} frame"
@@ -147,8 +162,9 @@ def _periodic(name: str, run: Callable[[], Any], rate: float, start: float, end:
             break
 
 
-def _consume(name: str, run: Callable[[], Any], slot: _Slot, frames: Frames,
-             done: Callable[[str, float, float], None]) -> None:
+def _consume(
+    name: str, run: Callable[[], Any], slot: _Slot, frames: Frames, done: Callable[[str, float, float], None]
+) -> None:
     label = f"stack {name} frame"
     while True:
         with slot.cond:
@@ -186,7 +202,9 @@ def _timed(run: Callable[[], Any], frames: Frames, label: str) -> tuple[float, b
         raise
     except Exception as e:  # counted, the model goes on: the stack reports it as a failed check
         frames.errors += 1
-        frames.first_error = frames.first_error or f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        frames.first_error = (
+            frames.first_error or f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        )
         return begin, False
     return begin, True
 

@@ -88,8 +88,9 @@ def stack_from_dict(raw: dict, base_dir: Path, where: str = "stack") -> StackSpe
     try:
         spec = from_value(StackSpec, raw, "stack")
     except ConfigError as e:
-        raise ConfigError(f"{where}: {e.message}", hint="the README's 'Several models on one device' section "
-                          "lists every key") from e
+        raise ConfigError(
+            f"{where}: {e.message}", hint="the README's 'Several models on one device' section lists every key"
+        ) from e
     spec = dataclasses.replace(spec, base_dir=base_dir)
     for problem in _problems(spec):
         raise ConfigError(f"{where}: {problem}")
@@ -109,11 +110,15 @@ def _problems(spec: StackSpec) -> list[str]:
     for key in ("duration_s", "alone_s"):
         value = getattr(spec, key)
         if not (value >= 0 and math.isfinite(value)) or (key == "duration_s" and value <= 0):
-            out.append(f"{key}: {value:g} is not a {'positive' if key == 'duration_s' else 'non-negative'} number of seconds")
+            out.append(
+                f"{key}: {value:g} is not a {'positive' if key == 'duration_s' else 'non-negative'} number of seconds"
+            )
     total = spec.duration_s + spec.alone_s * len(spec.models)
     if math.isfinite(total) and total > spec.limits.max_duration_s:
-        out.append(f"duration_s: {spec.duration_s:g} s together + {spec.alone_s:g} s alone per model = {total:g} s, "
-                   f"past limits.max_duration_s ({spec.limits.max_duration_s:g} s)")
+        out.append(
+            f"duration_s: {spec.duration_s:g} s together + {spec.alone_s:g} s alone per model = {total:g} s, "
+            f"past limits.max_duration_s ({spec.limits.max_duration_s:g} s)"
+        )
     for name, m in spec.models.items():
         out += [f"models.{name}.{p}" for p in _model_problems(spec, name, m)]
     out += _cycles(spec)
@@ -125,8 +130,11 @@ def _model_problems(spec: StackSpec, name: str, m: StackModel) -> list[str]:
     if not _NAME.match(name):
         out.append(f": {name!r} is not a name (letters, digits, '_', '.', '-')")
     if m.consumes is None and not _positive(m.rate_hz):
-        out.append(f"rate_hz: {m.rate_hz:g} is not a positive, finite number of frames per second"
-                   if m.rate_hz is not None else "rate_hz: missing (a model runs at a rate, or consumes another's frames)")
+        out.append(
+            f"rate_hz: {m.rate_hz:g} is not a positive, finite number of frames per second"
+            if m.rate_hz is not None
+            else "rate_hz: missing (a model runs at a rate, or consumes another's frames)"
+        )
     if m.consumes is not None and m.rate_hz is not None:
         out.append(f"rate_hz: {name} consumes {m.consumes!r} and runs once per frame of it; drop its rate_hz")
     if m.consumes is not None and m.consumes not in spec.models:
@@ -144,8 +152,12 @@ def _model_problems(spec: StackSpec, name: str, m: StackModel) -> list[str]:
     path = spec.path(name)
     if not path.exists():
         out.append(f"model: {m.model} not found (looked at {path}; paths are relative to the stack file)")
-    elif not (path.suffix in (".yaml", ".yml", ".onnx") and path.is_file() or path.is_dir()
-              and (path / "engine.json").is_file()):
+    elif not (
+        path.suffix in (".yaml", ".yml", ".onnx")
+        and path.is_file()
+        or path.is_dir()
+        and (path / "engine.json").is_file()
+    ):
         out.append(f"model: {m.model} is not a deploykit.yaml, an .onnx file or an engine folder (with engine.json)")
     elif m.precision is not None and path.suffix not in (".yaml", ".yml", ".onnx"):
         out.append("precision: an engine folder is built already; drop precision")
@@ -157,7 +169,7 @@ def _cycles(spec: StackSpec) -> list[str]:
         seen, name = [start], spec.models[start].consumes
         while name is not None and name in spec.models:
             if name in seen:
-                loop = " -> ".join([*seen[seen.index(name):], name])
+                loop = " -> ".join([*seen[seen.index(name) :], name])
                 return [f"models.{start}.consumes: the chain has a cycle ({loop})"]
             seen.append(name)
             name = spec.models[name].consumes

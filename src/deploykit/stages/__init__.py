@@ -20,8 +20,16 @@ def default_stages() -> list[Stage]:
     from deploykit.stages.quantize import QuantizeStage
     from deploykit.stages.surgery import SurgeryStage
 
-    return [ExportStage(), IngestStage(), SurgeryStage(), QuantizeStage(), LintStage(), BuildStage(), ParityStage(),
-            GateStage()]
+    return [
+        ExportStage(),
+        IngestStage(),
+        SurgeryStage(),
+        QuantizeStage(),
+        LintStage(),
+        BuildStage(),
+        ParityStage(),
+        GateStage(),
+    ]
 
 
 def stage_names() -> list[str]:

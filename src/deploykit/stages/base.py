@@ -99,6 +99,7 @@ class Stage:
         import json
 
         return json.loads(artifact.file(cls.report_files[0]).read_text()) if cls.report_files else None
+
     # Summary keys (at any depth) holding timings or provenance that differ between two runs of one recipe: the
     # manifest's seal covers them, its identity does not, so an unchanged rerun keeps its digest.
     measured: ClassVar[tuple[str, ...]] = ()

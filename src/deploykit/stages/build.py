@@ -60,15 +60,19 @@ class BuildStage(Stage):
         for lib in options.plugins:
             path = ctx.config.path(lib)
             if not path.is_file():
-                raise ConfigError(f"build.plugins: {path}: {'not a file' if path.exists() else 'no such file'}",
-                                  hint="build the libraries with `deploykit plugins build` and name the .so it wrote")
+                raise ConfigError(
+                    f"build.plugins: {path}: {'not a file' if path.exists() else 'no such file'}",
+                    hint="build the libraries with `deploykit plugins build` and name the .so it wrote",
+                )
             require_library(path, "build.plugins:")  # whichever backend runs: it is what the user asked for
         # raises BackendUnavailable (exit 3) with the reason; when the TensorRT lint runs first, the build
         # raises it only after the lint has said whether the graph would parse (key_env asks again)
         backend = get_backend(options.backend, require_available=not lint_applies(ctx.config))
         if options.tensorrt.timing_cache_file and backend.timing_cache(options) is None:
-            raise ConfigError(f"build.tensorrt.timing_cache_file: the {backend.name} backend keeps no timing cache",
-                              hint="a timing cache file is for the tensorrt backend")
+            raise ConfigError(
+                f"build.tensorrt.timing_cache_file: the {backend.name} backend keeps no timing cache",
+                hint="a timing cache file is for the tensorrt backend",
+            )
 
     def key_config(self, ctx: StageContext) -> Any:
         return {"build": ctx.config.build, "dims": ctx.config.dims, "inputs": ctx.config.inputs}
@@ -85,11 +89,15 @@ class BuildStage(Stage):
         recipe = recipe_key(side.kind, side.version, {}, side.key, {})
         earlier = ctx.store.lookup(recipe)
         given = Path(options.tensorrt.timing_cache_file) if options.tensorrt.timing_cache_file else None
-        start = given.read_bytes() if given is not None and given.is_file() else (
-            earlier.file(side.file).read_bytes() if earlier else None)
+        start = (
+            given.read_bytes()
+            if given is not None and given.is_file()
+            else (earlier.file(side.file).read_bytes() if earlier else None)
+        )
         with ctx.store.staging(side.kind) as tmp:
-            record = backend.build(model, options, out, profiles=profiles, timing_cache=start,
-                                   timing_cache_out=tmp / side.file)
+            record = backend.build(
+                model, options, out, profiles=profiles, timing_cache=start, timing_cache_out=tmp / side.file
+            )
             if given is not None and (tmp / side.file).is_file():  # trtexec's --timingCacheFile: read, then updated
                 given.parent.mkdir(parents=True, exist_ok=True)
                 given.write_bytes((tmp / side.file).read_bytes())
@@ -105,9 +113,19 @@ def _keep(ctx: StageContext, side: SideArtifact, recipe: str, earlier: Artifact 
     """Store the side artifact the build wrote into ``tmp``; its summary key -> digest."""
     if not (tmp / side.file).is_file():
         return {}
-    manifest = Manifest(kind=side.kind, stage=BuildStage.name, stage_version=BuildStage.version, recipe_key=recipe,
-                        config={}, parents={}, files={}, tools=tool_versions(), device=device_fingerprint(),
-                        timings={}, summary={"from": earlier.digest if earlier else None})
+    manifest = Manifest(
+        kind=side.kind,
+        stage=BuildStage.name,
+        stage_version=BuildStage.version,
+        recipe_key=recipe,
+        config={},
+        parents={},
+        files={},
+        tools=tool_versions(),
+        device=device_fingerprint(),
+        timings={},
+        summary={"from": earlier.digest if earlier else None},
+    )
     return {side.summary_key: ctx.store.publish(tmp, manifest).digest}
 
 

@@ -72,8 +72,10 @@ class ExportStage(Stage):
         # the registered hooks: those exist only once the factory has run, and the key comes first.
         from deploykit.plugins import export_code_files
 
-        return {"torch": tool_versions().get("torch", "absent"),
-                "plugin_export_code": {f.name: digest_file(f) for f in export_code_files()}}
+        return {
+            "torch": tool_versions().get("torch", "absent"),
+            "plugin_export_code": {f.name: digest_file(f) for f in export_code_files()},
+        }
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ExportSummary:
         cfg = ctx.config
@@ -101,15 +103,19 @@ def _exported_in_memory(cfg: Config) -> tuple[Any, str, str, str]:
 
 def export_model(model: Any, cfg: Config) -> tuple[Any, str, str]:
     """Export with the configured exporter; ``auto`` tries dynamo, then TorchScript. Returns (model, exporter, why)."""
-    order = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[cfg.export.exporter]
+    order = {"auto": ["dynamo", "torchscript"], "dynamo": ["dynamo"], "torchscript": ["torchscript"]}[
+        cfg.export.exporter
+    ]
     errors: list[str] = []
     for exporter in order:
         try:
             return _export_with(model, cfg, exporter), exporter, "; ".join(errors)
         except Exception as e:  # each exporter fails in its own way; keep the first line of each
             errors.append(f"{exporter} exporter failed: {_cause(e)}")
-    raise ModelError(f"{torch_name(cfg)}: export failed. " + " | ".join(errors),
-                     hint="try export.exporter: torchscript or dynamo, or simplify data-dependent code")
+    raise ModelError(
+        f"{torch_name(cfg)}: export failed. " + " | ".join(errors),
+        hint="try export.exporter: torchscript or dynamo, or simplify data-dependent code",
+    )
 
 
 def _export_with(model: Any, cfg: Config, exporter: str) -> Any:
@@ -122,13 +128,29 @@ def _export_with(model: Any, cfg: Config, exporter: str) -> Any:
     buf = io.BytesIO()
     with _quiet_exporter(), torch.no_grad():
         if exporter == "dynamo":
-            program = torch.onnx.export(model, example, dynamo=True, input_names=names, output_names=outputs,
-                                        opset_version=cfg.export.opset, dynamic_shapes=_dynamo_shapes(cfg),
-                                        external_data=False, verbose=False,
-                                        custom_translation_table=export_hooks.dynamo_translations() or None)
+            program = torch.onnx.export(
+                model,
+                example,
+                dynamo=True,
+                input_names=names,
+                output_names=outputs,
+                opset_version=cfg.export.opset,
+                dynamic_shapes=_dynamo_shapes(cfg),
+                external_data=False,
+                verbose=False,
+                custom_translation_table=export_hooks.dynamo_translations() or None,
+            )
             return program.model_proto
-        torch.onnx.export(model, example, buf, dynamo=False, input_names=names, output_names=outputs,
-                          opset_version=cfg.export.opset, dynamic_axes=_dynamic_axes(cfg) or None)
+        torch.onnx.export(
+            model,
+            example,
+            buf,
+            dynamo=False,
+            input_names=names,
+            output_names=outputs,
+            opset_version=cfg.export.opset,
+            dynamic_axes=_dynamic_axes(cfg) or None,
+        )
     return onnx.load_model_from_string(buf.getvalue())
 
 
@@ -142,8 +164,11 @@ def _quiet_exporter() -> Iterator[None]:
     try:
         # stderr too: torch.export prints the whole traced graph there when it fails (27 kB for
         # the NMS detector), which `auto` then handles by falling back
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                warnings.catch_warnings():
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -159,8 +184,10 @@ def _example_inputs(cfg: Config) -> tuple[Any, ...]:
     for spec in cfg.inputs:
         arr = feeds[spec.name]
         # torch.export specialises dims of size 1; trace a dynamic dim at >= 2 when its range allows.
-        shape = [max(arr.shape[i], min(2, cfg.dims[d].max)) if isinstance(d, str) else arr.shape[i]
-                 for i, d in enumerate(spec.shape)]
+        shape = [
+            max(arr.shape[i], min(2, cfg.dims[d].max)) if isinstance(d, str) else arr.shape[i]
+            for i, d in enumerate(spec.shape)
+        ]
         tensors.append(torch.from_numpy(np.resize(arr, shape)))
     return tuple(tensors)
 
@@ -174,8 +201,11 @@ def _dynamo_shapes(cfg: Config) -> tuple[dict[int, Any], ...] | None:
 
 
 def _dynamic_axes(cfg: Config) -> dict[str, dict[int, str]]:
-    return {s.name: {i: d for i, d in enumerate(s.shape) if isinstance(d, str) and cfg.dims[d].max > cfg.dims[d].min}
-            for s in cfg.inputs if any(isinstance(d, str) for d in s.shape)}
+    return {
+        s.name: {i: d for i, d in enumerate(s.shape) if isinstance(d, str) and cfg.dims[d].max > cfg.dims[d].min}
+        for s in cfg.inputs
+        if any(isinstance(d, str) for d in s.shape)
+    }
 
 
 def check_against_torch(model: Any, cfg: Config, path: Path) -> ExportCheck:
@@ -194,9 +224,11 @@ def check_against_torch(model: Any, cfg: Config, path: Path) -> ExportCheck:
                 if err > worst["max_abs"]:
                     worst = {"max_abs": err, "output": name, "shape": which}
                 if not np.allclose(got[name], ref, atol=cfg.export.check_atol, rtol=cfg.export.check_rtol):
-                    raise ModelError(f"{path}: exported output {name!r} differs from torch by up to {err:.3g} at "
-                                     f"the {which} shape (tolerance atol={cfg.export.check_atol}, rtol={cfg.export.check_rtol})",
-                                     hint="try the other exporter (export.exporter) or check for randomness in forward()")
+                    raise ModelError(
+                        f"{path}: exported output {name!r} differs from torch by up to {err:.3g} at "
+                        f"the {which} shape (tolerance atol={cfg.export.check_atol}, rtol={cfg.export.check_rtol})",
+                        hint="try the other exporter (export.exporter) or check for randomness in forward()",
+                    )
     return ExportCheck(session.evaluator, distinct_shapes(cfg), cfg.export.check_samples, **worst)
 
 

@@ -70,15 +70,18 @@ def select_target(cfg: Config) -> tuple[str, Target | None]:
             if target.batch is not None:
                 check_batch(cfg, f"gate.targets.{name}.batch", target.batch)
             if target.precision not in ("any", cfg.quantize.precision):
-                raise ConfigError(f"gate.targets.{name} is for {target.precision} builds; this run builds "
-                                  f"{cfg.quantize.precision}", hint="set the target's precision, or build that "
-                                  "precision (--precision)")
+                raise ConfigError(
+                    f"gate.targets.{name} is for {target.precision} builds; this run builds {cfg.quantize.precision}",
+                    hint="set the target's precision, or build that precision (--precision)",
+                )
             return name, target
     if cfg.gate.allow_missing_target:
         return platform_names()[0], None
-    raise ConfigError(f"gate.targets: no target for this platform ({platform_names()[0]!r}); "
-                      f"targets: {', '.join(cfg.gate.targets) or 'none'}",
-                      hint="add that key or a 'default' target, or pass --allow-missing-target")
+    raise ConfigError(
+        f"gate.targets: no target for this platform ({platform_names()[0]!r}); "
+        f"targets: {', '.join(cfg.gate.targets) or 'none'}",
+        hint="add that key or a 'default' target, or pass --allow-missing-target",
+    )
 
 
 def gate_batch(cfg: Config, target: Target | None) -> int:
@@ -96,8 +99,10 @@ def check_batch(cfg: Config, where: str, batch: int) -> None:
         lead = spec.shape[0] if spec.shape else None
         lo, hi = (cfg.dims[lead].min, cfg.dims[lead].max) if isinstance(lead, str) else (lead, lead)
         if lead is not None and not lo <= batch <= hi:
-            raise ConfigError(f"{where}: {batch} is outside input {spec.name!r}'s batch range [{lo}, {hi}]",
-                              hint="change the batch or the dims")
+            raise ConfigError(
+                f"{where}: {batch} is outside input {spec.name!r}'s batch range [{lo}, {hi}]",
+                hint="change the batch or the dims",
+            )
 
 
 def check_timing_options(cfg: Config) -> None:
@@ -105,13 +110,17 @@ def check_timing_options(cfg: Config) -> None:
     from deploykit.backends import get_backend
 
     g = cfg.gate
-    asked = {"cuda_graph": (g.cuda_graph == "on", "gate.cuda_graph: on (--useCudaGraph)"),
-             "no_data_transfers": (not g.data_transfers, "gate.data_transfers: false (--noDataTransfers)")}
+    asked = {
+        "cuda_graph": (g.cuda_graph == "on", "gate.cuda_graph: on (--useCudaGraph)"),
+        "no_data_transfers": (not g.data_transfers, "gate.data_transfers: false (--noDataTransfers)"),
+    }
     refused = get_backend(cfg.build.backend, require_available=False).timing_refusals(cfg.build)
     for key, (wanted, what) in asked.items():
         if wanted and key in refused:
-            raise ConfigError(f"{what}: the {cfg.build.backend} backend cannot honour it: {refused[key]}",
-                              hint="drop the flag, or time on a backend that can (--backend tensorrt on a GPU)")
+            raise ConfigError(
+                f"{what}: the {cfg.build.backend} backend cannot honour it: {refused[key]}",
+                hint="drop the flag, or time on a backend that can (--backend tensorrt on a GPU)",
+            )
 
 
 class GateStage(Stage):
@@ -144,8 +153,15 @@ class GateStage(Stage):
         cfg = ctx.config
         key, target, base = self._resolve(cfg)
         g = {k: v for k, v in asdict(cfg.gate).items() if k not in ("targets", "baseline", "allow_missing_target")}
-        return {**g, "platform": key, "target": asdict(target) if target else None, "inputs": cfg.inputs,
-                "dims": cfg.dims, "precision": cfg.quantize.precision, "baseline": base["digest"] if base else None}
+        return {
+            **g,
+            "platform": key,
+            "target": asdict(target) if target else None,
+            "inputs": cfg.inputs,
+            "dims": cfg.dims,
+            "precision": cfg.quantize.precision,
+            "baseline": base["digest"] if base else None,
+        }
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         # A measurement belongs to the machine and toolchain that made it.
@@ -158,19 +174,33 @@ class GateStage(Stage):
         session = load_engine(inputs["engine"])
         before = load_snapshot()
         main = measure_batch(session, cfg, batch, ctx.reporter, deadline_ms=target.deadline_ms if target else None)
-        report = {"schema": SCHEMA, "model": cfg.name, "platform": platform, "batch": batch, "fps": main["fps"],
-                  "fps_definition": FPS_DEFINITION, "fps_best_case": main["fps_best_case"],
-                  "fps_best_case_definition": FPS_BEST_CASE_DEFINITION, "device": device_fingerprint(),
-                  "evaluator": session.evaluator, "precision": cfg.quantize.precision, **main,
-                  "sweep": [measure_batch(session, cfg, b, ctx.reporter, keep_raw=False)
-                            for b in sorted(set(g.batches) - {batch})],
-                  "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
-                  "target": asdict(target) if target else None, "note": "" if target else "no target for this platform"}
+        report = {
+            "schema": SCHEMA,
+            "model": cfg.name,
+            "platform": platform,
+            "batch": batch,
+            "fps": main["fps"],
+            "fps_definition": FPS_DEFINITION,
+            "fps_best_case": main["fps_best_case"],
+            "fps_best_case_definition": FPS_BEST_CASE_DEFINITION,
+            "device": device_fingerprint(),
+            "evaluator": session.evaluator,
+            "precision": cfg.quantize.precision,
+            **main,
+            "sweep": [
+                measure_batch(session, cfg, b, ctx.reporter, keep_raw=False) for b in sorted(set(g.batches) - {batch})
+            ],
+            "concurrency": measure_concurrent(inputs["engine"], cfg, batch) if g.concurrency > 1 else None,
+            "target": asdict(target) if target else None,
+            "note": "" if target else "no target for this platform",
+        }
         report["soak"] = _soak(session, cfg, batch, target) if g.soak_s > 0 else None
         report["load"] = load_between(before, load_snapshot())  # a timing on a busy machine says so
         report["checks"] = target_checks(target, report) + (
             soak_checks(report["soak"], g.soak, target.max_miss_rate if target and target.deadline_ms else None)
-            if report["soak"] else [])
+            if report["soak"]
+            else []
+        )
         base = _baseline(cfg, platform, target)
         report["baseline"] = baselines.compare(report, base, g.regression_threshold) if base else None
         checks = report["checks"] + (report["baseline"]["checks"] if base else [])
@@ -178,8 +208,15 @@ class GateStage(Stage):
         report["warnings"] = spread_warnings(report, g.spread_warning) + timing_warnings(report, g.cuda_graph)
         report["profile"] = _profile(inputs["engine"], cfg, batch, ctx, out) if g.profile else None
         jsonio.write(out / REPORT, report)
-        return GateSummary(report["passed"], report["fps"], report["latency"]["p99_ms"], platform,
-                           [c["message"] for c in checks if not c["passed"]], report["load"], report["fps_best_case"])
+        return GateSummary(
+            report["passed"],
+            report["fps"],
+            report["latency"]["p99_ms"],
+            platform,
+            [c["message"] for c in checks if not c["passed"]],
+            report["load"],
+            report["fps_best_case"],
+        )
 
     def reuse_note(self, artifact: Artifact) -> str:
         """A reused gate is a measurement from another time: say when, and whether the machine was busy."""
@@ -187,8 +224,10 @@ class GateStage(Stage):
         load = GateSummary.of(artifact).load
         note = f"measurement from {m.created} on {m.device.get('model', 'an unnamed device')} reused"  # never a soak
         if load.get("loaded"):
-            note += (f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
-                     f"on {load.get('cpus')} CPUs): --remeasure on a quiet machine for a clean one")
+            note += (
+                f", taken under load (CPU pressure {load.get('cpu_pressure')}, load {load.get('loadavg1')} "
+                f"on {load.get('cpus')} CPUs): --remeasure on a quiet machine for a clean one"
+            )
         return note
 
     @classmethod
@@ -215,14 +254,36 @@ def gate_checks(report: dict[str, Any]) -> list[Check]:
     if not report:
         return []
     where = f"{report['platform']} batch {report['batch']}"
-    out = [Check("gate", f"{where}: {c['name']}", "pass" if c["passed"] else "fail", c["passed"],
-                 c.get("metric", c["name"]), c["measured"], c["target"], ">=" if c["name"] == "fps" else "<=",
-                 c["message"]) for c in report.get("checks", [])]
+    out = [
+        Check(
+            "gate",
+            f"{where}: {c['name']}",
+            "pass" if c["passed"] else "fail",
+            c["passed"],
+            c.get("metric", c["name"]),
+            c["measured"],
+            c["target"],
+            ">=" if c["name"] == "fps" else "<=",
+            c["message"],
+        )
+        for c in report.get("checks", [])
+    ]
     if not out:
         out.append(Check("gate", where, "skipped", True, message=f"{report.get('note') or 'no target'}: measured only"))
     for c in (report.get("baseline") or {}).get("checks", []):
-        out.append(Check("baseline", c["name"], "pass" if c["passed"] else "fail", c["passed"], "slowdown",
-                         c["slowdown_at_least"], c["threshold"], "<=", c.get("message", "")))
+        out.append(
+            Check(
+                "baseline",
+                c["name"],
+                "pass" if c["passed"] else "fail",
+                c["passed"],
+                "slowdown",
+                c["slowdown_at_least"],
+                c["threshold"],
+                "<=",
+                c.get("message", ""),
+            )
+        )
     return out
 
 
@@ -231,16 +292,20 @@ def spread_warnings(report: dict[str, Any], limit: float) -> list[str]:
     s = report.get("spread", {}).get("p50_ms")
     if not s or s["rel"] <= limit:
         return []
-    return [f"trial spread is high: the p50 latency of the {report.get('trials_count', len(report.get('trials', [])))} "
-            f"trials ranges {s['min']:.3f}-{s['max']:.3f} ms, {s['rel'] * 100:.0f}% of the median (warning above "
-            f"{limit * 100:g}%); differences smaller than that are noise — rerun on a quiet machine (--remeasure)"]
+    return [
+        f"trial spread is high: the p50 latency of the {report.get('trials_count', len(report.get('trials', [])))} "
+        f"trials ranges {s['min']:.3f}-{s['max']:.3f} ms, {s['rel'] * 100:.0f}% of the median (warning above "
+        f"{limit * 100:g}%); differences smaller than that are noise — rerun on a quiet machine (--remeasure)"
+    ]
 
 
 def _check_soak(cfg: Config) -> None:
     limit = cfg.limits.timeout("gate")
     if cfg.gate.soak_s >= limit:
-        raise ConfigError(f"gate.soak_s: {cfg.gate.soak_s:g} s does not fit in the gate's time limit of {limit:g} s",
-                          hint="shorten the soak, or raise limits.stage_timeouts.gate (or limits.stage_timeout_s)")
+        raise ConfigError(
+            f"gate.soak_s: {cfg.gate.soak_s:g} s does not fit in the gate's time limit of {limit:g} s",
+            hint="shorten the soak, or raise limits.stage_timeouts.gate (or limits.stage_timeout_s)",
+        )
 
 
 def _soak(session: Any, cfg: Config, batch: int, target: Target | None) -> dict[str, Any]:
@@ -249,9 +314,14 @@ def _soak(session: Any, cfg: Config, batch: int, target: Target | None) -> dict[
     run, _ = timed_runner(session, feeds, cfg.gate)
     device = getattr(session, "device_memory_used", None)
     with tracing.span(f"gate soak {cfg.gate.soak_s:g} s batch {batch}"):
-        return run_soak(tracing.wrap(run, f"infer {cfg.name} batch {batch}"), lambda: session.infer(feeds),
-                        cfg.gate.soak_s, cfg.gate.soak, device_bytes=device,
-                        deadline_ms=target.deadline_ms if target else None)
+        return run_soak(
+            tracing.wrap(run, f"infer {cfg.name} batch {batch}"),
+            lambda: session.infer(feeds),
+            cfg.gate.soak_s,
+            cfg.gate.soak,
+            device_bytes=device,
+            deadline_ms=target.deadline_ms if target else None,
+        )
 
 
 def timing_warnings(report: dict[str, Any], cuda_graph: str) -> list[str]:
@@ -282,12 +352,18 @@ def _profile_markdown(profile: dict[str, Any] | None) -> str:
 def _baseline(cfg: Config, platform: str, target: Target | None) -> dict[str, Any] | None:
     if cfg.gate.baseline is None:
         return None
-    return baselines.load(cfg.path(cfg.gate.baseline), model=cfg.name, platform=platform,
-                          device=device_fingerprint(), batch=gate_batch(cfg, target))
+    return baselines.load(
+        cfg.path(cfg.gate.baseline),
+        model=cfg.name,
+        platform=platform,
+        device=device_fingerprint(),
+        batch=gate_batch(cfg, target),
+    )
 
 
-def measure_batch(session: Any, cfg: Config, batch: int, reporter: Any, keep_raw: bool = True,
-                  deadline_ms: float | None = None) -> dict[str, Any]:
+def measure_batch(
+    session: Any, cfg: Config, batch: int, reporter: Any, keep_raw: bool = True, deadline_ms: float | None = None
+) -> dict[str, Any]:
     """Warm up, then ``trials`` x ``iterations`` timed runs at one batch size (the opt shapes otherwise)."""
     g = cfg.gate
     feeds = random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch)
@@ -310,14 +386,25 @@ def measure_batch(session: Any, cfg: Config, batch: int, reporter: Any, keep_raw
     stats = aggregate_trials([realtime.averaged(t, g.avg_runs) for t in trials])
     wall = [batch * iterations / w if w > 0 else 0.0 for w in walls]
     every = [v for t in trials for v in t]
-    out = {"fps": float(np.median(wall)), "fps_trials": wall,
-           "fps_best_case": batch * 1000.0 / stats["latency"]["p50_ms"],
-           "fps_best_case_trials": fps_trials(stats["trials"], batch), **stats,
-           "worst_case": realtime.worst_case(every), "batch": batch,
-           "shapes": {name: list(array.shape) for name, array in feeds.items()},
-           "warmup": {"iterations": warm_n, "seconds": round(warm_s, 4), "min_iterations": g.warmup,
-                      "min_seconds": g.warmup_s}, "trials_count": g.trials, "iterations": iterations,
-           "timed": {**timed, "runner": dict(getattr(session, "runner_info", {})), "avg_runs": g.avg_runs}}
+    out = {
+        "fps": float(np.median(wall)),
+        "fps_trials": wall,
+        "fps_best_case": batch * 1000.0 / stats["latency"]["p50_ms"],
+        "fps_best_case_trials": fps_trials(stats["trials"], batch),
+        **stats,
+        "worst_case": realtime.worst_case(every),
+        "batch": batch,
+        "shapes": {name: list(array.shape) for name, array in feeds.items()},
+        "warmup": {
+            "iterations": warm_n,
+            "seconds": round(warm_s, 4),
+            "min_iterations": g.warmup,
+            "min_seconds": g.warmup_s,
+        },
+        "trials_count": g.trials,
+        "iterations": iterations,
+        "timed": {**timed, "runner": dict(getattr(session, "runner_info", {})), "avg_runs": g.avg_runs},
+    }
     if deadline_ms is not None:
         out["deadline"] = realtime.deadline_misses(every, deadline_ms)
     if keep_raw:
@@ -335,12 +422,21 @@ def timed_runner(session: Any, feeds: dict[str, np.ndarray], g: Any) -> tuple[An
     """
     options = {"cuda_graph": g.cuda_graph} if g.cuda_graph != "auto" else {}
     if not g.data_transfers and hasattr(session, "engine_timed_runner"):
-        return session.engine_timed_runner(feeds, **options), {"what": "engine alone (no host<->device copies)",
-                                                               "data_transfers": False, "cuda_graph": g.cuda_graph}
-    what = ("end to end (no device: no host<->device copies exist)" if not g.data_transfers
-            else "end to end (host<->device copies included)")
-    return session.timed_runner(feeds, **options), {"what": what, "data_transfers": g.data_transfers,
-                                                    "cuda_graph": g.cuda_graph}
+        return session.engine_timed_runner(feeds, **options), {
+            "what": "engine alone (no host<->device copies)",
+            "data_transfers": False,
+            "cuda_graph": g.cuda_graph,
+        }
+    what = (
+        "end to end (no device: no host<->device copies exist)"
+        if not g.data_transfers
+        else "end to end (host<->device copies included)"
+    )
+    return session.timed_runner(feeds, **options), {
+        "what": what,
+        "data_transfers": g.data_transfers,
+        "cuda_graph": g.cuda_graph,
+    }
 
 
 def _iterations(least: int, seconds: float, per_run_s: float) -> int:
@@ -357,8 +453,11 @@ def _engine_only(session: Any, cfg: Config, batch: int) -> dict[str, Any]:
     run = session.engine_timed_runner(random_feeds(cfg, "opt", np.random.default_rng(0), batch=batch), **options)
     warm_up(run, g.warmup, g.warmup_s)
     stats = aggregate_trials([time_iterations(run, g.iterations) for _ in range(g.trials)])
-    return {"latency": stats["latency"], "fps_best_case": batch * 1000.0 / stats["latency"]["p50_ms"],
-            "runner": dict(getattr(session, "runner_info", {}))}
+    return {
+        "latency": stats["latency"],
+        "fps_best_case": batch * 1000.0 / stats["latency"]["p50_ms"],
+        "runner": dict(getattr(session, "runner_info", {})),
+    }
 
 
 def measure_concurrent(engine: Artifact, cfg: Config, batch: int) -> dict[str, Any]:
@@ -366,8 +465,10 @@ def measure_concurrent(engine: Artifact, cfg: Config, batch: int) -> dict[str, A
     import threading
 
     g = cfg.gate
-    runs = [load_engine(engine).timed_runner(random_feeds(cfg, "opt", np.random.default_rng(i), batch=batch))
-            for i in range(g.concurrency)]
+    runs = [
+        load_engine(engine).timed_runner(random_feeds(cfg, "opt", np.random.default_rng(i), batch=batch))
+        for i in range(g.concurrency)
+    ]
     barrier, latencies = threading.Barrier(g.concurrency + 1), [None] * g.concurrency
 
     def worker(i: int) -> None:
@@ -384,8 +485,14 @@ def measure_concurrent(engine: Artifact, cfg: Config, batch: int) -> dict[str, A
         t.join()
     wall = now_s() - start
     p50 = float(np.median(np.concatenate([np.asarray(x) for x in latencies])))
-    return {"streams": g.concurrency, "batch": batch, "iterations_per_stream": g.iterations, "seconds": wall,
-            "throughput": g.concurrency * g.iterations * batch / wall, "p50_ms": p50}
+    return {
+        "streams": g.concurrency,
+        "batch": batch,
+        "iterations_per_stream": g.iterations,
+        "seconds": wall,
+        "throughput": g.concurrency * g.iterations * batch / wall,
+        "p50_ms": p50,
+    }
 
 
 def target_checks(target: Target | None, report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -398,17 +505,33 @@ def target_checks(target: Target | None, report: dict[str, Any]) -> list[dict[st
     if target.fps is not None:
         fps = report["fps"]
         ok = fps >= target.fps
-        checks.append({"name": "fps", "metric": "wall-clock fps", "target": target.fps, "measured": fps,
-                       "passed": ok, "statistic": STATISTICS["fps"],
-                       "message": f"fps {fps:.1f} (wall-clock throughput, median of {trials} trials) "
-                                  f"{'>=' if ok else '<'} target {target.fps:g}"})
+        checks.append(
+            {
+                "name": "fps",
+                "metric": "wall-clock fps",
+                "target": target.fps,
+                "measured": fps,
+                "passed": ok,
+                "statistic": STATISTICS["fps"],
+                "message": f"fps {fps:.1f} (wall-clock throughput, median of {trials} trials) "
+                f"{'>=' if ok else '<'} target {target.fps:g}",
+            }
+        )
     if target.latency_ms_p99 is not None:
         p99 = report["latency"]["p99_ms"]
         ok = p99 <= target.latency_ms_p99
-        checks.append({"name": "latency_ms_p99", "metric": "latency_ms_p99", "target": target.latency_ms_p99, "measured": p99,
-                       "passed": ok, "statistic": STATISTICS["latency_ms_p99"],
-                       "message": f"p99 {p99:.2f} ms (median of {trials} trials) {'<=' if ok else '>'} target "
-                                  f"{target.latency_ms_p99:g} ms"})
+        checks.append(
+            {
+                "name": "latency_ms_p99",
+                "metric": "latency_ms_p99",
+                "target": target.latency_ms_p99,
+                "measured": p99,
+                "passed": ok,
+                "statistic": STATISTICS["latency_ms_p99"],
+                "message": f"p99 {p99:.2f} ms (median of {trials} trials) {'<=' if ok else '>'} target "
+                f"{target.latency_ms_p99:g} ms",
+            }
+        )
     if target.deadline_ms is not None:
         checks.append(realtime.deadline_check(report["deadline"], target.max_miss_rate))
     return checks

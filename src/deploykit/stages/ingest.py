@@ -62,8 +62,12 @@ class IngestStage(Stage):
             (out / MODEL).write_bytes(memory.onnx_bytes)  # then read back through the same guards as a file
             model = check_model(load_model(out / MODEL), Path(memory.label))
             check_inputs(ctx.config, model, Path(memory.label))
-            return IngestSummary(memory.label, opset_version(model), len(model.graph.node),
-                                 f"{model.producer_name} {model.producer_version}".strip())
+            return IngestSummary(
+                memory.label,
+                opset_version(model),
+                len(model.graph.node),
+                f"{model.producer_name} {model.producer_version}".strip(),
+            )
         path = self._path(ctx)
         repairs: list[Disagreement] = []
         model = check_model(load_model(path), path, repairs)
@@ -72,9 +76,13 @@ class IngestStage(Stage):
             save_model(model, out / MODEL)
         else:
             copy_model_files(path, out / MODEL)
-        return IngestSummary(str(path), opset_version(model), len(model.graph.node),
-                             f"{model.producer_name} {model.producer_version}".strip(),
-                             [r.sentence() for r in repairs])
+        return IngestSummary(
+            str(path),
+            opset_version(model),
+            len(model.graph.node),
+            f"{model.producer_name} {model.producer_version}".strip(),
+            [r.sentence() for r in repairs],
+        )
 
     @classmethod
     def report(cls, artifact: Artifact) -> dict[str, Any] | None:
@@ -83,8 +91,12 @@ class IngestStage(Stage):
         if not repaired:
             return None
         source = artifact.manifest.summary.get("source") or "the model"
-        return {"warnings": [f"{source}: {len(repaired)} declared output shape(s) or type(s) disagree with "
-                             "shape inference; the inferred ones are used: " + "; ".join(repaired)]}
+        return {
+            "warnings": [
+                f"{source}: {len(repaired)} declared output shape(s) or type(s) disagree with "
+                "shape inference; the inferred ones are used: " + "; ".join(repaired)
+            ]
+        }
 
     @staticmethod
     def _path(ctx: StageContext) -> Path:

@@ -97,9 +97,7 @@ class LintStage(Stage):
             "inputs": c.inputs,
             "dims": c.dims,
             "tables": digest(),
-            "plugins": None
-            if libraries is None
-            else [digest_file(p) if p.is_file() else str(p) for p in libraries],
+            "plugins": None if libraries is None else [digest_file(p) if p.is_file() else str(p) for p in libraries],
         }
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> LintSummary:
@@ -143,6 +141,5 @@ class LintStage(Stage):
         if s.failure():
             raise LintFailed(
                 f"TensorRT lint: {s.failure()}",
-                hint=f"every finding with its fix is in {artifact.file(REPORT)} (`deploykit lint` "
-                "prints them)",
+                hint=f"every finding with its fix is in {artifact.file(REPORT)} (`deploykit lint` prints them)",
             )

@@ -58,12 +58,21 @@ class ParityStage(Stage):
         torch_ref = c.parity.torch_reference and c.source.is_torch
         from deploykit.source.factory import source_fingerprint
 
-        return {"parity": c.parity, "inputs": c.inputs, "dims": c.dims, "preset": parity_preset(c.quantize),
-                "torch_source": source_fingerprint(c) if torch_ref else None,
-                "validation": validation_fingerprint(c)}
+        return {
+            "parity": c.parity,
+            "inputs": c.inputs,
+            "dims": c.dims,
+            "preset": parity_preset(c.quantize),
+            "torch_source": source_fingerprint(c) if torch_ref else None,
+            "validation": validation_fingerprint(c),
+        }
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
-        return {"onnxruntime": onnxruntime_version(), "torch": tool_versions().get("torch"), "device": device_fingerprint()}
+        return {
+            "onnxruntime": onnxruntime_version(),
+            "torch": tool_versions().get("torch"),
+            "device": device_fingerprint(),
+        }
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> ParitySummary:
         cfg = ctx.config
@@ -84,10 +93,16 @@ class ParityStage(Stage):
                     worst = (rel_l2, feeds)  # kept for the per-layer diagnosis
                 advance()
         data["samples"] = comparison.samples
-        report = {**comparison.report(), "data": data, "candidate_evaluator": candidate.evaluator,
-                  "references": {"onnx": references["onnx"].evaluator,
-                                 **({"torch": "torch (CPU, eval mode)"} if torch_model is not None else {})},
-                  **({"reference_note": reference_note} if reference_note else {})}
+        report = {
+            **comparison.report(),
+            "data": data,
+            "candidate_evaluator": candidate.evaluator,
+            "references": {
+                "onnx": references["onnx"].evaluator,
+                **({"torch": "torch (CPU, eval mode)"} if torch_model is not None else {}),
+            },
+            **({"reference_note": reference_note} if reference_note else {}),
+        }
         against_onnx = any(" vs onnx: " in f for f in report["failures"])  # torch-only gaps: nothing to trace
         if against_onnx and cfg.parity.diagnose and worst[1] is not None:
             report["diagnosis"] = diagnose_failure(cfg, inputs, worst[1])
@@ -105,9 +120,11 @@ class ParityStage(Stage):
             return
         hint = f"the full report is {artifact.file(REPORT)}"
         if s.status == "inconclusive":
-            raise ParityFailed("parity inconclusive: " + "; ".join(s.inconclusive),
-                               hint="configure validation data that exercises these outputs, or set "
-                                    f"parity.inconclusive: warn; {hint}")
+            raise ParityFailed(
+                "parity inconclusive: " + "; ".join(s.inconclusive),
+                hint="configure validation data that exercises these outputs, or set "
+                f"parity.inconclusive: warn; {hint}",
+            )
         raise ParityFailed("parity failed: " + "; ".join(s.failures), hint=hint)
 
 
@@ -122,19 +139,45 @@ def parity_checks(report: dict[str, Any]) -> list[Check]:
         for ref, r in refs.items():
             metric, measured, limit, op = worst_of(r.get("metrics", {}), r.get("tolerance", {}))
             reasons = list(r.get("violations", [])) + ([r["inconclusive"]] if r.get("inconclusive") else [])
-            out.append(Check("parity", f"{name} vs {ref}", r["status"], r["status"] == "pass" or
-                             (r["status"] == "inconclusive" and accepted), metric, measured, limit, op,
-                             "; ".join(reasons)))
+            out.append(
+                Check(
+                    "parity",
+                    f"{name} vs {ref}",
+                    r["status"],
+                    r["status"] == "pass" or (r["status"] == "inconclusive" and accepted),
+                    metric,
+                    measured,
+                    limit,
+                    op,
+                    "; ".join(reasons),
+                )
+            )
     for t in report.get("tasks", []):
         lim = deciding_limit(t)
         reasons = list(t.get("violations", [])) + ([t["inconclusive"]] if t.get("inconclusive") else [])
-        out.append(Check("task", f"{t['label']} vs {t['reference']}", t["status"],
-                         t["status"] == "pass" or (t["status"] == "inconclusive" and accepted), lim.get("metric", ""),
-                         t.get("metrics", {}).get(lim.get("metric")), lim.get("value"), lim.get("op", ""),
-                         "; ".join(reasons)))
+        out.append(
+            Check(
+                "task",
+                f"{t['label']} vs {t['reference']}",
+                t["status"],
+                t["status"] == "pass" or (t["status"] == "inconclusive" and accepted),
+                lim.get("metric", ""),
+                t.get("metrics", {}).get(lim.get("metric")),
+                lim.get("value"),
+                lim.get("op", ""),
+                "; ".join(reasons),
+            )
+        )
     if report and not report.get("passed") and all(c.passed for c in out):
-        out.append(Check("parity", "parity", report.get("status", "fail"), False,
-                         message="; ".join(report.get("failures") or report.get("inconclusive") or ["failed"])))
+        out.append(
+            Check(
+                "parity",
+                "parity",
+                report.get("status", "fail"),
+                False,
+                message="; ".join(report.get("failures") or report.get("inconclusive") or ["failed"]),
+            )
+        )
     return out
 
 
@@ -151,9 +194,11 @@ def _fp32_reference(ctx: StageContext, inputs: dict[str, Artifact]) -> tuple[dic
     fp32 = model
     while fp32.manifest.stage == "quantize":
         fp32 = ctx.store.get(fp32.manifest.parents["model"])
-    note = (f"surgery changed the outputs ({', '.join(_output_names(reference))} -> "
-            f"{', '.join(_output_names(fp32))}): compared against the FP32 graph after surgery, not the export "
-            "or torch")
+    note = (
+        f"surgery changed the outputs ({', '.join(_output_names(reference))} -> "
+        f"{', '.join(_output_names(fp32))}): compared against the FP32 graph after surgery, not the export "
+        "or torch"
+    )
     return {**inputs, "reference": fp32}, note
 
 
@@ -162,8 +207,10 @@ def runners(ctx: StageContext, inputs: dict[str, Artifact]) -> dict[str, Any]:
     ``onnx`` (the FP32 reference graph) and ``torch`` for a torch source; each maps feeds -> outputs
     (``deploykit parity --save-outputs`` writes what they computed)."""
     inputs, note = _fp32_reference(ctx, inputs)
-    out = {"candidate": _candidate(inputs).infer,
-           "onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled").infer}
+    out = {
+        "candidate": _candidate(inputs).infer,
+        "onnx": session_from_onnx(inputs["reference"].file(MODEL), "onnxruntime", level="disabled").infer,
+    }
     torch_model = None if note else _torch_model(ctx)
     if torch_model is not None:
         from deploykit.source.factory import run_torch
@@ -205,7 +252,9 @@ def _torch_model(ctx: StageContext) -> Any:
     return ctx.torch_model
 
 
-def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: dict[str, np.ndarray]) -> dict[str, dict]:
+def _references(
+    sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: dict[str, np.ndarray]
+) -> dict[str, dict]:
     out = {name: s.infer(feeds) for name, s in sessions.items()}
     if torch_model is not None:
         from deploykit.source.factory import run_torch
@@ -217,6 +266,7 @@ def _references(sessions: dict[str, Any], torch_model: Any, cfg: Config, feeds: 
 
 # -- diagnosis ---------------------------------------------------------------------------------------
 
+
 def diagnose_failure(cfg: Config, inputs: dict[str, Artifact], feeds: dict[str, np.ndarray]) -> dict[str, Any]:
     """Per-layer divergence between the reference graph and the ONNX-level candidate, on the worst sample."""
     candidate, level = _diagnosis_candidate(inputs)
@@ -225,10 +275,12 @@ def diagnose_failure(cfg: Config, inputs: dict[str, Artifact], feeds: dict[str, 
     try:
         diagnose = importlib.import_module("deploykit.metrics.divergence")
     except ImportError:
-        return {"status": "unavailable", "reason": "this deploykit has no per-layer diagnosis (deploykit.metrics.divergence)"}
+        return {
+            "status": "unavailable",
+            "reason": "this deploykit has no per-layer diagnosis (deploykit.metrics.divergence)",
+        }
     try:
-        result = diagnose.compare_graphs(inputs["reference"].file(MODEL), candidate, feeds,
-                                         top=cfg.parity.diagnose_top)
+        result = diagnose.compare_graphs(inputs["reference"].file(MODEL), candidate, feeds, top=cfg.parity.diagnose_top)
     except Exception as e:  # the diagnosis explains a failure; it must never hide the verdict and report
         return {"status": "failed", "candidate": level, "reason": f"{type(e).__name__}: {e}"}
     return {"status": "ran", "candidate": level, **_as_dict(result)}
@@ -241,8 +293,10 @@ def _diagnosis_candidate(inputs: dict[str, Artifact]) -> tuple[Path | None, str]
     engine = inputs["engine"]
     if BuildSummary.of(engine).backend == "onnxruntime":
         return engine.file(MODEL), "the ONNX Runtime engine's optimized graph"
-    return None, ("the candidate is a TensorRT engine with the reference's ONNX: a diagnostic build that marks "
-                  "layers as outputs would change fusion, so it is not run automatically")
+    return None, (
+        "the candidate is a TensorRT engine with the reference's ONNX: a diagnostic build that marks "
+        "layers as outputs would change fusion, so it is not run automatically"
+    )
 
 
 def _as_dict(result: Any) -> dict[str, Any]:

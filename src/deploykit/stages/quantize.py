@@ -157,17 +157,30 @@ class QuantizeStage(Stage):
                 f"quantize.precision {c.quantize.precision} for the {flavour.name} flavour needs NVIDIA "
                 "ModelOpt, which this install lacks",
                 hint="pip install 'deploykit[quant]' (INT8 for ONNX Runtime's CPU kernels, --precision int8 "
-                     "--set quantize.target=onnxruntime, needs only ONNX Runtime)")
+                "--set quantize.target=onnxruntime, needs only ONNX Runtime)",
+            )
 
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
         q, flavour = c.quantize, flavour_for(c.quantize.flavour(c.build.backend))
         source = _calibration(ctx)
-        return {"quantize": q, "flavour": flavour.name, **flavour.key(q, c.build.optimization_level),
-                "calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims,
-                "parity": {"default": c.parity.default, "outputs": c.parity.outputs, "tasks": c.parity.tasks,
-                           "inconclusive": c.parity.inconclusive, "vacuous_below": c.parity.vacuous_below},
-                "validation": validation_fingerprint(c), "trt_cache": TRT_CACHE_VERSION}
+        return {
+            "quantize": q,
+            "flavour": flavour.name,
+            **flavour.key(q, c.build.optimization_level),
+            "calibration": source.fingerprint() if source else None,
+            "inputs": c.inputs,
+            "dims": c.dims,
+            "parity": {
+                "default": c.parity.default,
+                "outputs": c.parity.outputs,
+                "tasks": c.parity.tasks,
+                "inconclusive": c.parity.inconclusive,
+                "vacuous_below": c.parity.vacuous_below,
+            },
+            "validation": validation_fingerprint(c),
+            "trt_cache": TRT_CACHE_VERSION,
+        }
 
     def key_env(self, ctx: StageContext) -> dict[str, Any]:
         return {"onnxruntime": onnxruntime_version(), "modelopt": tool_versions().get("nvidia-modelopt", "absent")}
@@ -181,10 +194,18 @@ class QuantizeStage(Stage):
         source = _calibration(ctx)
         stream = SampleStream(source, limit=c.calibration.samples, what="calibration") if source else None
         flavour = flavour_for(c.quantize.flavour(c.build.backend))
-        job = Job(load_model(inputs["model"].file(MODEL)), c.quantize, flavour.name, stream,
-                  where=str(inputs["model"].file(MODEL)), ort_level=c.build.optimization_level,
-                  reduce_range=flavour.reduce_range(c.quantize.reduce_range),
-                  task=ctx.reporter.task, judging=_judging(ctx, inputs), search_cache=_cache_lookup(ctx))
+        job = Job(
+            load_model(inputs["model"].file(MODEL)),
+            c.quantize,
+            flavour.name,
+            stream,
+            where=str(inputs["model"].file(MODEL)),
+            ort_level=c.build.optimization_level,
+            reduce_range=flavour.reduce_range(c.quantize.reduce_range),
+            task=ctx.reporter.task,
+            judging=_judging(ctx, inputs),
+            search_cache=_cache_lookup(ctx),
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
@@ -213,23 +234,43 @@ class QuantizeStage(Stage):
         if check is None:
             return []
         patch = artifact.path / PRECISION
-        limits = ((json.loads(patch.read_text()).get("check") or {}).get("rel_l2_limits", {})
-                  if patch.is_file() else {})
+        limits = (json.loads(patch.read_text()).get("check") or {}).get("rel_l2_limits", {}) if patch.is_file() else {}
         out, claimed = [], set()
         for name, m in sorted(check.metrics.items()):
             bad = [v for v in check.violations if v.startswith(f"{name}: ")]
             claimed.update(bad)
-            out.append(Check("quantize", name, "fail" if bad else "pass", not bad, "rel_l2", m.get("rel_l2"),
-                             limits.get(name), "<=", "; ".join(v.removeprefix(f"{name}: ") for v in bad)))
+            out.append(
+                Check(
+                    "quantize",
+                    name,
+                    "fail" if bad else "pass",
+                    not bad,
+                    "rel_l2",
+                    m.get("rel_l2"),
+                    limits.get(name),
+                    "<=",
+                    "; ".join(v.removeprefix(f"{name}: ") for v in bad),
+                )
+            )
         from deploykit.metrics.tasks import deciding_limit
 
         for t in check.tasks:  # parity's task checks, each by the limit that decides it
             lim = deciding_limit(t)
             bad = [v for v in check.violations if v.startswith(f"{t['label']}: ")]
             claimed.update(bad)
-            out.append(Check("quantize", t["label"], "fail" if bad else t["status"], not bad,
-                             lim.get("metric", ""), t["metrics"].get(lim.get("metric")), lim.get("value"),
-                             lim.get("op", ""), "; ".join(v.removeprefix(f"{t['label']}: ") for v in bad)))
+            out.append(
+                Check(
+                    "quantize",
+                    t["label"],
+                    "fail" if bad else t["status"],
+                    not bad,
+                    lim.get("metric", ""),
+                    t["metrics"].get(lim.get("metric")),
+                    lim.get("value"),
+                    lim.get("op", ""),
+                    "; ".join(v.removeprefix(f"{t['label']}: ") for v in bad),
+                )
+            )
         rest = [v for v in check.violations if v not in claimed]
         if rest or (not check.passed and all(c.passed for c in out)):
             out.append(Check("quantize", "check", "fail", False, message="; ".join(rest) or "failed"))
@@ -239,8 +280,11 @@ class QuantizeStage(Stage):
         summary = QuantizeSummary.of(artifact)
         check = summary.check
         if check and not check.passed:
-            raise ParityFailed(f"quantized model misses its tolerance against the FP32 graph on {check.data}: "
-                               + "; ".join(check.violations[:4]), hint=_hint(summary, artifact.file(PRECISION)))
+            raise ParityFailed(
+                f"quantized model misses its tolerance against the FP32 graph on {check.data}: "
+                + "; ".join(check.violations[:4]),
+                hint=_hint(summary, artifact.file(PRECISION)),
+            )
 
 
 def _calibration(ctx: StageContext) -> Any:
@@ -251,12 +295,15 @@ def _calibration(ctx: StageContext) -> Any:
     if c.calibration is None:
         if c.quantize.precision == "fp16":
             return None
-        raise ConfigError(f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
-                          "no 'calibration' section",
-                          hint="add calibration: {folder: images/} (or files:/function:), or pass "
-                               + spelled("calibration= (samples, or a folder)", "--calib-data"))
-    return DataSource(c.calibration, c.base_dir, inputs_from_config(c), what="calibration",
-                      max_input_mib=c.limits.max_input_mib)
+        raise ConfigError(
+            f"quantize.precision {c.quantize.precision} needs calibration data, and the config has "
+            "no 'calibration' section",
+            hint="add calibration: {folder: images/} (or files:/function:), or pass "
+            + spelled("calibration= (samples, or a folder)", "--calib-data"),
+        )
+    return DataSource(
+        c.calibration, c.base_dir, inputs_from_config(c), what="calibration", max_input_mib=c.limits.max_input_mib
+    )
 
 
 def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
@@ -292,17 +339,21 @@ def _mix(result: Any) -> tuple[int, int] | None:
 def _hint(summary: QuantizeSummary, report: Path) -> str:
     """What to do next; never "enable the search" when it ran and spent its budget."""
     if summary.repair is None:
-        return (f"see {report}; enable quantize.repair ({spelled('quantize__repair__enabled=True', '--auto-repair')}) "
-                "to search for the layers to keep in higher "
-                "precision, or exclude the nodes the diagnosis names")
+        return (
+            f"see {report}; enable quantize.repair ({spelled('quantize__repair__enabled=True', '--auto-repair')}) "
+            "to search for the layers to keep in higher "
+            "precision, or exclude the nodes the diagnosis names"
+        )
     from deploykit.quant.flavours import flavour_for
 
     # high_precision sets what the float rest runs in only where the flavour lets it
     rest = bool(summary.flavour) and flavour_for(summary.flavour).configurable_rest
     wider = ", use quantize.high_precision: fp32" if rest else ""
-    return (f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
-            f"quantize.repair.max_iterations / candidates (and max_nodes if you capped it){wider}, or loosen the "
-            "tolerance if the best state shown is acceptable")
+    return (
+        f"the mixed-precision search stopped: {summary.repair.stopped}; see its table in {report}. Raise "
+        f"quantize.repair.max_iterations / candidates (and max_nodes if you capped it){wider}, or loosen the "
+        "tolerance if the best state shown is acceptable"
+    )
 
 
 def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
@@ -359,8 +410,9 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         (out / SENSITIVITY).write_text(json.dumps(clean(result.search_cache), sort_keys=True, allow_nan=False))
     samples = job.samples.seen if job.samples is not None else 0
     if result.ranges:
-        write_ranges(out / RANGES, result.ranges, result.settings, {"samples": samples,
-                                                                    "range_samples": result.range_samples})
+        write_ranges(
+            out / RANGES, result.ranges, result.settings, {"samples": samples, "range_samples": result.range_samples}
+        )
     if job.cfg.precision == "int8" and job.target.calibration_cache and result.ranges:
         trt_cache.write(out / CACHE, {k: r.amax for k, r in result.ranges.items()}, TRT_CACHE_VERSION)
     report = clean(_precision_report(result, job))
@@ -370,25 +422,43 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
     if job.cfg.method == "auto" and job.cfg.precision in CALIBRATED and result.ranges:
         method = f"auto ({method})"
     return QuantizeSummary(
-        precision=job.cfg.precision, flavour=job.flavour, method=method, samples=samples,
-        range_samples=result.range_samples, check_samples=result.check_samples,
-        quantized_nodes=len(quantized_node_names(result.model)), excluded=sorted(result.excluded),
-        kept_fp32=sorted(result.fp32), unquantized=sorted(result.unquantized), check=_short(check),
-        evaluate=job.target.evaluator, evaluator=result.check.evaluator if result.check else "",
-        repair=_repair_summary(result), layer_precisions=dict(sorted(result.layer_precisions.items())),
-        notes=list(result.notes), warnings=warnings_ + (result.check.warnings if result.check else []),
-        passthrough=result.passthrough)
+        precision=job.cfg.precision,
+        flavour=job.flavour,
+        method=method,
+        samples=samples,
+        range_samples=result.range_samples,
+        check_samples=result.check_samples,
+        quantized_nodes=len(quantized_node_names(result.model)),
+        excluded=sorted(result.excluded),
+        kept_fp32=sorted(result.fp32),
+        unquantized=sorted(result.unquantized),
+        check=_short(check),
+        evaluate=job.target.evaluator,
+        evaluator=result.check.evaluator if result.check else "",
+        repair=_repair_summary(result),
+        layer_precisions=dict(sorted(result.layer_precisions.items())),
+        notes=list(result.notes),
+        warnings=warnings_ + (result.check.warnings if result.check else []),
+        passthrough=result.passthrough,
+    )
 
 
 def _precision_report(result: Any, job: Any) -> dict[str, Any]:
-    return {"precision": job.cfg.precision, "flavour": job.flavour, "high_precision": job.cfg.high_precision,
-            "excluded_from_quantization": _reasons(result.excluded), "kept_fp32": _reasons(result.fp32),
-            "left_unquantized_by_quantizer": _reasons(result.unquantized),
-            "layer_precisions": dict(sorted(result.layer_precisions.items())),
-            "base": BASE if result.layer_precisions and result.base is not None else None,
-            "search": result.repair.to_dict() if result.repair else None,
-            "check": result.check.to_dict() if result.check else None, "preparation": result.preparation,
-            "notes": result.notes, "passthrough": result.passthrough}
+    return {
+        "precision": job.cfg.precision,
+        "flavour": job.flavour,
+        "high_precision": job.cfg.high_precision,
+        "excluded_from_quantization": _reasons(result.excluded),
+        "kept_fp32": _reasons(result.fp32),
+        "left_unquantized_by_quantizer": _reasons(result.unquantized),
+        "layer_precisions": dict(sorted(result.layer_precisions.items())),
+        "base": BASE if result.layer_precisions and result.base is not None else None,
+        "search": result.repair.to_dict() if result.repair else None,
+        "check": result.check.to_dict() if result.check else None,
+        "preparation": result.preparation,
+        "notes": result.notes,
+        "passthrough": result.passthrough,
+    }
 
 
 def _reasons(kept: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -403,8 +473,14 @@ def _short(check: dict[str, Any] | None) -> QuantCheck | None:
     metrics = {k: {m: v[m] for m in keys if m in v} for k, v in check["metrics"].items()}
     # JSON has no infinity: non-finite values become None (the report says what they mean).
     tasks = [{k: t[k] for k in ("label", "metrics", "status", "limits") if k in t} for t in check.get("tasks", [])]
-    return QuantCheck(check["passed"], clean(check["violations"]), clean(metrics), check["samples"],
-                      check.get("data") or "held-out calibration samples", clean(tasks))
+    return QuantCheck(
+        check["passed"],
+        clean(check["violations"]),
+        clean(metrics),
+        check["samples"],
+        check.get("data") or "held-out calibration samples",
+        clean(tasks),
+    )
 
 
 def _repair_summary(result: Any) -> RepairSummary | None:
@@ -413,12 +489,18 @@ def _repair_summary(result: Any) -> RepairSummary | None:
         return None
     steps = search.outcome.steps
     return RepairSummary(
-        passed=search.check.passed, iterations=len(steps), excluded_nodes=search.added,
-        stopped=search.stopped.sentence, stop_codes=list(search.stopped.codes),
+        passed=search.check.passed,
+        iterations=len(steps),
+        excluded_nodes=search.added,
+        stopped=search.stopped.sentence,
+        stop_codes=list(search.stopped.codes),
         worst_rel_l2=clean([_worst_rel_l2(s.score.values) for s in steps]),
-        layer_precisions=dict(sorted(search.patch.items())), evaluations=dict(search.evaluations),
-        cache_key=(result.search_cache or {}).get("key", ""), judged_on=search.data,
-        worst_ratio=clean([round(s.score.worst, 6) for s in steps]))
+        layer_precisions=dict(sorted(search.patch.items())),
+        evaluations=dict(search.evaluations),
+        cache_key=(result.search_cache or {}).get("key", ""),
+        judged_on=search.data,
+        worst_ratio=clean([round(s.score.worst, 6) for s in steps]),
+    )
 
 
 def _worst_rel_l2(values: dict[str, float]) -> float | None:

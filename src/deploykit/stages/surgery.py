@@ -51,9 +51,14 @@ class SurgeryStage(Stage):
         src = inputs["model"].file(MODEL)
         cfg = ctx.config
         feeds = random_feeds(cfg, "opt", np.random.default_rng(0))
-        model, reports = run_passes(load_model(src), [instantiate(p) for p in cfg.surgery.passes], feeds,
-                                    atol=cfg.surgery.check_atol, rtol=cfg.surgery.check_rtol,
-                                    where=users_name(cfg))
+        model, reports = run_passes(
+            load_model(src),
+            [instantiate(p) for p in cfg.surgery.passes],
+            feeds,
+            atol=cfg.surgery.check_atol,
+            rtol=cfg.surgery.check_rtol,
+            where=users_name(cfg),
+        )
         save_model(model, out / MODEL)
         return SurgerySummary(reports, len(model.graph.node))
 

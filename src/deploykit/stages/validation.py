@@ -30,8 +30,9 @@ def validation_source(cfg: Config) -> Any:
     """The configured validation DataSource (``cfg.validation`` must be set)."""
     from deploykit.data.sources import DataSource, inputs_from_config
 
-    return DataSource(cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation",
-                      max_input_mib=cfg.limits.max_input_mib)
+    return DataSource(
+        cfg.validation, cfg.base_dir, inputs_from_config(cfg), what="validation", max_input_mib=cfg.limits.max_input_mib
+    )
 
 
 def validation_fingerprint(cfg: Config) -> Any:
@@ -56,11 +57,16 @@ def parity_samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[s
         kind = "folder" if v.folder else "files" if v.files else "function" if v.function else "memory"
         if v.memory is not None:
             where = f"{v.memory.count} samples in memory, sha256 {v.memory.digest[:12]}"
-        data = {"kind": "validation", "source": f"{kind}: {where}", "planned": v.samples,
-                "note": f"validation data ({where})" if v.memory else f"validation data ({kind} {where})"}
+        data = {
+            "kind": "validation",
+            "source": f"{kind}: {where}",
+            "planned": v.samples,
+            "note": f"validation data ({where})" if v.memory else f"validation data ({kind} {where})",
+        }
         if v == cfg.calibration:
-            data["warning"] = ("the validation data is the calibration data: parity on samples the quantizer "
-                               "saw is optimistic")
+            data["warning"] = (
+                "the validation data is the calibration data: parity on samples the quantizer saw is optimistic"
+            )
         return _checked_dims(cfg, iter(validation_source(cfg))), data
     shapes = distinct_shapes(cfg)
 
@@ -70,9 +76,14 @@ def parity_samples(cfg: Config) -> tuple[Iterator[dict[str, np.ndarray]], dict[s
             for _ in range(cfg.parity.samples):
                 yield random_feeds(cfg, which, rng)
 
-    return random_samples(), {"kind": "random", "note": "random normal inputs: no validation data configured",
-                              "seed": cfg.parity.seed, "samples_per_shape": cfg.parity.samples, "shapes": shapes,
-                              "planned": len(shapes) * cfg.parity.samples}
+    return random_samples(), {
+        "kind": "random",
+        "note": "random normal inputs: no validation data configured",
+        "seed": cfg.parity.seed,
+        "samples_per_shape": cfg.parity.samples,
+        "shapes": shapes,
+        "planned": len(shapes) * cfg.parity.samples,
+    }
 
 
 def _checked_dims(cfg: Config, samples: Iterator[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
@@ -83,7 +94,9 @@ def _checked_dims(cfg: Config, samples: Iterator[dict[str, np.ndarray]]) -> Iter
                 if isinstance(dim, str):
                     size, d = feeds[spec.name].shape[axis], cfg.dims[dim]
                     if not d.min <= size <= d.max:
-                        raise DataError(f"validation sample {i}: input {spec.name!r} axis {axis} is {size}, outside "
-                                        f"dim {dim!r} range [{d.min}, {d.max}]",
-                                        hint="widen 'dims' in the config or batch the validation data differently")
+                        raise DataError(
+                            f"validation sample {i}: input {spec.name!r} axis {axis} is {size}, outside "
+                            f"dim {dim!r} range [{d.min}, {d.max}]",
+                            hint="widen 'dims' in the config or batch the validation data differently",
+                        )
         yield feeds

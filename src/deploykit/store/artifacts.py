@@ -136,7 +136,8 @@ class Store:
             raise ArtifactCorrupt(
                 f"{self.root / 'recipes' / recipe_key}: names artifact {digest[:12]}, which recipe "
                 f"{artifact.manifest.recipe_key[:12]} made, not this one",
-                hint=f"delete {self.root / 'recipes' / recipe_key} and rerun; see `deploykit artifacts verify`")
+                hint=f"delete {self.root / 'recipes' / recipe_key} and rerun; see `deploykit artifacts verify`",
+            )
         return artifact
 
     def _recipe_target(self, recipe_key: str) -> str | None:
@@ -180,12 +181,17 @@ class Store:
         if path.is_symlink() or not path.is_dir():
             raise ArtifactCorrupt(f"{path}: not an artifact folder", hint=f"delete {path}")
         manifest = Manifest.read(path / MANIFEST)
-        if manifest.identity() != path.name or manifest.digest != path.name or manifest.seal != manifest.expected_seal():
-            raise ArtifactCorrupt(f"{path / MANIFEST}: manifest does not match the artifact's digest",
-                                  hint=f"delete {path} and rerun; deploykit never trusts an edited artifact")
+        if (
+            manifest.identity() != path.name
+            or manifest.digest != path.name
+            or manifest.seal != manifest.expected_seal()
+        ):
+            raise ArtifactCorrupt(
+                f"{path / MANIFEST}: manifest does not match the artifact's digest",
+                hint=f"delete {path} and rerun; deploykit never trusts an edited artifact",
+            )
         if self.key is not None:
-            storekey.check(self.key, "manifest", path / MANIFEST, manifest.to_bytes(),
-                           path / storekey.MANIFEST_MAC)
+            storekey.check(self.key, "manifest", path / MANIFEST, manifest.to_bytes(), path / storekey.MANIFEST_MAC)
         present = _listing(path, strict=False)
         for name, expected in manifest.files.items():
             f = path / name
@@ -194,14 +200,17 @@ class Store:
             actual = digest_file(f) if deep else expected
             if actual != expected:
                 raise ArtifactCorrupt(
-                    f"{f}: content changed after the artifact was written (sha256 {actual[:12]}, manifest says {expected[:12]})",
+                    f"{f}: content changed after the artifact was written "
+                    f"(sha256 {actual[:12]}, manifest says {expected[:12]})",
                     hint=f"delete {path} and rerun; deploykit never trusts an edited artifact",
                 )
         extra = sorted(set(present) - set(manifest.files) - {MANIFEST, storekey.MANIFEST_MAC})
         if extra:
-            raise ArtifactCorrupt(f"{path / extra[0]}: file not listed in the artifact's manifest"
-                                  + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""),
-                                  hint=f"delete {path} and rerun; an artifact holds only what it lists")
+            raise ArtifactCorrupt(
+                f"{path / extra[0]}: file not listed in the artifact's manifest"
+                + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""),
+                hint=f"delete {path} and rerun; an artifact holds only what it lists",
+            )
         return manifest
 
     def scan(self) -> tuple[list[Artifact], list[str]]:
@@ -218,8 +227,10 @@ class Store:
         """Every artifact, oldest first; raise ArtifactCorrupt naming the first that does not verify."""
         good, problems = self.scan()
         if problems:
-            raise ArtifactCorrupt(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                                  hint="see `deploykit artifacts verify`")
+            raise ArtifactCorrupt(
+                problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                hint="see `deploykit artifacts verify`",
+            )
         return good
 
     # -- writing -------------------------------------------------------------------------------
@@ -273,10 +284,14 @@ class Store:
     def _publish(self, tmp: Path, manifest: Manifest) -> Artifact:
         if not RECIPE_KEY.fullmatch(manifest.recipe_key):
             raise UsageError(f"{manifest.recipe_key!r} is not a recipe key")
-        files = {name: digest_file(tmp / name) for name in _listing(tmp, strict=True)
-                 if name not in (MANIFEST, storekey.MANIFEST_MAC)}
-        manifest = dataclasses.replace(manifest, files=files, digest="", seal="", schema_version=SCHEMA_VERSION,
-                                       created=clock.stamp())
+        files = {
+            name: digest_file(tmp / name)
+            for name in _listing(tmp, strict=True)
+            if name not in (MANIFEST, storekey.MANIFEST_MAC)
+        }
+        manifest = dataclasses.replace(
+            manifest, files=files, digest="", seal="", schema_version=SCHEMA_VERSION, created=clock.stamp()
+        )
         manifest = dataclasses.replace(manifest, digest=manifest.identity())
         manifest = dataclasses.replace(manifest, seal=manifest.expected_seal())
         digest = manifest.digest
@@ -324,10 +339,12 @@ class Store:
             raise UsageError(f"{path}: no run named {name!r}", hint="see `deploykit artifacts ls`") from None
         except (ValueError, RecursionError) as e:
             raise ArtifactCorrupt(f"{path}: run record unreadable or not JSON", hint=f"delete {path} and rerun") from e
-        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and DIGEST.fullmatch(v)
-                                                 for k, v in data.items()):
-            raise ArtifactCorrupt(f"{path}: run record is not a map of roles to artifact digests",
-                                  hint=f"delete {path} and rerun")
+        if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and DIGEST.fullmatch(v) for k, v in data.items()
+        ):
+            raise ArtifactCorrupt(
+                f"{path}: run record is not a map of roles to artifact digests", hint=f"delete {path} and rerun"
+            )
         return data
 
     def write_record(self, name: str, data: bytes) -> Path:
@@ -347,8 +364,10 @@ class Store:
 
     def _run_path(self, name: str) -> Path:
         if not RUN_NAME.fullmatch(name or ""):
-            raise UsageError(f"run name {name!r}: use letters, digits, '_', '-' and '.' (no path)",
-                             hint="the run name is the config's 'name'")
+            raise UsageError(
+                f"run name {name!r}: use letters, digits, '_', '-' and '.' (no path)",
+                hint="the run name is the config's 'name'",
+            )
         return self.root / "runs" / f"{name}.json"
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
@@ -424,8 +443,11 @@ def _prepare(root: Path) -> None:
         p = root / name
         want_dir = name in LAYOUT
         if p.is_symlink() or (p.exists() and p.is_dir() != want_dir):
-            raise WorkdirError(f"{p}: is not a {'folder' if want_dir else 'regular file'} (this workdir is not "
-                               "laid out as an artifact store)", hint="pass another --workdir, or remove that entry")
+            raise WorkdirError(
+                f"{p}: is not a {'folder' if want_dir else 'regular file'} (this workdir is not "
+                "laid out as an artifact store)",
+                hint="pass another --workdir, or remove that entry",
+            )
     try:
         for sub in LAYOUT:
             (root / sub).mkdir(parents=True, exist_ok=True)
@@ -437,8 +459,10 @@ def _prepare(root: Path) -> None:
             raise WorkdirError(f"{root}: is not a folder", hint="pass a folder as --workdir") from e
         problem = os_error(e, root, "write the artifact store")
         if isinstance(problem, WorkdirError):
-            problem = WorkdirError(f"{root}: artifact store is not writable ({e.strerror})",
-                                   hint="pass a writable --workdir, or fix the folder's permissions")
+            problem = WorkdirError(
+                f"{root}: artifact store is not writable ({e.strerror})",
+                hint="pass a writable --workdir, or fix the folder's permissions",
+            )
         raise problem from e
 
 
@@ -507,5 +531,14 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["DIGEST", "MANIFEST", "RECIPE_KEY", "RUN_NAME", "SCHEMA_VERSION", "Artifact", "Manifest", "Store",
-           "recipe_key"]
+__all__ = [
+    "DIGEST",
+    "MANIFEST",
+    "RECIPE_KEY",
+    "RUN_NAME",
+    "SCHEMA_VERSION",
+    "Artifact",
+    "Manifest",
+    "Store",
+    "recipe_key",
+]

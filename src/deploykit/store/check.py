@@ -53,8 +53,11 @@ def verify(store: Store) -> VerifyReport:
         except ArtifactCorrupt as e:
             report.problems.append(e.message)
             continue
-        report.problems += [f"{run}: {role} names artifact {d[:12]}, which the store does not hold"
-                            for role, d in sorted(refs.items()) if d not in manifests]
+        report.problems += [
+            f"{run}: {role} names artifact {d[:12]}, which the store does not hold"
+            for role, d in sorted(refs.items())
+            if d not in manifests
+        ]
     return report
 
 
@@ -74,8 +77,9 @@ def _verify_objects(store: Store, report: VerifyReport) -> dict[str, Manifest | 
     for digest, m in sorted(manifests.items()):
         for role, parent in sorted((m.parents if m else {}).items()):
             if parent not in manifests:
-                report.problems.append(f"{store.root / 'objects' / digest / MANIFEST}: parent {role} "
-                                       f"{parent[:12]} is not in the store")
+                report.problems.append(
+                    f"{store.root / 'objects' / digest / MANIFEST}: parent {role} {parent[:12]} is not in the store"
+                )
     return manifests
 
 
@@ -104,8 +108,10 @@ class GcReport:
 def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     """Remove unreferenced objects, dangling recipes and stale temporaries; never a referenced object."""
     if not store.exclusive():
-        raise WorkdirError(f"{store.root}: another deploykit process has this store open",
-                           hint="run `deploykit artifacts gc` when no convert uses the workdir")
+        raise WorkdirError(
+            f"{store.root}: another deploykit process has this store open",
+            hint="run `deploykit artifacts gc` when no convert uses the workdir",
+        )
     try:
         return _collect(store, dry_run)
     finally:
@@ -169,8 +175,11 @@ def _reachable(objects: Path, roots: set[str]) -> set[str]:
         except ArtifactCorrupt:
             continue
         todo += [d for d in manifest.parents.values() if DIGEST.fullmatch(d)]
-        todo += [v for k, v in manifest.summary.items()
-                 if k.endswith("_artifact") and isinstance(v, str) and DIGEST.fullmatch(v)]
+        todo += [
+            v
+            for k, v in manifest.summary.items()
+            if k.endswith("_artifact") and isinstance(v, str) and DIGEST.fullmatch(v)
+        ]
     return keep
 
 

@@ -7,8 +7,18 @@ import platform
 import sys
 from importlib import metadata
 
-_TOOLS = ("deploykit", "torch", "onnx", "onnxruntime-gpu", "onnxruntime", "onnxscript",
-          "onnx-graphsurgeon", "nvidia-modelopt", "tensorrt", "cuda-python")
+_TOOLS = (
+    "deploykit",
+    "torch",
+    "onnx",
+    "onnxruntime-gpu",
+    "onnxruntime",
+    "onnxscript",
+    "onnx-graphsurgeon",
+    "nvidia-modelopt",
+    "tensorrt",
+    "cuda-python",
+)
 
 
 @functools.cache
@@ -45,15 +55,24 @@ def cpu_info() -> dict[str, str | int | list[str]]:
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "f16c", "fma")
     import os
 
-    return {"model": model, "machine": platform.machine(), "cores": os.cpu_count() or 1,
-            "features": sorted(f for f in flags if f in wanted)}
+    return {
+        "model": model,
+        "machine": platform.machine(),
+        "cores": os.cpu_count() or 1,
+        "features": sorted(f for f in flags if f in wanted),
+    }
 
 
 def device_fingerprint() -> dict[str, object]:
     """The CPU as it matters to results and timings (model name and SIMD features)."""
     info = cpu_info()
-    return {"type": "cpu", "model": info["model"], "machine": info["machine"], "features": info["features"],
-            "os": sys.platform}
+    return {
+        "type": "cpu",
+        "model": info["model"],
+        "machine": info["machine"],
+        "features": info["features"],
+        "os": sys.platform,
+    }
 
 
 def platform_names() -> list[str]:

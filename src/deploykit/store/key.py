@@ -67,10 +67,7 @@ def check(key: bytes, domain: str, subject: Path, data: bytes, mac_path: Path) -
         )
 
 
-_HINT = (
-    "deploykit never trusts it: a run re-makes such an artifact; delete what is named, "
-    "or rerun with the key set"
-)
+_HINT = "deploykit never trusts it: a run re-makes such an artifact; delete what is named, or rerun with the key set"
 
 
 __all__ = ["ENV", "MANIFEST_MAC", "MIN_KEY_BYTES", "RECORD_MAC", "check", "mac", "store_key"]

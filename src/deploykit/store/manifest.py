@@ -58,8 +58,10 @@ class Manifest:
         except (ValueError, RecursionError) as e:
             raise ArtifactCorrupt(f"{path}: manifest is not valid JSON", hint=f"delete {path.parent} and rerun") from e
         if not isinstance(data, dict):
-            raise ArtifactCorrupt(f"{path}: manifest is a JSON {type(data).__name__}, not an object",
-                                  hint=f"delete {path.parent} and rerun")
+            raise ArtifactCorrupt(
+                f"{path}: manifest is a JSON {type(data).__name__}, not an object",
+                hint=f"delete {path.parent} and rerun",
+            )
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ArtifactCorrupt(
                 f"{path}: manifest schema {data.get('schema_version')!r} is not {SCHEMA_VERSION}",
@@ -70,8 +72,10 @@ class Manifest:
             raise ArtifactCorrupt(f"{path}: manifest {problem}", hint=f"delete {path.parent} and rerun")
         manifest = cls(**data)
         if manifest.to_bytes() != raw:
-            raise ArtifactCorrupt(f"{path}: manifest was edited (it is not the file deploykit wrote)",
-                                  hint=f"delete {path.parent} and rerun; deploykit never trusts an edited artifact")
+            raise ArtifactCorrupt(
+                f"{path}: manifest was edited (it is not the file deploykit wrote)",
+                hint=f"delete {path.parent} and rerun; deploykit never trusts an edited artifact",
+            )
         return manifest
 
     def to_bytes(self) -> bytes:
@@ -105,8 +109,10 @@ def _field_problem(data: dict[str, Any]) -> str:
     names = set(_FIELD_TYPES)
     if set(data) != names:
         extra, missing = sorted(set(data) - names), sorted(names - set(data))
-        return f"has {'unknown fields ' + ', '.join(extra) if extra else ''}" \
-               f"{'; ' if extra and missing else ''}{'no field ' + ', '.join(missing) if missing else ''}"
+        return (
+            f"has {'unknown fields ' + ', '.join(extra) if extra else ''}"
+            f"{'; ' if extra and missing else ''}{'no field ' + ', '.join(missing) if missing else ''}"
+        )
     kinds = {"str": str, "int": int, "Any": object}
     for name, tp in _FIELD_TYPES.items():
         want = dict if tp.startswith("dict") else list if tp.startswith("list") else kinds[tp]

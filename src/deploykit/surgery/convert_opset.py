@@ -29,8 +29,10 @@ class ConvertOpset(Pass):
     def requires(self, model: onnx.ModelProto) -> None:
         newest = onnx.defs.onnx_opset_version()
         if not 7 <= self.params.opset <= newest:
-            raise PassConfigError(f"convert_opset: opset {self.params.opset} is outside what onnx "
-                                  f"{onnx.__version__} converts (7..{newest})")
+            raise PassConfigError(
+                f"convert_opset: opset {self.params.opset} is outside what onnx "
+                f"{onnx.__version__} converts (7..{newest})"
+            )
         if not opset_version(model):
             raise PassError("convert_opset: the model imports no ai.onnx opset", hint="re-export the model")
 
@@ -44,9 +46,10 @@ class ConvertOpset(Pass):
             out = version_converter.convert_version(model, self.params.opset)
         except Exception as e:  # the converter raises RuntimeError/ValueError naming the op it lacks
             text = first_line(e)
-            raise PassError(f"ONNX's version converter cannot take this model from opset {current} to "
-                            f"{self.params.opset}: {text}",
-                            hint="try an opset closer to the model's, or re-export at the target opset") from e
+            raise PassError(
+                f"ONNX's version converter cannot take this model from opset {current} to {self.params.opset}: {text}",
+                hint="try an opset closer to the model's, or re-export at the target opset",
+            ) from e
         needed = helper.find_min_ir_version_for([helper.make_opsetid("", self.params.opset)], True)
         out.ir_version = max(model.ir_version, needed)
         return PassResult(out, True, details={"from": current, "to": self.params.opset})

@@ -44,8 +44,9 @@ class Cut(Pass):
         out.graph.output.extend(infos[n] for n in names)
         dropped = remove_unused(out.graph)
         removed_inputs = _drop_unused_inputs(out.graph) if self.params.remove_unused_inputs else []
-        return PassResult(out, True, details={"outputs": names, "nodes_dropped": dropped,
-                                              "inputs_removed": removed_inputs})
+        return PassResult(
+            out, True, details={"outputs": names, "nodes_dropped": dropped, "inputs_removed": removed_inputs}
+        )
 
 
 def check_tensors(pass_name: str, model: onnx.ModelProto, names: tuple[str, ...]) -> None:
@@ -56,8 +57,10 @@ def check_tensors(pass_name: str, model: onnx.ModelProto, names: tuple[str, ...]
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3)
             also = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise PassConfigError(f"{pass_name}: the graph has no tensor {name!r}{also}",
-                                  hint="`deploykit inspect MODEL --json` lists the tensors; names are case-sensitive")
+            raise PassConfigError(
+                f"{pass_name}: the graph has no tensor {name!r}{also}",
+                hint="`deploykit inspect MODEL --json` lists the tensors; names are case-sensitive",
+            )
 
 
 def typed_value_infos(model: onnx.ModelProto, names: list[str]) -> dict[str, onnx.ValueInfoProto]:
@@ -104,13 +107,16 @@ def _ranks_by_running(model: onnx.ModelProto, infos: dict[str, onnx.ValueInfoPro
     try:
         values = ortcheck.run(model, feeds, list(infos))
     except Exception as e:
-        raise PassError(f"cannot tell the type of {', '.join(map(repr, infos))}: shape inference does not know it "
-                        f"and ONNX Runtime cannot run the graph ({type(e).__name__})",
-                        hint="run sanitize first, or add value_info for the tensor") from e
+        raise PassError(
+            f"cannot tell the type of {', '.join(map(repr, infos))}: shape inference does not know it "
+            f"and ONNX Runtime cannot run the graph ({type(e).__name__})",
+            hint="run sanitize first, or add value_info for the tensor",
+        ) from e
     for name, vi in infos.items():
         value = np.asarray(values[name])
-        vi.type.CopyFrom(helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(value.dtype),
-                                                        [None] * value.ndim))
+        vi.type.CopyFrom(
+            helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(value.dtype), [None] * value.ndim)
+        )
 
 
 def _drop_unused_inputs(graph: onnx.GraphProto) -> list[str]:

@@ -15,8 +15,9 @@ from deploykit.surgery.graph import rename_uses
 
 SMALL = 64 * 1024  # bytes: constants up to this size are compared (shape arithmetic, axes, scalars)
 
-_RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-                     "Bernoulli", "Dropout"})
+_RANDOM = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+)
 
 
 def eliminate_common(graph: onnx.GraphProto) -> int:
@@ -27,8 +28,14 @@ def eliminate_common(graph: onnx.GraphProto) -> int:
     for node in graph.node:
         if node.op_type in _RANDOM or any(True for _ in subgraphs(node)):
             continue
-        key = (node.domain, node.op_type, node.overload, tuple(node.input), len(node.output),
-               tuple(a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name)))
+        key = (
+            node.domain,
+            node.op_type,
+            node.overload,
+            tuple(node.input),
+            len(node.output),
+            tuple(a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name)),
+        )
         first = seen.setdefault(key, node)
         if first is node or any(o in outputs for o in node.output if o):
             continue  # a graph output keeps its name: the duplicate stays

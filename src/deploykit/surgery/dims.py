@@ -15,8 +15,9 @@ def input_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None] | Non
     out: dict[str, list[int | str | None] | None] = {}
     for vi in real_inputs(model.graph):
         tt = vi.type.tensor_type
-        out[vi.name] = ([_dim(d) for d in tt.shape.dim] if vi.type.HasField("tensor_type") and tt.HasField("shape")
-                        else None)
+        out[vi.name] = (
+            [_dim(d) for d in tt.shape.dim] if vi.type.HasField("tensor_type") and tt.HasField("shape") else None
+        )
     return out
 
 
@@ -31,16 +32,23 @@ def check_shapes(pass_name: str, model: onnx.ModelProto, shapes: dict[str, tuple
     known = input_dims(model)
     for name, shape in shapes.items():
         if name not in known:
-            raise PassConfigError(f"{pass_name}: the model has no input {name!r}; its inputs are: "
-                                  f"{', '.join(known) or 'none'}", hint=f"fix the input name in {pass_name}'s parameters")
+            raise PassConfigError(
+                f"{pass_name}: the model has no input {name!r}; its inputs are: {', '.join(known) or 'none'}",
+                hint=f"fix the input name in {pass_name}'s parameters",
+            )
         dims = known[name]
         if dims is not None and len(dims) != len(shape):
-            raise PassConfigError(f"{pass_name}: input {name!r} has rank {len(dims)} {_show(dims)}, but "
-                                  f"{len(shape)} dims were given {list(shape)}", hint="give one entry per axis")
+            raise PassConfigError(
+                f"{pass_name}: input {name!r} has rank {len(dims)} {_show(dims)}, but "
+                f"{len(shape)} dims were given {list(shape)}",
+                hint="give one entry per axis",
+            )
         for axis, d in enumerate(shape):
             if isinstance(d, int) and d < 1 or isinstance(d, str) and not d:
-                raise PassConfigError(f"{pass_name}: input {name!r} axis {axis}: {d!r} is neither a size >= 1 nor "
-                                      "a dim name", hint="use a positive size or a name such as 'batch'")
+                raise PassConfigError(
+                    f"{pass_name}: input {name!r} axis {axis}: {d!r} is neither a size >= 1 nor a dim name",
+                    hint="use a positive size or a name such as 'batch'",
+                )
 
 
 def _show(dims: Iterable[int | str | None]) -> str:

@@ -29,8 +29,9 @@ class Extract(Pass):
 
     def requires(self, model: onnx.ModelProto) -> None:
         if not self.params.inputs or not self.params.outputs:
-            raise PassConfigError("extract: give both inputs and outputs",
-                                  hint="e.g. extract: {inputs: [neck_in], outputs: [head_out]}")
+            raise PassConfigError(
+                "extract: give both inputs and outputs", hint="e.g. extract: {inputs: [neck_in], outputs: [head_out]}"
+            )
         check_tensors(self.name, model, self.params.inputs + self.params.outputs)
         self._nodes(model)
 
@@ -49,8 +50,10 @@ class Extract(Pass):
                     continue
                 index = next((i for i, n in enumerate(g.node) if name in node_reads(n)), None)
                 reader = f" (read by {node_label(g.node[index], index)})" if index is not None else ""
-                raise PassConfigError(f"extract: the subgraph also needs graph input {name!r}{reader}, which is not "
-                                      "among its inputs", hint=f"add {name!r} to extract's inputs")
+                raise PassConfigError(
+                    f"extract: the subgraph also needs graph input {name!r}{reader}, which is not among its inputs",
+                    hint=f"add {name!r} to extract's inputs",
+                )
             if id(node) in keep:
                 continue
             keep[id(node)] = node
@@ -77,4 +80,6 @@ class Extract(Pass):
             g.initializer.remove(t)
         for vi in [v for v in g.value_info if v.name not in read and v.name not in self.params.outputs]:
             g.value_info.remove(vi)
-        return PassResult(out, True, details={"nodes_kept": len(nodes), "nodes_dropped": len(model.graph.node) - len(nodes)})
+        return PassResult(
+            out, True, details={"nodes_kept": len(nodes), "nodes_dropped": len(model.graph.node) - len(nodes)}
+        )

@@ -49,8 +49,12 @@ class FoldBatchNorm(Pass):
             else:
                 folded.append(bn.name or bn.output[0])
         if not folded:
-            reason = "no BatchNormalization to fold" if not skipped else "no BatchNormalization could be folded: " \
+            reason = (
+                "no BatchNormalization to fold"
+                if not skipped
+                else "no BatchNormalization could be folded: "
                 + "; ".join(f"{k}: {v}" for k, v in list(skipped.items())[:5])
+            )
             return PassResult(model, False, reason, details={"skipped": skipped})
         remove_unused(g)
         return PassResult(out, True, details={"folded": folded, "skipped": skipped})

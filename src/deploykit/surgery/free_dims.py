@@ -40,8 +40,11 @@ class FreeDims(Pass):
         for name, shape in self.params.shapes.items():
             for axis, (old, new) in enumerate(zip(known[name] or [None] * len(shape), shape, strict=True)):
                 if isinstance(new, int) and old is not None and old != new:
-                    raise PassConfigError(f"free_dims: input {name!r} axis {axis} is {old!r}; free_dims keeps sizes "
-                                          f"as they are (got {new})", hint="give the current size, or a name to free it")
+                    raise PassConfigError(
+                        f"free_dims: input {name!r} axis {axis} is {old!r}; free_dims keeps sizes "
+                        f"as they are (got {new})",
+                        hint="give the current size, or a name to free it",
+                    )
         if self.params.verify_size < 1:
             raise PassConfigError("free_dims: verify_size must be >= 1")
 
@@ -80,8 +83,10 @@ class FreeDims(Pass):
             if value is None:
                 return  # an input we cannot make up (strings, sequences): nothing to verify with
             if vi.name in changed:
-                dims = [self.params.verify_size if isinstance(d, str) else s
-                        for d, s in zip(changed[vi.name], value.shape, strict=True)]
+                dims = [
+                    self.params.verify_size if isinstance(d, str) else s
+                    for d, s in zip(changed[vi.name], value.shape, strict=True)
+                ]
                 value = ortcheck.random_value(vi, rng, np.zeros(dims))
             feeds[vi.name] = value
         try:
@@ -90,6 +95,8 @@ class FreeDims(Pass):
             return  # plugin nodes: the runtime that has them must tell
         except Exception as e:
             first = first_line(e)
-            raise PassError(f"the graph does not run with the freed dims at {self.params.verify_size}: {first}",
-                            hint="the exporter baked the old size into the graph (a Reshape or Expand constant); "
-                                 "re-export with dynamic axes") from e
+            raise PassError(
+                f"the graph does not run with the freed dims at {self.params.verify_size}: {first}",
+                hint="the exporter baked the old size into the graph (a Reshape or Expand constant); "
+                "re-export with dynamic axes",
+            ) from e

@@ -55,7 +55,9 @@ def diff_nodes(before: onnx.GraphProto, after: onnx.GraphProto) -> dict[str, int
                 left.append(n)
         taken = {id(m) for _, m in pairs}
         old, new = left, [m for m in new if id(m) not in taken]
-    modified = sum(1 for a, b in pairs if a.SerializeToString(deterministic=True) != b.SerializeToString(deterministic=True))
+    modified = sum(
+        1 for a, b in pairs if a.SerializeToString(deterministic=True) != b.SerializeToString(deterministic=True)
+    )
     return {"added": len(new), "removed": len(old), "modified": modified}
 
 
@@ -67,5 +69,3 @@ def _unique_index(nodes: list[onnx.NodeProto], key: Any) -> dict[Any, onnx.NodeP
     """key -> node, for keys exactly one node has (an ambiguous key pairs nothing)."""
     counts = collections.Counter(key(n) for n in nodes)
     return {key(n): n for n in nodes if key(n) and counts[key(n)] == 1}
-
-

@@ -39,9 +39,11 @@ class LowerPlugins(Pass):
         present = {n.op_type for n in _plugin_nodes(model)}
         for op in self.params.ops:
             if op in present and body_builder(_probe(model, op)) is None:
-                raise PassConfigError(f"lower_plugins: no body is registered for plugin op {op!r}",
-                                      hint=f"registered: {', '.join(registered_ops()) or 'none'}; "
-                                           "see deploykit.surgery.plugin_bodies.register_body")
+                raise PassConfigError(
+                    f"lower_plugins: no body is registered for plugin op {op!r}",
+                    hint=f"registered: {', '.join(registered_ops()) or 'none'}; "
+                    "see deploykit.surgery.plugin_bodies.register_body",
+                )
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         nodes = [n for n in _plugin_nodes(model) if not self.params.ops or n.op_type in self.params.ops]
@@ -55,8 +57,14 @@ class LowerPlugins(Pass):
             f = _build(node, opset)
             key = f.SerializeToString(deterministic=True)
             bodies[(node.domain, node.op_type)].setdefault(key, (f, []))[1].append(index[id(node)])
-        warnings = (f"no body registered for {', '.join(missing)}: ONNX Runtime still cannot run "
-                    f"{'them' if len(missing) > 1 else 'it'}",) if missing else ()
+        warnings = (
+            (
+                f"no body registered for {', '.join(missing)}: ONNX Runtime still cannot run "
+                f"{'them' if len(missing) > 1 else 'it'}",
+            )
+            if missing
+            else ()
+        )
         if not bodies:
             return PassResult(model, False, warnings[0], warnings=warnings)
         out = copy_model(model)
@@ -100,14 +108,21 @@ def _build(node: onnx.NodeProto, opset: int) -> onnx.FunctionProto:
     try:
         f = builder(node, opset)  # type: ignore[misc]
     except Exception as e:
-        raise PassError(f"the body builder of {node.op_type!r} failed for node {node_label(node)}: "
-                        f"{type(e).__name__}: {e}", node=node.name) from e
+        raise PassError(
+            f"the body builder of {node.op_type!r} failed for node {node_label(node)}: {type(e).__name__}: {e}",
+            node=node.name,
+        ) from e
     if not isinstance(f, onnx.FunctionProto):
-        raise PassError(f"the body builder of {node.op_type!r} returned {type(f).__name__}, not an onnx.FunctionProto",
-                        node=node.name)
+        raise PassError(
+            f"the body builder of {node.op_type!r} returned {type(f).__name__}, not an onnx.FunctionProto",
+            node=node.name,
+        )
     if len(f.input) != len(node.input) or len(f.output) != len(node.output):
-        raise PassError(f"the body of {node.op_type!r} takes {len(f.input)} inputs and gives {len(f.output)} outputs; "
-                        f"node {node_label(node)} has {len(node.input)} and {len(node.output)}", node=node.name)
+        raise PassError(
+            f"the body of {node.op_type!r} takes {len(f.input)} inputs and gives {len(f.output)} outputs; "
+            f"node {node_label(node)} has {len(node.input)} and {len(node.output)}",
+            node=node.name,
+        )
     # The checker rejects a function importing another ai.onnx version than the model: use the model's.
     for entry in f.opset_import:
         if entry.domain in ("", "ai.onnx"):

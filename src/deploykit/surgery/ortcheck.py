@@ -75,8 +75,10 @@ def fits(value: Any, vi: onnx.ValueInfoProto) -> bool:
     dims = vi.type.tensor_type.shape.dim
     if not hasattr(value, "shape") or len(value.shape) != len(dims):
         return not hasattr(value, "shape")
-    return all(not (d.HasField("dim_value") and d.dim_value > 0) or d.dim_value == s
-               for d, s in zip(dims, value.shape, strict=True))
+    return all(
+        not (d.HasField("dim_value") and d.dim_value > 0) or d.dim_value == s
+        for d, s in zip(dims, value.shape, strict=True)
+    )
 
 
 @dataclass
@@ -89,8 +91,9 @@ class Comparison:
     unmatched: list[str] = field(default_factory=list)  # candidate outputs the reference lacks
 
 
-def compare_run(reference: onnx.ModelProto, ref_feeds: dict[str, Any], candidate: onnx.ModelProto,
-                rng: np.random.Generator) -> Comparison | None:
+def compare_run(
+    reference: onnx.ModelProto, ref_feeds: dict[str, Any], candidate: onnx.ModelProto, rng: np.random.Generator
+) -> Comparison | None:
     """Run both graphs on the same points; None when the candidate's inputs are unknown to the reference.
 
     Raises Unrunnable when the candidate cannot run here.
@@ -112,8 +115,9 @@ def compare_run(reference: onnx.ModelProto, ref_feeds: dict[str, Any], candidate
     expected = run(reference, ref_in, [n for n in wanted if n not in {o.name for o in reference.graph.output}])
     feeds.update({n: expected[n] for n in from_ref})
     got = candidate_session.run_all(feeds)
-    return Comparison(feeds, got, {n: expected[n] for n in outs if n in expected},
-                      [n for n in outs if n not in expected])
+    return Comparison(
+        feeds, got, {n: expected[n] for n in outs if n in expected}, [n for n in outs if n not in expected]
+    )
 
 
 def _tensor_names(model: onnx.ModelProto) -> set[str]:
@@ -136,8 +140,10 @@ def _differs(ref: Any, got: Any, atol: float, rtol: float) -> str | None:
     if isinstance(ref, (list, tuple)) or isinstance(got, (list, tuple)):
         if not isinstance(got, (list, tuple)) or not isinstance(ref, (list, tuple)) or len(ref) != len(got):
             return "changed its sequence length"
-        return next((f"[{i}] {w}" for i, (r, g) in enumerate(zip(ref, got, strict=True))
-                     if (w := _differs(r, g, atol, rtol))), None)
+        return next(
+            (f"[{i}] {w}" for i, (r, g) in enumerate(zip(ref, got, strict=True)) if (w := _differs(r, g, atol, rtol))),
+            None,
+        )
     if ref is None or got is None:
         return None if ref is got else "changed presence (optional value)"
     ref, got = np.asarray(ref), np.asarray(got)

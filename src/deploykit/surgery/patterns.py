@@ -141,14 +141,17 @@ def get_pattern(name: str) -> Pattern | Chain:
     if name in _REGISTERED:
         return _REGISTERED[name]
     target = BUILTIN_PATTERNS.get(name) or next(
-        (ep.value for ep in metadata.entry_points(group="deploykit.patterns") if ep.name == name), None)
+        (ep.value for ep in metadata.entry_points(group="deploykit.patterns") if ep.name == name), None
+    )
     target = target or (name if ":" in name else None)
     if target is None:
         close = difflib.get_close_matches(name, known_patterns(), n=3)
         also = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"replace_with_plugin: unknown pattern {name!r}{also}",
-                          hint=f"known patterns: {', '.join(known_patterns()) or 'none'}; or give 'module:attr', "
-                               "or an op chain with chain: [OpA, OpB]")
+        raise ConfigError(
+            f"replace_with_plugin: unknown pattern {name!r}{also}",
+            hint=f"known patterns: {', '.join(known_patterns()) or 'none'}; or give 'module:attr', "
+            "or an op chain with chain: [OpA, OpB]",
+        )
     module, attr = target.split(":", 1)
     try:
         obj = getattr(importlib.import_module(module), attr)
@@ -218,8 +221,11 @@ class _Matcher:
                 continue
             used |= {id(n) for n in nodes}
             values = state["values"]
-            matches.append(Match(self.g, nodes, [values[v] for v in self.p.inputs],
-                                 [values[v] for v in self.p.outputs], dict(values)))
+            matches.append(
+                Match(
+                    self.g, nodes, [values[v] for v in self.p.inputs], [values[v] for v in self.p.outputs], dict(values)
+                )
+            )
         reason = "" if matches else f"pattern {self.p.name!r} matched no subgraph; nearest: {best[1]}"
         return Search(matches, reason)
 

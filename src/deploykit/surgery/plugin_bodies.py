@@ -31,6 +31,7 @@ import onnx
 
 BodyBuilder = Callable[[onnx.NodeProto, int], onnx.FunctionProto]
 
+
 @dataclass(frozen=True)
 class BodyEntry:
     op_type: str
@@ -63,8 +64,8 @@ def body_builder(node: onnx.NodeProto) -> BodyBuilder | None:
     entry = _REGISTERED.get(node.op_type)
     if entry is None:
         target = next(
-            (ep.value for ep in metadata.entry_points(group="deploykit.plugin_bodies") if ep.name == node.op_type),
-            None)
+            (ep.value for ep in metadata.entry_points(group="deploykit.plugin_bodies") if ep.name == node.op_type), None
+        )
         if target is None:
             return None
         module, attr = target.split(":", 1)

@@ -47,14 +47,18 @@ def pass_class(name: str) -> type[Pass]:
     if target is None:
         close = difflib.get_close_matches(name, list(known), n=3)
         also = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"surgery: unknown pass {name!r}{also}",
-                          hint=f"known passes: {', '.join(sorted(known))}; user passes are 'module:Class'")
+        raise ConfigError(
+            f"surgery: unknown pass {name!r}{also}",
+            hint=f"known passes: {', '.join(sorted(known))}; user passes are 'module:Class'",
+        )
     module_name, attr = target.split(":", 1)
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise ConfigError(f"surgery: cannot load pass {name!r} from {target!r}: {e}",
-                          hint="a user pass is 'module:Class' or 'module:function' importable from the config's folder") from e
+        raise ConfigError(
+            f"surgery: cannot load pass {name!r} from {target!r}: {e}",
+            hint="a user pass is 'module:Class' or 'module:function' importable from the config's folder",
+        ) from e
     if isinstance(obj, type) and issubclass(obj, Pass):
         return obj
     if callable(obj) and not isinstance(obj, type):
@@ -118,10 +122,15 @@ def describe(name: str) -> dict[str, Any]:
             default = f.default_factory()
         else:
             default = "(required)"
-        params.append({"name": f.name, "type": _type_name(hints[f.name]), "default": default,
-                       "shorthand": f.name == cls.shorthand})
-    return {"name": name, "description": cls.description, "changes_numerics": cls.changes_numerics,
-            "params": params}
+        params.append(
+            {
+                "name": f.name,
+                "type": _type_name(hints[f.name]),
+                "default": default,
+                "shorthand": f.name == cls.shorthand,
+            }
+        )
+    return {"name": name, "description": cls.description, "changes_numerics": cls.changes_numerics, "params": params}
 
 
 def list_passes() -> list[dict[str, Any]]:
@@ -131,8 +140,9 @@ def list_passes() -> list[dict[str, Any]]:
         try:
             out.append(describe(name))
         except ConfigError as e:
-            out.append({"name": name, "description": f"(cannot load: {e.message})", "changes_numerics": False,
-                        "params": []})
+            out.append(
+                {"name": name, "description": f"(cannot load: {e.message})", "changes_numerics": False, "params": []}
+            )
     return out
 
 

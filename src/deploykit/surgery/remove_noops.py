@@ -55,8 +55,11 @@ class _Types:
                 continue
             tt = vi.type.tensor_type
             elem[vi.name] = tt.elem_type
-            dims[vi.name] = ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
-                             if tt.HasField("shape") else None)
+            dims[vi.name] = (
+                [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+                if tt.HasField("shape")
+                else None
+            )
         for t in g.initializer:
             elem[t.name], dims[t.name] = t.data_type, list(t.dims)
         return cls(elem, dims)
@@ -85,8 +88,9 @@ class RemoveNoops(Pass):
                 break
         dead = remove_unused(out.graph) if removed else 0
         if not removed:
-            why = "no no-op nodes found" + (f" (kept {', '.join(sorted(set(kept)))}: they connect a graph input "
-                                            "to an output)" if kept else "")
+            why = "no no-op nodes found" + (
+                f" (kept {', '.join(sorted(set(kept)))}: they connect a graph input to an output)" if kept else ""
+            )
             return PassResult(model, False, why)
         return PassResult(out, True, details={"removed": dict(sorted(removed.items())), "dead_nodes_removed": dead})
 
@@ -216,6 +220,7 @@ def _single_input(node, graph, types, opset):
 
 def _neutral_operand(value: float) -> Rule:
     """Add/Sub of 0, Mul/Div by 1: the other operand passes through if broadcasting changes nothing."""
+
     def rule(node, graph, types, opset):
         commutes = node.op_type in ("Add", "Mul")
         for const_at, other in ((1, 0), (0, 1)) if commutes else ((1, 0),):
@@ -223,15 +228,31 @@ def _neutral_operand(value: float) -> Rule:
             if const is not None and np.all(const == value) and types.same(node.input[other], node.output[0]):
                 return node.input[other]
         return None
+
     return rule
 
 
 _SINGLE: dict[str, Rule] = {
-    "Identity": _identity, "Dropout": _dropout, "Cast": _same_type, "CastLike": _same_type,
-    "Reshape": _same_type_and_shape, "Expand": _same_type_and_shape, "Flatten": _same_type_and_shape,
-    "Transpose": _transpose, "Pad": _pad, "Slice": _slice, "Tile": _tile, "Concat": _single_input,
-    "Sum": _single_input, "Max": _single_input, "Min": _single_input, "Mean": _single_input,
-    "Add": _neutral_operand(0), "Sub": _neutral_operand(0), "Mul": _neutral_operand(1), "Div": _neutral_operand(1),
+    "Identity": _identity,
+    "Dropout": _dropout,
+    "Cast": _same_type,
+    "CastLike": _same_type,
+    "Reshape": _same_type_and_shape,
+    "Expand": _same_type_and_shape,
+    "Flatten": _same_type_and_shape,
+    "Transpose": _transpose,
+    "Pad": _pad,
+    "Slice": _slice,
+    "Tile": _tile,
+    "Concat": _single_input,
+    "Sum": _single_input,
+    "Max": _single_input,
+    "Min": _single_input,
+    "Mean": _single_input,
+    "Add": _neutral_operand(0),
+    "Sub": _neutral_operand(0),
+    "Mul": _neutral_operand(1),
+    "Div": _neutral_operand(1),
 }
 
 
@@ -255,8 +276,11 @@ def _merge_pairs(model: onnx.ModelProto, types: _Types, removed: collections.Cou
         kind = f"{first.op_type}+{second.op_type}"
         if kind == "Transpose+Transpose" and _merge_transposes(first, second):
             removed["Transpose pair"] += 1
-        elif kind == "Reshape+Reshape" and _input_const(graph, second, 1) is not None \
-                and not np.any(_input_const(graph, second, 1) == 0):
+        elif (
+            kind == "Reshape+Reshape"
+            and _input_const(graph, second, 1) is not None
+            and not np.any(_input_const(graph, second, 1) == 0)
+        ):
             second.input[0] = first.input[0]
             removed["Reshape pair"] += 1
         elif kind in ("Unsqueeze+Squeeze", "Squeeze+Unsqueeze") and _same_axes(graph, first, second, opset, types):
@@ -281,8 +305,9 @@ def _merge_transposes(first: onnx.NodeProto, second: onnx.NodeProto) -> bool:
     return True
 
 
-def _same_axes(graph: onnx.GraphProto, first: onnx.NodeProto, second: onnx.NodeProto, opset: int,
-               types: _Types) -> bool:
+def _same_axes(
+    graph: onnx.GraphProto, first: onnx.NodeProto, second: onnx.NodeProto, opset: int, types: _Types
+) -> bool:
     def axes(node: onnx.NodeProto, rank: int | None) -> list[int] | None:
         raw = _input_const(graph, node, 1) if opset >= 13 else node_attribute(node, "axes")
         if raw is None or rank is None:

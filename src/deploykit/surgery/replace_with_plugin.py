@@ -45,9 +45,10 @@ class ReplaceWithPlugin(Pass):
     def _pattern(self) -> Any:
         p = self.params
         if bool(p.pattern) == bool(p.chain):
-            raise PassConfigError("replace_with_plugin: give exactly one of 'pattern' (a registered name) or "
-                                  "'chain' (op types)", hint="e.g. {pattern: bev_pool} or {chain: [MatMul, Softmax], "
-                                                             "plugin: MyAttention}")
+            raise PassConfigError(
+                "replace_with_plugin: give exactly one of 'pattern' (a registered name) or 'chain' (op types)",
+                hint="e.g. {pattern: bev_pool} or {chain: [MatMul, Softmax], plugin: MyAttention}",
+            )
         return get_pattern(p.pattern) if p.pattern else Chain(tuple(p.chain), name="chain")
 
     def _spec(self, pattern: Any) -> PluginSpec:
@@ -55,16 +56,21 @@ class ReplaceWithPlugin(Pass):
         name = p.plugin or (base.name if base else "")
         if not name:
             raise PassConfigError("replace_with_plugin: no plugin name: the pattern names none, so give 'plugin'")
-        return PluginSpec(name=name, version=p.plugin_version or (base.version if base else "1"),
-                          namespace=p.plugin_namespace or (base.namespace if base else ""),
-                          domain=p.domain or (base.domain if base else "trt.plugins"))
+        return PluginSpec(
+            name=name,
+            version=p.plugin_version or (base.version if base else "1"),
+            namespace=p.plugin_namespace or (base.namespace if base else ""),
+            domain=p.domain or (base.domain if base else "trt.plugins"),
+        )
 
     def requires(self, model: onnx.ModelProto) -> None:
         pattern = self._pattern()
         spec = self._spec(pattern)
         if spec.domain in ("", "ai.onnx"):
-            raise PassConfigError("replace_with_plugin: a plugin node needs its own domain, not the ONNX one",
-                                  hint="leave 'domain' unset ('trt.plugins') or name yours")
+            raise PassConfigError(
+                "replace_with_plugin: a plugin node needs its own domain, not the ONNX one",
+                hint="leave 'domain' unset ('trt.plugins') or name yours",
+            )
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         pattern = self._pattern()
@@ -73,8 +79,10 @@ class ReplaceWithPlugin(Pass):
         matches = search.matches[: self.params.max_matches or None]
         if not matches:
             if self.params.required:
-                raise PassConfigError(f"replace_with_plugin: {search.reason}",
-                                      hint="the pattern does not fit this graph; fix it or drop 'required'")
+                raise PassConfigError(
+                    f"replace_with_plugin: {search.reason}",
+                    hint="the pattern does not fit this graph; fix it or drop 'required'",
+                )
             return PassResult(model, False, search.reason, warnings=(search.reason,))
         out = copy_model(model)
         twin = {id(a): b for a, b in zip(model.graph.node, out.graph.node, strict=True)}
@@ -84,14 +92,26 @@ class ReplaceWithPlugin(Pass):
         out.graph.node.extend(plugins)  # toposort moves each next to its readers
         ensure_opset(out, spec.domain, 1)
         toposort(out.graph)
-        replaced = [{"plugin_node": p.name, "nodes": [node_label(n) for n in m.nodes], "inputs": m.inputs,
-                     "outputs": m.outputs} for p, m in zip(plugins, matches, strict=True)]
-        return PassResult(out, True, details={"plugin": spec.name, "domain": spec.domain, "version": spec.version,
-                                              "namespace": spec.namespace, "replaced": replaced})
+        replaced = [
+            {"plugin_node": p.name, "nodes": [node_label(n) for n in m.nodes], "inputs": m.inputs, "outputs": m.outputs}
+            for p, m in zip(plugins, matches, strict=True)
+        ]
+        return PassResult(
+            out,
+            True,
+            details={
+                "plugin": spec.name,
+                "domain": spec.domain,
+                "version": spec.version,
+                "namespace": spec.namespace,
+                "replaced": replaced,
+            },
+        )
 
 
-def _plugin_node(match: Match, pattern: Any, spec: PluginSpec, user_attrs: dict[str, Any],
-                 index: int) -> onnx.NodeProto:
+def _plugin_node(
+    match: Match, pattern: Any, spec: PluginSpec, user_attrs: dict[str, Any], index: int
+) -> onnx.NodeProto:
     """The plugin node for one match: the pattern's attributes, then the user's, then version and namespace."""
     from onnx import helper
 
@@ -99,8 +119,14 @@ def _plugin_node(match: Match, pattern: Any, spec: PluginSpec, user_attrs: dict[
     attrs.update(user_attrs)
     attrs.update(plugin_version=spec.version, plugin_namespace=spec.namespace)
     name = f"{spec.name}_{index}" if not match.nodes[-1].name else f"{match.nodes[-1].name}_{spec.name}"
-    return helper.make_node(spec.name, match.inputs, match.outputs, name=name, domain=spec.domain,
-                            **{k: list(v) if isinstance(v, tuple) else v for k, v in sorted(attrs.items())})
+    return helper.make_node(
+        spec.name,
+        match.inputs,
+        match.outputs,
+        name=name,
+        domain=spec.domain,
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in sorted(attrs.items())},
+    )
 
 
 def _keep_output_types(out: onnx.ModelProto, original: onnx.ModelProto, names: list[str]) -> None:

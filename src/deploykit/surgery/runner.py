@@ -28,9 +28,16 @@ class SurgeryWarning(UserWarning):
     """A pass did not apply where the user may have expected it to (e.g. a pattern matched nothing)."""
 
 
-def run_passes(model: onnx.ModelProto, passes: list[Pass], feeds: dict[str, np.ndarray],
-               *, atol: float, rtol: float, where: Path | str,
-               check_numerics: bool = True) -> tuple[onnx.ModelProto, list[dict[str, Any]]]:
+def run_passes(
+    model: onnx.ModelProto,
+    passes: list[Pass],
+    feeds: dict[str, np.ndarray],
+    *,
+    atol: float,
+    rtol: float,
+    where: Path | str,
+    check_numerics: bool = True,
+) -> tuple[onnx.ModelProto, list[dict[str, Any]]]:
     """Apply ``passes`` in order; return the model and one report per pass.
 
     Args:
@@ -48,8 +55,10 @@ def run_passes(model: onnx.ModelProto, passes: list[Pass], feeds: dict[str, np.n
     """
     problems = graph_problems(model.graph)
     if problems:
-        raise ModelError(f"{where}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                         hint="the exporter wrote a broken graph; re-export it or fix it before surgery")
+        raise ModelError(
+            f"{where}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+            hint="the exporter wrote a broken graph; re-export it or fix it before surgery",
+        )
     valid = _graph_error(model) is None
     numerics = _Numerics(model, feeds, atol, rtol, where) if check_numerics else None
     reports = []
@@ -72,8 +81,10 @@ def _apply(p: Pass, model: onnx.ModelProto, where: Path | str) -> PassResult:
         result = p.run(model)
         if not isinstance(result, PassResult) or not isinstance(result.model, onnx.ModelProto):
             got = type(result.model if isinstance(result, PassResult) else result).__name__
-            raise ConfigError(f"{where}: pass {p.name!r} returned {got}, not a PassResult holding an onnx.ModelProto",
-                              hint="a pass returns PassResult(model, modified); a user function returns the model")
+            raise ConfigError(
+                f"{where}: pass {p.name!r} returned {got}, not a PassResult holding an onnx.ModelProto",
+                hint="a pass returns PassResult(model, modified); a user function returns the model",
+            )
         p.ensures(result.model)
         _check_declared_change(p, model, result, where, user)
     except PassConfigError as e:
@@ -84,10 +95,14 @@ def _apply(p: Pass, model: onnx.ModelProto, where: Path | str) -> PassResult:
         raise
     except Exception as e:
         if user:
-            raise ConfigError(f"{where}: user pass {p.name!r} raised {type(e).__name__}: {e}",
-                              hint="fix the pass; the Python API shows the traceback (the error is chained)") from e
-        raise ModelError(f"{where}: pass {p.name!r} raised {type(e).__name__}: {e}",
-                         hint="a bug in the pass or a graph it does not support; remove the pass or report it") from e
+            raise ConfigError(
+                f"{where}: user pass {p.name!r} raised {type(e).__name__}: {e}",
+                hint="fix the pass; the Python API shows the traceback (the error is chained)",
+            ) from e
+        raise ModelError(
+            f"{where}: pass {p.name!r} raised {type(e).__name__}: {e}",
+            hint="a bug in the pass or a graph it does not support; remove the pass or report it",
+        ) from e
     return result
 
 
@@ -98,22 +113,38 @@ def _check_declared_change(p: Pass, model: onnx.ModelProto, result: PassResult, 
     changes = diff_nodes(model.graph, result.model.graph)
     if any(changes.values()):
         error = ConfigError if user else InternalError
-        raise error(f"{where}: pass {p.name!r} reported no change but changed nodes ({changes})",
-                    hint="a pass returns PassResult(model, modified=True) when it changes the graph")
+        raise error(
+            f"{where}: pass {p.name!r} reported no change but changed nodes ({changes})",
+            hint="a pass returns PassResult(model, modified=True) when it changes the graph",
+        )
 
 
 def _report(p: Pass, before: onnx.ModelProto, result: PassResult, seconds: float, numerics: str) -> dict[str, Any]:
     from deploykit.store.hashing import canonical
 
     ops_before, ops_after = op_histogram(before.graph), op_histogram(result.model.graph)
-    changes = diff_nodes(before.graph, result.model.graph) if result.modified else dict.fromkeys(
-        ("added", "removed", "modified"), 0)
-    return {"pass": p.name, "params": canonical(p.params), "modified": result.modified, "reason": result.reason,
-            "seconds": round(seconds, 4),
-            "nodes_before": sum(ops_before.values()), "nodes_after": sum(ops_after.values()),
-            "nodes_added": changes["added"], "nodes_removed": changes["removed"],
-            "nodes_modified": changes["modified"], "ops_before": ops_before, "ops_after": ops_after,
-            "numerics": numerics, "warnings": list(result.warnings), "details": result.details or {}}
+    changes = (
+        diff_nodes(before.graph, result.model.graph)
+        if result.modified
+        else dict.fromkeys(("added", "removed", "modified"), 0)
+    )
+    return {
+        "pass": p.name,
+        "params": canonical(p.params),
+        "modified": result.modified,
+        "reason": result.reason,
+        "seconds": round(seconds, 4),
+        "nodes_before": sum(ops_before.values()),
+        "nodes_after": sum(ops_after.values()),
+        "nodes_added": changes["added"],
+        "nodes_removed": changes["removed"],
+        "nodes_modified": changes["modified"],
+        "ops_before": ops_before,
+        "ops_after": ops_after,
+        "numerics": numerics,
+        "warnings": list(result.warnings),
+        "details": result.details or {},
+    }
 
 
 def _graph_error(model: onnx.ModelProto) -> str | None:
@@ -125,8 +156,9 @@ def _graph_error(model: onnx.ModelProto) -> str | None:
         if uses_file(model):
             with as_file(model) as path:
                 onnx.checker.check_model(str(path))
-                onnx.shape_inference.infer_shapes_path(str(path), str(path.with_suffix(".inferred.onnx")),
-                                                       strict_mode=True)
+                onnx.shape_inference.infer_shapes_path(
+                    str(path), str(path.with_suffix(".inferred.onnx")), strict_mode=True
+                )
         else:
             onnx.checker.check_model(model)
             onnx.shape_inference.infer_shapes(model, strict_mode=True)
@@ -142,16 +174,19 @@ def _check_graph(model: onnx.ModelProto, name: str, where: Path | str, was_valid
     """
     error = _graph_error(model)
     if error and was_valid:
-        raise ModelError(f"{where}: pass {name!r} produced an invalid graph: {error}",
-                         hint="the pass is wrong for this graph; remove it or report the bug")
+        raise ModelError(
+            f"{where}: pass {name!r} produced an invalid graph: {error}",
+            hint="the pass is wrong for this graph; remove it or report the bug",
+        )
     return error is None
 
 
 class _Numerics:
     """The last graph ONNX Runtime could run, its feeds, and the comparison of each pass against it."""
 
-    def __init__(self, model: onnx.ModelProto, feeds: dict[str, Any], atol: float, rtol: float,
-                 where: Path | str) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, feeds: dict[str, Any], atol: float, rtol: float, where: Path | str
+    ) -> None:
         self.atol, self.rtol, self.where = atol, rtol, where
         self.rng = np.random.default_rng(0)
         self.feeds = self._complete(model, feeds)
@@ -162,8 +197,10 @@ class _Numerics:
         except ortcheck.Unrunnable as e:
             self.reference, self.why = None, f"{e} in the input model"
         except Exception as e:
-            raise ModelError(f"{where}: ONNX Runtime cannot run the input model: {_why(e)}",
-                             hint="check the model with `deploykit inspect`") from e
+            raise ModelError(
+                f"{where}: ONNX Runtime cannot run the input model: {_why(e)}",
+                hint="check the model with `deploykit inspect`",
+            ) from e
 
     def _complete(self, model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, Any]:
         out = dict(feeds)
@@ -182,8 +219,10 @@ class _Numerics:
             self.since = self.since or p.name
             return f"deferred: {e}; compared once a later pass makes the graph runnable"
         except Exception as e:
-            raise ModelError(f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_why(e)}",
-                             hint="the pass is wrong for this graph; remove it or report the bug") from e
+            raise ModelError(
+                f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_why(e)}",
+                hint="the pass is wrong for this graph; remove it or report the bug",
+            ) from e
         if cmp is None:
             return self._restart(p, model, "its inputs are not tensors of the previous graph")
         span = f"passes {self.since!r}..{p.name!r}" if self.since else f"pass {p.name!r}"
@@ -192,8 +231,10 @@ class _Numerics:
             return "not compared: the pass declares it changes numerics"
         diff = ortcheck.first_difference(cmp.expected, cmp.got, self.atol, self.rtol)
         if diff:
-            raise ModelError(f"{self.where}: {span} changed numerics: {diff}",
-                             hint="the pass is wrong for this graph; remove it (or report the bug)")
+            raise ModelError(
+                f"{self.where}: {span} changed numerics: {diff}",
+                hint="the pass is wrong for this graph; remove it (or report the bug)",
+            )
         new = f"; new outputs not compared: {', '.join(cmp.unmatched)}" if cmp.unmatched else ""
         return f"outputs match ({len(cmp.expected)} compared){new}"
 
@@ -204,8 +245,10 @@ class _Numerics:
         except ortcheck.Unrunnable as e:
             return f"not checked: {e}"
         except Exception as e:
-            raise ModelError(f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_why(e)}",
-                             hint="the pass is wrong for this graph; remove it or report the bug") from e
+            raise ModelError(
+                f"{self.where}: ONNX Runtime cannot run pass {p.name!r}'s output: {_why(e)}",
+                hint="the pass is wrong for this graph; remove it or report the bug",
+            ) from e
         why = why or getattr(self, "why", "no earlier graph ONNX Runtime could run")
         self.reference, self.feeds = model, self._complete(model, self.feeds)
         return f"not compared: {why}; later passes are compared with this graph"
@@ -214,7 +257,7 @@ class _Numerics:
 def _own(e: PassError, p: Pass) -> str:
     """The pass's message without its own name in front (the runner names the pass already)."""
     text = str(e)
-    return text[len(p.name) + 2:] if text.startswith(f"{p.name}: ") else text
+    return text[len(p.name) + 2 :] if text.startswith(f"{p.name}: ") else text
 
 
 def _why(e: BaseException) -> str:

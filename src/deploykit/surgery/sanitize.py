@@ -41,8 +41,11 @@ class Sanitize(Pass):
     def run(self, model: onnx.ModelProto) -> PassResult:
         before = _signature(model)
         out = copy_model(model)
-        stats = {"initializer_inputs_dropped": _drop_initializer_inputs(out), "reshape_targets_folded": 0,
-                 "duplicates_merged": 0}
+        stats = {
+            "initializer_inputs_dropped": _drop_initializer_inputs(out),
+            "reshape_targets_folded": 0,
+            "duplicates_merged": 0,
+        }
         if self.params.fold_constants:
             constants_to_initializers(out.graph)
         fallback = ""
@@ -52,8 +55,10 @@ class Sanitize(Pass):
             try:
                 out = _graphsurgeon_round(out, model, self.params.fold_constants)
             except Exception as e:  # types graphsurgeon does not model (optionals, sequences)
-                fallback = (f"onnx-graphsurgeon cannot process this graph ({type(e).__name__}: {e}); "
-                            "folded Constant nodes and removed dead nodes only")
+                fallback = (
+                    f"onnx-graphsurgeon cannot process this graph ({type(e).__name__}: {e}); "
+                    "folded Constant nodes and removed dead nodes only"
+                )
                 _plain_round(out)
             if not self._own_round(out, stats) and len(out.graph.node) == count and not shapes:
                 break
@@ -67,8 +72,9 @@ class Sanitize(Pass):
     def _own_round(self, model: onnx.ModelProto, stats: dict[str, int]) -> int:
         """Reshape targets and duplicates (what onnx-graphsurgeon does not do); return how many changed."""
         reshapes = fold_reshape_targets(model) if self.params.fold_shapes else 0
-        merged = (merge_equal_constants(model.graph) + eliminate_common(model.graph)
-                  if self.params.eliminate_common else 0)
+        merged = (
+            merge_equal_constants(model.graph) + eliminate_common(model.graph) if self.params.eliminate_common else 0
+        )
         stats["reshape_targets_folded"] += reshapes
         stats["duplicates_merged"] += merged
         if reshapes or merged:
@@ -120,5 +126,8 @@ def _drop_initializer_inputs(model: onnx.ModelProto) -> int:
 
 def _signature(model: onnx.ModelProto) -> tuple:
     g = model.graph
-    return (tuple((n.op_type, tuple(n.input), tuple(n.output)) for n in g.node),
-            tuple(sorted(i.name for i in g.initializer)), tuple(i.name for i in g.input))
+    return (
+        tuple((n.op_type, tuple(n.input), tuple(n.output)) for n in g.node),
+        tuple(sorted(i.name for i in g.initializer)),
+        tuple(i.name for i in g.input),
+    )

@@ -41,19 +41,28 @@ class SetDims(Pass):
         used = {d for dims in known.values() for d in dims or () if isinstance(d, str)}
         for name, size in self.params.dims.items():
             if name not in used:
-                raise PassConfigError(f"set_dims: no input has a dim named {name!r}; the named dims are: "
-                                      f"{', '.join(sorted(used)) or 'none'}", hint="name the dim as the model does")
+                raise PassConfigError(
+                    f"set_dims: no input has a dim named {name!r}; the named dims are: "
+                    f"{', '.join(sorted(used)) or 'none'}",
+                    hint="name the dim as the model does",
+                )
             if size < 1:
                 raise PassConfigError(f"set_dims: dim {name!r} must be >= 1, got {size}")
         for name, shape in self.params.shapes.items():
             for axis, (old, new) in enumerate(zip(known[name] or [None] * len(shape), shape, strict=True)):
                 if isinstance(old, int) and old > 0 and old != new:
-                    raise PassConfigError(f"set_dims: input {name!r} axis {axis} is fixed to {old} in the model; "
-                                          f"it cannot become {new!r}", hint="re-export with that axis dynamic")
+                    raise PassConfigError(
+                        f"set_dims: input {name!r} axis {axis} is fixed to {old} in the model; "
+                        f"it cannot become {new!r}",
+                        hint="re-export with that axis dynamic",
+                    )
                 if isinstance(old, str) and isinstance(new, int):
                     if symbols.setdefault(old, new) != new:
-                        raise PassConfigError(f"set_dims: dim {old!r} would be both {symbols[old]} and {new} "
-                                              f"(input {name!r} axis {axis})", hint="give one size per named dim")
+                        raise PassConfigError(
+                            f"set_dims: dim {old!r} would be both {symbols[old]} and {new} "
+                            f"(input {name!r} axis {axis})",
+                            hint="give one size per named dim",
+                        )
         return symbols
 
     def run(self, model: onnx.ModelProto) -> PassResult:

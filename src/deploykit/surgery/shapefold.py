@@ -85,8 +85,12 @@ def _producer_op(made: dict[str, onnx.NodeProto], name: str) -> str:
     return node.op_type if node is not None and node.domain in ("", "ai.onnx") else ""
 
 
-def _static_value(graph: onnx.GraphProto, made: dict[str, onnx.NodeProto], shapes: dict[str, list[int | str | None]],
-                  node: onnx.NodeProto) -> np.ndarray | None:
+def _static_value(
+    graph: onnx.GraphProto,
+    made: dict[str, onnx.NodeProto],
+    shapes: dict[str, list[int | str | None]],
+    node: onnx.NodeProto,
+) -> np.ndarray | None:
     dims = _evaluate(graph, made, shapes, node.output[0], depth=0)
     if dims is None or not all(isinstance(d, int) for d in dims):
         return None
@@ -122,8 +126,9 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
     out = {}
     for vi in [*g.input, *g.value_info, *g.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                            for d in vi.type.tensor_type.shape.dim]
+            out[vi.name] = [
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim
+            ]
     return out
 
 
@@ -134,8 +139,13 @@ def _symbol(d: int | str | None, tensor: str, axis: int) -> Dim:
     return ("sym", d) if d else (tensor, axis)
 
 
-def _evaluate(graph: onnx.GraphProto, made: dict[str, onnx.NodeProto], shapes: dict[str, list[int | str | None]],
-              name: str, depth: int) -> list[Dim] | None:
+def _evaluate(
+    graph: onnx.GraphProto,
+    made: dict[str, onnx.NodeProto],
+    shapes: dict[str, list[int | str | None]],
+    name: str,
+    depth: int,
+) -> list[Dim] | None:
     """The elements of a small 1-D (or scalar) int tensor, or None when they cannot be known."""
     value = constant_value(graph, name)
     if value is not None:
@@ -182,11 +192,18 @@ def _slice(node: onnx.NodeProto, data: list[Dim], args: list[Any]) -> list[Dim] 
         axes = args[2] if len(args) > 2 else [0]
         steps = args[3] if len(args) > 3 else [1]
     else:
-        starts, ends, axes, steps = node_attribute(node, "starts"), node_attribute(node, "ends"), node_attribute(node, "axes") or [0], [1]
+        starts, ends, axes, steps = (
+            node_attribute(node, "starts"),
+            node_attribute(node, "ends"),
+            node_attribute(node, "axes") or [0],
+            [1],
+        )
     if starts is None or ends is None or axes is None or steps is None:
         return None
-    if list(axes) not in ([0], [-1]) or len(starts) != 1 or not all(isinstance(v, int) for v in (*starts, *ends, *steps)):
+    if (
+        list(axes) not in ([0], [-1])
+        or len(starts) != 1
+        or not all(isinstance(v, int) for v in (*starts, *ends, *steps))
+    ):
         return None
     return data[slice(starts[0], ends[0], steps[0])]
-
-

@@ -34,8 +34,9 @@ class SplitLargeWeights(Pass):
     def requires(self, model: onnx.ModelProto) -> None:
         loc = self.params.location
         if not loc or "/" in loc or "\\" in loc or loc in (".", ".."):
-            raise PassConfigError(f"split_large_weights: location {loc!r} must be a plain file name (it lies "
-                                  "beside the model)")
+            raise PassConfigError(
+                f"split_large_weights: location {loc!r} must be a plain file name (it lies beside the model)"
+            )
         if self.params.model_limit_bytes < 0 or self.params.tensor_threshold_bytes < 0:
             raise PassConfigError("split_large_weights: thresholds must be >= 0")
 
@@ -44,11 +45,19 @@ class SplitLargeWeights(Pass):
 
         size = model.ByteSize()
         if size < self.params.model_limit_bytes:
-            return PassResult(model, False, f"the model is {size / 2**20:.1f} MiB, under the "
-                                            f"{self.params.model_limit_bytes / 2**20:.1f} MiB limit")
+            return PassResult(
+                model,
+                False,
+                f"the model is {size / 2**20:.1f} MiB, under the {self.params.model_limit_bytes / 2**20:.1f} MiB limit",
+            )
         out = copy_model(model)
-        convert_model_to_external_data(out, all_tensors_to_one_file=True, location=self.params.location,
-                                       size_threshold=self.params.tensor_threshold_bytes, convert_attribute=False)
+        convert_model_to_external_data(
+            out,
+            all_tensors_to_one_file=True,
+            location=self.params.location,
+            size_threshold=self.params.tensor_threshold_bytes,
+            convert_attribute=False,
+        )
         moved = [t.name for t in out.graph.initializer if uses_external_data(t)]
         if not moved:
             return PassResult(model, False, f"no weight reaches {self.params.tensor_threshold_bytes} bytes")

@@ -75,7 +75,9 @@ def imports(name: str, path: Path, known: set[str]) -> Iterator[Edge]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for alias in node.names:
                 submodule = f"{base}.{alias.name}"
                 yield from _resolved(name, submodule if submodule in known else base, node.lineno, "import", known)
@@ -169,19 +171,19 @@ def problems(root: Path | None = None) -> list[str]:
     """One line per violation of the rules in the module docstring; empty when the layering holds."""
     root = root or source_root()
     graph = unit_graph(edges(root), modules(root))
-    out = [f"unit {u!r} is in no layer of {TABLE.name}: place it" for u in sorted(graph)
-           if layer_of(u) < 0]
+    out = [f"unit {u!r} is in no layer of {TABLE.name}: place it" for u in sorted(graph) if layer_of(u) < 0]
     for a, targets in sorted(graph.items()):
         for b, made_by in sorted(targets.items()):
             first = _where(made_by[0], root)
             if (a, b) in FORBIDDEN:
                 out.append(f"{a} imports {b}: {FORBIDDEN[(a, b)]}; {first}")
             elif layer_of(a) >= 0 and layer_of(b) > layer_of(a):
-                out.append(f"{a} (layer {LAYERS[layer_of(a)][0]}) imports {b} (layer {LAYERS[layer_of(b)][0]}), "
-                           f"a higher layer: {first}")
+                out.append(
+                    f"{a} (layer {LAYERS[layer_of(a)][0]}) imports {b} (layer {LAYERS[layer_of(b)][0]}), "
+                    f"a higher layer: {first}"
+                )
     for component in cycles(graph):
-        links = [f"{a} -> {b} ({_where(graph[a][b][0], root)})" for a in component for b in component
-                 if b in graph[a]]
+        links = [f"{a} -> {b} ({_where(graph[a][b][0], root)})" for a in component for b in component if b in graph[a]]
         out.append(f"import cycle between {', '.join(component)}: " + "; ".join(links))
     return out
 
@@ -197,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in found:
         print(line)
     if not found:
-        print(f"layering holds: {len(unit_graph(edges(root), modules(root)))} units in {len(LAYERS)} layers, "
-              "no cycles")
+        print(f"layering holds: {len(unit_graph(edges(root), modules(root)))} units in {len(LAYERS)} layers, no cycles")
     return 1 if found else 0
 
 
