@@ -28,7 +28,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.e2e] if c == "quantize" else []) for c in CASES])
 def test_every_view_and_the_exit_code_agree(quantizable, tmp_path, case):
     cfg, store = quantizable
     flags, verdict, code, failed_groups = CASES[case]

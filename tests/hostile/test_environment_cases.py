@@ -51,6 +51,7 @@ def test_a_full_disk_is_exit_3_and_leaves_a_store_that_verifies(size, tmp_path):
         assert [p for p in (store / "tmp").iterdir()] == []  # no temporary of the failed run is left
 
 
+@pytest.mark.e2e
 def test_temporaries_of_the_quantizers_live_in_the_workdir(project, tmp_path):
     """$TMPDIR points into the store while a run lasts: ORT's and ModelOpt's temp folders go there."""
     cfg, store = project

@@ -108,6 +108,7 @@ def test_the_chosen_patch_replays_to_the_same_graph():
     assert replayed.check.metrics["head_out"]["rel_l2"] == found.check.metrics["head_out"]["rel_l2"]
 
 
+@pytest.mark.e2e
 def test_a_rerun_at_a_tighter_tolerance_reuses_the_measurements():
     model, data, val = models.depthwise(), models.images(40, size=32), models.images(8, size=32, seed=9)
     # plain INT8 reaches rel-L2 0.049 here (one-pass calibration, auto method): both limits below it
@@ -247,6 +248,7 @@ def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch
     ) in str(found.repair.stopped)  # the numbers the sentence carries
 
 
+@pytest.mark.e2e
 def test_two_runs_on_the_same_data_choose_the_same_mix():
     """The order and the search's latencies come from FLOPs, bytes and boundaries, not from timing
     this loaded CPU: two runs measure the same and choose the same groups."""

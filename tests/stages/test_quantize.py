@@ -395,6 +395,7 @@ gate: {warmup: 1, iterations: 5, allow_missing_target: true}
 """
 
 
+@pytest.mark.e2e
 def test_search_passed_implies_parity_passed_through_convert_with_validation_data(tmp_path):
     """The quantize check and the search are judged on parity's validation data, metrics and
     tolerances: plain INT8 fails at the quantize stage, the search passes there, and then parity
