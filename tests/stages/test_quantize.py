@@ -228,13 +228,16 @@ def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch
     stage says which mix, that it passes, and what to do instead."""
     from deploykit.quant import speed
 
-    real = speed.compare
+    real = speed.compare_all
 
-    def slow(*args, **kwargs):
-        found = real(*args, **kwargs, budget_s=0.1)
-        return speed.SpeedCheck(1.0, 1.5, found.rounds, found.iterations, found.batch, found.evaluator, 0.6, 0.7)
+    def slow(fp32, graphs, sample, level, budget_s=3.0):  # every timing: the search's answer and the stage's
+        found = real(fp32, graphs, sample, level, budget_s=0.1)
+        return {
+            k: speed.SpeedCheck(1.0, 1.5, f.rounds, f.iterations, f.batch, f.evaluator, 0.6, 0.7)
+            for k, f in found.items()
+        }
 
-    monkeypatch.setattr(speed, "compare", slow)
+    monkeypatch.setattr(speed, "compare_all", slow)
     model = models.save(models.cnn((16, 16), outlier=300.0), tmp_path / "model.onnx")
     calib = write_images(tmp_path / "calib", 16)
     with pytest.warns(UserWarning) as caught:
