@@ -146,3 +146,53 @@ def test_the_pipelines_parity_takes_the_same_flags(tiny, tmp_path):
     assert code == 0, err
     result = deploykit.parity(cfg, workdir=store, validation=saved, progress=False)
     assert result.parity["data"]["kind"] == "validation" and result.parity["data"]["samples"] == 2
+
+
+def test_parity_a_b_on_an_engine_folder_matches_its_onnx_source(tmp_path):
+    source = _model(tmp_path / "a.onnx", 0.5)
+    engine = tmp_path / "engine"
+    code, _, err = run_cli(
+        "build", str(source), "-o", str(engine), "-w", str(tmp_path / "store"), "--dim", "batch=1,2,4"
+    )
+    assert code == 0, err
+    assert json.loads((engine / "engine.json").read_text())["backend"] == "onnxruntime"
+    saved = tmp_path / "outputs.npz"
+    for a, b in ((engine, source), (source, engine)):
+        code, out, err = run_cli("parity", str(a), str(b), "--dim", "batch=2", "--save-outputs", str(saved))
+        assert code == 0, err
+        assert "result: PASS (exit 0) — 2 checks passed" in out
+    from deploykit.data.arrayfile import read_arrays
+
+    outputs = dict(read_arrays(saved))  # the last run: the engine is the candidate, on the source's inputs
+    x = np.stack([outputs[f"reference/{i}/z"] + 0.5 for i in range(4)])  # z = x - 0.5
+    for i in range(4):
+        np.testing.assert_allclose(outputs[f"candidate/{i}/y"], x[i] * 2 + 0.5, rtol=1e-6, atol=1e-6)
+        assert outputs[f"candidate/{i}/y"].shape == (2, 16)
+
+
+def test_parity_a_b_on_a_folder_that_is_not_an_engine_folder_exits_2_in_one_line(tmp_path):
+    source = _model(tmp_path / "a.onnx", 0.0)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "model.onnx").write_bytes(source.read_bytes())  # a model inside is not enough
+    for args, side in (((tmp_path / "plain", source), "A"), ((source, tmp_path / "plain"), "B")):
+        code, out, err = run_cli("parity", *map(str, args))
+        assert code == 2 and out == "", err
+        first, *rest = err.strip().splitlines()
+        assert first == f"error: {side} {tmp_path / 'plain'}: a folder without engine.json, not an engine folder " + (
+            "(deploykit build -o DIR)"
+        )
+        assert len(rest) <= 1 and "Traceback" not in err  # one line (and its hint)
+
+
+def test_per_output_rtol_on_the_command_line(tmp_path):
+    a, b = _model(tmp_path / "a.onnx", 0.0), _model(tmp_path / "b.onnx", 0.0, scale=2.02)  # y 1% off, z equal
+    code, out, err = run_cli("parity", str(a), str(b), "--dim", "batch=2", "--rtol", "y:0.011")
+    assert code == 0, err
+    assert "result: PASS (exit 0) — 2 checks passed" in out
+    code, out, err = run_cli("parity", str(a), str(b), "--dim", "batch=2", "--rtol", "y:0.009", "--log-format", "json")
+    assert code == 1, err
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert not checks["y vs a.onnx"]["passed"] and checks["z vs a.onnx"]["passed"]  # z keeps the preset
+    assert "128 of 128 elements outside rtol 0.009" in checks["y vs a.onnx"]["message"]  # 4 samples x 2 x 16
+    code, _, err = run_cli("parity", str(a), str(b), "--rtol", "y:-1")
+    assert code == 2 and "--rtol" in err

@@ -42,10 +42,20 @@ class PairResult:
 
 
 def open_side(path: Path, what: str) -> tuple[Any, str]:
-    """(a Session, how it runs) for an .onnx file or an engine folder."""
+    """(a Session, how it runs) for an .onnx file or an engine folder.
+
+    A folder without ``engine.json`` is the wrong argument (exit 2, as a wrong file is); an engine
+    folder whose ``engine.json`` is unusable is a broken input (ModelError)."""
+    hint = "give two models, two engine folders, or one of each"
     if path.is_dir():
         from deploykit.backends import get_backend
-        from deploykit.profiling.run import engine_record
+        from deploykit.profiling.run import ENGINE_JSON, engine_record
+
+        if not (path / ENGINE_JSON).exists():
+            raise UsageError(
+                f"{what} {path}: a folder without {ENGINE_JSON}, not an engine folder (deploykit build -o DIR)",
+                hint=hint,
+            )
 
         session = get_backend(engine_record(path)["backend"]).load(path)
         return session, session.evaluator
@@ -54,10 +64,7 @@ def open_side(path: Path, what: str) -> tuple[Any, str]:
 
         session = session_from_onnx(path, "onnxruntime", level="disabled")
         return session, session.evaluator
-    raise UsageError(
-        f"{what} {path}: expected an .onnx file or an engine folder (deploykit build -o DIR)",
-        hint="give two models, two engine folders, or one of each",
-    )
+    raise UsageError(f"{what} {path}: expected an .onnx file or an engine folder (deploykit build -o DIR)", hint=hint)
 
 
 def random_samples(specs: list[Any], dims: Mapping[str, int], count: int, seed: int) -> list[Sample]:
