@@ -136,12 +136,33 @@ def test_use_cuda_graph_is_refused_on_the_cpu_before_anything_runs(model):
     for flag in ("--useCudaGraph", "--use-cuda-graph"):
         code, _, err = run_cli("gate", str(model), "-w", str(model.parent / "store"), flag)
         assert code == 2 and "gate.cuda_graph: on (--useCudaGraph): the onnxruntime backend cannot honour it" in err
+        assert "hint: drop --useCudaGraph, or time on a backend that can (--backend tensorrt on a GPU)" in err
+        assert "__" not in err  # no Python parameter on the command line
     assert not (model.parent / "store" / "objects").exists() or not list((model.parent / "store" / "objects").iterdir())
-    with pytest.raises(ConfigError, match="gate.cuda_graph"):
-        gate(model, gate__cuda_graph="on")
 
 
-def test_timing_flags_set_their_fields(model, monkeypatch, standin_clock):
+def test_the_timing_refusal_names_python_parameters_in_python(model):
+    """deploykit.convert / deploykit.gate say what a Python caller typed, not the CLI flags."""
+    import deploykit
+
+    for call in (
+        lambda: gate(model, gate__cuda_graph="on"),  # deploykit.convert
+        lambda: deploykit.gate(model, workdir=model.parent / "store", gate__cuda_graph="on", progress=False),
+    ):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert e.value.message.startswith(
+            "gate.cuda_graph: on (gate__cuda_graph='on'): the onnxruntime backend cannot honour it"
+        )
+        assert (
+            e.value.hint
+            == "drop gate__cuda_graph='on', or time on a backend that can (build__backend='tensorrt' on a GPU)"
+        )
+        assert "--" not in str(e.value)  # no command-line flag in Python
+
+
+@pytest.mark.parametrize("warmup_flag", ["--warmUp", "--warmup-ms"])  # trtexec's spelling and ours
+def test_timing_flags_set_their_fields(model, monkeypatch, standin_clock, warmup_flag):
     session = scripted(monkeypatch, standin_clock, [1, 1, 1, 1, 6])
     code, _, err = run_cli(
         "gate",
@@ -151,7 +172,7 @@ def test_timing_flags_set_their_fields(model, monkeypatch, standin_clock):
         "--noDataTransfers",
         "--avgRuns",
         "5",
-        "--warmUp",
+        warmup_flag,
         "50",
         "--iterations",
         "20",

@@ -21,6 +21,7 @@ import numpy as np
 
 from deploykit import tracing
 from deploykit.config import Config, Target
+from deploykit.config.surface import spelled
 from deploykit.errors import ConfigError, TargetMissed
 from deploykit.graph.feeds import random_feeds
 from deploykit.metrics import realtime
@@ -111,15 +112,20 @@ def check_timing_options(cfg: Config) -> None:
 
     g = cfg.gate
     asked = {
-        "cuda_graph": (g.cuda_graph == "on", "gate.cuda_graph: on (--useCudaGraph)"),
-        "no_data_transfers": (not g.data_transfers, "gate.data_transfers: false (--noDataTransfers)"),
+        "cuda_graph": (g.cuda_graph == "on", "gate.cuda_graph: on", spelled("gate__cuda_graph='on'", "--useCudaGraph")),
+        "no_data_transfers": (
+            not g.data_transfers,
+            "gate.data_transfers: false",
+            spelled("gate__data_transfers=False", "--noDataTransfers"),
+        ),
     }
     refused = get_backend(cfg.build.backend, require_available=False).timing_refusals(cfg.build)
-    for key, (wanted, what) in asked.items():
+    other = spelled("build__backend='tensorrt'", "--backend tensorrt")
+    for key, (wanted, setting, typed) in asked.items():
         if wanted and key in refused:
             raise ConfigError(
-                f"{what}: the {cfg.build.backend} backend cannot honour it: {refused[key]}",
-                hint="drop the flag, or time on a backend that can (--backend tensorrt on a GPU)",
+                f"{setting} ({typed}): the {cfg.build.backend} backend cannot honour it: {refused[key]}",
+                hint=f"drop {typed}, or time on a backend that can ({other} on a GPU)",
             )
 
 
