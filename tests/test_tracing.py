@@ -79,3 +79,30 @@ def test_the_environment_variable_turns_it_on_for_any_run(tmp_path):
     env = {**os.environ, "DEPLOYKIT_TRACE": str(out), "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert [e["name"] for e in events(out)["traceEvents"] if e["ph"] == "X"] == ["from the environment"]
+
+
+def test_nvtx_only_tracing_keeps_no_events(monkeypatch):
+    """Without a trace file nothing reads the events: a long NVTX-only run must not accumulate them."""
+    calls = []
+    fake = types.SimpleNamespace(
+        push_range=lambda name, domain=None: calls.append(name), pop_range=lambda domain=None: None
+    )
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    with tracing.trace(None) as tracer:
+        for i in range(1000):
+            with tracing.span("frame", i=i):
+                pass
+        tracing.iterations("loop", list(range(100)), [0.1] * 100)
+        tracing.wrap(lambda: None, "infer")()
+    assert tracer.events == [] and tracer.threads == {}
+    assert calls.count("frame") == 1000 and calls.count("infer") == 1  # the NVTX ranges were still pushed
+
+
+def test_a_trace_file_keeps_every_event(tmp_path):
+    with tracing.trace(tmp_path / "t.json") as tracer:
+        for _ in range(3):
+            with tracing.span("frame"):
+                pass
+        tracing.iterations("loop", [0, 1], [0.1, 0.2])
+    assert [e["name"] for e in tracer.events] == ["frame"] * 3 + ["loop"] * 2
+    assert len([e for e in events(tmp_path / "t.json")["traceEvents"] if e["ph"] == "X"]) == 5

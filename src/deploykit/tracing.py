@@ -4,7 +4,8 @@ machine, the same ranges as a Chrome trace (``chrome://tracing``, https://ui.per
 Off by default, and then free: a span is one global read. Turned on by ``--trace out.json`` (the CLI),
 ``with deploykit.tracing.trace("out.json"):`` (Python), or ``DEPLOYKIT_TRACE=out.json`` (any run; the
 trace is written when the process exits). ``DEPLOYKIT_TRACE=nvtx`` pushes NVTX ranges only (what an
-``nsys profile -t cuda,nvtx,osrt deploykit gate ...`` run wants). NVTX ranges need the ``nvtx`` package;
+``nsys profile -t cuda,nvtx,osrt deploykit gate ...`` run wants) and keeps no events, so an hour-long
+run traced that way holds no more memory than an untraced one. NVTX ranges need the ``nvtx`` package;
 without it they are a no-op and the Chrome trace says so in its metadata.
 
 Inside a timed loop the Chrome trace costs one store per iteration: :func:`deploykit.metrics.latency.
@@ -41,6 +42,10 @@ class Tracer:
         self.lock = threading.Lock()
 
     def complete(self, name: str, start_ns: int, dur_ns: int, args: dict[str, Any] | None = None) -> None:
+        """Keep one event for the Chrome trace; nothing without a file to write (NVTX only: a long run's
+        events would grow without bound and never be read)."""
+        if self.path is None:
+            return
         tid = threading.get_native_id()
         event = {
             "name": name,
@@ -160,7 +165,7 @@ def wrap(run: Callable[[], Any], name: str) -> Callable[[], Any]:
 def iterations(name: str, starts_ns: Sequence[int], durations_ms: Sequence[float], **args: Any) -> None:
     """Chrome-trace events for a timed loop's iterations, from the starts and durations it recorded."""
     tracer = _ACTIVE
-    if tracer is None:
+    if tracer is None or tracer.path is None:
         return
     for i, (begin, ms) in enumerate(zip(starts_ns, durations_ms, strict=False)):
         tracer.complete(name, begin, int(ms * 1e6), {"i": i, **args})
