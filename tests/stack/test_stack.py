@@ -119,6 +119,25 @@ def test_a_duration_past_the_limit_exits_2(tmp_path):
         _spec(path, 5000.0, None)
 
 
+@pytest.mark.parametrize("cap", ["90000", "1e9", ".inf", "0"])
+def test_the_file_cannot_raise_its_duration_limit_past_the_hard_maximum(tmp_path, cap):
+    path = write_stack(
+        tmp_path, f"duration_s: 10\nlimits: {{max_duration_s: {cap}}}\nmodels:\n  a: {{model: m.onnx, rate_hz: 1}}\n"
+    )
+    code, _, err = run_cli("stack", str(path), "-w", str(tmp_path / "store"))
+    assert code == 2 and "limits.max_duration_s:" in err and "hard maximum of 86400 s (24 h)" in err, err
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_file_may_raise_its_duration_limit_up_to_the_hard_maximum(tmp_path):
+    from deploykit.stack.spec import load_stack
+
+    path = write_stack(
+        tmp_path, "duration_s: 7200\nlimits: {max_duration_s: 86400}\nmodels:\n  a: {model: m.onnx, rate_hz: 1}\n"
+    )
+    assert load_stack(path).duration_s == 7200
+
+
 def test_a_deadline_below_the_best_case_fails_at_once(tmp_path, monkeypatch):
     standins(monkeypatch, {"a": Sleeper(20.0)})
     path = write_stack(tmp_path, "duration_s: 60\nmodels:\n  a: {model: m.onnx, rate_hz: 10, deadline_ms: 1}\n")

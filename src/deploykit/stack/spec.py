@@ -3,8 +3,9 @@
 Every problem the file itself shows is one ConfigError naming the entry (exit 2): an unknown key (with
 a did-you-mean), a model file that does not exist or is not a config, an ONNX file or an engine folder,
 a rate of 0 or NaN, a consumer that also has a rate, a chain with a cycle or an unknown producer, a
-duration past ``limits.max_duration_s``. A deadline below a model's measured best case can only be
-known once the model is loaded: :mod:`deploykit.stack.runner` checks it before the timed phases.
+duration past ``limits.max_duration_s``, a ``limits.max_duration_s`` past the hard maximum (24 h). A
+deadline below a model's measured best case can only be known once the model is loaded:
+:mod:`deploykit.stack.runner` checks it before the timed phases.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ class StackModel:
     precision: Precision | None = None  # a config: which build (sets quantize.precision); None: the config's
 
 
+# The most a stack file may raise limits.max_duration_s to: the file bounds its own run, and this bounds the
+# file (a typo of 360000 would otherwise hold a CI machine for days).
+HARD_MAX_DURATION_S = 24 * 3600.0
+
+
 @dataclass(frozen=True)
 class StackLimits:
-    max_duration_s: float = 3600.0  # the together phase, plus each model alone, may not run longer
+    max_duration_s: float = 3600.0  # the together phase, plus each model alone, may not run longer (<= 24 h)
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,13 @@ def _problems(spec: StackSpec) -> list[str]:
             out.append(
                 f"{key}: {value:g} is not a {'positive' if key == 'duration_s' else 'non-negative'} number of seconds"
             )
-    total = spec.duration_s + spec.alone_s * len(spec.models)
-    if math.isfinite(total) and total > spec.limits.max_duration_s:
+    cap, total = spec.limits.max_duration_s, spec.duration_s + spec.alone_s * len(spec.models)
+    if not 0 < cap <= HARD_MAX_DURATION_S:
+        out.append(
+            f"limits.max_duration_s: {cap:g} s is not a positive number of seconds up to the hard maximum of "
+            f"{HARD_MAX_DURATION_S:g} s (24 h), which a stack file cannot raise"
+        )
+    elif math.isfinite(total) and total > cap:
         out.append(
             f"duration_s: {spec.duration_s:g} s together + {spec.alone_s:g} s alone per model = {total:g} s, "
             f"past limits.max_duration_s ({spec.limits.max_duration_s:g} s)"
