@@ -202,7 +202,7 @@ def test_a_gpu_stack_without_tensorrt_is_an_environment_problem(tmp_path):
     from deploykit.backends import get_backend
 
     if get_backend("tensorrt", require_available=False).availability().available:
-        pytest.skip("TensorRT is installed here: the GPU stack runs (tests/stack/test_stack_gpu.py)")
+        pytest.skip("TensorRT is installed here, so device: cuda loads instead of exiting 3 (no test runs it)")
     path = write_stack(tmp_path, "device: cuda\nmodels:\n  a: {model: m.onnx, rate_hz: 10}\n")
     code, _, err = run_cli("stack", str(path))
     assert code == 3 and "stack device cuda: the tensorrt backend is unavailable" in err
