@@ -120,6 +120,54 @@ def test_reduce_axes_must_be_constant():
     assert "op.attribute" in errors(lint(dynamic, profiles={"axes": [(1,), (1,), (1,)]}))
 
 
+def nms(boxes=(1, 6, 4), scores=(1, 2, 6), max_out=(5, ()), iou=(0.5, ()), **attrs) -> onnx.ModelProto:
+    """NonMaxSuppression over graph inputs ``boxes`` and ``scores``; ``max_out`` and ``iou`` are
+    (value, shape) initializers, or None for a graph input of that name."""
+    values = [value("boxes", F, list(boxes)), value("scores", F, list(scores))]
+    inits = []
+    if max_out is None:
+        values.append(value("max_out", T.INT64, []))
+    else:
+        inits.append(init("max_out", np.full(max_out[1], max_out[0], np.int64)))
+    inits.append(init("iou", np.full(iou[1], iou[0], np.float32)))
+    return single(
+        "NonMaxSuppression", ["boxes", "scores", "max_out", "iou"], values, inits, T.INT64, [None, 3], **attrs
+    )
+
+
+def nms_findings(m: onnx.ModelProto) -> set[tuple[str, str]]:
+    return {(f.severity, f.message.split(";")[0]) for f in lint(m, profiles={}).findings if f.rule == "op.attribute"}
+
+
+def test_a_plain_nonmaxsuppression_is_clean_for_every_version():
+    report = lint(nms(), profiles={})
+    assert report.findings == () and report.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "severity", "message"),
+    [
+        ({"boxes": (6, 4)}, "error", "boxes has rank 2"),
+        ({"scores": (1, 1, 2, 6)}, "error", "scores has rank 4"),
+        ({"max_out": (5, (2,))}, "error", "max_output_boxes_per_class has shape [2]"),
+        ({"iou": (0.5, (1, 2))}, "error", "iou_threshold has shape [1, 2]"),
+        ({"center_point_box": 2}, "error", "center_point_box=2"),
+        ({"max_out": None}, "warning", "max_output_boxes_per_class ('max_out') must be a build-time constant"),
+        ({"iou": (1.5, ())}, "warning", "iou_threshold 1.5"),
+    ],
+)
+def test_nonmaxsuppression_inputs(bad, severity, message):
+    found = nms_findings(nms(**bad))
+    assert found == {(severity, message)}
+    report = lint(nms(**bad), profiles={})
+    assert {f.versions for f in report.findings} == {("10.13", "11")}
+    assert "3-D boxes" in report.findings[0].fix
+
+
+def test_a_one_element_threshold_is_a_scalar_to_the_parser():
+    assert nms_findings(nms(max_out=(5, (1,)), iou=(0.4, (1,)))) == set()
+
+
 def test_einsum_upper_case_subscripts_are_refused():
     a = value("a", F, [2, 3])
     assert errors(lint(single("Einsum", ["a", "a"], [a], equation="ij,ij->i"))) == set()
@@ -182,6 +230,46 @@ def test_an_int8_weight_cast_back_is_an_error_but_its_dequantize_is_not():
     )
     assert errors(lint(cast)) == {"type.quantized"}
     assert rules(lint(dq)) == set()
+
+
+def test_int64_constants_beyond_int32_are_narrowed_where_the_reader_has_no_int64():
+    """Range reads INT64 in the matrix; Clip lists float types only, so its INT64 bounds are narrowed."""
+    x = value("x", T.INT64, [4])
+    big, small = np.array(2**40, np.int64), np.array(7, np.int64)
+
+    def clip(bound: np.ndarray) -> onnx.ModelProto:
+        return single("Clip", ["x", "lo", "hi"], [x], [init("lo", np.array(0, np.int64)), init("hi", bound)], T.INT64)
+
+    narrowed = lint(clip(big))
+    found = [f for f in narrowed.findings if f.rule == "type.int64"]
+    assert [(f.severity, f.node, f.op, f.versions) for f in found] == [("warning", "hi", "Clip", ("10.13", "11"))]
+    assert "beyond INT32" in found[0].message and narrowed.passed
+    assert "type.int64" not in rules(lint(clip(small)))
+    fits = single("Add", ["x", "c"], [x], [init("c", big)], T.INT64)  # Add lists INT64: nothing is narrowed
+    assert "type.int64" not in rules(lint(fits))
+
+
+@pytest.mark.parametrize(
+    ("base", "exponent", "bad"),
+    [(T.FLOAT16, np.float32, True), (F, np.int64, True), (F, np.float32, False), (T.FLOAT16, np.float16, False)],
+)
+def test_a_pow_whose_exponent_type_differs_from_its_base_is_refused_strongly_typed(base, exponent, bad):
+    m = single("Pow", ["x", "e"], [value("x", base, [4])], [init("e", np.array(2, exponent))], base)
+    report = lint(m)
+    assert ("type.strong" in errors(report)) == bad
+    if bad:
+        (found,) = [f for f in report.findings if f.rule == "type.strong"]
+        assert found.versions == ("10.13", "11") and "give the exponent the base's type" in found.fix
+
+
+def test_the_strongly_typed_precision_note_is_for_11_only_and_only_for_an_fp32_graph():
+    def note(report) -> bool:
+        return any("strongly typed networks only" in n for n in report.notes)
+
+    assert note(lint(conv_net(), versions=("11",)))
+    assert not note(lint(conv_net(), versions=("10.13",)))
+    half = single("Relu", ["x"], [value("x", T.FLOAT16, [4])], out_elem=T.FLOAT16)
+    assert not note(lint(half, versions=("11",)))
 
 
 # -- Q/DQ ---------------------------------------------------------------------------------------

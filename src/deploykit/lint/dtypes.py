@@ -7,7 +7,11 @@ these rules read the types as written:
 * DOUBLE has no TensorRT type: the parser casts it down to FLOAT (clamping to +-FLT_MAX);
 * UINT8 exists only as a network input or output (and inside Q/DQ, which :mod:`.qdq` judges);
 * INT8, FP8, INT4 and FP4 are quantized types: TensorRT has them only through Q/DQ;
-* INT64 constants beyond the INT32 range, read by an operator the table lists without INT64, are narrowed.
+* INT64 constants beyond the INT32 range, read by an operator the table lists without INT64, are narrowed;
+* a strongly typed network converts no type implicitly: ONNX's type constraints already make the inputs
+  of nearly every operator agree, but ``Pow`` types its exponent apart from its base (an FP16 model
+  exported by PyTorch often raises to an FP32 exponent), and the parser hands both to one elementwise
+  layer, which a weakly typed build reconciles with a warning and a strongly typed one refuses.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def check(view: GraphView, table: SupportTable) -> Iterator[Issue]:
     yield from _uint8(view, table)
     yield from _quantized(view, table)
     yield from _int64(view, table)
+    yield from _strong_pow(view)
     note = _fp32_note(view, table)
     if note:
         view.notes.append(note)
@@ -169,7 +174,35 @@ def _int64(view: GraphView, table: SupportTable) -> Iterator[Issue]:
                 )
 
 
+def _strong_pow(view: GraphView) -> Iterator[Issue]:
+    """A ``Pow`` whose exponent's type differs from its base's (every version: deploykit builds strongly
+    typed networks on 10.x too, see :func:`deploykit.backends.trt_compat.network_creation_flags`)."""
+    for scoped in view.main_nodes():
+        node = scoped.node
+        if node.op_type != "Pow" or len(node.input) < 2:
+            continue
+        base, exponent = view.dtype(node.input[0]), view.dtype(node.input[1])
+        if base is None or exponent is None or base == exponent:
+            continue
+        names = [TYPE_NAMES.get(t, str(t)) for t in (base, exponent)]
+        yield Issue(
+            "type.strong",
+            "error",
+            scoped.label,
+            node.op_type,
+            f"base {node.input[0]!r} is {names[0]} and exponent {node.input[1]!r} is {names[1]}: the parser "
+            "makes one elementwise layer of both, and a strongly typed network converts neither",
+            f"give the exponent the base's type ({names[0]}): a Cast before the Pow, or store the constant "
+            "exponent in that type",
+        )
+
+
 def _fp32_note(view: GraphView, table: SupportTable) -> str:
+    # A note, not a rule: nothing here is refused. An FP32-only graph builds on every version; what
+    # changes in 11 is that no builder flag (FP16/INT8, removed there) can lower its precision, so a
+    # user expecting `trtexec --fp16`-style speed-ups learns here that the precision must be in the
+    # graph. On 10.13 those flags still exist for builds outside deploykit, so the note is for 11 only.
+    # Type mixes a strongly typed network does refuse are rules (``type.strong``), on every version.
     low = {T.FLOAT16, T.BFLOAT16} | QUANTIZED
     if table.major < 11 or any(t in low for t in view.types.values()):
         return ""

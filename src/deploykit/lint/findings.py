@@ -22,6 +22,7 @@ RULES: dict[str, str] = {
     "type.double": "DOUBLE tensors: TensorRT casts them down to FLOAT",
     "type.uint8": "UINT8 away from the network's inputs and outputs",
     "type.int64": "INT64 constants beyond INT32 where TensorRT narrows them",
+    "type.strong": "inputs of one layer in two types (Pow's exponent): a strongly typed network converts neither",
     "type.quantized": "an INT8/FP8/INT4/FP4 tensor outside a Q/DQ pair (they exist only through Q/DQ)",
     "qdq.zero_point": "a Q/DQ zero point that is not all zeros (TensorRT is symmetric only)",
     "qdq.type": "a quantized type TensorRT has no Q/DQ for (UINT8, INT16, ...)",

@@ -348,6 +348,42 @@ def random_dtype(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     return []
 
 
+def nms_inputs(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
+    """NonMaxSuppression as the parser imports it into ``INMSLayer``.
+
+    The support matrix at the pinned parser commits lists NMS without restrictions (the 8.x matrix
+    wanted all three optional inputs as initializers; the importer no longer does), but its importer
+    still refuses boxes or scores that are not 3-D, an optional input that is not a single value, and
+    a ``center_point_box`` other than 0 or 1. ``max_output_boxes_per_class`` bounds the layer's
+    data-dependent output, so one computed from activations is a warning, as a non-constant axes is;
+    so is a constant IoU threshold outside the [0, 1] that ``INMSLayer`` documents.
+    """
+    out: list[Problem] = []
+    for i, what in ((0, "boxes"), (1, "scores")):
+        rank = view.rank(_input(node, i))
+        if rank is not None and rank != 3:
+            out.append(("error", f"{what} has rank {rank}; TensorRT's NMS takes 3-D {what}"))
+    for i, what in ((2, "max_output_boxes_per_class"), (3, "iou_threshold"), (4, "score_threshold")):
+        shape = view.shapes.get(_input(node, i))
+        if shape is not None and all(isinstance(d, int) for d in shape) and _volume(shape) != 1:
+            out.append(("error", f"{what} has shape {shape}; TensorRT takes a single value (a scalar)"))
+    box = _attr(node, "center_point_box", 0)
+    if box not in (0, 1):
+        out.append(("error", f"center_point_box={box}; 0 (corners) or 1 (centre and size) only"))
+    out += _must_be_constant(view, node, 2, "max_output_boxes_per_class", severity="warning")
+    iou = view.value(_input(node, 3))
+    if iou is not None and iou.size == 1 and not 0.0 <= float(iou.reshape(-1)[0]) <= 1.0:
+        out.append(("warning", f"iou_threshold {float(iou.reshape(-1)[0])}; INMSLayer documents a value in [0, 1]"))
+    return out
+
+
+def _volume(shape: list) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def reduce_axes_constant(view: GraphView, node: onnx.NodeProto) -> list[Problem]:
     return _must_be_constant(view, node, 1, "axes")
 
@@ -503,6 +539,7 @@ CHECKS: dict[str, Callable[[GraphView, onnx.NodeProto], list[Problem]]] = {
         if_branches,
         lstm_attributes,
         lp_order,
+        nms_inputs,
         onehot_depth_constant,
         random_dtype,
         reduce_axes_constant,
@@ -535,4 +572,6 @@ RESTRICTION_FIXES = {
     "batchnorm_inference": "export the model in eval mode",
     "dropout_inference": "export the model in eval mode (Dropout becomes Identity, `remove_noops` drops it)",
     "einsum_equation": "write the equation with lower-case subscripts",
+    "nms_inputs": "export NMS with 3-D boxes [batch, boxes, 4] and scores [batch, classes, boxes], scalar "
+    "thresholds and max_output_boxes_per_class as an initializer (surgery `sanitize` folds constant subgraphs)",
 }
