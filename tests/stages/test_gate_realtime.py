@@ -2,6 +2,7 @@
 wall-clock throughput, deadlines with miss rate and runs of misses, the timed batch and shapes, and
 trtexec's timing flags. Every number below is scripted, so no machine load can change a verdict."""
 
+import re
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -214,3 +215,39 @@ def _gate_json(model):
     """The gate report of the newest run of config ``m`` in the test's store."""
     records = sorted((model.parent / "store" / "records").glob("m.*.json"), key=lambda p: p.stat().st_mtime)
     return load_json(records[-1])["details"]["gate"]
+
+
+# -- a measurement taken under load -----------------------------------------------------------------
+
+BUSY = {"cpus": 2, "loadavg1": 7.5, "cpu_pressure": 0.6, "loaded": True}
+
+
+def test_a_reused_gate_taken_under_load_says_remeasure_in_every_view(model, monkeypatch, standin_clock, tmp_path):
+    """The load the gate reads is a stand-in (load_between scripted busy), so the verdict of 'under load'
+    never depends on this machine; the second run reuses that measurement and every view says so."""
+    from deploykit.report import html
+    from deploykit.stages import gate as gate_stage
+
+    scripted(monkeypatch, standin_clock, [1.0])
+    monkeypatch.setattr(gate_stage, "load_between", lambda before, after: dict(BUSY))
+    store, reports = model.parent / "store", tmp_path / "r"
+    code, _, err = run_cli("gate", str(model), "-w", str(store))
+    assert code == 0, err
+    code, out, err = run_cli("gate", str(model), "-w", str(store), "--report-dir", str(reports))
+    assert code == 0, err
+    under_load = "taken under load (CPU pressure 0.6, load 7.5 on 2 CPUs): --remeasure on a quiet machine"
+    table = re.sub(r"[│\s]+", " ", out)  # the stage table may wrap the note over several rows
+    assert under_load in table and "--rerun" not in out
+    warned = "gate: measured under load (CPU pressure 0.6, load 7.5 on 2 CPUs): the numbers may be low; --remeasure"
+    assert f"warning: {warned} on a quiet machine" in out.splitlines()
+    records = sorted((store / "records").glob("m.*.json"), key=lambda p: p.stat().st_mtime)
+    record = load_json(records[-1])
+    [gate_row] = [s for s in record["stages"] if s["stage"] == "gate"]
+    assert gate_row["status"] == "reused" and under_load in gate_row["note"]
+    assert f"{warned} on a quiet machine" in record["warnings"]
+    summary = (reports / "summary.md").read_text()
+    assert under_load in summary and "--rerun" not in summary
+    from deploykit.record.model import RunRecord
+
+    page = html.render_page(RunRecord.from_dict(record))
+    assert under_load in page and "--rerun" not in page
