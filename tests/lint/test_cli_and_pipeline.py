@@ -163,3 +163,62 @@ def test_lint_versions_per_target_key_the_stage(tmp_path):
 
     assert key(["11"]) != key(["10.13"]) and key(["11"]) == key(["11"])
     assert "lint" in dict(shared_chain(load_config(cfg), store))  # device-independent: a shared step
+
+
+def conv_config(tmp_path: Path) -> Path:
+    """A conv net (ONNX source) on the CPU backend with 8 seeded calibration samples: quantizable."""
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    m = model(nodes, [value("x", F, ["batch", 3, 8, 8])], [value("y", F, ["batch", 4, 8, 8])], [init("w", w)])
+    onnx.save(m, tmp_path / "model.onnx")
+    rng = np.random.default_rng(3)
+    (tmp_path / "calib").mkdir()
+    for i in range(8):
+        np.save(tmp_path / "calib" / f"s{i}.npy", rng.standard_normal((1, 3, 8, 8)).astype(np.float32))
+    path = tmp_path / "deploykit.yaml"
+    path.write_text(
+        CONFIG.format(model="model.onnx", backend="onnxruntime")
+        + "calibration: {files: calib, samples: 8}\nquantize: {check_samples: 2}\n"
+    )
+    return path
+
+
+def test_convert_lints_a_tensorrt_flavour_quantization_on_the_cpu_backend_unasked(tmp_path):
+    """lint.run stays at its default (auto): the tensorrt-flavour INT8 graph is bound for TensorRT, so
+    convert lints it on the ONNX Runtime backend; the FP32 run of the same config is not linted."""
+    pytest.importorskip("modelopt", reason="the tensorrt flavour quantizes with NVIDIA ModelOpt")
+    from deploykit.config import load_config
+
+    cfg = conv_config(tmp_path)
+    assert load_config(cfg).lint.run == "auto"
+    store = str(tmp_path / "store")
+    loose = ("quantize.tolerances.int8.rel_l2=0.5", "quantize.tolerances.int8.cosine=0.5")
+    code, out, err = run_cli(
+        "convert",
+        str(cfg),
+        "-w",
+        store,
+        "--precision",
+        "int8",
+        "--set",
+        "quantize.target=tensorrt",
+        *(a for s in loose for a in ("--set", s)),
+        "--report-dir",
+        str(tmp_path / "int8"),
+    )
+    assert "lint: PASS — TensorRT 10.13: 0 errors" in out, (code, out, err)
+    record = RunRecord.from_dict(json.loads((tmp_path / "int8" / "run.json").read_text()))
+    assert record.precision == "int8" and record.stage("lint").status == "ran"
+    assert [c.name for c in record.group("lint")] == ["TensorRT 10.13", "TensorRT 11"]
+    assert all(c.passed for c in record.group("lint"))
+    stages = [s.stage for s in record.stages]
+    assert stages.index("quantize") < stages.index("lint") < stages.index("build")  # the quantized graph
+
+    code, out, err = run_cli("convert", str(cfg), "-w", store, "--report-dir", str(tmp_path / "fp32"))
+    assert code == 0, err
+    fp32 = RunRecord.from_dict(json.loads((tmp_path / "fp32" / "run.json").read_text()))
+    assert fp32.precision == "fp32" and "lint" not in [s.stage for s in fp32.stages]
+    assert fp32.group("lint") == [] and "lint:" not in out
