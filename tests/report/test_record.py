@@ -76,6 +76,14 @@ def test_a_failed_run_says_why_in_every_view_and_junit_says_each_metric_once():
     assert 'message="rel_l2 0.3 &gt; 0.1 (cosine 0.9 &lt; 0.995)"' in xml  # rel_l2 once, the other reason kept
     md = markdown.render(record)
     assert store not in md and f"parity.json (artifact {'ab' * 6})" in md
+    from deploykit.report import html
+
+    page = html.render_page(record, with_plots=False)
+    label = f"<span class='note'>store: {store}</span>"  # the lineage names the store once, on purpose
+    assert page.count(store) == page.count(label) == 1
+    body = page.replace(label, "")
+    assert store not in body and f"parity.json (artifact {'ab' * 6})" in body  # hints: portable, as in Markdown
+    assert "the full report is parity.json" in body and "parity failed" in body
 
 
 def test_a_build_only_run_does_not_claim_checks_passed():
