@@ -190,7 +190,7 @@ def _past_casts(readers: dict[str, list[onnx.NodeProto]], tensor: str) -> list[o
 # ONNX Runtime's CPU kernels (MLAS), GFLOP/s for one core-pair: dense INT8 ~1.8x FP32 (measured 1.5-1.9x
 # on AVX2 without VNNI; README's zoo rows); only ratios matter.
 CPU_GFLOPS = {"fp32": 50.0, "int8": 90.0}
-CPU_DEPTHWISE_INT8 = 0.8  # of the FP32 rate: ORT's x86 integer depthwise kernel is no faster (DESIGN.md)
+CPU_DEPTHWISE_INT8 = 0.8  # of the FP32 rate: ORT's x86 integer depthwise kernel is no faster (measured, see README)
 CPU_DEPTHWISE_RATE = 0.25  # of the dense rate, both precisions: one input channel per output leaves the FMAs idle
 # GB/s by the bytes a node moves: L2-, L3- and DRAM-sized working sets (a 16 KB map stays in cache,
 # a 480x480x16 one does not)
