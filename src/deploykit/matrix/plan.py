@@ -76,10 +76,12 @@ def shared_stages(stages: list[Stage]) -> list[Stage]:
 def cell_overrides(
     spec: MatrixSpec, model: Model, target: TargetSpec, precision: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    """Matrix, model, target and command-line overrides; the cell's own precision and backend win."""
+    """Matrix, model, target and command-line overrides; the cell's own precision and backend win. A
+    target that names its TensorRT version lints for that version (unless its own overrides say otherwise)."""
     return {
         **spec.overrides,
         **model.overrides,
+        **({"lint.versions": [target.tensorrt]} if target.tensorrt else {}),
         **target.overrides,
         **extra,
         "quantize.precision": precision,
@@ -158,7 +160,7 @@ def _cell(
     overrides = cell_overrides(spec, model, target, precision, extra)
     cell_id = f"{model.id}/{precision}/{target.name}"
     # what the overrides are made of, but the target's name: targets that differ only by name plan alike
-    memo = (model.id, precision, target.backend, target_overrides)
+    memo = (model.id, precision, target.backend, target.tensorrt, target_overrides)
     if memo not in planned:
         planned[memo] = _plan_config(model.path, overrides, store, planned)
     done = planned[memo]

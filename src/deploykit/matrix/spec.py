@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from deploykit.choices import Precision
+from deploykit.choices import Precision, TensorRTVersion
 from deploykit.config.typed import from_value
 from deploykit.errors import ConfigError
 
@@ -44,17 +44,26 @@ class TargetSpec:
 
     ``resources`` holds Ray's resource names: ``CPU`` and ``GPU`` counts and any custom resource a
     node advertises (``orin: 1``); ``accelerator_type: H200`` adds Ray's ``accelerator_type:H200``.
+    ``tensorrt: "10.13"`` names the TensorRT version a ``tensorrt`` target's nodes run: its cells lint
+    the graph for that version only (``lint.versions``), a device-independent step shared by every
+    target of that version.
     """
 
     name: str
     backend: str = "onnxruntime"
     resources: dict[str, float] = field(default_factory=dict)
     accelerator_type: str | None = None
+    tensorrt: TensorRTVersion | None = None  # None: the cells lint for every version lint.versions lists
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted config fields for this target's cells
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise ValueError(f"name {self.name!r} must be letters, digits, '_', '.' or '-' (at most 128)")
+        if self.tensorrt is not None and self.backend != "tensorrt":
+            raise ValueError(
+                f"tensorrt: {self.tensorrt!r} names the TensorRT version of a tensorrt target; this one's "
+                f"backend is {self.backend!r} (set lint.versions in its overrides to lint for TensorRT)"
+            )
         if self.accelerator_type is not None and not _RESOURCE.fullmatch(self.accelerator_type):
             raise ValueError(f"accelerator_type {self.accelerator_type!r} is not a Ray accelerator name")
         for key, amount in self.resources.items():
