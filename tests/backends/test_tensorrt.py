@@ -1193,6 +1193,7 @@ TRT_FILES = [
     REPO / "src" / "deploykit" / "cli" / "doctor.py",
     REPO / "src" / "deploykit" / "profiling" / "tensorrt.py",
     REPO / "scripts" / "gpu_check.py",
+    REPO / "bench" / "lint_corpus.py",  # the issue corpus through the real parser, where TensorRT runs
 ]
 # Qualified names both versions have but the checker's identifier lists lack (they were extracted with
 # `strings`, which misses short enum members), each with where the real bindings define it. An entry
