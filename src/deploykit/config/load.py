@@ -210,6 +210,15 @@ def _check_flavour_backend(cfg: Any) -> None:
     if not q.enabled or q.precision == "fp16":  # fp16 writes casts, no Q/DQ
         return
     flavour = q.flavour(backend)
+    if flavour not in FLAVOUR_BACKENDS:  # a flavour added to choices.Flavour and the registry but not here
+        from deploykit.errors import InternalError
+
+        raise InternalError(
+            f"quantize flavour {flavour!r} has no entry in choices.FLAVOUR_BACKENDS, so no backend is known to "
+            "build its Q/DQ graph",
+            hint="a bug in deploykit: list the backends that can build that flavour's graph in FLAVOUR_BACKENDS "
+            "(docs/architecture.md, 'Where to add')",
+        )
     if backend not in FLAVOUR_BACKENDS[flavour]:
         raise ConfigError(
             f"config.quantize.target: {flavour!r} writes {q.precision.upper()} Q/DQ for ONNX Runtime's "
