@@ -4,9 +4,13 @@ from these tests: on a CPU machine every GPU section must say why it did not run
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,6 +123,35 @@ def test_the_kernel_check_compiles_with_nvcc_alone_and_takes_the_glue_with_heade
     assert "-DDEPLOYKIT_WITH_GLUE" in glue and "/opt/trt/include" in glue
     assert {Path(a).name for a in glue} >= {"trt_plugin.cpp", "bev_pool_trt.cpp", "pillar_scatter_trt.cpp"}
     assert all((ROOT / "plugins" / src).is_file() for src in (*gpu_check.KERNEL_SOURCES, *gpu_check.GLUE_SOURCES))
+
+
+def _nvcc_arch() -> str:
+    """sm_90 where this nvcc targets it, else the newest architecture it lists."""
+    listed = subprocess.run(["nvcc", "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+    archs = [a.removeprefix("compute_") for a in listed if a.startswith("compute_")]
+    return "90" if "90" in archs else archs[-1]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("glue", [False, True], ids=["kernels", "kernels+glue"])
+def test_the_nvcc_command_compiles_and_links_the_kernel_check_without_a_gpu(gpu_check, tmp_path, glue):
+    """The exact command ``build_kernel_check`` runs (nvcc alone, no CMake) builds the check's executable;
+    with TensorRT headers (--tensorrt-include, $TENSORRT_INCLUDE_DIR or the fetched public ones) the
+    glue is compiled into it, and it still links without libnvinfer."""
+    include = ""
+    if glue:
+        explicit = os.environ.get("TENSORRT_INCLUDE_DIR")
+        include, why = gpu_check.tensorrt_headers(argparse.Namespace(tensorrt_include=explicit))
+        if not include:
+            pytest.skip(f"no TensorRT headers for the glue ({why}); plugins/tools/fetch_trt_headers.sh fetches them")
+    binary = tmp_path / "deploykit_gpu_check"
+    command = gpu_check.nvcc_command(binary, _nvcc_arch(), include)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, " ".join(command) + "\n" + (done.stdout + done.stderr)[-4000:]
+    assert binary.read_bytes()[:4] == b"\x7fELF" and os.access(binary, os.X_OK)
+    linked = subprocess.run(["nm", "-C", str(binary)], capture_output=True, text=True).stdout
+    assert "deploykit_bev_pool_v2_cuda" in linked and ("BevPoolV2Plugin" in linked) == glue
 
 
 def test_sections_past_the_budget_are_skipped_with_the_reason(gpu_check) -> None:
