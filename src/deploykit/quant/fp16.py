@@ -66,9 +66,9 @@ def to_fp16(model: onnx.ModelProto, keep_fp32: list[str], opset: int | None = No
     import onnx
     from modelopt.onnx.autocast.convert import convert_to_mixed_precision
 
-    from deploykit.quant.modelopt_flavour import _quiet, ort_patch_guard
+    from deploykit.quant.modelopt_guard import ort_patch_guard, quiet
 
-    with tempfile.TemporaryDirectory(prefix="deploykit-fp16-") as tmp, ort_patch_guard(), _quiet():
+    with tempfile.TemporaryDirectory(prefix="deploykit-fp16-") as tmp, ort_patch_guard(), quiet():
         path = Path(tmp) / "model.onnx"
         onnx.save_model(model, str(path))
         try:

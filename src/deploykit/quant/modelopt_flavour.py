@@ -7,18 +7,15 @@ ranges into the activation scales (:mod:`deploykit.quant.scales`) and does the F
 itself (:mod:`deploykit.quant.fp16`), so overflowing nodes can be kept in FP32 by name.
 
 ModelOpt patches ONNX Runtime's quantization modules process-wide (it deletes Relu, Sigmoid and
-others from ORT's QDQ registry and replaces calibrator methods); :func:`ort_patch_guard` restores
-them, so the ``onnxruntime`` flavour gives the same result whether ModelOpt ran before it or not.
+others from ORT's QDQ registry and replaces calibrator methods); every call runs inside
+:func:`deploykit.quant.modelopt_guard.ort_patch_guard`, which restores them, so the ``onnxruntime``
+flavour gives the same result whether ModelOpt ran before it or not.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +23,7 @@ import numpy as np
 
 from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ModelError, first_line
+from deploykit.quant.modelopt_guard import ort_patch_guard, quiet
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,7 +82,7 @@ def quantize(
 def _run(path: str, kwargs: dict[str, Any]) -> None:
     from modelopt.onnx.quantization import quantize as modelopt_quantize
 
-    with ort_patch_guard(), _quiet():
+    with ort_patch_guard(), quiet():
         try:
             modelopt_quantize(path, **kwargs)
         except Exception as e:  # ModelOpt raises bare ValueError/AssertionError/RuntimeError
@@ -95,66 +93,9 @@ def _run(path: str, kwargs: dict[str, Any]) -> None:
             ) from e
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """ModelOpt logs an ERROR for the missing GPU on every call, onnx-graphsurgeon warns about
-    colours and FP8 numpy types; deploykit reports what matters itself."""
-    from onnx_graphsurgeon.logger import G_LOGGER
-
-    loggers = [logging.getLogger(n) for n in ("modelopt", "modelopt.onnx", "modelopt.onnx.autocast")]
-    levels, severity = [lg.level for lg in loggers], G_LOGGER.severity
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    G_LOGGER.severity = G_LOGGER.ERROR
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
-        G_LOGGER.severity = severity
-
-
-@contextlib.contextmanager
-def ort_patch_guard() -> Iterator[None]:
-    """Restore ``onnxruntime.quantization`` (module attributes, class attributes, registries) on exit."""
-    import onnxruntime.quantization  # noqa: F401  (load the modules whose state is saved)
-
-    saved = [
-        _snapshot(m)
-        for name, m in list(sys.modules.items())
-        if name.startswith("onnxruntime.quantization") and m is not None
-    ]
-    try:
-        yield
-    finally:
-        for restore in saved:
-            restore()
-
-
-def _snapshot(module: Any) -> Any:
-    attrs = dict(vars(module))
-    dicts = {k: dict(v) for k, v in attrs.items() if type(v) is dict}
-    classes = {k: dict(vars(v)) for k, v in attrs.items() if isinstance(v, type) and v.__module__ == module.__name__}
-
-    def restore() -> None:
-        for key in [k for k, v in vars(module).items() if k not in attrs and not isinstance(v, type(sys))]:
-            delattr(module, key)  # submodules imported meanwhile stay reachable
-        for key, value in attrs.items():
-            if vars(module).get(key) is not value:
-                setattr(module, key, value)
-        for key, content in dicts.items():  # registries are mutated in place
-            attrs[key].clear()
-            attrs[key].update(content)
-        for key, members in classes.items():
-            cls = attrs[key]
-            for name in [n for n in vars(cls) if n not in members]:
-                delattr(cls, name)
-            for name, value in members.items():
-                if name not in ("__dict__", "__weakref__") and vars(cls).get(name) is not value:
-                    setattr(cls, name, value)
-
-    return restore
-
+# bench/zoo.py, bench/bench_quantize.py and bench/bench_real_models.py still import _quiet from here (as
+# two tests import ort_patch_guard): point them at deploykit.quant.modelopt_guard, then drop this name.
+_quiet = quiet
 
 FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (TENSORRT.md)
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ConfigError, ModelError, first_line
+from deploykit.quant.float_source import bring_initializers, float_source
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
@@ -378,12 +379,12 @@ def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes:
             q = made_by.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
             if q is None or q.op_type != "QuantizeLinear":
                 continue
-            source = _float_source(q.input[0], original.input[i], made_by, made_in_reference)
+            source = float_source(q.input[0], original.input[i], made_by, made_in_reference)
             if source is None:
                 continue  # cannot tell what it held in FP32: the node keeps reading the quantized tensor
             tensor, activation = source
             if activation is not None and all(activation.output[0] not in n.output for n in out):
-                if not _bring_initializers(activation, model, reference):
+                if not bring_initializers(activation, model, reference):
                     continue
                 out.append(activation)
             node.input[i] = activation.output[0] if activation is not None else tensor
@@ -393,40 +394,6 @@ def read_float_inputs(model: onnx.ModelProto, reference: onnx.ModelProto, nodes:
     model.graph.node.extend(out)
     _drop_unread_qdq(model)
     return rewired
-
-
-def _float_source(
-    tensor: str, original: str, made_by: dict[str, onnx.NodeProto], made_in_reference: dict[str, onnx.NodeProto]
-) -> tuple[str, onnx.NodeProto | None] | None:
-    """What gives the FP32 value of ``original`` from the float ``tensor`` a QuantizeLinear reads:
-    the tensor itself, or the tensor through a copy of an activation ORT fused into the quantizer."""
-    import onnx
-
-    got, want = made_by.get(tensor), made_in_reference.get(original)
-    if got is None or want is None:
-        return (tensor, None) if got is None and want is None and tensor == original else None  # graph inputs
-    if got.op_type == want.op_type:
-        return tensor, None
-    before = made_in_reference.get(want.input[0]) if want.input else None
-    if want.op_type in ("Relu", "Clip") and before is not None and before.op_type == got.op_type:
-        copy = onnx.NodeProto()
-        copy.CopyFrom(want)  # Relu/Clip of the pre-activation values restores them; Clip keeps its bounds
-        copy.input[0], copy.output[0], copy.name = tensor, f"{original}__float", f"{want.name}__float"
-        return copy.output[0], copy
-    return None
-
-
-def _bring_initializers(node: onnx.NodeProto, model: onnx.ModelProto, reference: onnx.ModelProto) -> bool:
-    """Copy the restored node's constant inputs (Clip bounds) that ORT dropped with it; False if one
-    is neither in ``model`` nor an initializer of ``reference``."""
-    have = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
-    have |= {o for n in model.graph.node for o in n.output}
-    spare = {t.name: t for t in reference.graph.initializer}
-    missing = [name for name in node.input[1:] if name and name not in have]
-    if any(name not in spare for name in missing):
-        return False
-    model.graph.initializer.extend(spare[name] for name in missing)
-    return True
 
 
 def _drop_unread_qdq(model: onnx.ModelProto) -> None:

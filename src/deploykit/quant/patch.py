@@ -109,7 +109,7 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, members: set[s
     """Rewire ``members`` (the nodes of the groups raised to a float precision) to read float values
     where they read dequantized ones; one pass over the graph."""
     from deploykit.graph.proto import producers
-    from deploykit.quant.ort_flavour import _bring_initializers, _float_source
+    from deploykit.quant.float_source import bring_initializers, float_source
 
     made_by, made_in_reference = producers(model), producers(reference)
     inits = {t.name: t for t in model.graph.initializer}
@@ -133,11 +133,11 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, members: set[s
             if q.input[0] in inits or made_by.get(q.input[0]) is None or made_by[q.input[0]].op_type == "Cast":
                 source, activation = q.input[0], None  # a weight, a graph input, or a precision Cast's output
             else:
-                found = _float_source(q.input[0], original.input[i], made_by, made_in_reference)
+                found = float_source(q.input[0], original.input[i], made_by, made_in_reference)
                 if found is None:
                     continue  # cannot tell which float tensor it read: it stays quantized
                 source, activation = found
-                if activation is not None and not _bring_initializers(activation, model, reference):
+                if activation is not None and not bring_initializers(activation, model, reference):
                     continue
             if activation is not None and activation.output[0] not in made_by:
                 added.append(activation)
