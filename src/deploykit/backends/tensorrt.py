@@ -5,7 +5,7 @@ only gets the settings in ``TensorRTOptions``. The work lives in small modules::
 
     trt_compat    import TensorRT, supported versions, plan compatibility (TensorRT version, GPU)
     trt_cuda      driver/GPU probe (ctypes, no cuda-python needed) and cuda-python helpers
-    trt_profiles  min/opt/max profiles from the config, validated before TensorRT sees them
+    profiles      min/opt/max profiles from the config, validated before TensorRT sees them
     trt_plugins   plugin libraries: load, check what they register
     trt_build     parse -> configure -> build -> inspect (takes the tensorrt module as an argument)
     trt_files     the engine folder: write it, read it back with checks

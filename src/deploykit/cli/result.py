@@ -2,7 +2,7 @@
 
 With ``--log-format json`` events go to stderr and stdout holds one JSON object: the command's result,
 or the error (:func:`deploykit.cli.app.main`). A command with a ``--json`` flag treats the two alike. Kept
-below the commands' modules (``cli``, ``plugins.cli``, ``inspect``) so each can import it.
+below the commands' modules (``cli.app``, ``cli.plugins``, ``cli.inspect``) so each can import it.
 """
 
 from __future__ import annotations

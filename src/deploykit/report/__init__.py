@@ -1,9 +1,10 @@
 """Report renderers: JSON is written by the stages; JUnit XML and Markdown for CI; HTML for people.
 
-Modules: ``record`` (the run record every view renders), ``collect`` (build a record from a run or
-from the store), ``terminal``, ``jsonio`` (strict JSON), ``junit``, ``markdown``, ``html`` and
-``plots`` (matplotlib's Figure API, imported only when a report with plots renders), ``baseline``
-(load and compare a previous gate report).
+Modules: ``terminal``, ``junit``, ``markdown``, ``html`` and ``plots`` (matplotlib's Figure API,
+imported only when a report with plots renders), ``baseline`` (load and compare a previous gate
+report). What they render is the run record, built beside the pipeline (:mod:`deploykit.record`:
+``model``, the record; ``collect``, a record from a run or from the store); strict JSON is
+:mod:`deploykit.store.jsonio`.
 """
 
 from __future__ import annotations
