@@ -3,14 +3,19 @@
 * ``profile --batch`` a model (or an engine folder) cannot take is refused, as the gate refuses it;
 * a library passed with ``--plugins`` is checked as ``plugins check`` checks it, whichever backend runs;
 * a FIFO (or a socket, a device link) in a calibration folder is never opened, and the run says which;
-* what a library logs (ONNX Runtime's tracebacks on a full disk) goes to WORKDIR/third-party.log.
+* what a library logs (ONNX Runtime's tracebacks on a full disk), warns or prints on stderr during a
+  stage, ``profile``, ``inspect`` or ``lint`` goes to WORKDIR/third-party.log; deploykit's own lines
+  (progress, warnings, verdicts, the error line) still reach the terminal.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -238,3 +243,151 @@ def test_a_full_disk_in_quantize_prints_no_library_traceback(tmp_path, size):
             "quantize", model, "--precision", "int8", "--calib-data", tmp_path / "calib", "-w", disk / "store"
         )
         assert_fails_cleanly(run, 3, "disk full")
+
+
+CHATTY_PASS = """
+import sys
+import traceback
+import warnings
+
+
+def chatty(model):
+    warnings.warn("declared shape [] contradicts inference (CHATTY-WARN)", UserWarning)
+    print('Traceback (most recent call last):\\n  File "shape_inference.py", line 1, in infer\\n'
+          'OSError: [Errno 28] No space left on device (CHATTY-PRINT)', file=sys.stderr)
+    sys.stderr.write("a line in ")
+    sys.stderr.write("two writes (CHATTY-WRITE)\\n")
+    return model
+
+
+def failing(model):
+    chatty(model)
+    try:
+        raise OSError(28, "No space left on device (CHATTY-EXC)")
+    except OSError:
+        traceback.print_exc()
+    raise RuntimeError("the pass gave up")
+"""
+CHATTY = ("CHATTY-WARN", "CHATTY-PRINT", "CHATTY-WRITE")
+
+
+def _chatty(cfg: Path, function: str) -> dict[str, str]:
+    """The config with a user pass that warns and prints a traceback on stderr; the env that imports it."""
+    (cfg.parent / "chatty.py").write_text(textwrap.dedent(CHATTY_PASS))
+    cfg.write_text(cfg.read_text() + f"surgery: {{passes: [sanitize, 'chatty:{function}']}}\n")
+    return {"PYTHONPATH": os.pathsep.join([str(SRC), str(cfg.parent)])}
+
+
+def _assert_filed(run, log: Path, marks: tuple[str, ...]) -> str:
+    """None of ``marks`` on the terminal, each in the log file; returns the log."""
+    assert_no_traceback(run)
+    for mark in marks:
+        assert mark not in run.out and mark not in run.err, f"{mark} reached the terminal\n{run}"
+    text = log.read_text()
+    for mark in marks:
+        assert mark in text, f"{mark} not in {log}:\n{text}"
+    return text
+
+
+def test_what_third_party_code_warns_or_prints_in_a_stage_goes_to_the_log_file(project):
+    cfg, store = project
+    run = deploykit("convert", cfg, "-w", store, "--rerun", "surgery", env=_chatty(cfg, "chatty"))
+    assert run.code == 0, str(run)
+    log = _assert_filed(run, store / "third-party.log", CHATTY)
+    assert "chatty WARNING: UserWarning: declared shape [] contradicts inference (CHATTY-WARN)" in log
+    assert "chatty STDERR: a line in two writes (CHATTY-WRITE)" in log  # one line, one header
+    assert "surgery ran" in run.err and "result: PASS" in run.out  # deploykit's own lines are untouched
+
+
+def test_a_stage_error_after_third_party_output_is_one_clean_line(project):
+    cfg, store = project
+    run = deploykit("convert", cfg, "-w", store, env=_chatty(cfg, "failing"))
+    line = assert_fails_cleanly(run, 2, "chatty:failing", "the pass gave up")
+    assert "CHATTY" not in line and "surgery failed" in run.err
+    _assert_filed(run, store / "third-party.log", (*CHATTY, "CHATTY-EXC"))
+
+
+NOISY_LIBRARY = """
+import sys
+import warnings
+
+import onnx.shape_inference
+import onnxruntime
+
+_infer = onnx.shape_inference.infer_shapes
+
+
+def infer_shapes(*args, **kwargs):
+    warnings.warn("a declared shape contradicts inference (LIB-WARN)", UserWarning)
+    print("Traceback (most recent call last):\\nRuntimeError: shape inference (LIB-PRINT)", file=sys.stderr)
+    return _infer(*args, **kwargs)
+
+
+class InferenceSession(onnxruntime.InferenceSession):
+    def __init__(self, *args, **kwargs):
+        warnings.warn("session options ignored (LIB-SESSION-WARN)", UserWarning)
+        sys.stderr.write("Traceback (most recent call last):\\nRuntimeError: session (LIB-SESSION-PRINT)\\n")
+        super().__init__(*args, **kwargs)
+
+
+onnx.shape_inference.infer_shapes = infer_shapes
+onnxruntime.InferenceSession = InferenceSession
+"""
+
+
+def _noisy_library(folder: Path) -> dict[str, str]:
+    """An env whose interpreters start with onnx's shape inference and ONNX Runtime's sessions warning
+    and printing a traceback on stderr (as a library does, from its own module)."""
+    site = folder / "site"
+    site.mkdir()
+    (site / "noisylib.py").write_text(textwrap.dedent(NOISY_LIBRARY))
+    (site / "sitecustomize.py").write_text("import noisylib  # noqa: F401\n")
+    return {"PYTHONPATH": os.pathsep.join([str(SRC), str(site)])}
+
+
+@pytest.mark.parametrize("command", ["inspect", "lint", "profile"])
+def test_what_a_library_says_outside_the_pipeline_goes_to_the_log_file(project, tmp_path, command):
+    """profile (its timing runs after the pipeline), inspect and lint of an .onnx run library code themselves."""
+    cfg, store = project
+    model = cfg.parent / "model.onnx"
+    args, log, own = {
+        "inspect": (("inspect", model), tmp_path / ".deploykit" / "third-party.log", "ONNX Runtime (CPU): loads"),
+        "lint": (("lint", model, "-w", store), store / "third-party.log", "result: PASS"),
+        "profile": (_profile(cfg, store), store / "third-party.log", "sum of layer times"),
+    }[command]
+    run = deploykit(*args, cwd=tmp_path, env=_noisy_library(tmp_path))
+    assert run.code == 0, str(run)
+    said = _assert_filed(run, log, ("LIB-SESSION-WARN", "LIB-SESSION-PRINT") if command != "lint" else ())
+    if command != "profile":  # profile reuses the stored graph: no shape inference
+        _assert_filed(run, log, ("LIB-WARN", "LIB-PRINT"))
+    assert "noisylib WARNING: UserWarning:" in log.read_text() and own in run.out, f"{said}\n{run}"
+
+
+def test_the_speaker_is_read_from_the_stack_not_from_the_warnings_file(tmp_path, capsys):
+    """A library's warning attributed to deploykit's line (stacklevel=2) is still the library's; deploykit's
+    own warnings and writes pass on to whoever shows them (here pytest), and the hooks go when the block ends."""
+    from deploykit.safety import thirdparty
+
+    def module(name: str, body: str) -> dict:
+        scope = {"__name__": name, "sys": sys, "warnings": warnings}
+        exec(compile(textwrap.dedent(body), f"<{name}>", "exec"), scope)
+        return scope
+
+    lib = module(
+        "somelib", "def speak():\n    warnings.warn('LIB', stacklevel=2)\n    sys.stderr.write('LIB-OUT\\n')\n"
+    )
+    own = module(
+        "deploykit.fake",
+        "def speak(lib):\n    lib()\n    warnings.warn('OWN', UserWarning)\n    sys.stderr.write('OWN-OUT\\n')\n",
+    )
+    stderr, show = sys.stderr, warnings.showwarning
+    with pytest.warns(UserWarning) as caught, thirdparty.logged_to(tmp_path):
+        own["speak"](lib["speak"])
+        with thirdparty.logged_to(tmp_path / "."):  # nested on the same file (profile around its build)
+            logging.getLogger("somelib").warning("LIB-LOG")
+    assert [str(w.message) for w in caught] == ["OWN"]
+    assert capsys.readouterr().err == "OWN-OUT\n"
+    log = (tmp_path / "third-party.log").read_text()
+    assert "somelib WARNING: UserWarning: LIB (<deploykit.fake>:" in log and "somelib STDERR: LIB-OUT" in log
+    assert "OWN" not in log and log.count("LIB-LOG") == 1
+    assert sys.stderr is stderr and warnings.showwarning is show

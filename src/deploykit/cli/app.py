@@ -18,6 +18,7 @@ from deploykit.cli import plugins as plugins_cli
 from deploykit.cli import result as ending
 from deploykit.cli.args import parse_dims, parse_sets
 from deploykit.errors import DeployKitError, InternalError, UsageError
+from deploykit.safety import thirdparty
 
 opt.readable_help()
 app = typer.Typer(
@@ -526,16 +527,17 @@ def lint(
     from deploykit.lint.tables import parse_for
     from deploykit.report import terminal
 
-    report = api.lint(
-        model,
-        versions=parse_for(for_ or []),
-        plugins=opt.checked_plugins(plugins),
-        workdir=workdir,
-        dims=parse_dims(dim),
-        shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes),
-        reporter=None if as_json else _reporter("human"),
-        overrides=parse_sets(set_),
-    )
+    with thirdparty.logged_to(workdir):  # onnx's and ONNX Runtime's own output goes to the workdir's log
+        report = api.lint(
+            model,
+            versions=parse_for(for_ or []),
+            plugins=opt.checked_plugins(plugins),
+            workdir=workdir,
+            dims=parse_dims(dim),
+            shapes=opt.shape_profiles(shapes, min_shapes, opt_shapes, max_shapes),
+            reporter=None if as_json else _reporter("human"),
+            overrides=parse_sets(set_),
+        )
     if as_json:
         ending.emit_json(report.to_dict())
     else:
@@ -661,15 +663,16 @@ def profile(
     from deploykit import api
     from deploykit.profiling import ProfileOptions
 
-    report = api.profile(
-        source,
-        workdir=workdir,
-        batch=batch,
-        dims=parse_dims(dim),
-        options=ProfileOptions(iterations=iterations, warmup=warmup, top=top, roofline=roofline),
-        reporter=_reporter(log_format),
-        overrides=parse_sets(set_) | opt.overrides(**{"build.backend": backend}),
-    )
+    with thirdparty.logged_to(workdir):  # the backend's own output goes to the workdir's log
+        report = api.profile(
+            source,
+            workdir=workdir,
+            batch=batch,
+            dims=parse_dims(dim),
+            options=ProfileOptions(iterations=iterations, warmup=warmup, top=top, roofline=roofline),
+            reporter=_reporter(log_format),
+            overrides=parse_sets(set_) | opt.overrides(**{"build.backend": backend}),
+        )
     if output is not None:
         from deploykit.profiling.summary import write_profile
 

@@ -9,6 +9,9 @@ import typer
 
 from deploykit.cli import result as opt
 from deploykit.graph.inspect import inspect_model
+from deploykit.safety import thirdparty
+
+DEFAULT_WORKDIR = Path(".deploykit")  # inspect has no store: the default workdir of every other command
 
 
 def render(info: dict[str, Any]) -> None:
@@ -70,7 +73,8 @@ def command(
 ) -> None:
     """Show a model's inputs, outputs, ops, opsets, parameters and the nodes ONNX Runtime cannot run."""
     as_json = opt.json_output(log_format, as_json)
-    info = inspect_model(model, check_runtime=runtime)
+    with thirdparty.logged_to(DEFAULT_WORKDIR):  # made only if onnx or ONNX Runtime says something
+        info = inspect_model(model, check_runtime=runtime)
     if as_json:
         opt.emit_json(info)
     else:

@@ -68,10 +68,11 @@ def run_pipeline(
             if name not in known:
                 raise UsageError(f"{flag} {name!r}: no such stage (stages: {', '.join(known)})")
     run = _Run(StageContext(config, store, reporter or SilentReporter()), stages, whole=until is None)
-    planned = _planned(stages, run.ctx, until)
-    for stage in planned:
-        stage.preflight(run.ctx)
-    with thirdparty.logged_to(store.root):  # what libraries log goes to WORKDIR/third-party.log
+    # what libraries log, warn or print on stderr goes to WORKDIR/third-party.log
+    with thirdparty.logged_to(store.root):
+        planned = _planned(stages, run.ctx, until)
+        for stage in planned:
+            stage.preflight(run.ctx)
         for stage in planned:
             try:
                 _run_stage(run, stage, force=stage.name in rerun or stage.fresh_every_run(run.ctx))
