@@ -19,22 +19,83 @@ from tests.conftest import run_cli
 
 
 class Sleeper:
-    """A test double of a session: each run sleeps ``ms`` (or raises every ``fail_every``-th run)."""
+    """A test double of a session: each run sleeps ``ms`` (or raises every ``fail_every``-th run) and
+    returns its output as ONNX Runtime's runner does (a list); ``infer`` returns it by name."""
 
     evaluator = "sleeping session (test double)"
 
     def __init__(self, ms: float, fail_every: int = 0) -> None:
         self.ms, self.fail_every, self.runs = ms, fail_every, 0
         self.inputs = [TensorSpec("x", "float32", (1, 4))]
+        self.outputs = [TensorSpec("y", "float32", (1, 4))]
+
+    def output(self):
+        return np.zeros((1, 4), np.float32)
+
+    def sleep_ms(self):
+        return self.ms
 
     def timed_runner(self, feeds, **options):
         def run():
             self.runs += 1
             if self.fail_every and self.runs % self.fail_every == 0:
                 raise RuntimeError("stand-in failure")
-            time.sleep(self.ms / 1000)
+            time.sleep(self.sleep_ms() / 1000)
+            return [self.output()]
 
         return run
+
+    def infer(self, feeds):
+        return {"y": self.output()}
+
+
+class TurnsNaN(Sleeper):
+    """Its runs' outputs hold NaN from the ``after``-th run on; its untimed ``infer`` stays finite (so only
+    the look at the timed run's own outputs can catch it)."""
+
+    def __init__(self, ms: float, after: int) -> None:
+        super().__init__(ms)
+        self.after = after
+
+    def output(self):
+        return np.full((1, 4), np.nan if self.runs >= self.after else 0.0, np.float32)
+
+    def infer(self, feeds):
+        return {"y": np.zeros((1, 4), np.float32)}
+
+
+class ReturnsNothing(Sleeper):
+    """TensorRT's timed runner returns nothing: only the untimed inference after the run is looked at."""
+
+    def timed_runner(self, feeds, **options):
+        run = super().timed_runner(feeds, **options)
+        return lambda: run() and None
+
+    def infer(self, feeds):
+        return {"y": np.array([np.inf], np.float32)}
+
+
+class Grows(Sleeper):
+    """Keeps 4 MiB of every run (written, so resident): a leak."""
+
+    def __init__(self, ms: float) -> None:
+        super().__init__(ms)
+        self.kept = []
+
+    def output(self):
+        self.kept.append(b"x" * (4 << 20))
+        return super().output()
+
+
+class StepsUp(Sleeper):
+    """Sleeps ``ms`` per run until the ``after``-th run, then ``slow_ms``: a latency that drifts."""
+
+    def __init__(self, ms: float, slow_ms: float, after: int) -> None:
+        super().__init__(ms)
+        self.slow_ms, self.after = slow_ms, after
+
+    def sleep_ms(self):
+        return self.slow_ms if self.runs > self.after else self.ms
 
 
 def write_stack(tmp_path, text):
@@ -175,8 +236,11 @@ def test_a_stack_reports_each_model_and_fails_on_the_one_that_cannot_keep_up(tmp
         "planner: errors",
         "detector -> planner: end-to-end deadline 10000 ms",
     } <= names
+    assert suite.get("skipped") == "3"  # a 1-s run is too short to judge drift: reported, not judged
     summary = (tmp_path / "r" / "summary.md").read_text()
     assert "FAIL (exit 1)" in summary and "| segmenter | 50 |" in summary
+    assert "for 1 s; each alone first for 0.3 s." in summary and "| detector | " in summary.split("Soak of")[1]
+    assert "resident memory" in summary and "NaN/Inf every 1 s" in summary
     assert "failed" in (tmp_path / "r" / "report.html").read_text()
     assert out.splitlines()[0].startswith("stack: FAIL") and out.splitlines()[-1].startswith("result: FAIL (exit 1)")
 
@@ -235,9 +299,133 @@ def test_a_real_onnx_model_builds_once_and_runs_on_its_own_thread_budget(tmp_pat
     assert first.passed and again.passed and "(ran)" in first.models["a"]["source"]
     assert "(reused)" in again.models["a"]["source"] and again.models["b"]["source"].endswith("(reused)")
     assert first.models["a"]["completed"] + first.models["a"]["dropped"] == 10 and first.models["a"]["threads"] == 1
-    assert first.environment["rss"]["samples"] >= 1 and first.environment["rss"]["last_mib"] > 0  # sampled as it ran
+    assert first.soak["rss"]["samples"] >= 2 and first.soak["rss"]["last_mib"] > 0  # sampled as it ran
+    a = first.models["a"]["soak"]["nonfinite"]
+    assert a["bad"] == 0 and a["checks"] >= 2  # ONNX Runtime's runner returns its outputs: looked at in the run too
 
 
 def test_bad_python_input_names_the_entry():
     with pytest.raises(ConfigError, match="models.a.rate_hz: 0 is not a positive"):
         run_stack({"models": {"a": {"model": __file__.replace(".py", ".yaml"), "rate_hz": 0}}})
+
+
+# -- the soak's checks (soak: the gate's SoakLimits) ------------------------------------------------
+
+
+def soak_stack(tmp_path, models, soak="", duration=1.0):
+    lines = "".join(f"  {n}: {{model: m.onnx, rate_hz: {hz}}}\n" for n, hz in models.items())
+    return write_stack(tmp_path, f"duration_s: {duration}\nalone_s: 0\nsoak: {{{soak}}}\nmodels:\n{lines}")
+
+
+def checks(result):
+    return {c.name: c for c in result.checks}
+
+
+def test_nan_in_the_outputs_a_timed_run_returned_fails_the_nan_check(tmp_path, monkeypatch):
+    import deploykit
+
+    standins(monkeypatch, {"a": TurnsNaN(1.0, after=8), "b": Sleeper(1.0)})
+    result = deploykit.stack(soak_stack(tmp_path, {"a": 20, "b": 20}, "check_every_s: 0.05"))
+    c = checks(result)
+    assert not c["a: NaN/Inf"].passed and c["a: NaN/Inf"].measured >= 1  # its infer() is finite: the run's own outputs
+    assert "output 'y' at " in result.models["a"]["soak"]["nonfinite"]["first"]
+    assert c["b: NaN/Inf"].passed and result.models["b"]["soak"]["nonfinite"]["checks"] >= 2
+    assert result.exit_code == 1 and "a: NaN/Inf" in [x.name for x in result.failed_checks]
+
+
+def test_a_runner_that_returns_nothing_is_checked_by_one_untimed_inference_after_the_run(tmp_path, monkeypatch):
+    import deploykit
+
+    standins(monkeypatch, {"trt": ReturnsNothing(1.0)})
+    result = deploykit.stack(soak_stack(tmp_path, {"trt": 20}))
+    n = result.models["trt"]["soak"]["nonfinite"]
+    assert n == {"checks": 1, "bad": 1, "first": "output 'y' in the untimed inference after the run"}
+    assert not checks(result)["trt: NaN/Inf"].passed
+
+
+def test_a_leaking_model_fails_the_resident_memory_check(tmp_path, monkeypatch):
+    standins(monkeypatch, {"leak": Grows(1.0)})
+    path = soak_stack(tmp_path, {"leak": 20}, "max_rss_growth_mib: 8, check_every_s: 0.1")
+    code, out, err = run_cli("stack", str(path), "--report-dir", str(tmp_path / "r"))
+    result = json.loads((tmp_path / "r" / "stack.json").read_text())
+    rss = next(c for c in result["checks"] if c["name"] == "all models: resident memory growth")
+    assert code == 1 and not rss["passed"] and rss["measured"] > 8 and rss["limit"] == 8  # ~80 MiB kept in 1 s
+    assert result["soak"]["rss"]["samples"] >= 5 and result["soak"]["limits"]["max_rss_growth_mib"] == 8
+    assert "resident memory" in out.splitlines()[0] and "allowed +8" in out.splitlines()[0]
+    suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
+    case = next(c for c in suite.findall("testcase") if c.get("name") == "all models: resident memory growth")
+    assert case.get("classname") == "deploykit.stack.stack" and case.find("failure") is not None
+    assert "| all models: resident memory growth | **FAIL** |" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def test_a_latency_that_steps_up_fails_the_drift_check(tmp_path, monkeypatch):
+    """1 ms a frame, then 60 ms (at 10 Hz, 1-s windows of a 3-s phase): judged and failed at any load."""
+    standins(monkeypatch, {"a": StepsUp(1.0, 60.0, after=5 + 15)})  # 5 warm-up runs, then 15 fast frames
+    path = soak_stack(tmp_path, {"a": 10}, "window_s: 1", duration=3.0)
+    code, out, err = run_cli("stack", str(path), "--report-dir", str(tmp_path / "r"))
+    result = json.loads((tmp_path / "r" / "stack.json").read_text())
+    drift = result["models"]["a"]["soak"]["drift"]
+    assert drift["judged"] and drift["window_s"] == 1.0 and drift["first_frames"] >= 5 <= drift["last_frames"]
+    assert drift["last_p50_ms"] >= 60 and drift["drift"] > 0.1
+    check = next(c for c in result["checks"] if c["name"] == "a: latency drift")
+    assert code == 1 and not check["passed"] and check["limit"] == 0.1
+    assert "a: latency drift" in out.splitlines()[-1] and "stack failed" in err
+    assert "| a: latency drift | **FAIL** |" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def test_drift_on_a_short_run_is_reported_not_judged(tmp_path, monkeypatch):
+    standins(monkeypatch, {"a": StepsUp(1.0, 60.0, after=5 + 5)})  # it drifts, but 2 s is no soak
+    path = soak_stack(tmp_path, {"a": 10}, duration=2.0)  # the default 60-s window: a third of 2 s
+    code, out, err = run_cli("stack", str(path), "--report-dir", str(tmp_path / "r"))
+    result = json.loads((tmp_path / "r" / "stack.json").read_text())
+    check = next(c for c in result["checks"] if c["name"] == "a: latency drift")
+    assert code == 0 and check["passed"] and check["status"] == "skipped" and check["limit"] is None
+    assert "too short to judge (a phase of 30 s or more is)" in check["message"]
+    assert result["models"]["a"]["soak"]["drift"]["drift"] > 0.1  # measured and shown all the same
+    assert "1 reported, not judged" in out.splitlines()[-1] and "not judged" in out.splitlines()[1]
+    suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
+    assert suite.get("skipped") == "1" and suite.get("failures") == "0"
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "| a: latency drift | not judged |" in summary and "each alone first" not in summary
+    assert "not judged" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_the_soak_limits_are_the_gates_and_checked_the_same_way(tmp_path):
+    from deploykit.config import SoakLimits
+    from deploykit.stack.spec import load_stack
+
+    path = soak_stack(tmp_path, {"a": 10}, "max_drift: 0.5")
+    assert load_stack(path).soak == SoakLimits(max_drift=0.5)
+    code, _, err = run_cli("stack", str(soak_stack(tmp_path, {"a": 10}, "check_every_s: 0")))
+    assert code == 2 and "soak.check_every_s" in err
+    code, _, err = run_cli("stack", str(soak_stack(tmp_path, {"a": 10}, "max_drif: 0.5")))
+    assert code == 2 and "did you mean 'max_drift'" in err
+
+
+def test_stack_frames_reach_a_chrome_trace(tmp_path, monkeypatch):
+    standins(monkeypatch, {"a": Sleeper(1.0), "b": Sleeper(1.0)})
+    path = write_stack(
+        tmp_path,
+        "name: car\nduration_s: 0.5\nalone_s: 0.2\nmodels:\n"
+        "  a: {model: m.onnx, rate_hz: 20}\n  b: {model: m.onnx, consumes: a}\n",
+    )
+    trace = tmp_path / "trace.json"
+    code, _, err = run_cli("stack", str(path), "--trace", str(trace), "--report-dir", str(tmp_path / "r"))
+    assert code == 0, err
+    result = json.loads((tmp_path / "r" / "stack.json").read_text())
+    doc = json.loads(trace.read_text())
+    threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M"}
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    for name in ("a", "b"):
+        frames = [e for e in spans if e["name"] == f"stack {name} frame"]
+        m = result["models"][name]
+        assert len(frames) == m["completed"] + m["alone"]["completed"]  # every run, alone and together
+        assert {threads[e["tid"]] for e in frames} == {f"stack {name}"}  # one track per model thread
+        assert all(e["dur"] > 0 for e in frames)
+        assert [e["name"] for e in spans].count(f"stack {name} output check") == 1
+    names = {e["name"] for e in spans}
+    assert {"stack car together", "stack a alone", "stack b alone"} <= names
+    together = next(e for e in spans if e["name"] == "stack car together")
+    inside = [e for e in spans if e["name"] == "stack a frame" and e["ts"] >= together["ts"]]
+    assert len(inside) == result["models"]["a"]["completed"]
+    assert any("--trace keeps every frame's event in memory" in w for w in result["warnings"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,14 +175,23 @@ def _check(infer: Callable[[], Mapping[str, Any]], t: float, nonfinite: dict[str
     except Exception as e:
         _error(errors, t, e)
         return
-    bad = [
-        name
-        for name, value in outputs.items()
-        if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.isfinite(value).all()
-    ]
+    bad = nonfinite_outputs(outputs) or []
     if bad:
         nonfinite["bad"] += 1
         nonfinite["first"] = nonfinite["first"] or f"output {bad[0]!r} at {t:.1f} s"
+
+
+def nonfinite_outputs(outputs: Any, names: Sequence[str] = ()) -> list[str] | None:
+    """The outputs holding NaN or Inf (floating or complex arrays), by name (by ``names`` in order for a
+    list of outputs, else ``#i``); None when ``outputs`` is neither a mapping nor a list (a runner that
+    returns nothing, as TensorRT's timed runner: there is nothing to look at)."""
+    if isinstance(outputs, Mapping):
+        items = [(str(k), v) for k, v in outputs.items()]
+    elif isinstance(outputs, (list, tuple)):
+        items = [(names[i] if i < len(names) else f"#{i}", v) for i, v in enumerate(outputs)]
+    else:
+        return None
+    return [n for n, v in items if isinstance(v, np.ndarray) and v.dtype.kind in "fc" and not np.isfinite(v).all()]
 
 
 def _error(errors: dict[str, Any], t: float, e: Exception) -> None:
@@ -283,4 +292,4 @@ def _check_dict(name: str, metric: str, measured: float, limit: float, what: str
     }
 
 
-__all__ = ["growth", "rss_bytes", "run_soak", "soak_checks"]
+__all__ = ["growth", "nonfinite_outputs", "rss_bytes", "run_soak", "soak_checks"]

@@ -1,17 +1,21 @@
 """The stack's result: per model (achieved rate, latency percentiles and worst case, deadline misses,
-the slow-down beside the others against alone), per chain (end-to-end latency), and the checks that
-decide the exit code. Every view (:mod:`deploykit.stack.views`) renders this one object."""
+the slow-down beside the others against alone, the soak's drift and NaN/Inf checks), per chain
+(end-to-end latency), the process's memory growth, and the checks that decide the exit code. Every
+view (:mod:`deploykit.stack.views`) renders this one object."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deploykit.metrics import realtime
 from deploykit.record.model import Check
+from deploykit.stack import soak
 from deploykit.stack.pacing import Frames
+from deploykit.stack.soak import Watch
 from deploykit.stack.spec import StackSpec
 
 SCHEMA = "deploykit.stack/1"
@@ -29,6 +33,8 @@ class StackResult:
     checks: tuple[Check, ...] = ()
     warnings: tuple[str, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
+    soak: dict[str, Any] = field(default_factory=dict)  # the limits, the windows, resident/device memory growth
+    alone_s: float = 0.0  # each model alone first (0: not run alone)
     schema: str = SCHEMA
 
     @property
@@ -86,14 +92,15 @@ def model_stats(frames: Frames, deadline_ms: float | None, rate_hz: float | None
         "service": realtime.worst_case(frames.service_ms),
         "errors": frames.errors,
         "first_error": frames.first_error,
-        "drift": realtime.drift(frames.latencies_ms, frames.starts_s, 60.0) if completed > 2 else None,
         "series": {
-            "start_s": [round(t, 4) for t in frames.starts_s],
-            "latency_ms": [round(v, 4) for v in frames.latencies_ms],
+            "start_s": [round(t, 4) for t in frames.starts_s.tolist()],
+            "latency_ms": [round(v, 4) for v in frames.latencies_ms.tolist()],
         },
     }
     if deadline_ms is not None:
-        out["deadline"] = realtime.deadline_misses(frames.latencies_ms, deadline_ms, dropped=frames.dropped_at)
+        out["deadline"] = realtime.deadline_misses(
+            frames.latencies_ms.tolist(), deadline_ms, dropped=frames.dropped_at.tolist()
+        )
     return out
 
 
@@ -104,9 +111,12 @@ def build_result(
     best: dict[str, float],
     sources: dict[str, str],
     environment: dict[str, Any],
+    watch: Watch,
+    warnings: Sequence[str] = (),
 ) -> StackResult:
-    """The result of a run: every model's numbers together and alone, the chains, the checks."""
-    models, checks, warnings = {}, [], []
+    """The result of a run: every model's numbers together and alone, the chains, the checks (the
+    deadlines, errors, and the soak's: :mod:`deploykit.stack.soak`)."""
+    models, checks, warnings = {}, [], list(warnings)
     for name, m in spec.models.items():
         head_rate = spec.models[spec.chain(name)[0]].rate_hz
         stats = model_stats(together[name], m.deadline_ms, head_rate)
@@ -125,8 +135,9 @@ def build_result(
                 "p50": t["p50_ms"] / a["p50_ms"] if a["p50_ms"] else None,
                 "p99": t["p99_ms"] / a["p99_ms"] if a["p99_ms"] else None,
             }
+        stats["soak"] = {"drift": soak.drift(together[name], spec.soak), "nonfinite": watch.outputs[name].to_dict()}
         models[name] = stats
-        checks += _model_checks(name, stats)
+        checks += _model_checks(name, stats) + soak.model_checks(name, stats["soak"], spec.soak)
     threads = sum(m.threads for m in spec.models.values())
     cpus = environment.get("cpus") or 0
     if spec.device == "cpu" and cpus and threads > cpus:
@@ -136,7 +147,7 @@ def build_result(
         if m.consumes is None:
             continue
         chain = " -> ".join(spec.chain(name))
-        e2e = together[name].e2e_ms
+        e2e = together[name].e2e_ms.tolist()
         chains[chain] = {"tail": name, "latency": realtime.worst_case(e2e), "frames": len(e2e)}
         if m.e2e_deadline_ms is not None:
             heads = len(together[spec.chain(name)[0]].latencies_ms) + len(together[spec.chain(name)[0]].dropped_at)
@@ -145,8 +156,19 @@ def build_result(
             checks.append(
                 _deadline(f"{chain}: end-to-end deadline {m.e2e_deadline_ms:g} ms", "chain", d, m.max_miss_rate)
             )
+    memory = soak.memory(watch, spec.duration_s)
+    checks += soak.memory_checks(memory, spec.soak)
     return StackResult(
-        spec.name, spec.device, spec.duration_s, models, chains, tuple(checks), tuple(warnings), environment
+        spec.name,
+        spec.device,
+        spec.duration_s,
+        models,
+        chains,
+        tuple(checks),
+        tuple(warnings),
+        environment,
+        memory,
+        spec.alone_s if alone else 0.0,
     )
 
 

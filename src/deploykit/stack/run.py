@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deploykit.metrics.soak import growth
 from deploykit.stack.record import StackResult
 from deploykit.stack.spec import StackSpec, stack_from_dict
 
@@ -38,10 +37,12 @@ def run_stack(
     from deploykit.stack.models import load_all
     from deploykit.stack.record import build_result
     from deploykit.stack.runner import best_cases, run_phase
+    from deploykit.stack.soak import make_watch
 
     spec = _spec(source, duration_s, alone_s)
     loaded = load_all(spec, Path(workdir), reporter)
     runs = {n: tracing.wrap(m.session.timed_runner(m.feeds), f"infer {n}") for n, m in loaded.items()}
+    watch = make_watch(spec.soak, {n: m.session for n, m in loaded.items()})
     total = spec.duration_s + spec.alone_s * len(spec.models)
     with time_limit(total * 2 + 60, f"stack {spec.name}", hint="a model stopped responding; see its entry"):
         best = best_cases(spec, runs)
@@ -50,16 +51,20 @@ def run_stack(
             for name in spec.models:
                 with tracing.span(f"stack {name} alone"):
                     alone.update(run_phase(spec, {name: runs[name]}, spec.alone_s))
-        memory: list[tuple[float, int]] = []
         with tracing.span(f"stack {spec.name} together"):
-            together = run_phase(spec, runs, spec.duration_s, memory)
+            together = run_phase(spec, runs, spec.duration_s, watch)
+        for name, m in loaded.items():  # NaN/Inf: one untimed inference each, after the timed phase
+            with tracing.span(f"stack {name} output check"):
+                watch.outputs[name].after(lambda m=m: m.session.infer(m.feeds), together[name])
     result = build_result(
         spec,
         together,
         alone,
         best,
         {n: m.source for n, m in loaded.items()},
-        {**_environment(), "rss": growth(memory, min(60.0, spec.duration_s / 3))},
+        _environment(),
+        watch,
+        _trace_warning(),
     )
     if report_dir is not None:
         write_reports(result, Path(report_dir))
@@ -81,6 +86,18 @@ def _spec(source: str | Path | Mapping[str, Any], duration_s: float | None, alon
         if value is not None:
             raw[key] = value
     return stack_from_dict(raw, base, where)
+
+
+def _trace_warning() -> list[str]:
+    from deploykit import tracing
+
+    tracer = tracing.active()
+    if tracer is None or tracer.path is None:
+        return []
+    return [
+        f"--trace keeps every frame's event in memory until {tracer.path.name} is written: the resident "
+        "memory growth includes it (trace a soak with DEPLOYKIT_TRACE=nvtx, which keeps nothing)"
+    ]
 
 
 def _environment() -> dict[str, Any]:

@@ -29,8 +29,8 @@ from typing import Any
 from deploykit import tracing
 from deploykit.errors import ConfigError, ModelError, TimeLimitExceeded
 from deploykit.metrics import latency
-from deploykit.metrics.soak import rss_bytes
 from deploykit.stack.pacing import Frames, next_frame, released
+from deploykit.stack.soak import OutputCheck, Watch
 from deploykit.stack.spec import StackSpec
 
 MAX_ERRORS = 100  # a model whose every call fails stops after this many; the errors fail its check
@@ -87,14 +87,15 @@ def best_cases(spec: StackSpec, runs: dict[str, Callable[[], Any]]) -> dict[str,
 
 
 def run_phase(
-    spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: float, memory: list[tuple[float, int]] | None = None
+    spec: StackSpec, runs: dict[str, Callable[[], Any]], seconds: float, watch: Watch | None = None
 ) -> dict[str, Frames]:
     """Run the models of ``runs`` together for ``seconds``; each model's frames.
 
     A consumer whose producer is not in ``runs`` (a model timed alone) is fed at its chain head's rate.
-    ``memory``, when given, receives (seconds into the phase, resident bytes) about once a second.
+    ``watch``, when given, samples memory every ``check_every_s`` (this thread) and has each model's
+    thread look at its run's outputs for NaN/Inf (:mod:`deploykit.stack.soak`).
     """
-    frames = {name: Frames() for name in runs}
+    frames = {name: Frames(released(0.0, seconds, 1.0 / _head_rate(spec, name)) + 1) for name in runs}
     slots = {name: _Slot() for name in runs if spec.models[name].consumes in runs}
     consumers: dict[str, list[str]] = {}
     for name in slots:
@@ -110,28 +111,36 @@ def run_phase(
 
     threads = []
     for name, run in runs.items():
+        look = watch.outputs.get(name) if watch is not None else None
         if name in slots:
-            target, args = _consume, (name, run, slots[name], frames[name], done)
+            target, args = _consume, (name, run, slots[name], frames[name], done, look)
         else:
-            rate = spec.models[spec.chain(name)[0]].rate_hz
-            target, args = _periodic, (name, run, rate, start, end, frames[name], done)
+            target, args = _periodic, (name, run, _head_rate(spec, name), start, end, frames[name], done, look)
         threads.append(threading.Thread(target=target, args=args, name=f"stack {name}", daemon=True))
     for t in threads:
         t.start()
+    if watch is not None:
+        watch.sample(latency.now_s() - start)
     for name, t in zip(runs, threads, strict=True):
         while name not in slots and t.is_alive():
-            t.join(1.0)
-            if memory is not None:
-                memory.append((latency.now_s() - start, rss_bytes()))
+            t.join(watch.limits.check_every_s if watch is not None else 1.0)
+            if watch is not None:
+                watch.sample(latency.now_s() - start)
     for slot in slots.values():  # producers are done: consumers finish what waits, then stop
         with slot.cond:
             slot.stopped = True
             slot.cond.notify_all()
     for t in threads:
         t.join()
+    if watch is not None:
+        watch.sample(latency.now_s() - start)
     for f in frames.values():
         f.seconds = seconds
     return frames
+
+
+def _head_rate(spec: StackSpec, name: str) -> float:
+    return spec.models[spec.chain(name)[0]].rate_hz  # type: ignore[return-value]
 
 
 def _periodic(
@@ -142,6 +151,7 @@ def _periodic(
     end: float,
     frames: Frames,
     done: Callable[[str, float, float], None],
+    look: OutputCheck | None,
 ) -> None:
     period, k = 1.0 / rate, 0
     total = released(start, end, period)
@@ -149,21 +159,28 @@ def _periodic(
     while k < total:
         arrival = start + k * period
         _sleep_until(arrival)
-        begin, ok = _timed(run, frames, label)
+        begin, ok, out = _timed(run, frames, label)
         finished = latency.now_s()
         if ok:
             frames.add(finished - arrival, finished - begin, begin - start, None)
             done(name, arrival, finished)
+            _look(look, out, finished - start)
         else:
-            frames.dropped_at.append(len(frames.latencies_ms))  # a failed frame is a miss
+            frames.drop()  # a failed frame is a miss
         k, dropped = next_frame(k, start, period, finished, total)
-        frames.dropped_at += [len(frames.latencies_ms)] * dropped
+        if dropped:
+            frames.drop(dropped)
         if frames.errors >= MAX_ERRORS:
             break
 
 
 def _consume(
-    name: str, run: Callable[[], Any], slot: _Slot, frames: Frames, done: Callable[[str, float, float], None]
+    name: str,
+    run: Callable[[], Any],
+    slot: _Slot,
+    frames: Frames,
+    done: Callable[[str, float, float], None],
+    look: OutputCheck | None,
 ) -> None:
     label = f"stack {name} frame"
     while True:
@@ -173,40 +190,46 @@ def _consume(
             if slot.item is None:
                 return
             (head, ready), slot.item = slot.item, None
-        begin, ok = _timed(run, frames, label)
+        begin, ok, out = _timed(run, frames, label)
         finished = latency.now_s()
         if ok:
             frames.add(finished - ready, finished - begin, begin - frames.t0, finished - head)
             done(name, head, finished)
+            _look(look, out, finished - frames.t0)
         else:
-            frames.dropped_at.append(len(frames.latencies_ms))
+            frames.drop()
         if frames.errors >= MAX_ERRORS:
             return
+
+
+def _look(look: OutputCheck | None, out: Any, t: float) -> None:
+    """NaN/Inf in the outputs the timed run returned: after the frame is recorded and passed on, never
+    inside the timed span, and at most every check_every_s."""
+    if look is not None and look.due(t):
+        look.look(out, f"at {t:.1f} s")
 
 
 def _offer(slot: _Slot, frames: Frames, item: tuple[float, float]) -> None:
     """The consumer takes the newest frame: one still waiting is dropped (a miss)."""
     with slot.cond:
         if slot.item is not None:
-            frames.dropped_at.append(len(frames.latencies_ms))
+            frames.drop()
         slot.item = item
         slot.cond.notify()
 
 
-def _timed(run: Callable[[], Any], frames: Frames, label: str) -> tuple[float, bool]:
+def _timed(run: Callable[[], Any], frames: Frames, label: str) -> tuple[float, bool, Any]:
+    """(when it began, whether it returned, what it returned)."""
     begin = latency.now_s()
     try:
         with tracing.span(label):
-            run()
+            out = run()
     except TimeLimitExceeded:
         raise
     except Exception as e:  # counted, the model goes on: the stack reports it as a failed check
-        frames.errors += 1
-        frames.first_error = (
-            frames.first_error or f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        )
-        return begin, False
-    return begin, True
+        frames.error(e)
+        return begin, False, None
+    return begin, True, out
 
 
 def _sleep_until(t: float) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from deploykit.choices import Precision
+from deploykit.config import SoakLimits
 from deploykit.config.typed import from_value
 from deploykit.errors import ConfigError
 
@@ -59,6 +60,7 @@ class StackSpec:
     alone_s: float = 3.0  # each model alone first, at its rate (the slow-down baseline); 0: skip
     warmup: int = 5  # untimed runs per model before anything is measured (the best case comes from these)
     device: Device = "cpu"
+    soak: SoakLimits = SoakLimits()  # drift, memory growth and NaN/Inf of the together phase (the gate's gate.soak)
     limits: StackLimits = StackLimits()
     base_dir: Path = field(default=Path("."), compare=False, metadata={"internal": True})
 

@@ -1,6 +1,6 @@
 """The stack's result as the terminal prints it, as JSON, JUnit (model x check), Markdown and HTML
-(with a latency-over-time plot per model). Each renders :class:`~deploykit.stack.record.StackResult`
-and nothing else, so no view can disagree with the exit code."""
+(with a latency-over-time plot per model), the soak's checks in each. Each renders
+:class:`~deploykit.stack.record.StackResult` and nothing else, so no view can disagree with the exit code."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import html as _html
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from deploykit.record.model import Check
 from deploykit.stack.record import StackResult
 from deploykit.store.jsonio import dumps
 
@@ -31,22 +32,38 @@ def model_line(name: str, m: dict[str, Any]) -> str:
         )
     if m.get("slowdown"):
         text += f"; p50 {_ratio(m['slowdown']['p50'])} of alone ({m['alone']['latency']['p50_ms']:.2f} ms)"
-    drift = m.get("drift")
-    if drift and drift.get("window_s", 0) >= 10:  # a run long enough to be a soak
-        text += f"; drift {drift['drift'] * 100:+.1f}% (median of the last {drift['window_s']:g} s vs the first)"
+    soak = m.get("soak")
+    if soak:
+        d, n = soak["drift"], soak["nonfinite"]
+        text += (
+            f"; drift {d['drift'] * 100:+.1f}% (last {d['window_s']:.3g} s vs first"
+            f"{'' if d['judged'] else ', not judged'}), NaN/Inf in {n['bad']} of {n['checks']} output checks"
+        )
     return text
+
+
+def memory_text(result: StackResult) -> str:
+    """The process's memory over the together phase, against its limits ("" before any sample)."""
+    parts, limits = [], result.soak.get("limits") or {}
+    for key, what, limit in (
+        ("rss", "resident memory", "max_rss_growth_mib"),
+        ("device_memory", "device memory", "max_device_growth_mib"),
+    ):
+        g = result.soak.get(key)
+        if g and g.get("samples"):
+            parts.append(
+                f"{what} {g['first_mib']:.0f} -> {g['last_mib']:.0f} MiB ({g['growth_mib']:+.1f}, "
+                f"allowed +{limits.get(limit, 0):g})"
+            )
+    return "; ".join(parts)
 
 
 def verdict_lines(result: StackResult) -> list[str]:
     """Plain lines: the stack, one per model and chain, warnings, the result with its exit code."""
-    rss = result.environment.get("rss") or {}
-    memory = (
-        f"; resident memory {rss['first_mib']:.0f} -> {rss['last_mib']:.0f} MiB ({rss['growth_mib']:+.1f})"
-        if rss.get("samples", 0) > 1
-        else ""
-    )
+    memory = memory_text(result)
     lines = [
-        f"stack: {result.verdict} — {len(result.models)} models on {result.device} for {result.duration_s:g} s" + memory
+        f"stack: {result.verdict} — {len(result.models)} models on {result.device} for {result.duration_s:g} s"
+        + (f"; {memory}" if memory else "")
     ]
     lines += [model_line(n, m) for n, m in result.models.items()]
     for chain, c in result.chains.items():
@@ -67,8 +84,16 @@ def verdict_lines(result: StackResult) -> list[str]:
             + "; ".join(f"{c.name} ({c.verdict_line()})" for c in failed[:4])
         )
     else:
-        lines.append(f"result: PASS (exit 0) — {len(result.checks)} checks passed")
+        skipped = [c for c in result.checks if c.status == "skipped"]
+        lines.append(
+            f"result: PASS (exit 0) — {len(result.checks) - len(skipped)} checks passed"
+            + (f", {len(skipped)} reported, not judged ({_why(skipped[0])})" if skipped else "")
+        )
     return lines
+
+
+def _why(c: Check) -> str:
+    return c.message.split(";")[0].removeprefix("not judged: ")
 
 
 def to_json(result: StackResult) -> str:
@@ -76,24 +101,28 @@ def to_json(result: StackResult) -> str:
 
 
 def junit(result: StackResult) -> str:
-    """One testcase per model x check (deadline, errors) and per chain deadline."""
+    """One testcase per model x check (deadline, errors, drift, NaN/Inf), per chain deadline, and per
+    process-wide soak check (memory growth); a check the run was too short to judge is skipped."""
     suite = ET.Element(
         "testsuite",
         name=f"deploykit.stack.{result.name}",
         tests=str(len(result.checks)),
         failures=str(len(result.failed_checks)),
         errors="0",
-        skipped="0",
+        skipped=str(sum(c.status == "skipped" for c in result.checks)),
         time=f"{result.duration_s:.3f}",
     )
     for c in result.checks:
-        model = c.name.split(":")[0]
-        case = ET.SubElement(
-            suite, "testcase", classname=f"deploykit.stack.{result.name}.{model}", name=c.name, time="0"
+        owner = c.name.split(":")[0]
+        classname = f"deploykit.stack.{result.name}" + (
+            f".{owner}" if owner in result.models or owner in result.chains else ""
         )
+        case = ET.SubElement(suite, "testcase", classname=classname, name=c.name, time="0")
         text = f"{c.verdict_line()} ({c.message})"
         if not c.passed:
             ET.SubElement(case, "failure", message=text).text = text
+        elif c.status == "skipped":
+            ET.SubElement(case, "skipped", message=_why(c))
         ET.SubElement(case, "system-out").text = text
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
@@ -140,11 +169,52 @@ HEAD = [
 ]
 
 
+SOAK_HEAD = ["model", "drift", "first p50 ms", "last p50 ms", "windows", "NaN/Inf checks"]
+
+
+def _soak_rows(result: StackResult) -> list[list[str]]:
+    rows = []
+    for name, m in result.models.items():
+        d, n = m["soak"]["drift"], m["soak"]["nonfinite"]
+        rows.append(
+            [
+                name,
+                f"{d['drift'] * 100:+.1f}%" + ("" if d["judged"] else " (not judged)"),
+                f"{d['first_p50_ms']:.2f}",
+                f"{d['last_p50_ms']:.2f}",
+                f"{d['window_s']:.3g} s ({d['first_frames']} / {d['last_frames']} frames)",
+                f"{n['bad']} of {n['checks']} with NaN/Inf" + (f" (first: {n['first']})" if n["first"] else ""),
+            ]
+        )
+    return rows
+
+
+def soak_text(result: StackResult) -> str:
+    """The soak's limits and the memory it measured, in one sentence."""
+    lim = result.soak.get("limits") or {}
+    text = (
+        f"Soak of the together phase: first vs last {result.soak.get('window_s', 0):.3g} s; drift allowed "
+        f"{lim.get('max_drift', 0) * 100:g}% where judged, resident memory growth {lim.get('max_rss_growth_mib', 0):g} "
+        f"MiB, device memory growth {lim.get('max_device_growth_mib', 0):g} MiB, outputs checked for NaN/Inf every "
+        f"{lim.get('check_every_s', 0):g} s and once after the run."
+    )
+    memory = memory_text(result)
+    return text + (f" Measured: {memory}." if memory else "")
+
+
+def _check_cells(c: Check) -> tuple[str, str]:
+    """(result, measured) of a check for the tables: a check not judged says why."""
+    if c.status == "skipped":
+        return "not judged", f"{c.verdict_line()}: {_why(c)}"
+    return ("pass" if c.passed else "fail"), c.verdict_line()
+
+
 def markdown(result: StackResult) -> str:
+    alone = f"; each alone first for {result.alone_s:g} s" if result.alone_s > 0 else ""
     lines = [
         f"## deploykit stack {result.name} — {result.verdict} (exit {result.exit_code})",
         "",
-        f"{len(result.models)} models together on {result.device} for {result.duration_s:g} s; each alone first.",
+        f"{len(result.models)} models together on {result.device} for {result.duration_s:g} s{alone}.",
         "",
         "| " + " | ".join(HEAD) + " |",
         "|" + " --- |" * len(HEAD),
@@ -156,8 +226,12 @@ def markdown(result: StackResult) -> str:
             d, lat = c.get("deadline"), c["latency"]
             late = f"{d['misses']}/{d['frames']} over {d['deadline_ms']:g} ms" if d else ""
             lines.append(f"| {chain} | {lat['p50_ms']:.2f} | {lat['p99_ms']:.2f} | {lat['max_ms']:.2f} | {late} |")
+    lines += ["", soak_text(result), "", "| " + " | ".join(SOAK_HEAD) + " |", "|" + " --- |" * len(SOAK_HEAD)]
+    lines += ["| " + " | ".join(r) + " |" for r in _soak_rows(result)]
     lines += ["", "| check | result | measured |", "| --- | --- | --- |"]
-    lines += [f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.verdict_line()} |" for c in result.checks]
+    for c in result.checks:
+        verdict, measured = _check_cells(c)
+        lines.append(f"| {c.name} | {'**FAIL**' if verdict == 'fail' else verdict} | {measured} |")
     lines += [f"\n> warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
@@ -171,20 +245,13 @@ def html_fragment(result: StackResult, with_plots: bool = False) -> str:
     from deploykit.report.html import CSS
 
     verdict = "pass" if result.passed else "fail"
-    table = (
-        "<table><tr>"
-        + "".join(f"<th>{_e(h)}</th>" for h in HEAD)
-        + "</tr>"
-        + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in _rows(result))
-        + "</table>"
-    )
+    cells = [(c, *_check_cells(c)) for c in result.checks]
     checks = (
         "<table><tr><th>check</th><th>result</th><th>measured</th></tr>"
         + "".join(
-            f"<tr><td>{_e(c.name)}</td>"
-            f"<td class='{'pass' if c.passed else 'fail'}'>{'pass' if c.passed else 'fail'}</td>"
-            f"<td>{_e(c.verdict_line())}</td></tr>"
-            for c in result.checks
+            f"<tr><td>{_e(c.name)}</td><td class='{'fail' if not c.passed else 'pass'}'>{_e(v)}</td>"
+            f"<td>{_e(measured)}</td></tr>"
+            for c, v, measured in cells
         )
         + "</table>"
     )
@@ -194,13 +261,26 @@ def html_fragment(result: StackResult, with_plots: bool = False) -> str:
         f"<span class='badge {verdict}'>{'passed' if result.passed else 'failed'}</span> "
         f"<span class='note'>exit {result.exit_code}</span></h1><ul>{lines}</ul>",
         "<h2>Models</h2>",
-        table,
+        _table(HEAD, _rows(result)),
+        "<h2>Soak</h2>",
+        f"<p>{_e(soak_text(result))}</p>",
+        _table(SOAK_HEAD, _soak_rows(result)),
         "<h2>Checks</h2>",
         checks,
     ]
     if with_plots and plots.available():
         parts.append(f"<img alt='plot' src='{plots.stack_latency(result.models)}'>")
     return "".join(parts) + "</div>"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    return (
+        "<table><tr>"
+        + "".join(f"<th>{_e(h)}</th>" for h in head)
+        + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+        + "</table>"
+    )
 
 
 def html_page(result: StackResult, with_plots: bool = True) -> str:
@@ -211,4 +291,14 @@ def html_page(result: StackResult, with_plots: bool = True) -> str:
     )
 
 
-__all__ = ["html_fragment", "html_page", "junit", "markdown", "model_line", "to_json", "verdict_lines"]
+__all__ = [
+    "html_fragment",
+    "html_page",
+    "junit",
+    "markdown",
+    "memory_text",
+    "model_line",
+    "soak_text",
+    "to_json",
+    "verdict_lines",
+]
