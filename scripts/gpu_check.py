@@ -389,7 +389,11 @@ def session_rows(machine: Machine) -> list[dict[str, Any]]:
     """The unchanged TensorRTSession on real cuda-python with a stand-in engine (scripts/gpu_standin.py)."""
     missing = machine.missing("session")
     if machine.no_gpu or missing:
-        why = machine.no_gpu or f"needs {', '.join(missing)} in this Python ({sys.executable})"
+        why = machine.no_gpu or f"needs {', '.join(missing)} in this Python ({sys.executable})" + (
+            "; cuda.bindings is pip's cuda-python (README: GPU check on an offline GPU machine)"
+            if "cuda.bindings" in missing
+            else ""
+        )
         return [row("session (stand-in engine)", "skip", f"not run: {why}")]
     import gpu_standin
 

@@ -12,14 +12,16 @@ The stand-in computes, for an input ``x`` of shape (N, 64) float32:
 * with ``data_dependent``: ``kept = x[x > 0]``, through ``IOutputAllocator.reallocate_output_async``
   and ``notify_shape`` (its size is known only after the kernel ran, so the session must not capture).
 
-``check(seed)`` returns the GPU check's rows (plain dicts); the caller has verified that numpy, CuPy,
-cuda-python and deploykit's session import.
+``check(seed)`` returns the GPU check's rows (plain dicts). Where numpy, CuPy or cuda-python does not
+import (absent, or built for another CUDA major than the driver's), it returns one skip row saying which,
+in one line: the GPU check goes on without this section.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +29,12 @@ from typing import Any
 
 WIDTH = 64
 PROFILE = ((1, WIDTH), (4, WIDTH), (8, WIDTH))
+# What the stand-in imports, and what provides it (for the skip reason)
+REQUIRES = (
+    ("numpy", "numpy"),
+    ("cupy", "CuPy (cupy-cuda12x or cupy-cuda13x)"),
+    ("cuda.bindings.runtime", "cuda-python (its cuda-bindings wheel, of the driver's CUDA major)"),
+)
 
 
 class _Enum:
@@ -201,7 +209,21 @@ def _row(case: str, ok: bool, detail: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def unavailable() -> str:
+    """Why the stand-in cannot run in this Python, in one line ("" when numpy, CuPy and cuda-python import)."""
+    for module, provider in REQUIRES:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001 - ImportError, or a binary module failing to load here
+            said = (str(e).strip().splitlines() or [""])[0][:160]
+            return f"{provider} does not import in this Python ({type(e).__name__}: {said})"
+    return ""
+
+
 def check(seed: int = 0) -> list[dict[str, Any]]:
+    why = unavailable()
+    if why:
+        return [{"case": "session (stand-in engine)", "status": "skip", "detail": f"not run: {why}"}]
     import numpy as np
     from cuda.bindings import runtime as cudart
 

@@ -224,6 +224,26 @@ def test_gpu_sections_skip_without_nvcc_a_gpu_or_their_modules(gpu_check, tmp_pa
     assert row["status"] == "skip" and "needs cupy, cuda.bindings" in row["detail"]
 
 
+def test_the_stand_in_session_skips_in_one_line_where_cuda_python_does_not_import(gpu_check, monkeypatch):
+    """The finder can see a module that then fails to import (cuda-bindings of another CUDA major than
+    the driver's): the session section is then one skip row naming cuda-python, not a crash or a fail."""
+    import types
+
+    import gpu_standin  # scripts/ is on the path once gpu_check is loaded
+
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", None)  # import raises ImportError
+    (row,) = gpu_standin.check()
+    assert (row["case"], row["status"]) == ("session (stand-in engine)", "skip")
+    assert row["detail"].startswith("not run: cuda-python") and "\n" not in row["detail"]
+    seen = gpu_check.Machine(modules=dict.fromkeys(gpu_check.NEEDS["session"], True), gpu="H200")
+    (row,) = gpu_check.section(gpu_check.Budget(480), "session", lambda: gpu_check.session_rows(seen))
+    assert row["status"] == "skip" and "cuda-python" in row["detail"]
+    absent = gpu_check.Machine(modules={"numpy": True, "cupy": True, "cuda.bindings": False}, gpu="H200")
+    (row,) = gpu_check.session_rows(absent)
+    assert row["status"] == "skip" and "cuda.bindings is pip's cuda-python" in row["detail"]
+
+
 def bias_dequantizers(path: Path) -> list[str]:
     """DequantizeLinear nodes reading an INT32 initializer: quantized biases, which TensorRT's parser rejects."""
     import onnx
