@@ -380,7 +380,7 @@ def test_drift_on_a_short_run_is_reported_not_judged(tmp_path, monkeypatch):
     result = json.loads((tmp_path / "r" / "stack.json").read_text())
     check = next(c for c in result["checks"] if c["name"] == "a: latency drift")
     assert code == 0 and check["passed"] and check["status"] == "skipped" and check["limit"] is None
-    assert "too short to judge (a phase of 30 s or more is)" in check["message"]
+    assert "too short to judge drift: windows of 0.667 s, judged from 10 s, a phase of 30 s or more" in check["message"]
     assert result["models"]["a"]["soak"]["drift"]["drift"] > 0.1  # measured and shown all the same
     assert "1 reported, not judged" in out.splitlines()[-1] and "not judged" in out.splitlines()[1]
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()

@@ -125,7 +125,10 @@ def drift(frames: Frames, limits: SoakLimits) -> dict[str, Any]:
     needed = min(limits.window_s, MIN_JUDGED_WINDOW_S)
     why = ""
     if w < needed:
-        why = f"{w:.3g}-s windows are too short to judge (a phase of {3 * needed:g} s or more is)"
+        why = (
+            f"the phase is too short to judge drift: windows of {w:.3g} s, judged from {needed:g} s, "
+            f"a phase of {3 * needed:g} s or more"
+        )
     elif min(first.size, last.size) < MIN_WINDOW_FRAMES:
         why = f"{first.size} and {last.size} frames in the windows (judged from {MIN_WINDOW_FRAMES} each)"
     return {
