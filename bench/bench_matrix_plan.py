@@ -3,7 +3,8 @@ largest matrix deploykit accepts (``MAX_CELLS`` cells), before any cell runs.
 
 Shapes: few models x many targets (the usual large matrix: one model family on many machines) and
 many models x few targets; each at 1,000 and 10,000 cells, fp32 and fp16 (fp16 changes the shared
-chain). Cells whose configs are the same are planned once; the rest is per-cell bookkeeping.
+chain); and 3,000 models x 1 precision x 1 target, where no cell shares a config with another.
+Cells whose configs are the same are planned once; the rest is per-cell bookkeeping.
 
 Prints a table and writes bench/results/matrix_plan.json. The machine is shared: the load average
 is printed beside the times.
@@ -21,15 +22,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHAPES = [
-    ("4 models x 2 precisions x 125 targets", 4, 125),
-    ("4 models x 2 precisions x 1,250 targets", 4, 1250),
-    ("50 models x 2 precisions x 10 targets", 50, 10),
-    ("100 models x 2 precisions x 50 targets", 100, 50),
+SHAPES = [  # (label, models, precisions, targets)
+    ("4 models x 2 precisions x 125 targets", 4, ("fp32", "fp16"), 125),
+    ("4 models x 2 precisions x 1,250 targets", 4, ("fp32", "fp16"), 1250),
+    ("50 models x 2 precisions x 10 targets", 50, ("fp32", "fp16"), 10),
+    ("100 models x 2 precisions x 50 targets", 100, ("fp32", "fp16"), 50),
+    # every cell its own model: nothing is shared, each config is read and keyed once (issue 29 item 4)
+    ("3,000 models x 1 precision x 1 target", 3000, ("fp32",), 1),
 ]
 
 
-def _matrix(folder: Path, models: int, targets: int) -> Path:
+def _matrix(folder: Path, models: int, precisions: tuple[str, ...], targets: int) -> Path:
     from tests.hostile.conftest import write_project
 
     for i in range(models):
@@ -38,7 +41,7 @@ def _matrix(folder: Path, models: int, targets: int) -> Path:
     lines = [
         "models:",
         *[f"  - m{i}/deploykit.yaml" for i in range(models)],
-        "precisions: [fp32, fp16]",
+        f"precisions: [{', '.join(precisions)}]",
         "targets:",
         *[f"  - {{name: t{j}, overrides: {{gate.trials: {1 + j % 2}}}}}" for j in range(targets)],
     ]
@@ -54,12 +57,14 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, models, targets in SHAPES:
-            folder = Path(tmp) / f"{models}x{targets}"
-            path = _matrix(folder, models, targets)
-            with Store(folder / "store") as store:
-                spec = load_matrix(path)
-                make_plan(spec, resolve_models(spec, path)[:1], store)  # imports, once
+        warm = _matrix(Path(tmp) / "warm-up", 1, ("fp32",), 1)  # imports, once; its own files: nothing cached
+        with Store(Path(tmp) / "warm-up" / "store") as store:
+            spec = load_matrix(warm)
+            make_plan(spec, resolve_models(spec, warm), store)
+        for label, models, precisions, targets in SHAPES:
+            folder = Path(tmp) / f"{models}x{len(precisions)}x{targets}"
+            path = _matrix(folder, models, precisions, targets)
+            with Store(folder / "store") as store:  # timed as `deploykit matrix` plans: every file read cold
                 t0 = time.perf_counter()
                 spec = load_matrix(path)
                 found = resolve_models(spec, path)

@@ -191,3 +191,26 @@ def test_a_model_config_that_is_an_alias_bomb_fails_its_cells_not_the_planner(bu
     )
     assert run.code == 2, str(run)
     assert "alias" in run.out + run.err and "Traceback" not in run.out + run.err
+
+
+def test_a_model_config_edited_after_the_matrix_was_read_is_planned_as_it_now_is(tmp_path):
+    """Planning parses each model's config once (ids, checks and cells share the parse): the parse is
+    keyed by the file's text, so an edit between reading the matrix and planning it is what gets planned,
+    and a config that no longer parses fails its cells."""
+    from deploykit.matrix.plan import make_plan
+    from deploykit.matrix.spec import load_matrix, resolve_models
+    from deploykit.store.artifacts import Store
+    from tests.hostile.conftest import write_project
+
+    cfg = write_project(tmp_path / "project")
+    (tmp_path / "matrix.yaml").write_text(textwrap.dedent(GOOD))
+    spec = load_matrix(tmp_path / "matrix.yaml")
+    models = resolve_models(spec, tmp_path / "matrix.yaml")
+    with Store(tmp_path / "store") as store:
+        before = make_plan(spec, models, store).cells[0]
+        cfg.write_text(cfg.read_text().replace("iterations: 5", "iterations: 6"))
+        edited = make_plan(spec, models, store).cells[0]
+        cfg.write_text("name: [unclosed\n")
+        broken = make_plan(spec, models, store).cells[0]
+    assert before.error is None and edited.error is None and edited.key != before.key
+    assert broken.error is not None and str(cfg) in str(broken.error)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from deploykit.config import Config, config_from_raw, read_raw
+from deploykit.config import Config, config_from_raw
 from deploykit.errors import DeployKitError, InternalError
-from deploykit.matrix.spec import MatrixSpec, Model, TargetSpec
+from deploykit.matrix.spec import MatrixSpec, Model, TargetSpec, read_model_config
 from deploykit.progress import SilentReporter
 from deploykit.stages import Stage, StageContext, default_stages
 from deploykit.store.artifacts import Store
@@ -181,9 +181,11 @@ def _cell(
 def _plan_config(path: Path, overrides: dict[str, Any], store: Store, planned: dict[Any, Any]) -> _Planned:
     try:
         if ("file", path) not in planned:  # each model's file is read once, whatever its cells override
-            planned["file", path] = read_raw(path)
-        config = config_from_raw(planned["file", path], overrides, path.parent.resolve(), str(path))
-        return _Planned(shared_chain(config, store), digest_value(canonical(config)))
+            planned["file", path] = read_model_config(path), path.parent.resolve()
+        raw, folder = planned["file", path]
+        config = config_from_raw(raw, overrides, folder, str(path))
+        # digest_value canonicalises: canonical() first would walk the whole config twice (a third of planning)
+        return _Planned(shared_chain(config, store), digest_value(config))
     except DeployKitError as e:
         return _Planned(error=e)
     except Exception as e:  # a user pass or data function that breaks while its key is computed
@@ -202,7 +204,7 @@ def shared_chain(config: Config, store: Store) -> tuple[tuple[str, str], ...]:
                 "stage": stage.name,
                 "version": stage.version,
                 "parent": parent,
-                "config": canonical(stage.key_config(ctx)),
+                "config": stage.key_config(ctx),  # canonicalised once, with the rest, by digest_value
                 "env": stage.key_env(ctx),
             }
         )

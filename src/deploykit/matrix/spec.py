@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -213,11 +214,52 @@ def resolve_models(spec: MatrixSpec, path: Path) -> list[Model]:
 
 def _config_name(config: Path) -> str | None:
     """The config's own `name`, read leniently: a config that does not parse fails in its cells."""
-    from deploykit.config.load import load_yaml, read_text
-
     try:
-        raw = load_yaml(read_text(config), str(config))
+        raw = read_model_config(config)
     except ConfigError:
         return None
-    name = raw.get("name") if isinstance(raw, dict) else None
+    name = raw.get("name")
     return name if isinstance(name, str) else None
+
+
+def read_model_config(path: Path) -> dict[str, Any]:
+    """A model config's mapping as parsed (what :func:`deploykit.config.read_raw` gives), each distinct text
+    parsed once: resolving ids, checking the file and planning each read every model's config, and the
+    YAML parse is most of the time a matrix of thousands of models takes to plan. The file is read each
+    time (the cache is keyed by its text, so an edited file is parsed again); callers copy before
+    changing (``apply_overrides`` does)."""
+    from deploykit.config.load import load_yaml, read_text
+
+    text, where = read_text(path), str(path)
+    raw = _PARSED.get((where, text))
+    if raw is None:
+        raw = load_yaml(text, where)
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+        _PARSED.put((where, text), raw, len(text))
+    return raw
+
+
+class _TextCache:
+    """Parsed files by (path, text), the oldest dropped past ``budget`` characters of text in all."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.used = budget, 0
+        self.entries: dict[tuple[str, str], tuple[Any, int]] = {}  # insertion order: oldest first
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> Any:
+        hit = self.entries.get(key)
+        return hit[0] if hit else None
+
+    def put(self, key: tuple[str, str], value: Any, size: int) -> None:
+        with self.lock:
+            if size > self.budget or key in self.entries:
+                return
+            while self.used + size > self.budget:
+                self.used -= self.entries.pop(next(iter(self.entries)))[1]
+            self.entries[key] = (value, size)
+            self.used += size
+
+
+_PARSED = _TextCache(32 << 20)  # 10,000 configs of ~3 KB: a whole matrix at the cell limit
