@@ -74,7 +74,7 @@ def test_parity_judges_a_raw_head_by_its_decoded_boxes(style):
     assert same["metrics"]["recall"] == 1.0 and same["metrics"]["mean_iou"] == 1.0
     r = run_check("detection", check, [{"out": raw}], [{"out": got}])
     assert r["metrics"]["missing"] == 2 and r["metrics"]["recall"] == pytest.approx(1 - 2 / len(confident))
-    assert any(v.startswith("recall ") for v in r["violations"])
+    assert any((v.code, v.metric) == ("below_limit", "recall") for v in r["violations"])
 
 
 def test_a_head_whose_box_count_does_not_fit_the_declared_grid_names_the_check():
@@ -141,7 +141,9 @@ def test_a_head_written_per_level_is_judged_as_the_head_it_joins_to(apart):
     else:
         got[names[0]][0, confident, decode.box_attributes()] = -10.0  # their objectness
     r = run_check("detection", check, [ref], [got])
-    assert r["metrics"]["missing"] == 3 and any(v.startswith("recall ") for v in r["violations"])
+    assert r["metrics"]["missing"] == 3 and any(
+        (v.code, v.metric) == ("below_limit", "recall") for v in r["violations"]
+    )
 
 
 def test_a_per_level_head_whose_parts_disagree_names_them():

@@ -14,6 +14,7 @@ from deploykit.config import (
 )
 from deploykit.errors import DataError
 from deploykit.metrics.detection import box_iou, match_boxes, to_xyxy
+from deploykit.metrics.reasons import Verdict
 from deploykit.metrics.tasks import build_tasks
 
 
@@ -22,6 +23,11 @@ def run_check(kind, check, ref, got):
     for r, g in zip(ref, got, strict=True):
         task.add(r, g)
     return task.result()
+
+
+def missed(r):
+    """A result's violations as (code, metric, sentence)."""
+    return [(v.code, v.metric, str(v)) for v in r["violations"]]
 
 
 def grid_boxes(n=6):
@@ -50,7 +56,7 @@ def test_shifted_detections_report_mean_iou_and_pass_or_fail_on_it():
         "detection", check, [{"b": boxes[None], "s": scores[None]}], [{"b": shifted[None], "s": scores[None]}]
     )
     assert r["metrics"]["mean_iou"] == pytest.approx(90 / 110)
-    assert r["metrics"]["matched"] == 1.0 and r["violations"] == ["mean_iou 0.8182 < 0.85"]
+    assert r["metrics"]["matched"] == 1.0 and missed(r) == [("below_limit", "mean_iou", "mean_iou 0.8182 < 0.85")]
 
 
 def test_permuted_boxes_with_tied_scores_match_perfectly():
@@ -67,7 +73,7 @@ def test_permuted_boxes_with_tied_scores_match_perfectly():
     )
     m = r["metrics"]
     assert (m["matched"], m["mean_iou"], m["class_flips"], m["mean_score_delta"]) == (1.0, 1.0, 0.0, 0.0)
-    assert r["violations"] == [] and r["inconclusive"] == ""
+    assert r["violations"] == [] and r["inconclusive"] is None
 
 
 def test_missing_extra_and_flipped_boxes_are_counted():
@@ -86,7 +92,7 @@ def test_missing_extra_and_flipped_boxes_are_counted():
     assert (m["reference_boxes"], m["candidate_boxes"], m["missing"], m["extra"]) == (4, 3, 1, 0)
     assert m["matched"] == pytest.approx(6 / 7)
     assert m["class_flips"] == pytest.approx(1 / 3)
-    assert any(v.startswith("class_flips") for v in r["violations"])
+    assert any((v.code, v.metric) == ("above_limit", "class_flips") for v in r["violations"])
 
 
 def test_a_box_just_under_the_threshold_still_matches():
@@ -109,7 +115,7 @@ def test_no_boxes_above_threshold_is_inconclusive_not_pass():
         [{"b": boxes[None], "s": low}],
         [{"b": boxes[None], "s": low}],
     )
-    assert r["violations"] == [] and "no reference box scores >= 0.3" in r["inconclusive"]
+    assert r["violations"] == [] and r["inconclusive"] == Verdict.NO_REFERENCE_BOXES(threshold=0.3, images=1)
 
 
 def test_matching_is_independent_of_order():
@@ -183,7 +189,7 @@ def test_segmentation_with_one_class_everywhere_is_inconclusive():
         [{"seg": one_hot_logits(labels, 2)}],
         [{"seg": one_hot_logits(labels, 2)}],
     )
-    assert "class 0 everywhere" in r["inconclusive"]
+    assert r["inconclusive"] == Verdict.ONE_CLASS(cls=0)
 
 
 def test_segmentation_on_a_single_channel_output_is_a_data_error():
@@ -221,7 +227,7 @@ def test_trajectory_ade_fde():
     r = run_check("trajectory", TrajectoryCheck(output="t", max_ade=0.1, max_fde=0.1), [{"t": ref}], [{"t": got}])
     assert r["metrics"]["ade"] == pytest.approx(0.7 / 6)
     assert r["metrics"]["fde"] == pytest.approx(0.4 / 2)
-    assert r["violations"] == ["ade 0.1167 > 0.1", "fde 0.2 > 0.1"]
+    assert missed(r) == [("above_limit", "ade", "ade 0.1167 > 0.1"), ("above_limit", "fde", "fde 0.2 > 0.1")]
     with pytest.raises(DataError, match=r"\(\.\.\., T, 2 or 3\)"):
         run_check("trajectory", TrajectoryCheck(output="t"), [{"t": np.ones((1, 3, 5))}], [{"t": np.ones((1, 3, 5))}])
 
@@ -234,10 +240,8 @@ def test_probability_map_uses_thresholded_iou_not_max_abs():
     r = run_check("probability_map", ProbabilityMapCheck(output="p", min_iou=0.8), [{"p": ref}], [{"p": got}])
     assert r["metrics"]["iou"] == pytest.approx(7 / 8) and r["violations"] == []
     empty = np.zeros((1, 1, 4, 4), np.float32)
-    assert (
-        "no reference pixel"
-        in run_check("probability_map", ProbabilityMapCheck(output="p"), [{"p": empty}], [{"p": empty}])["inconclusive"]
-    )
+    empty_check = run_check("probability_map", ProbabilityMapCheck(output="p"), [{"p": empty}], [{"p": empty}])
+    assert empty_check["inconclusive"].code == "mask_empty"
     with pytest.raises(DataError, match="expects probabilities"):
         run_check("probability_map", ProbabilityMapCheck(output="p"), [{"p": ref * 5}], [{"p": ref * 5}])
 
@@ -270,7 +274,7 @@ def test_trajectory_with_mode_scores_compares_each_sides_best_mode_and_top1():
     expected = np.linalg.norm(ref[2, 0] - ref[2, 2], axis=-1)
     assert r["metrics"]["ade"] == pytest.approx(expected.sum() / 20, rel=1e-5)
     assert r["metrics"]["fde"] == pytest.approx(expected[-1] / 4, rel=1e-5)
-    assert r["violations"][-1] == "top1 0.75 < 1"
+    assert missed(r)[-1] == ("below_limit", "top1", "top1 0.75 < 1")
     with pytest.raises(DataError, match=r"mode scores \(\.\.\., K\)"):
         run_check("trajectory", check, [{"t": ref, "s": scores[:, :2]}], [{"t": got, "s": got_scores[:, :2]}])
 
@@ -337,7 +341,7 @@ def test_packed_objectness_multiplies_the_class_scores_and_a_lost_box_costs_reca
     check = DetectionCheck(packed=PackedDetections(output="out", objectness=True), min_recall=0.9)
     r = run_check("detection", check, [{"out": packed}], [{"out": got}])
     assert r["metrics"]["recall"] == pytest.approx(5 / 6) and r["metrics"]["missing"] == 1
-    assert any(v.startswith("recall 0.8333 < 0.9") for v in r["violations"])
+    assert ("below_limit", "recall", "recall 0.8333 < 0.9") in missed(r)
 
 
 def test_packed_xyxy_boxes_and_bad_shapes_name_the_output():

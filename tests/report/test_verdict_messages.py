@@ -6,6 +6,7 @@ import pytest
 
 from deploykit.config import DetectionCheck, PackedDetections, ParityConfig, TaskChecks, Tolerance
 from deploykit.metrics.comparison import Comparison
+from deploykit.metrics.reasons import as_reason
 from deploykit.record.model import Check, RunRecord
 from deploykit.report.markdown import _parity, _quantize
 from deploykit.stages.parity import parity_checks
@@ -76,10 +77,11 @@ def test_judge_tasks_judges_the_limits_a_check_sets_and_reports_the_rest():
     entry = judged["outputs"]["out"]["onnx"]
     assert everything["outputs"]["out"]["onnx"]["violations"]  # rel-L2/cosine miss the INT8 preset...
     assert not entry["violations"] and entry["reported"] and entry["status"] == "pass"  # ...reported, not judged
+    assert all(as_reason(r).codes[1:] == ("judged_by_tasks",) for r in entry["reported"])
     task = judged["tasks"][0]
     assert [lim["metric"] for lim in task["limits"] if lim["judged"]] == ["recall"]
     assert judged["passed"] == (task["metrics"]["recall"] >= 0.5) and not task["violations"]
-    assert all(r.endswith("(not judged)") for r in task["reported"])
+    assert all(as_reason(r).codes[-1] == "not_judged" for r in task["reported"])
     plain = DetectionCheck(packed=PackedDetections("out"))  # sets no limit: judged by all of its defaults
     report = _comparison(ParityConfig(tasks=TaskChecks(detection=(plain,)), judge="tasks"), ref, got)
     assert all(lim["judged"] for lim in report["tasks"][0]["limits"])
@@ -96,10 +98,10 @@ def test_a_large_error_on_an_output_that_varies_is_not_called_input_independent(
     class Ref:
         signal = {"varies": 0.941, "flat": 0.002}
 
-    said = weak_signal({"varies": {"rel_l2": 0.598}, "flat": {"rel_l2": 0.01}}, Ref())
-    varies, flat = (next(s for s in said if s.startswith(n)) for n in ("varies", "flat"))
-    assert "0.635x" in varies and "barely depends" not in varies and "lost much of what the input changes" in varies
-    assert "barely depends on its input" in flat
+    said = {r.subject: r for r in weak_signal({"varies": {"rel_l2": 0.598}, "flat": {"rel_l2": 0.01}}, Ref())}
+    varies, flat = said["varies"], said["flat"]
+    assert varies.code == "signal_lost" and flat.code == "weak_signal"
+    assert str(varies).startswith("varies: the error (rel-L2 0.598) is 0.635x how much the output changes")
 
 
 def test_summary_names_the_diagnosis_and_the_calibration_samples_that_set_the_ranges():

@@ -89,7 +89,9 @@ def test_all_zero_reference_output_is_inconclusive_not_pass(tmp_path):
         convert(cfg, tmp_path)
     report = e.value.result.parity
     assert report["status"] == "inconclusive" and report["passed"] is False
+    assert [(r["code"], r["subject"]) for r in report["inconclusive"]] == [("reference_zeros", "head vs onnx")]
     assert report["outputs"]["head"]["onnx"]["status"] == "inconclusive"
+    assert report["outputs"]["head"]["onnx"]["inconclusive"]["code"] == "reference_zeros"
     assert report["outputs"]["logits"]["onnx"]["status"] == "pass"
     warned = convert(cfg, tmp_path, parity__inconclusive="warn").parity  # opted out: passes, still says so
     assert warned["passed"] and warned["status"] == "inconclusive"
@@ -138,8 +140,10 @@ def test_detection_task_passes_on_an_identical_engine(tmp_path):
 def test_detection_with_no_box_above_threshold_is_inconclusive(tmp_path):
     cfg = write(tmp_path, detector(0.1))  # every score < 0.1 < score_threshold 0.3
     cfg.write_text(cfg.read_text().replace("parity: {samples: 2, diagnose_top: 3}", DETECTION))
-    with pytest.raises(ParityFailed, match=r"detection\[0\] vs onnx: no reference box scores >= 0.3"):
+    with pytest.raises(ParityFailed, match=r"detection\[0\] vs onnx: no reference box scores >= 0.3") as e:
         convert(cfg, tmp_path)
+    [task] = e.value.result.parity["tasks"]
+    assert task["status"] == "inconclusive" and task["inconclusive"]["code"] == "no_reference_boxes"
 
 
 def test_task_on_an_output_of_the_wrong_shape_exits_4(tmp_path):

@@ -1,6 +1,7 @@
 """Typed stage results: each stage's summary is a dataclass beside the stage, stored in the manifest
 as the plain dict it always was and read back by field; the stages name their own reports."""
 
+from deploykit.metrics.reasons import Verdict
 from deploykit.stages import default_stages, report_files, stage_names
 from deploykit.stages.build import BuildSummary
 from deploykit.stages.export import ExportCheck, ExportSummary
@@ -10,18 +11,19 @@ from deploykit.stages.quantize import CpuSpeed, QuantCheck, QuantizeSummary, Rep
 
 
 def test_summaries_round_trip_through_plain_json_values():
+    missed = Verdict.ABOVE_LIMIT(metric="rel_l2", value="0.2", limit="0.1").about("y").to_dict()
     summary = QuantizeSummary(
         precision="int8",
         flavour="tensorrt",
         excluded=["a", "b"],
-        check=QuantCheck(False, ["y: rel_l2 0.2 > 0.1"], {"y": {"rel_l2": 0.2, "cosine": None}}, 4),
+        check=QuantCheck(False, [missed], {"y": {"rel_l2": 0.2, "cosine": None}}, 4),
         repair=RepairSummary(True, 2, ["conv"], "passed", [0.2, None]),
         cpu_speed=CpuSpeed(1.0, 0.5, 5, 10, 1, "ort", 2.0),
     )
     stored = summary.to_dict()
     assert stored["check"] == {
         "passed": False,
-        "violations": ["y: rel_l2 0.2 > 0.1"],
+        "violations": [{"code": "above_limit", "sentence": "y: rel_l2 0.2 > 0.1", "subject": "y", "metric": "rel_l2"}],
         "metrics": {"y": {"rel_l2": 0.2, "cosine": None}},
         "samples": 4,
         "data": "held-out calibration samples",

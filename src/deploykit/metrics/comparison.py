@@ -3,7 +3,9 @@ samples into the report the parity stage writes.
 
 Each entry ends in one of three statuses: ``fail`` (a limit is exceeded), ``inconclusive`` (the
 reference makes the check vacuous: constant, all zeros, tiny, no boxes...), or ``pass``. A failure
-wins over inconclusive: a NaN against an all-zero reference is still a failure.
+wins over inconclusive: a NaN against an all-zero reference is still a failure. Every reason (a
+violation, a limit reported but not judged, why a check is inconclusive) is a
+:class:`~deploykit.metrics.reasons.Verdict` reason, stored as ``{"code": ..., "sentence": ...}``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from deploykit.config import ParityConfig, Tolerance
 from deploykit.metrics.elementwise import ErrorAccumulator, vacuity, violations
+from deploykit.metrics.reasons import Reason, Verdict, stored
 from deploykit.metrics.tasks import TaskMetric, build_tasks, max_abs_exempt, unordered_outputs
 
 
@@ -66,7 +69,8 @@ class Comparison:
             )
 
     def report(self) -> dict[str, Any]:
-        """The verdict and every number behind it (JSON-ready except for non-finite floats)."""
+        """The verdict and every number behind it (JSON-ready except for non-finite floats: every reason
+        as its dict, ``inconclusive`` None where the check proves something)."""
         exempt = max_abs_exempt(self.parity.tasks)
         outputs: dict[str, dict[str, Any]] = {}
         for (ref_name, out_name), acc in sorted(self.elementwise.items()):
@@ -79,33 +83,36 @@ class Comparison:
         for t in tasks:
             t["status"] = _status(t["violations"], t["inconclusive"])
             t["passed"] = t["status"] == "pass"
-        failures, vacuous = [], []
+        failures: list[Reason] = []
+        vacuous: list[Reason] = []
         for out_name, refs in outputs.items():
             for ref_name, e in refs.items():
-                failures += [f"{out_name} vs {ref_name}: {v}" for v in e["violations"]]
+                failures += [v.about(f"{out_name} vs {ref_name}") for v in e["violations"]]
                 if e["status"] == "inconclusive":
-                    vacuous.append(f"{out_name} vs {ref_name}: {e['inconclusive']}")
+                    vacuous.append(e["inconclusive"].about(f"{out_name} vs {ref_name}"))
         for t in tasks:
-            failures += [f"{t['label']} vs {t['reference']}: {v}" for v in t["violations"]]
+            failures += [v.about(f"{t['label']} vs {t['reference']}") for v in t["violations"]]
             if t["status"] == "inconclusive":
-                vacuous.append(f"{t['label']} vs {t['reference']}: {t['inconclusive']}")
+                vacuous.append(t["inconclusive"].about(f"{t['label']} vs {t['reference']}"))
         status = "fail" if failures else "inconclusive" if vacuous else "pass"
         passed = status == "pass" or (status == "inconclusive" and self.parity.inconclusive == "warn")
-        return {
-            "status": status,
-            "passed": passed,
-            "failures": failures,
-            "inconclusive": vacuous,
-            "outputs": outputs,
-            "tasks": tasks,
-            "precision": self.precision,
-            "preset": asdict(self.preset),
-            "samples": self.samples,
-            "not_compared_elementwise": {
-                n: "data-dependent box count and order (detection check with elementwise: false)"
-                for n in sorted(self.unordered)
-            },
-        }
+        return stored(
+            {
+                "status": status,
+                "passed": passed,
+                "failures": failures,
+                "inconclusive": vacuous,
+                "outputs": outputs,
+                "tasks": tasks,
+                "precision": self.precision,
+                "preset": asdict(self.preset),
+                "samples": self.samples,
+                "not_compared_elementwise": {
+                    n: "data-dependent box count and order (detection check with elementwise: false)"
+                    for n in sorted(self.unordered)
+                },
+            }
+        )
 
     def _elementwise_entry(self, out_name: str, acc: ErrorAccumulator, exempt: bool) -> dict[str, Any]:
         tol = self.parity.tolerance(out_name, self.preset)
@@ -116,10 +123,10 @@ class Comparison:
             bad, reported = missed, []
         else:  # parity.judge: tasks: the limits are reported; NaN/Inf the reference lacks still fails
             bad = missed[:1] if result["metrics"]["nonfinite"] > 0 else []
-            reported = [f"{m} (not judged: parity.judge is tasks)" for m in missed if m not in bad]
+            reported = [Verdict.JUDGED_BY_TASKS.restate(m) for m in missed if m not in bad]
         why = vacuity(result["metrics"], self.parity.vacuous_below)
         if why and not self.parity.elementwise_judged:
-            reported, why = [*reported, f"inconclusive: {why} (not judged)"], ""
+            reported, why = [*reported, Verdict.NOT_JUDGED.restate(Verdict.INCONCLUSIVE.restate(why))], None
         status = _status(bad, why)
         return {
             **result,
@@ -134,7 +141,7 @@ class Comparison:
         }
 
 
-def _status(violations_: list[str], inconclusive: str) -> str:
+def _status(violations_: list[Reason], inconclusive: Reason | None) -> str:
     return "fail" if violations_ else "inconclusive" if inconclusive else "pass"
 
 

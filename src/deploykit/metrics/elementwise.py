@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.config import Tolerance
+from deploykit.metrics.reasons import Reason, Verdict
 
 SNR_CAP_DB = 200.0  # identical outputs: an infinite SNR is stored as this (JSON has no infinity)
 # abs-error histogram bins: decades 1e-12 .. 1e4, four bins per decade; exact zeros counted apart.
@@ -251,8 +252,9 @@ def topk_agreement(ref: np.ndarray, got: np.ndarray, k: int = 5) -> dict[str, fl
     return {"top1": s["top1"] / s["rows"], "topk": s["topk"] / s["rows"], "k": k}
 
 
-def violations(metrics: dict[str, float], tol: Tolerance, skip: tuple[str, ...] = ()) -> list[str]:
-    """The checks a metric set fails, as readable strings; empty when it passes.
+def violations(metrics: dict[str, float], tol: Tolerance, skip: tuple[str, ...] = ()) -> list[Reason]:
+    """The checks a metric set fails, each a :class:`~deploykit.metrics.reasons.Verdict` reason naming its
+    metric; empty when it passes.
 
     Args:
         metrics: from :func:`compare` (or the worst case over samples).
@@ -261,7 +263,7 @@ def violations(metrics: dict[str, float], tol: Tolerance, skip: tuple[str, ...] 
     """
     out = []
     if metrics["nonfinite"] > 0:
-        out.append(f"{int(metrics['nonfinite'])} NaN/Inf values the reference does not have")
+        out.append(Verdict.NONFINITE(count=int(metrics["nonfinite"]), metric="nonfinite"))
     for key in ("max_abs", "mean_abs", "rel_l2", "max_rel", "cosine", "snr_db"):
         limit = getattr(tol, key)
         if limit is None or key in skip:
@@ -269,24 +271,27 @@ def violations(metrics: dict[str, float], tol: Tolerance, skip: tuple[str, ...] 
         value = metrics[key]
         if key in _MINIMUMS:
             if not value >= limit:  # written so NaN fails
-                out.append(f"{key} {value:.6g} < {limit:g}")
+                out.append(Verdict.BELOW_LIMIT(metric=key, value=f"{value:.6g}", limit=f"{limit:g}"))
         elif not value <= limit:
-            out.append(f"{key} {value:.3g} > {limit:.3g}")
+            out.append(Verdict.ABOVE_LIMIT(metric=key, value=f"{value:.3g}", limit=f"{limit:.3g}"))
     outside = metrics.get("outside_tol", 0)
     if (tol.atol is not None or tol.rtol is not None) and outside:
         within = " or ".join(f"{k} {v:g}" for k, v in (("atol", tol.atol), ("rtol", tol.rtol)) if v is not None)
-        out.append(f"{int(outside)} of {int(metrics['elements'])} elements outside {within}")
+        elements = int(metrics["elements"])
+        out.append(
+            Verdict.OUTSIDE_TOLERANCE(outside=int(outside), elements=elements, within=within, metric="outside_tol")
+        )
     return out
 
 
-def vacuity(metrics: dict[str, float], vacuous_below: float) -> str:
-    """Why comparing against this reference proves nothing ('' when it is a real check)."""
+def vacuity(metrics: dict[str, float], vacuous_below: float) -> Reason | None:
+    """Why comparing against this reference proves nothing (None when it is a real check)."""
     if metrics["ref_nonfinite"] > 0:
-        return f"the reference itself has {int(metrics['ref_nonfinite'])} NaN/Inf values"
+        return Verdict.REFERENCE_NONFINITE(count=int(metrics["ref_nonfinite"]))
     if metrics["ref_absmax"] == 0:
-        return "the reference output is all zeros"
+        return Verdict.REFERENCE_ZEROS()
     if metrics["ref_range"] == 0:
-        return f"the reference output is constant ({metrics['ref_absmax']:.3g} everywhere)"
+        return Verdict.REFERENCE_CONSTANT(value=metrics["ref_absmax"])
     if metrics["ref_absmax"] < vacuous_below:
-        return f"the reference output is tiny (max |ref| {metrics['ref_absmax']:.3g} < {vacuous_below:g})"
-    return ""
+        return Verdict.REFERENCE_TINY(absmax=metrics["ref_absmax"], below=vacuous_below)
+    return None

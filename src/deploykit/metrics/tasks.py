@@ -15,6 +15,7 @@ from deploykit.config import TaskChecks
 from deploykit.errors import DataError
 from deploykit.metrics import dense
 from deploykit.metrics.detection import DetectionTally, decode_packed, join_head, min_attributes, split_images
+from deploykit.metrics.reasons import Reason, Verdict
 
 Limit = tuple[str, str, float]  # (metric, ">=" or "<=", value)
 
@@ -54,11 +55,17 @@ class TaskMetric:
 
     def result(self, judge: str = "all") -> dict[str, Any]:
         """Metrics, limits (each marked judged or not, see :meth:`judged`), the violations of the judged
-        ones, the misses of the others (``reported``), and why the check proves nothing, if it does not."""
+        ones, the misses of the others (``reported``), and why the check proves nothing, if it does not
+        (``inconclusive``, else None); each a :class:`~deploykit.metrics.reasons.Verdict` reason."""
         metrics = self.metrics(self.sums)
         judged = self.judged(judge)
         missed = [(m, op, v) for m, op, v in self.limits() if not (metrics[m] >= v if op == ">=" else metrics[m] <= v)]
-        text = [f"{m} {metrics[m]:.4g} {'<' if op == '>=' else '>'} {v:g}" for m, op, v in missed]
+        said = [
+            (Verdict.BELOW_LIMIT if op == ">=" else Verdict.ABOVE_LIMIT)(
+                metric=m, value=f"{metrics[m]:.4g}", limit=f"{v:g}"
+            )
+            for m, op, v in missed
+        ]
         return {
             "kind": self.kind,
             "label": self.label,
@@ -67,8 +74,10 @@ class TaskMetric:
             "limits": [
                 {"metric": m, "op": op, "value": v, "judged": (m, op, v) in judged} for m, op, v in self.limits()
             ],
-            "violations": [t for t, lim in zip(text, missed, strict=True) if lim in judged],
-            "reported": [f"{t} (not judged)" for t, lim in zip(text, missed, strict=True) if lim not in judged],
+            "violations": [r for r, lim in zip(said, missed, strict=True) if lim in judged],
+            "reported": [
+                Verdict.NOT_JUDGED.restate(r) for r, lim in zip(said, missed, strict=True) if lim not in judged
+            ],
             "inconclusive": self.inconclusive(self.sums, metrics),
         }
 
@@ -105,8 +114,9 @@ class TaskMetric:
     def limits(self) -> list[Limit]:
         raise NotImplementedError
 
-    def inconclusive(self, sums: Any, metrics: dict[str, Any]) -> str:
-        return ""
+    def inconclusive(self, sums: Any, metrics: dict[str, Any]) -> Reason | None:
+        """Why the reference makes this check prove nothing; None when it is a real check."""
+        return None
 
 
 class Classification(TaskMetric):
@@ -134,8 +144,8 @@ class Classification(TaskMetric):
     def limits(self) -> list[Limit]:
         return [("top1", ">=", self.check.min_top1), ("topk", ">=", self.check.min_topk)]
 
-    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
-        return "every reference score ties in every row" if s["tied_rows"] == s["rows"] else ""
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> Reason | None:
+        return Verdict.SCORES_TIED() if s["tied_rows"] == s["rows"] else None
 
 
 class Detection(TaskMetric):
@@ -241,13 +251,10 @@ class Detection(TaskMetric):
             ("class_flips", "<=", c.max_class_flips),
         ]
 
-    def inconclusive(self, tally: DetectionTally, metrics: dict[str, Any]) -> str:
+    def inconclusive(self, tally: DetectionTally, metrics: dict[str, Any]) -> Reason | None:
         if tally.ref_boxes == 0:
-            return (
-                f"no reference box scores >= {self.check.score_threshold:g} in {tally.images} image(s): "
-                "nothing was compared"
-            )
-        return ""
+            return Verdict.NO_REFERENCE_BOXES(threshold=self.check.score_threshold, images=tally.images)
+        return None
 
 
 class Segmentation(TaskMetric):
@@ -277,9 +284,9 @@ class Segmentation(TaskMetric):
     def limits(self) -> list[Limit]:
         return [("pixel_agreement", ">=", self.check.min_pixel_agreement), ("miou", ">=", self.check.min_miou)]
 
-    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> Reason | None:
         classes = np.nonzero(s["ref_classes"])[0]
-        return f"the reference argmax is class {int(classes[0])} everywhere" if len(classes) == 1 else ""
+        return Verdict.ONE_CLASS(cls=int(classes[0])) if len(classes) == 1 else None
 
 
 class Depth(TaskMetric):
@@ -302,8 +309,8 @@ class Depth(TaskMetric):
     def limits(self) -> list[Limit]:
         return [("abs_rel", "<=", self.check.max_abs_rel), ("delta1", ">=", self.check.min_delta1)]
 
-    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
-        return f"no reference depth above min_depth {self.check.min_depth:g}" if s["pixels"] == 0 else ""
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> Reason | None:
+        return Verdict.NO_REFERENCE_DEPTH(min_depth=self.check.min_depth) if s["pixels"] == 0 else None
 
 
 class Trajectory(TaskMetric):
@@ -341,8 +348,8 @@ class Trajectory(TaskMetric):
         c = self.check
         return [("ade", "<=", c.max_ade), ("fde", "<=", c.max_fde)] + ([("top1", ">=", c.min_top1)] if c.scores else [])
 
-    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
-        return "every reference trajectory point is zero" if s["ref_moving"] == 0 else ""
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> Reason | None:
+        return Verdict.STILL_TRAJECTORIES() if s["ref_moving"] == 0 else None
 
 
 class ProbabilityMap(TaskMetric):
@@ -369,12 +376,12 @@ class ProbabilityMap(TaskMetric):
     def limits(self) -> list[Limit]:
         return [("iou", ">=", self.check.min_iou)]
 
-    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> str:
+    def inconclusive(self, s: dict[str, Any], metrics: dict[str, Any]) -> Reason | None:
         if s["ref_on"] == 0:
-            return f"no reference pixel reaches the threshold {self.check.threshold:g}"
+            return Verdict.MASK_EMPTY(threshold=self.check.threshold)
         if s["ref_on"] == s["pixels"]:
-            return f"every reference pixel reaches the threshold {self.check.threshold:g}"
-        return ""
+            return Verdict.MASK_FULL(threshold=self.check.threshold)
+        return None
 
 
 # config field -> the metric it limits (one name per field in every check kind); a measurement never

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.metrics.reasons import Reason, Verdict
+
 if TYPE_CHECKING:
     import onnx
 
@@ -16,14 +18,16 @@ if TYPE_CHECKING:
 
 @dataclass
 class Check:
-    """Worst-case metrics per output over the samples, and what misses the tolerance."""
+    """Worst-case metrics per output over the samples, and what misses the tolerance: ``violations`` and
+    ``warnings`` are :class:`~deploykit.metrics.reasons.Verdict` reasons, each about (``subject``) an
+    output or a task check."""
 
     metrics: dict[str, dict[str, float]]
-    violations: list[str]
+    violations: list[Reason]
     evaluator: str
     samples: int
     nonfinite: list[str] = field(default_factory=list)  # outputs with NaN/Inf the reference lacks
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Reason] = field(default_factory=list)
     rel_l2_limits: dict[str, float] = field(default_factory=dict)  # per output, from the tolerance
     tasks: list[dict[str, Any]] = field(default_factory=list)  # parity's task checks (quant.judge)
     data: str = ""  # where the samples come from
@@ -51,10 +55,10 @@ class Check:
         return {
             "passed": self.passed,
             "metrics": self.metrics,
-            "violations": self.violations,
+            "violations": [v.to_dict() for v in self.violations],
             "evaluator": self.evaluator,
             "samples": self.samples,
-            "warnings": self.warnings,
+            "warnings": [w.to_dict() for w in self.warnings],
             "rel_l2_limits": self.rel_l2_limits,
             "tasks": self.tasks,
             "data": self.data,
@@ -124,18 +128,14 @@ def check(
             per_sample.setdefault(name, []).append(metrics["rel_l2"])
     for name, values in per_sample.items():
         worst[name]["mean_rel_l2"] = float(np.mean(values))
-    bad = [f"{name}: {v}" for name, m in sorted(worst.items()) for v in violations(m, tolerance(name))]
+    bad = [v.about(name) for name, m in sorted(worst.items()) for v in violations(m, tolerance(name))]
     nonfinite = [name for name, m in worst.items() if m["nonfinite"] > 0]
     limits = {
         name: float(limit)
         for name in worst
         if (limit := getattr(tolerance(name), "rel_l2", None)) is not None and np.isfinite(limit)
     }
-    notes = [
-        f"{name}: the candidate's shape differs from the FP32 graph's on some samples (a data-dependent "
-        "size): not compared here"
-        for name in sorted(resized)
-    ]
+    notes = [Verdict.SHAPE_DIFFERS().about(name) for name in sorted(resized)]
     return Check(
         worst, bad, session.evaluator, len(reference.samples), nonfinite, weak_signal(worst, reference) + notes, limits
     )
@@ -145,7 +145,7 @@ SIGNAL_WARNING = 0.5  # error / signal above this: the quantized output has lost
 WEAK_SIGNAL = 0.01  # an output whose samples differ from their mean by less than this (rel-L2) barely varies
 
 
-def weak_signal(worst: dict[str, dict[str, float]], reference: Reference) -> list[str]:
+def weak_signal(worst: dict[str, dict[str, float]], reference: Reference) -> list[Reason]:
     """Warnings for outputs whose error is large next to how much they vary (adds the two ratios to
     ``worst``): the output barely depends on its input (its tolerance then proves little), or the
     quantized output has lost much of how the input moves it."""
@@ -158,17 +158,8 @@ def weak_signal(worst: dict[str, dict[str, float]], reference: Reference) -> lis
         m["error_to_signal"] = m["rel_l2"] / signal if signal > 0 else float("inf")
         if m["error_to_signal"] <= SIGNAL_WARNING:
             continue
-        said = (
-            f"{name}: the error (rel-L2 {m['rel_l2']:.3g}) is {m['error_to_signal']:.3g}x how much the output "
-            f"changes between samples ({signal:.3g})"
-        )
-        if signal < WEAK_SIGNAL:
-            out.append(f"{said}; this output barely depends on its input, so passing its tolerance proves little")
-        else:
-            out.append(
-                f"{said}: the quantized output has lost much of what the input changes in it, whatever "
-                "its tolerance says"
-            )
+        kind = Verdict.WEAK_SIGNAL if signal < WEAK_SIGNAL else Verdict.SIGNAL_LOST
+        out.append(kind(rel_l2=m["rel_l2"], ratio=m["error_to_signal"], signal=signal).about(name))
     return out
 
 

@@ -424,21 +424,23 @@ def check_of(
     report: dict[str, Any], evaluator: str, ref: Reference, parity: ParityConfig, preset: Tolerance, source: str
 ) -> Check:
     """A parity report folded into the quantize stage's Check (worst metrics, violations, tasks)."""
+    from deploykit.metrics.reasons import Reason, Verdict, as_reason
+
     metrics: dict[str, dict[str, float]] = {}
-    violations: list[str] = []
+    violations: list[Reason] = []
     for name, refs in sorted(report["outputs"].items()):
         entry = refs["onnx"]
         m = {k: float(v) for k, v in entry["metrics"].items() if k in _KEPT}
         m["mean_rel_l2"] = float(np.mean(entry["per_sample_rel_l2"]))
         metrics[name] = m
-        violations += [f"{name}: {v}" for v in entry["violations"]]
+        violations += [as_reason(v).about(name) for v in entry["violations"]]
         if entry["status"] == "inconclusive" and parity.inconclusive == "fail":
-            violations.append(f"{name}: inconclusive: {entry['inconclusive']}")
+            violations.append(Verdict.INCONCLUSIVE.restate(as_reason(entry["inconclusive"])).about(name))
     tasks = [t for t in report["tasks"] if t["reference"] == "onnx"]
     for t in tasks:
-        violations += [f"{t['label']}: {v}" for v in t["violations"]]
+        violations += [as_reason(v).about(t["label"]) for v in t["violations"]]
         if t["status"] == "inconclusive" and parity.inconclusive == "fail":
-            violations.append(f"{t['label']}: inconclusive: {t['inconclusive']}")
+            violations.append(Verdict.INCONCLUSIVE.restate(as_reason(t["inconclusive"])).about(t["label"]))
     nonfinite = [name for name, m in metrics.items() if m["nonfinite"] > 0]
     limits = {
         name: float(tol.rel_l2)

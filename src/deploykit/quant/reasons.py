@@ -1,59 +1,12 @@
-"""Reasons as data: a code that programs and tests read, next to the sentence a person reads.
+"""The quantize stage's reasons as data: why a node stayed in higher precision (:class:`Kept`).
 
-Every reason the quantize stage gives (why a node stayed in higher precision here; why the
-mixed-precision search stopped, :class:`deploykit.quant.search.Stop`) is a member of a :class:`Code`
-enumeration: its code and its sentence template side by side. Calling the member with the
-template's fields gives a :class:`Reason`. Artifacts store ``{"code": ..., "sentence": ...}``
-(:meth:`Reason.to_dict`); renderers print the sentence (``str(reason)``), code compares the code.
+The reason types (:class:`Reason`, :class:`Code`) and the verdict explanations (``Verdict``) are
+:mod:`deploykit.metrics.reasons`; the search's stops are :class:`deploykit.quant.search.Stop`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any
-
-
-@dataclass(frozen=True)
-class Reason:
-    """A code and the sentence that says it; ``also``: the codes of qualifications the sentence adds."""
-
-    code: str
-    sentence: str
-    also: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return self.sentence
-
-    @property
-    def codes(self) -> tuple[str, ...]:
-        """The reason's code, then those of its qualifications."""
-        return (self.code, *self.also)
-
-    def qualified(self, other: Reason) -> Reason:
-        """This reason with ``other`` appended ("; " between the sentences), its codes kept."""
-        return Reason(self.code, f"{self.sentence}; {other.sentence}", (*self.also, *other.codes))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "sentence": self.sentence,
-            **({"also": list(self.also)} if self.also else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Reason:
-        return cls(str(data["code"]), str(data["sentence"]), tuple(data.get("also", ())))
-
-
-class Code(Enum):
-    """A reason's code and its sentence template (:meth:`str.format` fields); call it to get a Reason."""
-
-    def __init__(self, code: str, template: str) -> None:
-        self.code, self.template = code, template
-
-    def __call__(self, **fields: Any) -> Reason:
-        return Reason(self.code, self.template.format(**fields))
+from deploykit.metrics.reasons import Code, Reason, as_reason, codes
 
 
 class Kept(Code):
@@ -91,20 +44,6 @@ class Kept(Code):
     FP16_NONFINITE = ("fp16_nonfinite", "produced NaN/Inf in FP16 (tensor {tensor!r})")
     # left by the quantizer (precision.json: left_unquantized_by_quantizer)
     PLACEMENT_RULES = ("placement_rules", "{op}{shape} left unquantized by {tool}'s placement rules")
-
-
-def codes(kind: type[Code]) -> tuple[str, ...]:
-    """Every code of one enumeration, in its order (documentation and tests list them from here)."""
-    return tuple(member.code for member in kind)
-
-
-def as_reason(value: Reason | dict[str, Any] | str) -> Reason:
-    """A reason as stored: a Reason, its dict, or (a record written before reasons had codes) its sentence."""
-    if isinstance(value, Reason):
-        return value
-    if isinstance(value, dict):
-        return Reason.from_dict(value)
-    return Reason("", str(value))
 
 
 __all__ = ["Code", "Kept", "Reason", "as_reason", "codes"]

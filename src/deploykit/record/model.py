@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from deploykit.errors import ArtifactCorrupt, ConfigError, UsageError, first_lin
 from deploykit.store.artifacts import RUN_NAME
 
 if TYPE_CHECKING:
+    from deploykit.metrics.reasons import Reason
     from deploykit.store.artifacts import Store
 
 SCHEMA = "deploykit.run/1"
@@ -59,6 +61,7 @@ class Check:
     limit: float | None = None
     op: str = ""  # how measured relates to limit when passing: "<=" or ">="
     message: str = ""  # the reasons, in words
+    codes: tuple[str, ...] = ()  # the reasons' codes (deploykit.metrics.reasons.Verdict), for programs and tests
 
     def used(self) -> float:
         """How much of the allowed margin the measurement uses: above 1 is past the limit (-1: no number)."""
@@ -174,9 +177,22 @@ class RunRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         values["stages"] = tuple(StageStatus(**s) for s in data.get("stages", ()))
-        values["checks"] = tuple(Check(**c) for c in data.get("checks", ()))
+        values["checks"] = tuple(Check(**{**c, "codes": tuple(c.get("codes", ()))}) for c in data.get("checks", ()))
         values["warnings"] = tuple(data.get("warnings", ()))
         return cls(**values)
+
+
+def explained(reasons: Iterable[Reason | dict[str, Any] | str], bare: bool = False) -> dict[str, Any]:
+    """A Check's ``message`` and ``codes`` from reasons as stored (an artifact written before verdicts had
+    codes holds their sentences, which give no code): the sentences joined by "; " (``bare``: without
+    their subject, where the Check names it), then every code of each."""
+    from deploykit.metrics.reasons import as_reason
+
+    reasons = [as_reason(r) for r in reasons]
+    return {
+        "message": "; ".join(r.bare if bare else r.sentence for r in reasons),
+        "codes": tuple(c for r in reasons for c in r.codes if c),
+    }
 
 
 _STORE_FILE = r"/objects/([0-9a-f]{64})/([^\s;,)]+)"

@@ -179,7 +179,7 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
     if rows:
         out.append(_table(["output", "rel L2 (worst sample)", "cosine", "max abs"], rows, {1, 2, 3}))
     if check.get("violations"):
-        out.append(f"<p class='fail'>{e('; '.join(check['violations']))}</p>")
+        out.append(f"<p class='fail'>{e('; '.join(map(_sentence, check['violations'])))}</p>")
     kept = [
         [f"<code>{e(n)}</code>", what, e(_sentence(why))]
         for key, what in (
@@ -201,7 +201,7 @@ def _quantize(q: dict[str, Any], with_plots: bool) -> str:
 
 def _sentence(reason: Any) -> str:
     """A stored reason's sentence (a record written before reasons had codes holds the bare sentence)."""
-    from deploykit.quant.reasons import as_reason
+    from deploykit.metrics.reasons import as_reason
 
     return as_reason(reason).sentence
 
@@ -347,7 +347,7 @@ def _limit(value: Any, key: str) -> str:
 
 def _why(entry: dict[str, Any]) -> str:
     reasons = list(entry.get("violations", [])) + ([entry["inconclusive"]] if entry.get("inconclusive") else [])
-    reasons += entry.get("not_checked", [])
+    reasons = [_sentence(r) for r in reasons] + entry.get("not_checked", [])
     m = entry.get("metrics", {})
     if "top1" in m and "k" in m:
         reasons.append(f"top-1 agreement {m['top1']:.1%}, top-{m['k']} {m['topk']:.1%}")

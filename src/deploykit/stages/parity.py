@@ -19,8 +19,9 @@ from deploykit.config import Config, parity_preset
 from deploykit.errors import ParityFailed
 from deploykit.graph.run import session_from_onnx
 from deploykit.metrics.comparison import Comparison
+from deploykit.metrics.reasons import as_reason
 from deploykit.quant.flavours import flavour_for
-from deploykit.record.model import Check, worst_of
+from deploykit.record.model import Check, explained, worst_of
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.build import BuildSummary, load_engine
 from deploykit.stages.export import MODEL
@@ -37,7 +38,7 @@ REPORT = "parity.json"
 class ParitySummary(Summary):
     passed: bool = False
     status: str = ""  # pass | fail | inconclusive
-    failures: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # the sentences; parity.json holds them with their codes
     inconclusive: list[str] = field(default_factory=list)  # comparisons that prove nothing
 
     def failure(self) -> str:
@@ -103,11 +104,15 @@ class ParityStage(Stage):
             },
             **({"reference_note": reference_note} if reference_note else {}),
         }
-        against_onnx = any(" vs onnx: " in f for f in report["failures"])  # torch-only gaps: nothing to trace
-        if against_onnx and cfg.parity.diagnose and worst[1] is not None:
+        if _fails_against_onnx(report) and cfg.parity.diagnose and worst[1] is not None:
             report["diagnosis"] = diagnose_failure(cfg, inputs, worst[1])
         jsonio.write(out / REPORT, report)
-        return ParitySummary(report["passed"], report["status"], list(report["failures"]), list(report["inconclusive"]))
+        return ParitySummary(
+            report["passed"],
+            report["status"],
+            [as_reason(f).sentence for f in report["failures"]],
+            [as_reason(f).sentence for f in report["inconclusive"]],
+        )
 
     @classmethod
     def checks(cls, artifact: Artifact) -> list[Check]:
@@ -126,6 +131,12 @@ class ParityStage(Stage):
                 f"parity.inconclusive: warn; {hint}",
             )
         raise ParityFailed("parity failed: " + "; ".join(s.failures), hint=hint)
+
+
+def _fails_against_onnx(report: dict[str, Any]) -> bool:
+    """Whether a comparison with the FP32 ONNX graph failed (torch-only gaps: nothing to trace)."""
+    outputs = any(refs.get("onnx", {}).get("violations") for refs in report["outputs"].values())
+    return outputs or any(t["reference"] == "onnx" and t["violations"] for t in report["tasks"])
 
 
 def parity_checks(report: dict[str, Any]) -> list[Check]:
@@ -149,7 +160,7 @@ def parity_checks(report: dict[str, Any]) -> list[Check]:
                     measured,
                     limit,
                     op,
-                    "; ".join(reasons),
+                    **explained(reasons),
                 )
             )
     for t in report.get("tasks", []):
@@ -165,17 +176,19 @@ def parity_checks(report: dict[str, Any]) -> list[Check]:
                 t.get("metrics", {}).get(lim.get("metric")),
                 lim.get("value"),
                 lim.get("op", ""),
-                "; ".join(reasons),
+                **explained(reasons),
             )
         )
     if report and not report.get("passed") and all(c.passed for c in out):
+        why = explained(report.get("failures") or report.get("inconclusive") or [])
         out.append(
             Check(
                 "parity",
                 "parity",
                 report.get("status", "fail"),
                 False,
-                message="; ".join(report.get("failures") or report.get("inconclusive") or ["failed"]),
+                message=why["message"] or "failed",
+                codes=why["codes"],
             )
         )
     return out

@@ -42,7 +42,7 @@ from deploykit.config.surface import spelled
 from deploykit.errors import BackendUnavailable, ConfigError, ParityFailed
 from deploykit.graph.files import load_model, save_model
 from deploykit.quant.flavours import flavour_for
-from deploykit.record.model import Check
+from deploykit.record.model import Check, explained
 from deploykit.stages.base import Stage, StageContext, Summary
 from deploykit.stages.export import MODEL
 from deploykit.stages.validation import validation_fingerprint, validation_samples
@@ -64,7 +64,7 @@ class QuantCheck(Summary):
     samples, else on calibration samples held out of the ranges: worst metrics per output."""
 
     passed: bool = True
-    violations: list[str] = field(default_factory=list)
+    violations: list[dict[str, Any] | str] = field(default_factory=list)  # Verdict reasons as stored (older: sentences)
     metrics: dict[str, dict[str, float | None]] = field(default_factory=dict)  # output -> rel_l2, cosine, ...
     samples: int = 0
     data: str = "held-out calibration samples"  # what the check judged on (parity's validation samples when set)
@@ -235,9 +235,10 @@ class QuantizeStage(Stage):
             return []
         patch = artifact.path / PRECISION
         limits = (json.loads(patch.read_text()).get("check") or {}).get("rel_l2_limits", {}) if patch.is_file() else {}
+        violations = _violations(check)
         out, claimed = [], set()
         for name, m in sorted(check.metrics.items()):
-            bad = [v for v in check.violations if v.startswith(f"{name}: ")]
+            bad = [v for v in violations if v.subject == name]
             claimed.update(bad)
             out.append(
                 Check(
@@ -249,14 +250,14 @@ class QuantizeStage(Stage):
                     m.get("rel_l2"),
                     limits.get(name),
                     "<=",
-                    "; ".join(v.removeprefix(f"{name}: ") for v in bad),
+                    **explained(bad, bare=True),
                 )
             )
         from deploykit.metrics.tasks import deciding_limit
 
         for t in check.tasks:  # parity's task checks, each by the limit that decides it
             lim = deciding_limit(t)
-            bad = [v for v in check.violations if v.startswith(f"{t['label']}: ")]
+            bad = [v for v in violations if v.subject == t["label"]]
             claimed.update(bad)
             out.append(
                 Check(
@@ -268,12 +269,15 @@ class QuantizeStage(Stage):
                     t["metrics"].get(lim.get("metric")),
                     lim.get("value"),
                     lim.get("op", ""),
-                    "; ".join(v.removeprefix(f"{t['label']}: ") for v in bad),
+                    **explained(bad, bare=True),
                 )
             )
-        rest = [v for v in check.violations if v not in claimed]
+        rest = [v for v in violations if v not in claimed]
         if rest or (not check.passed and all(c.passed for c in out)):
-            out.append(Check("quantize", "check", "fail", False, message="; ".join(rest) or "failed"))
+            why = explained(rest)
+            out.append(
+                Check("quantize", "check", "fail", False, message=why["message"] or "failed", codes=why["codes"])
+            )
         return out
 
     def verdict(self, artifact: Artifact) -> None:
@@ -282,9 +286,22 @@ class QuantizeStage(Stage):
         if check and not check.passed:
             raise ParityFailed(
                 f"quantized model misses its tolerance against the FP32 graph on {check.data}: "
-                + "; ".join(check.violations[:4]),
+                + explained(check.violations[:4])["message"],
                 hint=_hint(summary, artifact.file(PRECISION)),
             )
+
+
+def _violations(check: QuantCheck) -> list[Any]:
+    """The check's violations as reasons, each about an output or a task check (``subject``); a summary
+    written before verdicts had codes holds sentences, which start with what they are about."""
+    from deploykit.metrics.reasons import as_reason
+
+    subjects = [*sorted(check.metrics), *(t["label"] for t in check.tasks)]
+    out = []
+    for v in map(as_reason, check.violations):
+        said_of = v.subject or next((s for s in subjects if v.sentence.startswith(f"{s}: ")), "")
+        out.append(dataclasses.replace(v, subject=said_of))
+    return out
 
 
 def _calibration(ctx: StageContext) -> Any:
@@ -438,7 +455,7 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         repair=_repair_summary(result),
         layer_precisions=dict(sorted(result.layer_precisions.items())),
         notes=list(result.notes),
-        warnings=warnings_ + (result.check.warnings if result.check else []),
+        warnings=warnings_ + ([w.sentence for w in result.check.warnings] if result.check else []),
         passthrough=result.passthrough,
     )
 
