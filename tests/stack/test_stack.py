@@ -328,6 +328,7 @@ def test_nan_in_the_outputs_a_timed_run_returned_fails_the_nan_check(tmp_path, m
     result = deploykit.stack(soak_stack(tmp_path, {"a": 20, "b": 20}, "check_every_s: 0.05"))
     c = checks(result)
     assert not c["a: NaN/Inf"].passed and c["a: NaN/Inf"].measured >= 1  # its infer() is finite: the run's own outputs
+    assert c["a: NaN/Inf"].codes == ("nonfinite",) and c["b: NaN/Inf"].codes == ()
     assert "output 'y' at " in result.models["a"]["soak"]["nonfinite"]["first"]
     assert c["b: NaN/Inf"].passed and result.models["b"]["soak"]["nonfinite"]["checks"] >= 2
     assert result.exit_code == 1 and "a: NaN/Inf" in [x.name for x in result.failed_checks]
@@ -350,6 +351,7 @@ def test_a_leaking_model_fails_the_resident_memory_check(tmp_path, monkeypatch):
     result = json.loads((tmp_path / "r" / "stack.json").read_text())
     rss = next(c for c in result["checks"] if c["name"] == "all models: resident memory growth")
     assert code == 1 and not rss["passed"] and rss["measured"] > 8 and rss["limit"] == 8  # ~80 MiB kept in 1 s
+    assert rss["codes"] == ["above_limit"]
     assert result["soak"]["rss"]["samples"] >= 5 and result["soak"]["limits"]["max_rss_growth_mib"] == 8
     assert "resident memory" in out.splitlines()[0] and "allowed +8" in out.splitlines()[0]
     suite = ET.parse(tmp_path / "r" / "junit.xml").getroot()
@@ -368,7 +370,7 @@ def test_a_latency_that_steps_up_fails_the_drift_check(tmp_path, monkeypatch):
     assert drift["judged"] and drift["window_s"] == 1.0 and drift["first_frames"] >= 5 <= drift["last_frames"]
     assert drift["last_p50_ms"] >= 60 and drift["drift"] > 0.1
     check = next(c for c in result["checks"] if c["name"] == "a: latency drift")
-    assert code == 1 and not check["passed"] and check["limit"] == 0.1
+    assert code == 1 and not check["passed"] and check["limit"] == 0.1 and check["codes"] == ["above_limit"]
     assert "a: latency drift" in out.splitlines()[-1] and "stack failed" in err
     assert "| a: latency drift | **FAIL** |" in (tmp_path / "r" / "summary.md").read_text()
 
@@ -380,6 +382,7 @@ def test_drift_on_a_short_run_is_reported_not_judged(tmp_path, monkeypatch):
     result = json.loads((tmp_path / "r" / "stack.json").read_text())
     check = next(c for c in result["checks"] if c["name"] == "a: latency drift")
     assert code == 0 and check["passed"] and check["status"] == "skipped" and check["limit"] is None
+    assert check["codes"] == ["not_judged"]
     assert "too short to judge drift: windows of 0.667 s, judged from 10 s, a phase of 30 s or more" in check["message"]
     assert result["models"]["a"]["soak"]["drift"]["drift"] > 0.1  # measured and shown all the same
     assert "1 reported, not judged" in out.splitlines()[-1] and "not judged" in out.splitlines()[1]

@@ -29,6 +29,7 @@ import numpy as np
 
 from deploykit.config import SoakLimits
 from deploykit.errors import TimeLimitExceeded
+from deploykit.metrics.reasons import Verdict
 from deploykit.metrics.soak import growth, nonfinite_outputs, rss_bytes
 from deploykit.record.model import Check
 from deploykit.stack.pacing import Frames
@@ -174,8 +175,9 @@ def model_checks(name: str, soak: dict[str, Any], limits: SoakLimits) -> list[Ch
             limits.max_drift,
             "<=",
             text,
+            () if ok else (Verdict.ABOVE_LIMIT.code,),
         )
-    else:
+    else:  # the message is the reason alone: the numbers are the soak table's and the model line's
         drift = Check(
             "soak",
             f"{name}: latency drift",
@@ -185,7 +187,8 @@ def model_checks(name: str, soak: dict[str, Any], limits: SoakLimits) -> list[Ch
             d["drift"],
             None,
             "<=",
-            f"not judged: {d['not_judged']}; {text}",
+            d["not_judged"],
+            (Verdict.NOT_JUDGED.code,),
         )
     bad = Check(
         "soak",
@@ -197,6 +200,7 @@ def model_checks(name: str, soak: dict[str, Any], limits: SoakLimits) -> list[Ch
         0.0,
         "<=",
         f"{n['bad']} of {n['checks']} output checks held NaN/Inf" + (f" (first: {n['first']})" if n["first"] else ""),
+        (Verdict.NONFINITE.code,) if n["bad"] else (),
     )
     return [drift, bad]
 
@@ -224,6 +228,7 @@ def memory_checks(mem: dict[str, Any], limits: SoakLimits) -> list[Check]:
                 "<=",
                 f"{what} {g['first_mib']:.1f} -> {g['last_mib']:.1f} MiB (median of the first {mem['window_s']:.3g} s "
                 f"vs the last, {g['samples']} samples)",
+                () if ok else (Verdict.ABOVE_LIMIT.code,),
             )
         )
     return out

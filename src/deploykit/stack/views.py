@@ -93,7 +93,8 @@ def verdict_lines(result: StackResult) -> list[str]:
 
 
 def _why(c: Check) -> str:
-    return c.message.split(";")[0].removeprefix("not judged: ")
+    """Why a check was not judged (its message is the reason alone)."""
+    return c.message
 
 
 def to_json(result: StackResult) -> str:
