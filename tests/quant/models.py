@@ -524,6 +524,30 @@ def sliced_tokens(seed: int = 0) -> onnx.ModelProto:
     return _model(graph, 17)
 
 
+def pooled_concat(size: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """x -> Conv -> (itself, MaxPool, Resize -> MaxPool) -> Concat -> Conv, as YOLOv8's SPPF block and
+    upsampling path: ONNX Runtime's quantizer gives the MaxPool and Resize outputs the parameters of the
+    Conv output they read, and the Concat's (and the nearest Resize's) own max ranges equal the Conv's."""
+    rng = np.random.default_rng(seed)
+    inits: list = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "twice")]
+    nodes = [
+        _conv("c1", INPUT, he(rng, 8, 3, 3), rng.standard_normal(8) * 0.1, inits),
+        helper.make_node("MaxPool", ["c1_out"], ["pooled"], name="pool", kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Resize", ["c1_out", "", "twice"], ["up"], name="up", mode="nearest"),
+        helper.make_node("MaxPool", ["up"], ["down"], name="down", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Concat", ["c1_out", "pooled", "down"], ["cat"], name="cat", axis=1),
+        _conv("c2", "cat", he(rng, 4, 24, 1), rng.standard_normal(4) * 0.1, inits),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pooled_concat",
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("c2_out", TensorProto.FLOAT, [1, 4, size, size])],
+        inits,
+    )
+    return _model(graph, 17)
+
+
 def sliced_token_samples(n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Tokens 4-7 (sliced away) four times larger than tokens 0-3, so the chain's ranges differ."""
     rng = np.random.default_rng(seed)

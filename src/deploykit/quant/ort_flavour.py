@@ -245,12 +245,20 @@ def rescale(
     inits = {i.name: i for i in out.graph.initializer}
     new: dict[str, np.ndarray] = {}
     donors = _Donors(placed_with, ranges) if placed_with is not None else None
-    for q, source in activation_quantizers(out):
-        name = source if source in ranges else source.removesuffix("_QuantizeLinear_Input")
+    quantizers = [
+        (q, source if source in ranges else source.removesuffix("_QuantizeLinear_Input"))
+        for q, source in activation_quantizers(out)
+    ]
+    # ORT shares a quantizer's scale and zero point initializers along a chain (a Split's or MaxPool's outputs
+    # take their input's) and names them after the tensor that owns them
+    owners = {q.input[1]: name for q, name in quantizers if q.input[1] == f"{name}_scale"}
+    for q, name in quantizers:
         zp = inits.get(q.input[2]) if len(q.input) > 2 else None
         if zp is None or zp.data_type != onnx.TensorProto.UINT8:
             return None
-        if donors is not None and not _holds(inits, q, placed_with.get(name)):
+        if owners.get(q.input[1], name) != name:
+            name = owners[q.input[1]]  # its initializers are another tensor's: that tensor's range, whatever this holds
+        elif donors is not None and not _holds(inits, q, placed_with.get(name)):
             name = donors.of(inits, q)  # the tensor whose range ORT gave this quantizer, if one can tell
         r = ranges.get(name) if name else None
         if r is None:
