@@ -213,12 +213,12 @@ def modelopt_default(model_path: Path, mode: str, samples: list[dict], out: Path
     """ModelOpt's ``quantize`` with its defaults (entropy, FP16 rest), the 256 samples as one array."""
     from modelopt.onnx.quantization import quantize
 
-    from deploykit.quant.modelopt_flavour import _quiet, ort_patch_guard
+    from deploykit.quant.modelopt_guard import ort_patch_guard, quiet
 
     name = next(iter(samples[0]))
     data = {name: np.concatenate([s[name] for s in samples])}
     # ModelOpt leaves external-data files (<uuid>.data) in the working directory: keep them in out's folder.
-    with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent):
+    with ort_patch_guard(), quiet(), contextlib.chdir(out.parent):
         quantize(
             str(model_path),
             quantize_mode=mode,

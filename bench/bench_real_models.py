@@ -294,11 +294,11 @@ def modelopt_run(path: Path, calib: list[dict], out: Path, mode: str) -> Callabl
     def make() -> Any:
         from modelopt.onnx.quantization import quantize
 
-        from deploykit.quant.modelopt_flavour import _quiet, ort_patch_guard
+        from deploykit.quant.modelopt_guard import ort_patch_guard, quiet
 
         name = next(iter(calib[0]))
         data = {name: np.concatenate([s[name] for s in calib])}
-        with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent), contextlib.redirect_stdout(io.StringIO()):
+        with ort_patch_guard(), quiet(), contextlib.chdir(out.parent), contextlib.redirect_stdout(io.StringIO()):
             quantize(
                 str(path),
                 quantize_mode=mode,

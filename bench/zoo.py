@@ -200,12 +200,12 @@ def modelopt_default(path: Path, mode: str, samples: list[dict], out: Path) -> P
     (ModelOpt takes one array per input)."""
     from modelopt.onnx.quantization import quantize
 
-    from deploykit.quant.modelopt_flavour import _quiet, ort_patch_guard
+    from deploykit.quant.modelopt_guard import ort_patch_guard, quiet
 
     shapes = Counter(tuple(v.shape for v in s.values()) for s in samples).most_common(1)[0][0]
     same = [s for s in samples if tuple(v.shape for v in s.values()) == shapes]
     data = {name: np.concatenate([s[name] for s in same]) for name in same[0]}
-    with ort_patch_guard(), _quiet(), contextlib.chdir(out.parent):
+    with ort_patch_guard(), quiet(), contextlib.chdir(out.parent):
         quantize(
             str(path),
             quantize_mode=mode,

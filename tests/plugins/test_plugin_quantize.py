@@ -175,7 +175,7 @@ def _modelopt_int8(path, output, high_precision: str, **kwargs) -> onnx.ModelPro
     pytest.importorskip("modelopt.onnx.quantization")
     from modelopt.onnx.quantization import quantize
 
-    from deploykit.quant.modelopt_flavour import ort_patch_guard
+    from deploykit.quant.modelopt_guard import ort_patch_guard
 
     # ModelOpt patches onnxruntime.quantization in place; unguarded, later tests' quantize_static breaks.
     with ort_patch_guard():

@@ -98,7 +98,7 @@ def test_result_does_not_depend_on_modelopt_having_patched_onnxruntime_before():
     from onnxruntime.quantization import calibrate
     from onnxruntime.quantization.registry import QDQRegistry
 
-    from deploykit.quant.modelopt_flavour import ort_patch_guard
+    from deploykit.quant.modelopt_guard import ort_patch_guard
 
     before = quantize(models.cnn((8, 16))).model.SerializeToString()
     registry = dict(QDQRegistry)

@@ -93,11 +93,7 @@ def _run(path: str, kwargs: dict[str, Any]) -> None:
             ) from e
 
 
-# bench/zoo.py, bench/bench_quantize.py and bench/bench_real_models.py still import _quiet from here (as
-# two tests import ort_patch_guard): point them at deploykit.quant.modelopt_guard, then drop this name.
-_quiet = quiet
-
-FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (TENSORRT.md)
+FP8_LAYERS_OPSET = 21  # FP8 Q/DQ with FP16 scales (the ONNX parser takes them from opset 21)
 
 
 class TensorRTFlavour:
@@ -195,7 +191,7 @@ class TensorRTFlavour:
             return qdq
         from deploykit.quant.fp16 import to_fp16
 
-        # TensorRT takes FP8 with FP16 scales from opset 21 (TENSORRT.md).
+        # TensorRT takes FP8 with FP16 scales from opset 21 (the ONNX parser's operator docs).
         return to_fp16(qdq, keep_fp32, opset=FP8_LAYERS_OPSET if cfg.precision == "fp8" else None)
 
     def ladder(self, precision: str, high_precision: str, opset: int) -> tuple[str, ...]:
