@@ -47,7 +47,7 @@ class ParitySummary(Summary):
 
 class ParityStage(Stage):
     name = "parity"
-    version = 3
+    version = 4  # 4: every failure and inconclusive explanation in parity.json is {code, sentence, ...}
     inputs = {"reference": "onnx", "model": "onnx", "engine": "engine"}
     output_kind = "parity-report"
     output_roles = ("parity",)

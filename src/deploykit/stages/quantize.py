@@ -134,8 +134,9 @@ class QuantizeStage(Stage):
     # 2: onnxruntime-flavour exclusions read float tensors; 3: norm scales per channel on axis 0;
     # 4: judged by parity's data and checks, mixed-precision search; 5: auto also tries (floored)
     # entropy and ranks by parity's task metrics on its validation data; 6: every reason (a node kept
-    # in higher precision, the search's stop) stored as {code, sentence}
-    version = 6
+    # in higher precision, the search's stop) stored as {code, sentence}; 7: the check's verdict
+    # explanations too ({code, sentence, subject, metric})
+    version = 7
     inputs = {"model": "onnx", "reference": "onnx"}
     output_kind = "onnx"
     output_roles = ("model",)
