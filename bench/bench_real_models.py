@@ -37,7 +37,7 @@ quantize call as a ratio, and for the search rows whether the mix passed, how ma
 in FP32, and its speed against FP32 on this CPU with the range of the interleaved rounds.
 
     python bench/bench_real_models.py [--families ppocrv6_det_tiny,vit_s_saliency] [--ablations]
-        [--search onnxruntime,tensorrt] [--only-search] [--only-ablations] [--rows TEXT,TEXT]
+        [--search onnxruntime,tensorrt] [--only-search] [--only-ablations] [--rows TEXT,TEXT] [--repeat-search]
 
 Prints a table and writes bench/results/real_models.json (merged per family, so families can run
 one at a time).
@@ -496,6 +496,7 @@ def bench_family(
     search: list[str] | None = None,
     only_search: bool = False,
     rows_with: str = "",
+    repeat_search: bool = False,
 ) -> dict[str, Any]:
     from deploykit.graph.run import session_from_onnx
 
@@ -547,6 +548,16 @@ def bench_family(
                     "evaluate": run.also,
                     **evaluate(family, refs, candidate, run.also, valid),
                     "task_holdout": evaluate(family, holdout_refs, candidate, run.also, holdout)["task"],
+                }
+            if repeat_search and "search" in row:  # the same data again: does the search choose the same mix?
+                start = time.perf_counter()
+                run.make()
+                again = run.make.info["search"]  # type: ignore[attr-defined]
+                row["repeat"] = {
+                    "seconds": round(time.perf_counter() - start, 1),
+                    "same_mix": again["raised"] == row["search"]["raised"],
+                    "raised": len(again["raised"]),
+                    "passed": again["passed"],
                 }
             rows.append(row)
             if (
@@ -640,8 +651,9 @@ def ratios(fam: dict[str, Any]) -> list[str]:
         f"time against ORT quantize_static ({base:.1f} s, mean of {ort['seconds']:.1f} and "
         f"{ort.get('seconds_again', ort['seconds']):.1f} s timed before and after the other rows):",
         "",
-        "| row | seconds | x ORT | passed | FP32 groups | vs FP32 on this CPU (rounds) |",
-        "|---|---|---|---|---|---|",
+        "| row | seconds | x ORT | passed | FP32 groups | vs FP32 on this CPU (rounds) "
+        "| stage's timing: plain INT8, mix vs FP32 | second run: same mix |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, r in rows.items():
         if label == ORT_DEFAULT or not r.get("deploykit") and "search" not in r:
@@ -652,7 +664,18 @@ def ratios(fam: dict[str, Any]) -> list[str]:
         fast = f"{speed['speedup']:.2f}x ({speed['speedup_low']:.2f}-{speed['speedup_high']:.2f}x)" if speed else ""
         passed = "" if not search else "yes" if search.get("passed") else "no"
         groups = f"{fp32} of {search['groups']}" if search else ""
-        out.append(f"| {label} | {r['seconds']:.1f} | {r['seconds'] / base:.2f} | {passed} | {groups} | {fast} |")
+        ms = search.get("measured_ms") or {}
+        stage = (
+            f"{ms['fp32'] / ms['base']:.2f}x, {ms['fp32'] / ms['chosen']:.2f}x"
+            if {"fp32", "base", "chosen"} <= set(ms)
+            else ""
+        )
+        repeat = r.get("repeat")
+        same = "" if not repeat else f"{'yes' if repeat['same_mix'] else 'no'} ({repeat['seconds']:.0f} s)"
+        out.append(
+            f"| {label} | {r['seconds']:.1f} | {r['seconds'] / base:.2f} | {passed} | {groups} | {fast} "
+            f"| {stage} | {same} |"
+        )
     return out
 
 
@@ -670,6 +693,9 @@ def main() -> None:
         "search in, judged on the validation samples at each family's target limits",
     )
     parser.add_argument("--only-search", action="store_true", help="the search rows alone (kept beside earlier rows)")
+    parser.add_argument(
+        "--repeat-search", action="store_true", help="run each search row twice on the same data: the same mix?"
+    )
     parser.add_argument(
         "--rows",
         default="",
@@ -696,6 +722,7 @@ def main() -> None:
             [f for f in args.search.split(",") if f],
             args.only_search,
             args.rows,
+            args.repeat_search,
         )
         results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"families": {}}  # other runs' families
         results["machine"] = {**cpu_info(), "load_average": os.getloadavg()}
