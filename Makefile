@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BASE   := $(VENV)/.installed-base
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-e2e test-all fuzz bench lint plugins gpu-check clean constraints
+.PHONY: install demo test test-e2e test-hostile test-all fuzz bench lint plugins gpu-check clean constraints
 
 # The venv's own pip (23.x) crashes in the resolver on these dependencies: upgrade it first.
 # torch==2.13.0 next: pip then takes the local CPU build; an unpinned torch pulls a multi-GB CUDA build.
@@ -46,6 +46,10 @@ test: $(STAMP) $(TRT_HEADERS)
 # The heavy end-to-end runs (marked e2e, also slow): CI runs them after `make test`.
 test-e2e: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -n $(JOBS) -m "e2e and not ray"
+
+# The hostile cases and fuzz tests beyond the default suite's bounded share (marked slow): CI runs them.
+test-hostile: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "slow and not ray and not e2e" tests/hostile tests/fuzz
 
 test-all: $(STAMP) $(TRT_HEADERS)
 	$(PY) -m pytest -m ""
