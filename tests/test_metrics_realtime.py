@@ -1,4 +1,4 @@
-"""Real-time statistics on made-up latency series: worst case, deadline misses, drift, averaged runs."""
+"""Real-time statistics on made-up latency series: worst case, deadline misses, averaged runs."""
 
 import pytest
 
@@ -6,7 +6,6 @@ from deploykit.metrics.realtime import (
     averaged,
     deadline_check,
     deadline_misses,
-    drift,
     longest_run,
     worst_case,
 )
@@ -43,16 +42,6 @@ def test_deadline_check_judges_the_miss_rate():
 
 def test_longest_run():
     assert longest_run([]) == 0 and longest_run([True, True, False, True]) == 2
-
-
-def test_drift_compares_the_first_and_last_window():
-    times = [i * 0.5 for i in range(400)]  # 200 s
-    values = [1.0 if t < 100 else 1.5 for t in times]
-    d = drift(values, times, 60.0)
-    assert d["window_s"] == 60.0 and d["first_p50_ms"] == 1.0 and d["last_p50_ms"] == 1.5
-    assert d["drift"] == pytest.approx(0.5) and not d["shrunk"]
-    short = drift([1.0, 1.0, 2.0, 2.0], [0.0, 1.0, 2.0, 3.0], 60.0)
-    assert short["shrunk"] and short["window_s"] == pytest.approx(1.0) and short["drift"] == pytest.approx(1.0)
 
 
 def test_averaged_runs():

@@ -102,30 +102,6 @@ def deadline_check(stats: dict[str, Any], max_miss_rate: float) -> dict[str, Any
     }
 
 
-def drift(latencies_ms: Sequence[float], times_s: Sequence[float], window_s: float) -> dict[str, Any]:
-    """The median latency of the first ``window_s`` seconds against that of the last ``window_s``.
-
-    ``times_s`` is when each frame started, in seconds from the start of the series. The windows are
-    shrunk to a third of the series' span when it is shorter than three windows (and say so).
-    """
-    t = np.asarray(times_s, dtype=np.float64)
-    v = np.asarray(latencies_ms, dtype=np.float64)
-    span = float(t[-1] - t[0]) if t.size else 0.0
-    window = min(window_s, span / 3) if span > 0 else 0.0
-    if t.size < 2 or window <= 0:
-        return {"window_s": 0.0, "first_p50_ms": 0.0, "last_p50_ms": 0.0, "drift": 0.0, "frames": int(t.size)}
-    first, last = v[t <= t[0] + window], v[t >= t[-1] - window]
-    a, b = float(np.median(first)), float(np.median(last))
-    return {
-        "window_s": window,
-        "first_p50_ms": a,
-        "last_p50_ms": b,
-        "drift": b / a - 1.0 if a > 0 else 0.0,
-        "frames": int(t.size),
-        "shrunk": window < window_s,
-    }
-
-
 def averaged(latencies_ms: Sequence[float], n: int) -> list[float]:
     """Means of ``n`` consecutive values (a last, shorter group is dropped unless it is the only one)."""
     if n <= 1:
@@ -137,4 +113,4 @@ def averaged(latencies_ms: Sequence[float], n: int) -> list[float]:
     return [float(x) for x in arr[: full * n].reshape(full, n).mean(axis=1)]
 
 
-__all__ = ["averaged", "deadline_check", "deadline_misses", "drift", "longest_run", "worst_case"]
+__all__ = ["averaged", "deadline_check", "deadline_misses", "longest_run", "worst_case"]

@@ -117,7 +117,7 @@ def run_soak(
         device_bytes: device memory in use now, where the session can tell (a GPU); None otherwise.
         deadline_ms: the target's deadline, to count misses over the soak.
     """
-    window = min(limits.window_s, seconds / 3)  # first vs last: a third each of a short soak
+    window = soak_window(limits, seconds)
     series = _Series(window)
     memory: list[tuple[float, int, int | None]] = []
     errors: dict[str, Any] = {"count": 0, "first": ""}
@@ -198,6 +198,12 @@ def _error(errors: dict[str, Any], t: float, e: Exception) -> None:
     errors["count"] += 1
     if not errors["first"]:
         errors["first"] = f"at {t:.1f} s: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def soak_window(limits: Any, seconds: float) -> float:
+    """The first and the last window a soak of ``seconds`` compares: ``limits.window_s``, or a third of a
+    shorter soak (the gate's soak and the stack's together phase alike)."""
+    return min(limits.window_s, seconds / 3)
 
 
 def growth(samples: list[tuple[float, int]], window: float) -> dict[str, Any]:
@@ -292,4 +298,4 @@ def _check_dict(name: str, metric: str, measured: float, limit: float, what: str
     }
 
 
-__all__ = ["growth", "nonfinite_outputs", "rss_bytes", "run_soak", "soak_checks"]
+__all__ = ["growth", "nonfinite_outputs", "rss_bytes", "run_soak", "soak_checks", "soak_window"]

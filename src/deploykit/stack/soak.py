@@ -30,7 +30,7 @@ import numpy as np
 from deploykit.config import SoakLimits
 from deploykit.errors import TimeLimitExceeded
 from deploykit.metrics.reasons import Verdict
-from deploykit.metrics.soak import growth, nonfinite_outputs, rss_bytes
+from deploykit.metrics.soak import growth, nonfinite_outputs, rss_bytes, soak_window
 from deploykit.record.model import Check
 from deploykit.stack.pacing import Frames
 
@@ -111,14 +111,9 @@ def make_watch(limits: SoakLimits, sessions: dict[str, Any]) -> Watch:
     return Watch(limits, outputs, device)
 
 
-def window(limits: SoakLimits, seconds: float) -> float:
-    """The first and last window of a phase of ``seconds``: ``window_s``, or a third of a shorter phase."""
-    return min(limits.window_s, seconds / 3)
-
-
 def drift(frames: Frames, limits: SoakLimits) -> dict[str, Any]:
     """The median latency of the phase's first window against its last, and whether it is judged."""
-    w = window(limits, frames.seconds)
+    w = soak_window(limits, frames.seconds)
     t, v = frames.starts_s, frames.latencies_ms
     first, last = v[t <= w], v[t >= frames.seconds - w]
     a = float(np.median(first)) if first.size else 0.0
@@ -146,7 +141,7 @@ def drift(frames: Frames, limits: SoakLimits) -> dict[str, Any]:
 
 def memory(watch: Watch, seconds: float) -> dict[str, Any]:
     """Resident (and device) memory growth over the phase, with the limits they are judged against."""
-    w = window(watch.limits, seconds)
+    w = soak_window(watch.limits, seconds)
     device = [(t, d) for t, _, d in watch.memory if d is not None]
     return {
         "limits": asdict(watch.limits),
@@ -245,5 +240,4 @@ __all__ = [
     "memory",
     "memory_checks",
     "model_checks",
-    "window",
 ]
