@@ -87,14 +87,9 @@ def verdict_lines(result: StackResult) -> list[str]:
         skipped = [c for c in result.checks if c.status == "skipped"]
         lines.append(
             f"result: PASS (exit 0) — {len(result.checks) - len(skipped)} checks passed"
-            + (f", {len(skipped)} reported, not judged ({_why(skipped[0])})" if skipped else "")
+            + (f", {len(skipped)} reported, not judged ({skipped[0].message})" if skipped else "")
         )
     return lines
-
-
-def _why(c: Check) -> str:
-    """Why a check was not judged (its message is the reason alone)."""
-    return c.message
 
 
 def to_json(result: StackResult) -> str:
@@ -123,7 +118,7 @@ def junit(result: StackResult) -> str:
         if not c.passed:
             ET.SubElement(case, "failure", message=text).text = text
         elif c.status == "skipped":
-            ET.SubElement(case, "skipped", message=_why(c))
+            ET.SubElement(case, "skipped", message=c.message)
         ET.SubElement(case, "system-out").text = text
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
@@ -206,7 +201,7 @@ def soak_text(result: StackResult) -> str:
 def _check_cells(c: Check) -> tuple[str, str]:
     """(result, measured) of a check for the tables: a check not judged says why."""
     if c.status == "skipped":
-        return "not judged", f"{c.verdict_line()}: {_why(c)}"
+        return "not judged", f"{c.verdict_line()}: {c.message}"
     return ("pass" if c.passed else "fail"), c.verdict_line()
 
 
