@@ -14,8 +14,11 @@ TIE_EPS = 1e-6  # relative to the row's largest |score|: scores this close are a
 
 
 def _rows(a: np.ndarray, axis: int) -> np.ndarray:
-    """Move the class axis last and flatten everything else: (rows, classes), float64."""
-    moved = np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1)
+    """Move the class axis last and flatten everything else: (rows, classes). Float32 stays float32
+    (every comparison below is exact in it, and partitioning it is twice as fast); other types become
+    float64."""
+    a = np.asarray(a)
+    moved = np.moveaxis(a if a.dtype in (np.float32, np.float64) else a.astype(np.float64), axis, -1)
     return moved.reshape(-1, moved.shape[-1])
 
 
@@ -26,30 +29,41 @@ def _top_set(s: np.ndarray, k: int) -> np.ndarray:
 
 
 def _top_split(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: classes certainly in the top k (above the k-th score) and those tied with the k-th."""
-    kth = np.partition(s, s.shape[1] - k, axis=1)[:, s.shape[1] - k][:, None]
-    eps = (TIE_EPS * np.maximum(np.abs(s).max(axis=1), 1e-30))[:, None]
-    return s > kth + eps, np.abs(s - kth) <= eps
+    """Per row: classes certainly in the top k (above the k-th score) and those tied with the k-th.
+    The tie margin is in float64 (a float32 row's scores are exact there)."""
+    hi, lo = s.max(axis=1), s.min(axis=1)
+    kth = hi if k == 1 else np.partition(s, s.shape[1] - k, axis=1)[:, s.shape[1] - k]
+    kth = kth.astype(np.float64)[:, None]
+    eps = (TIE_EPS * np.maximum(np.maximum(np.abs(hi), np.abs(lo)), 1e-30)).astype(np.float64)[:, None]
+    return s > kth + eps, s >= kth - eps  # the second holds the first too: see _overlap
 
 
-def top_overlap(r: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
-    """Per row, the largest overlap of the two top-k sets over every way of breaking ties (0..k)."""
-    rs, rt = _top_split(r, k)
-    gs, gt = _top_split(g, k)
+def _overlap(r: tuple[np.ndarray, np.ndarray], g: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
+    """Per row, the largest overlap of two top-k sets given as :func:`_top_split` pairs, over every way
+    of breaking ties (0..k)."""
+    (rs, r_at_least), (gs, g_at_least) = r, g
+    rt, gt = r_at_least & ~rs, g_at_least & ~gs
     a, b = k - rs.sum(axis=1), k - gs.sum(axis=1)  # how many tied classes each side still takes
     p, q = np.minimum((rs & gt).sum(axis=1), b), np.minimum((rt & gs).sum(axis=1), a)
     both = np.minimum((rt & gt).sum(axis=1), np.minimum(a - q, b - p))
     return (rs & gs).sum(axis=1) + p + q + both
 
 
+def top_overlap(r: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
+    """Per row, the largest overlap of the two top-k sets over every way of breaking ties (0..k)."""
+    return _overlap(_top_split(r, k), _top_split(g, k), k)
+
+
 def topk_sums(ref: np.ndarray, got: np.ndarray, k: int, axis: int) -> dict[str, float]:
     """Top-1 agreements and top-k set overlap, tie-aware."""
     r, g = _rows(ref, axis), _rows(got, axis)
-    all_tied = _top_set(r, 1).all(axis=1)  # every class ties: nothing to agree on
+    r1, g1 = _top_split(r, 1), _top_split(g, 1)
+    all_tied = r1[1].all(axis=1)  # every class ties: nothing to agree on
+    rk, gk = (r1, g1) if k == 1 else (_top_split(r, k), _top_split(g, k))
     return {
         "rows": r.shape[0],
-        "top1": int((top_overlap(r, g, 1) > 0).sum()),
-        "topk": float((top_overlap(r, g, k) / k).sum()),
+        "top1": int((_overlap(r1, g1, 1) > 0).sum()),
+        "topk": float((_overlap(rk, gk, k) / k).sum()),
         "tied_rows": int(all_tied.sum()),
     }
 

@@ -11,6 +11,11 @@ the quantized graph back to back (in alternating order, so drift within a round 
 iterations per round sized to the time budget. 5 rounds of 1 iteration said 2.00x where 40
 interleaved rounds said 1.17x on a real text detector; the figure is the ratio of the medians, and
 the per-round ratios give its spread.
+
+The timed sessions do not spin between runs: a session's idle worker threads spin-wait after its
+turn and take the cores from the next graph's turn. On a 2-core VM a 3-ms recognizer timed beside
+three other sessions read 1.57x (FP32 5.78 ms) with spinning and 1.21x (4.24 ms) without; timed as
+a pair, 1.20x and 1.22x: without spinning the ratio no longer depends on how many graphs are timed.
 """
 
 from __future__ import annotations
@@ -146,7 +151,7 @@ def compare_all(
     from deploykit.metrics.latency import aggregate_trials, time_iterations, warm_up
 
     models = [fp32, *graphs.values()]
-    sessions = [session_from_onnx(m, "onnxruntime", level=level) for m in models]
+    sessions = [session_from_onnx(m, "onnxruntime", level=level, spin=False) for m in models]
     runners = [s.timed_runner(sample) for s in sessions]
     for run in runners:
         warm_up(run, *WARMUP)  # allocations, kernel selection, caches
