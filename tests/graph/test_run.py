@@ -259,3 +259,34 @@ def test_fp8_moved_between_q_and_dq_is_evaluated_as_written(op, opset):
     want = values[:, 1:5] if op == "Slice" else values[0]
     np.testing.assert_array_equal(got, want)
     assert model.SerializeToString() == before
+
+
+def test_a_session_takes_an_in_memory_graph_whole_and_a_graph_marked_for_external_data_through_a_file(monkeypatch):
+    """One serialization for an in-memory graph; a graph with a tensor marked for external data goes
+    through a file, and computes the same."""
+    from onnx.external_data_helper import set_external_data
+
+    from deploykit.graph import files
+
+    model = fp16_graph()
+    assert files.proto_bytes(model) == model.SerializeToString()
+    serialized = []
+    real = onnx.ModelProto.SerializeToString
+    size = onnx.ModelProto.ByteSize  # upb serializes the whole model to size it
+    monkeypatch.setattr(onnx.ModelProto, "SerializeToString", lambda m, *a, **k: serialized.append("bytes") or real(m))
+    monkeypatch.setattr(onnx.ModelProto, "ByteSize", lambda m: serialized.append("size") or size(m))
+    session_from_onnx(model, "onnxruntime")
+    assert serialized == ["bytes"]
+    monkeypatch.undo()
+
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    set_external_data(marked.graph.initializer[0], location="weights.bin")
+    assert files.proto_bytes(marked) is None
+    through = []
+    real_as_file = files.as_file
+    monkeypatch.setattr(files, "as_file", lambda m: through.append(1) or real_as_file(m))
+    x = np.array([[1e-4, 2.0, 100.0]], np.float32)
+    expected = session_from_onnx(model, "onnxruntime").infer({"x": x})["y"]
+    assert np.array_equal(session_from_onnx(marked, "onnxruntime").infer({"x": x})["y"], expected, equal_nan=True)
+    assert through == [1]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploykit.errors import ModelError
+from deploykit.graph.proto import copy_model
 
 if TYPE_CHECKING:
     import onnx
@@ -92,7 +93,6 @@ def move_float8_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
     and writes FP32 cast back to the float8 type under its output's name (the same values: every float8
     value is an FP32 value), so ONNX Runtime can run graphs that move FP8 between Q and DQ; ``model``
     itself when none does."""
-    import onnx
     from onnx import helper
 
     from deploykit.graph.proto import infer_shapes, tensor_types
@@ -101,7 +101,7 @@ def move_float8_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
     nodes = list(model.graph.node)
     if not any(n.op_type in MOVEMENT_OPS and types.get(n.input[0]) in _FLOAT8 for n in nodes if n.input):
         return model
-    out = onnx.ModelProto.FromString(model.SerializeToString())
+    out = copy_model(model)
     rewritten: list[onnx.NodeProto] = []
     for node in out.graph.node:
         if node.op_type not in MOVEMENT_OPS or not any(types.get(i) in _FLOAT8 for i in node.input):
@@ -144,12 +144,11 @@ def emulate_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     Each node output of a 16-bit float type keeps its name but is produced by a Cast pair
     (FP32 -> FP16 -> FP32) after the node, so names still align with the original graph.
     """
-    import onnx
     from onnx import TensorProto, helper
 
     from deploykit.graph.proto import infer_shapes, tensor_types
 
-    m = infer_shapes(onnx.ModelProto.FromString(model.SerializeToString()))
+    m = infer_shapes(copy_model(model))
     types = tensor_types(m)
     g = m.graph
     for init in g.initializer:

@@ -471,12 +471,13 @@ def _proto(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
 def _from_proto(model: onnx.ModelProto, options: Any, disabled: tuple[str, ...], refusal: tuple[str, str]) -> Any:
     """A session over an in-memory model; one too large for protobuf (or marked for external data)
     goes through a temporary file."""
-    from deploykit.graph.files import as_file, uses_file
+    from deploykit.graph.files import as_file, proto_bytes
 
-    if uses_file(model):
+    data = proto_bytes(model)
+    if data is None:
         with as_file(model) as path:
             return _inference_session(str(path), options, _CPU, disabled, refusal)
-    return _inference_session(model.SerializeToString(), options, _CPU, disabled, refusal)
+    return _inference_session(data, options, _CPU, disabled, refusal)
 
 
 def _inference_session(

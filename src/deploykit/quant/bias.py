@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.graph.proto import copy_model
+
 if TYPE_CHECKING:
     import onnx
 
@@ -51,12 +53,11 @@ def correct_biases(
 ) -> tuple[onnx.ModelProto, BiasCorrection]:
     """A copy of ``quantized`` (FP32 high precision) with bias corrections; ``reference`` is the FP32
     graph it was quantized from (node names align)."""
-    import onnx
 
     from deploykit.graph.run import session_from_onnx
     from deploykit.quant.prepare import quantized_node_names
 
-    out = onnx.ModelProto.FromString(quantized.SerializeToString())
+    out = copy_model(quantized)
     quantized_nodes = quantized_node_names(out)
     ref_nodes = {n.name: n for n in reference.graph.node}
     layers = [
@@ -97,7 +98,7 @@ def _shadow_graph(
 
     from deploykit.graph.proto import producers
 
-    shadow = onnx.ModelProto.FromString(reference.SerializeToString())
+    shadow = copy_model(reference)
     made_by = producers(quantized)
     q_inits = {i.name: i for i in quantized.graph.initializer}
     have = {i.name for i in shadow.graph.initializer}

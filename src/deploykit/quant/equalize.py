@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploykit.choices import EqualizeHardSwish
+from deploykit.graph.proto import copy_model
 
 if TYPE_CHECKING:
     import onnx
@@ -68,10 +69,9 @@ class _Pair:
 
 def equalize(model: onnx.ModelProto, hardswish: EqualizeHardSwish = "exact") -> tuple[onnx.ModelProto, Equalized]:
     """A copy of ``model`` with every eligible Conv pair equalized; see the module docstring."""
-    import onnx
     from onnx import numpy_helper
 
-    out = onnx.ModelProto.FromString(model.SerializeToString())
+    out = copy_model(model)
     inits = {i.name: i for i in out.graph.initializer}
     weights = {name: numpy_helper.to_array(t).astype(np.float64) for name, t in inits.items()}
     report = Equalized()

@@ -23,6 +23,7 @@ import numpy as np
 
 from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ModelError, first_line
+from deploykit.graph.proto import copy_model
 from deploykit.quant.modelopt_guard import ort_patch_guard, quiet
 
 if TYPE_CHECKING:
@@ -164,7 +165,6 @@ class TensorRTFlavour:
         placed: Placed | None,
     ) -> tuple[onnx.ModelProto, Placed | None]:
         """ModelOpt places once per exclusion set; its activation scales are overwritten with ``ranges``."""
-        import onnx
 
         from deploykit.quant.flavours import Placed
         from deploykit.quant.scales import FP16_MIN_NORMAL, set_activation_scales
@@ -173,7 +173,7 @@ class TensorRTFlavour:
         if placed is None:
             qdq = quantize(model, cfg.precision, sample, exclude=exclude, block_size=cfg.int4_block_size)
             placed = new = Placed(model, qdq, ranges)
-        out = onnx.ModelProto.FromString(placed.qdq.SerializeToString())
+        out = copy_model(placed.qdq)
         if cfg.precision != "int4":  # INT4 quantizes weights only
             low = FP16_MIN_NORMAL if cfg.high_precision == "fp16" else 1e-30
             set_activation_scales(out, ranges, min_scale=low)

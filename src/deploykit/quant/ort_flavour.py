@@ -33,6 +33,7 @@ import numpy as np
 
 from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ConfigError, ModelError, first_line
+from deploykit.graph.proto import copy_model
 from deploykit.quant.float_source import bring_initializers, float_source
 from deploykit.quant.ranges import TensorRange
 
@@ -241,7 +242,7 @@ def rescale(
 
     from deploykit.quant.scales import activation_quantizers
 
-    out = onnx.ModelProto.FromString(model.SerializeToString())
+    out = copy_model(model)
     inits = {i.name: i for i in out.graph.initializer}
     new: dict[str, np.ndarray] = {}
     donors = _Donors(placed_with, ranges) if placed_with is not None else None
@@ -523,7 +524,6 @@ class OnnxRuntimeFlavour:
         placed: Placed | None,
     ) -> tuple[onnx.ModelProto, Placed | None]:
         """ORT's scales recomputed exactly as its quantizer would (:func:`rescale`), else it runs again."""
-        import onnx
 
         from deploykit.quant.flavours import Placed
 
@@ -531,7 +531,7 @@ class OnnxRuntimeFlavour:
         if out is not None:
             return out, None
         out = quantize(model, sample, ranges, exclude=exclude, per_channel=cfg.per_channel, reduce_range=reduce_range)
-        return out, Placed(model, onnx.ModelProto.FromString(out.SerializeToString()), ranges)
+        return out, Placed(model, copy_model(out), ranges)
 
     def high_precision(self, cfg: QuantizeConfig) -> str:
         return "fp32"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploykit.errors import ConfigError
+from deploykit.graph.proto import copy_model
 from deploykit.quant.groups import Group
 
 if TYPE_CHECKING:
@@ -72,9 +73,8 @@ def apply_patch(
         base_precision: the stage's precision (int8, fp8, int4).
         high_precision: what the base's float rest runs in (fp16 or fp32).
     """
-    import onnx
 
-    model = onnx.ModelProto.FromString(base.SerializeToString())
+    model = copy_model(base)
     order = {name: i for i, name in enumerate(groups)}
     edits = [(groups[name], p) for name, p in sorted(patch.items(), key=lambda kv: order[kv[0]]) if p != base_precision]
     if not edits:

@@ -17,6 +17,7 @@ from deploykit.errors import ModelError, first_line
 from deploykit.graph import proto
 from deploykit.graph.proto import (
     constants_to_initializers,
+    copy_model,
     opset_version,
     producers,
 )
@@ -69,10 +70,9 @@ def quantized_nodes(model: onnx.ModelProto) -> Counter[str]:
 
 def prepare(model: onnx.ModelProto, min_opset: int, where: Path | str) -> tuple[onnx.ModelProto, Preparation]:
     """Constants -> initializers, every node named, opset >= ``min_opset``, shapes inferred."""
-    import onnx
 
     prep = Preparation(opset_from=opset_version(model))
-    model = onnx.ModelProto.FromString(model.SerializeToString())  # never modify the caller's model
+    model = copy_model(model)  # never modify the caller's model
     prep.constants_folded = constants_to_initializers(model)
     prep.nodes_named = name_nodes(model)
     if prep.opset_from < min_opset:
