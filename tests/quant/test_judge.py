@@ -142,3 +142,45 @@ def test_the_judge_agrees_with_a_parity_comparison_on_the_same_samples():
     assert verdict.tasks[0]["metrics"] == measurement_of(report).tasks[0]["metrics"]
     assert score(judge.measure(candidate), parity, PRESET).passed == report["passed"]
     assert judge.evaluations == 1 and judge.inferences == 5  # the same graph judged twice ran once
+
+
+def _perturbed(model, amount):
+    """The same graph with its weights scaled by 1 + amount * sin(i): a candidate ``amount`` away."""
+    from onnx import numpy_helper
+
+    out = type(model)()
+    out.CopyFrom(model)
+    for init in out.graph.initializer:
+        if init.name.endswith(".weight"):
+            w = numpy_helper.to_array(init)
+            wave = np.sin(np.arange(w.size)).reshape(w.shape)
+            init.CopyFrom(numpy_helper.from_array((w * (1 + amount * wave)).astype(np.float32), init.name))
+    return out
+
+
+def test_the_race_scores_the_best_first_sample_first_and_keeps_the_full_evaluations_front():
+    """Every candidate is scored on the first sample and the best goes on first, so a candidate given
+    first can be stopped by one given last; which candidates finish undominated is what scoring each
+    on every sample gives, and the entries come back in the given order."""
+    from deploykit.quant.judge import Entry, front_ranks, task_losses
+
+    model = models.cnn((8, 16), head="sigmoid")
+    candidates = {f"noise {a}": _perturbed(model, a) for a in (0.3, 0.15, 0.05)} | {"exact": _perturbed(model, 0.0)}
+    samples = models.images(8, seed=4)
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("y", min_iou=0.99),)))
+    judge = Judge(model, samples, session_from_onnx, parity, PRESET, "int8", "8 samples")
+    entries = judge.race({name: (lambda c=c: c) for name, c in candidates.items()})
+
+    assert list(entries) == list(candidates)
+    assert not entries["exact"].stopped and entries["exact"].samples == len(samples)
+    assert entries["noise 0.3"].stopped and entries["noise 0.3"].beaten_by == "exact"  # given first, stopped
+    assert entries["noise 0.3"].samples < len(samples)
+    assert judge.inferences < len(candidates) * len(samples)
+
+    full = Judge(model, samples, session_from_onnx, parity, PRESET, "int8", "8 samples")
+    scored = {name: Entry(task_losses(full.measure(c), parity), len(samples)) for name, c in candidates.items()}
+    raced, every = front_ranks(entries), front_ranks(scored)
+    assert {m for m, r in raced.items() if r is not None} == {m for m, r in every.items() if r is not None}
+    assert min((r, m) for m, r in raced.items() if r is not None) == min(
+        (r, m) for m, r in every.items() if r is not None
+    )

@@ -273,31 +273,44 @@ class Judge:
         return check_of(report, self.evaluator, self.ref, self.parity, self.preset, self.source)
 
     def race(self, candidates: Mapping[str, Callable[[], onnx.ModelProto]]) -> dict[str, Entry]:
-        """Task losses of each candidate on every judging sample, in the given order; a candidate stops
-        being scored once it cannot win: when the losses it would have if it matched the reference
-        exactly on every sample still to come (its best possible finish, see :meth:`_best_finish`)
-        are already dominated by a finished candidate's (no better on any metric, worse on one).
-        Those it finishes are kept, so judging the winner again runs nothing."""
-        done: dict[str, Entry] = {}
+        """Task losses of each candidate on every judging sample; a candidate stops being scored once it
+        cannot win: when the losses it would have if it matched the reference exactly on every sample
+        still to come (its best possible finish, see :meth:`_best_finish`) are already dominated by a
+        finished candidate's (no better on any metric, worse on one). Those it finishes are kept, so
+        judging the winner again runs nothing.
+
+        Every candidate is scored on the first sample, then the race goes on in the order of those
+        scores (best first): a strong finished rival stops the others sooner. Which candidates finish
+        undominated does not depend on the order (a stopped candidate is dominated by a finished one,
+        and what it would have dominated, that one dominates too); the entries come back in the given
+        order."""
         n = len(self.samples)
+        started: dict[str, tuple[str, Any, Any]] = {}  # name -> (key, session, comparison); kept open here
         for name, build in candidates.items():
             candidate = build()
             key = graph_digest(candidate)
-            if (key, n) not in self._reports:
-                session, comparison = self._session(candidate, key, n)
+            session, comparison = (None, None) if (key, n) in self._reports else self._session(candidate, key, n)
+            if comparison is not None and comparison.samples == 0:
+                self._extend(session, comparison, 1)
+            started[name] = (key, session, comparison)
+        first = rank_sums({m: self._best_finish(c) if c is not None else {} for m, (_, _, c) in started.items()})
+        done: dict[str, Entry] = {}
+        for name in sorted(started, key=lambda m: (started[m][2] is not None, first[m])):  # finished ones first
+            key, session, comparison = started[name]
+            if comparison is not None:
                 while comparison.samples < n:
-                    self._extend(session, comparison, comparison.samples + 1)
                     rivals = {r: e.losses for r, e in done.items() if not e.stopped}
-                    best = self._best_finish(comparison) if rivals and comparison.samples < n else {}
+                    best = self._best_finish(comparison) if rivals else {}
                     rival = next((r for r, losses in rivals.items() if best and dominates(losses, best)), None)
                     if rival is not None:
                         done[name] = Entry(best, comparison.samples, rival)
                         break
+                    self._extend(session, comparison, comparison.samples + 1)
                 else:
                     self._reports[(key, n)] = comparison.report()
             if name not in done:
                 done[name] = Entry(task_losses(measurement_of(self._reports[(key, n)]), self.parity), n)
-        return done
+        return {name: done[name] for name in candidates}
 
     def _best_finish(self, comparison: Any) -> dict[str, float]:
         """The task losses ``comparison`` would end with if the candidate matched the reference exactly on
