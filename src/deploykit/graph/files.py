@@ -139,9 +139,7 @@ def copy_model_files(src: Path, dst: Path) -> None:
 
 def uses_file(model: onnx.ModelProto) -> bool:
     """Whether the model must go through a file: too large for protobuf, or marked for external data."""
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    return model.ByteSize() >= PROTO_LIMIT or any(uses_external_data(t) for t in _get_all_tensors(model))
+    return proto_bytes(model) is None
 
 
 def proto_bytes(model: onnx.ModelProto) -> bytes | None:

@@ -53,7 +53,6 @@ def correct_biases(
 ) -> tuple[onnx.ModelProto, BiasCorrection]:
     """A copy of ``quantized`` (FP32 high precision) with bias corrections; ``reference`` is the FP32
     graph it was quantized from (node names align)."""
-
     from deploykit.graph.run import session_from_onnx
     from deploykit.quant.prepare import quantized_node_names
 

@@ -73,7 +73,6 @@ def apply_patch(
         base_precision: the stage's precision (int8, fp8, int4).
         high_precision: what the base's float rest runs in (fp16 or fp32).
     """
-
     model = copy_model(base)
     order = {name: i for i, name in enumerate(groups)}
     edits = [(groups[name], p) for name, p in sorted(patch.items(), key=lambda kv: order[kv[0]]) if p != base_precision]

@@ -70,7 +70,6 @@ def quantized_nodes(model: onnx.ModelProto) -> Counter[str]:
 
 def prepare(model: onnx.ModelProto, min_opset: int, where: Path | str) -> tuple[onnx.ModelProto, Preparation]:
     """Constants -> initializers, every node named, opset >= ``min_opset``, shapes inferred."""
-
     prep = Preparation(opset_from=opset_version(model))
     model = copy_model(model)  # never modify the caller's model
     prep.constants_folded = constants_to_initializers(model)
