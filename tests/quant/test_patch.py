@@ -10,7 +10,7 @@ from deploykit.graph.proto import opset_version, tensor_types
 from deploykit.graph.run import session_from_onnx
 from deploykit.quant.flavours import flavour_for
 from deploykit.quant.groups import find_groups
-from deploykit.quant.patch import apply_patch
+from deploykit.quant.patch import apply_patch, switchable
 from deploykit.quant.prepare import quantized_node_names
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
@@ -117,6 +117,33 @@ def test_fp8_and_fp32_layers_in_an_int8_fp16_graph():
     assert "b1_dw" not in quantized_node_names(patched)
     out = session_from_onnx(patched).infer(data[0])["prob"]
     assert np.all(np.isfinite(out)) and rel(out, session_from_onnx(model).infer(data[0])["prob"]) < 0.2
+
+
+@pytest.mark.parametrize("flavour", ["onnxruntime", "tensorrt"])
+def test_the_switchable_graph_computes_each_patch_as_the_patch_s_own_graph(flavour):
+    """Both run as written (Q/DQ as fake quantization): the switches pick, group by group, what
+    apply_patch writes, the quantized model outputs included (the onnxruntime flavour quantizes them)."""
+    model, data = models.depthwise(), models.images(8, size=32)
+    result, groups = base_of(model, flavour, data, high_precision="fp32")
+    screen, switches = switchable(result.base, result.reference, groups)
+    onnx.checker.check_model(screen)
+    assert sorted(switches) == sorted(groups)
+    one = session_from_onnx(screen, level="disabled")
+    rng = np.random.default_rng()
+    names = list(groups)
+    patches = [{}, dict.fromkeys(names, "fp32"), {names[-1]: "fp32"}]
+    patches += [{g: "fp32" for g in names if rng.random() < 0.5} for _ in range(3)]
+    outputs = []
+    for patch in patches:
+        own = session_from_onnx(
+            apply_patch(result.base, result.reference, groups, patch, "int8", "fp32"), level="disabled"
+        )
+        feeds = {s: np.array(g in patch) for g, s in switches.items()}
+        for d in data[:2]:
+            got, want = one.infer({**d, **feeds})["prob"], own.infer(d)["prob"]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        outputs.append(got)
+    assert rel(outputs[0], outputs[1]) > 1e-3 and rel(outputs[1], outputs[2]) > 1e-4  # the switches matter
 
 
 def test_the_same_patch_gives_the_same_bytes_in_any_order():

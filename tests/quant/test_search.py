@@ -54,6 +54,35 @@ def test_the_search_fixes_an_outlier_sensitive_layer(flavour):
     assert table[0]["action"] == "base" and not table[0]["passed"] and any(r["chosen"] and r["passed"] for r in table)
 
 
+def test_the_first_order_ranking_runs_in_one_screening_session(monkeypatch):
+    """Every patch the ranking measures is a set of switches on one open graph; the states the search
+    keeps are judged on their own graphs (keys without ``screen|``)."""
+    from deploykit.graph import run as graph_run
+    from deploykit.quant.screen import Screen
+
+    opened = []
+    real = graph_run.session_from_onnx
+
+    def counted(model, *a, **k):
+        if hasattr(model, "graph"):
+            opened.append(any(i.name.startswith("deploykit_switch_") for i in model.graph.input))
+        return real(model, *a, **k)
+
+    monkeypatch.setattr(graph_run, "session_from_onnx", counted)
+    model, data = models.cnn((16, 16), outlier=300.0), models.images(24)
+    fixed = run(model, data, "onnxruntime", repair=RepairConfig(enabled=True))
+    assert fixed.check.passed and "conv1" in fixed.layer_precisions
+    screened = [k for k in fixed.search_cache["measurements"] if k.startswith("screen|")]
+    assert opened.count(True) == 1 and len(screened) > len(fixed.repair.groups)  # each group alone, and all raised
+    sessions, opened[:] = opened.count(False), []
+    monkeypatch.setattr(Screen, "covers", lambda self, patch: False)  # every patch on its own graph, as before
+    exact = run(model, data, "onnxruntime", repair=RepairConfig(enabled=True))
+    assert not any(k.startswith("screen|") for k in exact.search_cache["measurements"]) and True not in opened
+    assert opened.count(False) > sessions
+    ranked = [[r["group"] for r in found.repair.sensitivity] for found in (fixed, exact)]
+    assert ranked[0][0] == ranked[1][0] == "conv1" and exact.layer_precisions == fixed.layer_precisions
+
+
 def probability_map(min_iou):
     return ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=min_iou),)))
 

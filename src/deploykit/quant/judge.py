@@ -190,6 +190,11 @@ class Judging:
     reference: onnx.ModelProto | None = None
 
 
+@dataclass(frozen=True)
+class _Infer:
+    infer: Callable[[dict[str, np.ndarray]], dict[str, Any]]
+
+
 OPEN_RUNS = 2  # candidates whose session stays open, so a judgement on more samples extends the one on fewer
 
 
@@ -266,6 +271,17 @@ class Judge:
 
     def measure(self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None) -> Measurement:
         return measurement_of(self.report(candidate, n, key))
+
+    def measure_run(self, infer: Callable[[dict[str, np.ndarray]], dict[str, Any]], n: int, key: str) -> Measurement:
+        """:meth:`measure` for a graph the caller keeps open: ``infer`` runs it on one sample."""
+        from deploykit.metrics.comparison import Comparison
+
+        count = min(n, len(self.samples))
+        if (key, count) not in self._reports:
+            comparison = Comparison(self.parity, self.preset, self.precision)
+            self._extend(_Infer(infer), comparison, count)
+            self._reports[(key, count)] = comparison.report()
+        return measurement_of(self._reports[(key, count)])
 
     def check(self, candidate: onnx.ModelProto, key: str | None = None) -> Check:
         """Parity's verdict on every judging sample, as the stage's Check."""

@@ -71,6 +71,7 @@ def search(
     ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
     timing of its answer on this CPU."""
     from deploykit.quant.latency_cost import Costs
+    from deploykit.quant.screen import SCREENED, Screen
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
     build = builder(p, base, reference, cfg.precision)
@@ -83,11 +84,12 @@ def search(
     key = cache_key(facts)
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
+    screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED else None
     if previous is not None and previous.get("schema") == CACHE_SCHEMA and previous.get("key") == key:
-        ev = Evaluations(judge, build, dict(previous["measurements"]), progress=progress)
+        ev = Evaluations(judge, build, dict(previous["measurements"]), progress=progress, screen=screen)
         costs = Costs.from_dict(previous["costs"])
     else:
-        ev = Evaluations(judge, build, progress=progress)
+        ev = Evaluations(judge, build, progress=progress, screen=screen)
         costs = flavour.latency_costs(reference, base, p.groups, p.ladder, cfg.precision, p.high_precision)
     timer = _timer(build, base, reference, sample, ort_level, task) if flavour.measures_latency else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)

@@ -92,6 +92,26 @@ def apply_patch(
     return model
 
 
+def switchable(
+    base: onnx.ModelProto, reference: onnx.ModelProto, groups: Mapping[str, Group]
+) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """One graph for every FP32 patch of ``base`` (whose float rest is FP32), and group -> the name
+    of its switch: a boolean scalar input; where it is true the group computes as :func:`apply_patch`
+    raises it to FP32, where false as in the base. Each of the group's nodes reads its inputs
+    through a Where on the switch (the Q/DQ pairs stay for the false side), so ONNX Runtime cannot
+    fuse them into integer kernels: the graph computes the base as fake-quantized FP32, close to
+    but not the deployed kernels. Screening ranks groups in one session this way, where building
+    and opening one graph per patch cost 5x its inference on a 549-group transformer."""
+    from onnx import TensorProto, helper
+
+    model = copy_model(base)
+    names = {name: f"deploykit_switch_{k}" for k, name in enumerate(groups)}
+    switch = {node: names[name] for name, group in groups.items() for node in group.nodes}
+    _to_float(model, reference, set(switch), switch)
+    model.graph.input.extend(helper.make_tensor_value_info(s, TensorProto.BOOL, []) for s in names.values())
+    return model, names
+
+
 # -- float: read past the Q/DQ pairs ------------------------------------------------------------------
 
 
@@ -104,9 +124,13 @@ def _chain(made_by: dict[str, onnx.NodeProto], tensor: str) -> tuple[list[onnx.N
     return casts, node if node is not None and node.op_type == "DequantizeLinear" else None
 
 
-def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, members: set[str]) -> None:
+def _to_float(
+    model: onnx.ModelProto, reference: onnx.ModelProto, members: set[str], switch: Mapping[str, str] | None = None
+) -> None:
     """Rewire ``members`` (the nodes of the groups raised to a float precision) to read float values
-    where they read dequantized ones; one pass over the graph."""
+    where they read dequantized ones; one pass over the graph. With ``switch`` (node -> a boolean
+    graph input), a node reads the float value where its switch is true, the dequantized one where
+    false (:func:`switchable`)."""
     from deploykit.graph.proto import producers
     from deploykit.quant.float_source import bring_initializers, float_source
 
@@ -124,7 +148,8 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, members: set[s
             if dq.input[0] in inits:  # integer weights (ONNX Runtime, INT4): the FP32 graph holds the floats
                 value = ref_inits.get(original.input[i])
                 if value is not None:
-                    node.input[i] = _float_initializer(model, inits, value, _type_after(dq, casts, inits))
+                    chosen = _float_initializer(model, inits, value, _type_after(dq, casts, inits))
+                    node.input[i] = _choose(node, tensor, chosen, switch, made_by, added)
                 continue
             q = made_by.get(dq.input[0])
             if q is None or q.op_type != "QuantizeLinear":
@@ -141,14 +166,39 @@ def _to_float(model: onnx.ModelProto, reference: onnx.ModelProto, members: set[s
             if activation is not None and activation.output[0] not in made_by:
                 added.append(activation)
                 made_by[activation.output[0]] = activation
-            node.input[i] = _recast(source if activation is None else activation.output[0], casts, made_by, added)
+            chosen = _recast(source if activation is None else activation.output[0], casts, made_by, added)
+            node.input[i] = _choose(node, tensor, chosen, switch, made_by, added)
     _insert(model, added)
-    _unquantize_outputs(model, members)
+    _unquantize_outputs(model, members, switch)
 
 
-def _unquantize_outputs(model: onnx.ModelProto, members: set[str]) -> None:
+def _choose(
+    node: onnx.NodeProto,
+    quantized: str,
+    chosen: str,
+    switch: Mapping[str, str] | None,
+    made_by: dict[str, onnx.NodeProto],
+    added: list[onnx.NodeProto],
+) -> str:
+    """``chosen`` (the float value), or with a switch the Where that picks it or ``quantized``."""
+    from onnx import helper
+
+    if switch is None:
+        return chosen
+    name = f"{quantized}__if_{switch[node.name]}"
+    if name not in made_by:
+        where = helper.make_node("Where", [switch[node.name], chosen, quantized], [name], name=f"{name}__where")
+        added.append(where)
+        made_by[name] = where
+    return name
+
+
+def _unquantize_outputs(model: onnx.ModelProto, members: set[str], switch: Mapping[str, str] | None = None) -> None:
     """A model output the group computes through a Q/DQ pair (ONNX Runtime quantizes outputs) is
-    written by the group itself: nothing downstream reads that pair but the user."""
+    written by the group itself: nothing downstream reads that pair but the user. With ``switch``,
+    a Where after the pair picks the group's own value where the node's switch is true."""
+    from onnx import helper
+
     outputs = {o.name for o in model.graph.output}
     nodes = list(model.graph.node)
     readers: dict[str, list[int]] = {}
@@ -169,12 +219,20 @@ def _unquantize_outputs(model: onnx.ModelProto, members: set[str]) -> None:
             ):
                 continue
             final = nodes[after[0]].output[0]
+            if switch is not None:
+                nodes[after[0]].output[0] = f"{final}__quantized"
+                nodes.append(
+                    helper.make_node(
+                        "Where", [switch[node.name], name, f"{final}__quantized"], [final], name=f"{final}__where"
+                    )
+                )
+                continue
             node.output[j] = final
             for k in readers.get(name, ()):
                 if k != q:
                     nodes[k].input[:] = [final if i == name else i for i in nodes[k].input]
             drop |= {q, after[0]}
-    if drop:
+    if drop or len(nodes) > len(model.graph.node):
         del model.graph.node[:]
         model.graph.node.extend(n for k, n in enumerate(nodes) if k not in drop)
 

@@ -9,7 +9,8 @@ What the quantize stage runs when ``quantize.repair.enabled`` and the base graph
    halved until 4 sqrt(N) evaluations are spent (:func:`first_order`): a group that carries the
    damage is found and measured alone, the groups of a run never halved share its damage. On the
    base graph's own ranges (no recalibration: a candidate is the base graph with a patch applied,
-   :mod:`deploykit.quant.patch`).
+   :mod:`deploykit.quant.patch`); where the raise is to the float rest's FP32, every patch runs in
+   one open screening graph (:mod:`deploykit.quant.screen`: fake-quantized, for ranking only).
 2. **Leave-one-out measurement** (``repair.samples`` samples) of the ``repair.candidates`` worst
    groups where the flavour offers a choice of higher precision (tensorrt INT8: FP8 or FP16): the
    base graph with only that group raised, at each of them, scored by parity's metrics; FP8 is the
@@ -45,6 +46,7 @@ from deploykit.quant.groups import Group
 from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
 from deploykit.quant.latency_cost import Costs
 from deploykit.quant.reasons import Reason
+from deploykit.quant.screen import Screen
 from deploykit.quant.search import Budget, Move, Outcome, Patch, Stop, order_moves, search
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
     from deploykit.config import RepairConfig
     from deploykit.quant.check import Check
 
-CACHE_SCHEMA = 2  # 2: screened first-order ranking, costs with their precision boundaries
+CACHE_SCHEMA = 3  # 2: screened first-order ranking, costs with their precision boundaries; 3: the screening graph
 CEILING_MARGIN = 0.9  # INT8 must be at least this much faster than FP32 for a latency ceiling to mean anything
 COST_FLOOR = 0.01  # latency costs below this share of an average group's are noise: floored there
 FP8_ENOUGH = 0.9  # FP8 is the target where it recovers this share of what the float precision recovers
@@ -69,20 +71,34 @@ class Evaluations:
     fresh: int = 0  # candidates built and run
     cached: int = 0  # measurements taken from the earlier artifact instead
     progress: Callable[[], Any] | None = None  # called after each candidate run (a progress bar)
+    screen: Screen | None = None  # the screening graph for the first-order ranking, where the flavour has one
     _inherited: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._inherited = set(self.cache)
 
     def measure(self, patch: Patch, n: int) -> Measurement:
-        state = ",".join(f"{g}={p}" for g, p in sorted(patch.items()))
-        key = f"{n}|{state}"
+        """The patch's own graph, judged as the target computes it."""
+        state = _state(patch)
+        return self._memo(
+            f"{n}|{state}", lambda: self.judge.measure(self.build(patch), n, key=f"patch|{state}")
+        )  # on more samples: extends fewer
+
+    def screened(self, patch: Patch, n: int) -> Measurement:
+        """For ranking: the patch through the screening graph where it covers the patch (one open
+        session, fake-quantized FP32), else :meth:`measure`."""
+        if self.screen is None or not self.screen.covers(patch):
+            return self.measure(patch, n)
+        key = f"screen|{n}|{_state(patch)}"
+        return self._memo(key, lambda: self.screen(patch, n, key))  # type: ignore[misc]
+
+    def _memo(self, key: str, run: Callable[[], Measurement]) -> Measurement:
         if key in self.cache:
             if key in self._inherited:
                 self.cached += 1
                 self._inherited.discard(key)
             return Measurement.from_dict(self.cache[key])
-        found = self.judge.measure(self.build(patch), n, key=f"patch|{state}")  # on more samples: extends fewer
+        found = run()
         self.cache[key] = found.to_dict()
         self.fresh += 1
         if self.progress is not None:
@@ -91,6 +107,10 @@ class Evaluations:
 
     def score(self, patch: Patch, n: int) -> Score:
         return score(self.measure(patch, n), self.judge.parity, self.judge.preset)
+
+
+def _state(patch: Patch) -> str:
+    return ",".join(f"{g}={p}" for g, p in sorted(patch.items()))
 
 
 @dataclass
@@ -335,11 +355,11 @@ def first_order(ev: Evaluations, names: list[str], high: str, n: int) -> tuple[d
     contiguous region). Damage concentrates in few groups on the models measured, so the bisection
     finds them with a few evaluations each, where one per group spent 333 of 386 s on a 549-group
     transformer."""
-    clean = _energy(ev.measure(dict.fromkeys(names, high), n))
+    clean = _energy(ev.screened(dict.fromkeys(names, high), n))
 
     def alone(run: tuple[str, ...]) -> float:
         inside = set(run)
-        return _energy(ev.measure({g: high for g in names if g not in inside}, n)) - clean
+        return _energy(ev.screened({g: high for g in names if g not in inside}, n)) - clean
 
     if len(names) <= SCREEN_ALL:
         return {g: alone((g,)) for g in names}, dict.fromkeys(names, 1)
