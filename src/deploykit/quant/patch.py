@@ -108,6 +108,7 @@ def switchable(
     names = {name: f"deploykit_switch_{k}" for k, name in enumerate(groups)}
     switch = {node: names[name] for name, group in groups.items() for node in group.nodes}
     _to_float(model, reference, set(switch), switch)
+    _drop_unread(model)  # the weights' DequantizeLinear nodes: their values are constants now
     model.graph.input.extend(helper.make_tensor_value_info(s, TensorProto.BOOL, []) for s in names.values())
     return model, names
 
@@ -149,7 +150,8 @@ def _to_float(
                 value = ref_inits.get(original.input[i])
                 if value is not None:
                     chosen = _float_initializer(model, inits, value, _type_after(dq, casts, inits))
-                    node.input[i] = _choose(node, tensor, chosen, switch, made_by, added)
+                    quantized = (_dequantized(model, inits, dq) if switch is not None and not casts else None) or tensor
+                    node.input[i] = _choose(node, quantized, chosen, switch, made_by, added)
                 continue
             q = made_by.get(dq.input[0])
             if q is None or q.op_type != "QuantizeLinear":
@@ -254,6 +256,32 @@ def _float_initializer(
         array = numpy_helper.to_array(value).astype(np.float16 if dtype == _FLOAT16 else np.float32)
         inits[name] = numpy_helper.from_array(array, name)
         model.graph.initializer.append(inits[name])
+    return name
+
+
+def _dequantized(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], dq: onnx.NodeProto) -> str | None:
+    """An FP32 initializer holding what ``dq`` computes from its integer weight (a switch picks it
+    without dequantizing the weight on every run; a third of a transformer's screening time), or
+    None where the layout is not plain INT8/UINT8 with FP32 scales, per tensor or per axis."""
+    from onnx import numpy_helper
+
+    name = f"{dq.output[0]}__value"
+    if name in inits:
+        return name
+    data, scale = inits[dq.input[0]], inits.get(dq.input[1])
+    zero = inits.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+    attrs = {a.name: a.i for a in dq.attribute}
+    if data.data_type not in (2, 3) or scale is None or scale.data_type != _FLOAT or "block_size" in attrs:
+        return None
+    values = numpy_helper.to_array(data).astype(np.int32)
+    scales = numpy_helper.to_array(scale)
+    zeros = numpy_helper.to_array(zero).astype(np.int32) if zero is not None else np.zeros_like(scales, np.int32)
+    if scales.ndim == 1 and values.ndim > 0:  # per axis: along the DQ's axis
+        shape = [1] * values.ndim
+        shape[attrs.get("axis", 1) % values.ndim] = -1
+        scales, zeros = scales.reshape(shape), zeros.reshape(shape)
+    inits[name] = numpy_helper.from_array((values - zeros).astype(np.float32) * scales, name)
+    model.graph.initializer.append(inits[name])
     return name
 
 
