@@ -71,7 +71,7 @@ def search(
     ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
     timing of its answer on this CPU."""
     from deploykit.quant.latency_cost import Costs
-    from deploykit.quant.screen import SCREENED, Screen
+    from deploykit.quant.screen import SCREENED, Screen, pays
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
     build = builder(p, base, reference, cfg.precision)
@@ -84,7 +84,7 @@ def search(
     key = cache_key(facts)
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
-    screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED else None
+    screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED and pays(reference) else None
     if previous is not None and previous.get("schema") == CACHE_SCHEMA and previous.get("key") == key:
         ev = Evaluations(judge, build, dict(previous["measurements"]), progress=progress, screen=screen)
         costs = Costs.from_dict(previous["costs"])
