@@ -146,6 +146,29 @@ def test_the_switchable_graph_computes_each_patch_as_the_patch_s_own_graph(flavo
     assert rel(outputs[0], outputs[1]) > 1e-3 and rel(outputs[1], outputs[2]) > 1e-4  # the switches matter
 
 
+def test_the_switchable_graph_dequantizes_per_channel_matmul_weights_along_their_axis():
+    """MatMul weights [K, N] are quantized per output channel (axis 1): the constants the switches
+    pick must dequantize along that axis, as the DequantizeLinear they replace did."""
+    rng = np.random.default_rng()
+    data = [{"x": rng.standard_normal((1, 8, 16)).astype(np.float32)} for _ in range(6)]
+    result, groups = base_of(attention(), "onnxruntime", data, per_channel=True)
+    axes = {
+        next((a.i for a in n.attribute if a.name == "axis"), 1)
+        for n in result.base.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in {t.name for t in result.base.graph.initializer}
+    }
+    assert 1 in axes
+    screen, switches = switchable(result.base, result.reference, groups)
+    one = session_from_onnx(screen, level="disabled")
+    for patch in ({}, {"proj_q": "fp32"}, {g: "fp32" for g in groups if g != "proj_o"}):
+        own = session_from_onnx(
+            apply_patch(result.base, result.reference, groups, patch, "int8", "fp32"), level="disabled"
+        )
+        feeds = {s: np.array(g in patch) for g, s in switches.items()}
+        for d in data[:2]:
+            np.testing.assert_allclose(one.infer({**d, **feeds})["y"], own.infer(d)["y"], rtol=1e-5, atol=1e-6)
+
+
 def test_the_same_patch_gives_the_same_bytes_in_any_order():
     model, data = models.depthwise(), models.images(8, size=32)
     result, groups = base_of(model, "onnxruntime", data)
