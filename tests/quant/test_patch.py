@@ -169,6 +169,22 @@ def test_the_switchable_graph_dequantizes_per_channel_matmul_weights_along_their
             np.testing.assert_allclose(one.infer({**d, **feeds})["y"], own.infer(d)["y"], rtol=1e-5, atol=1e-6)
 
 
+def test_the_switches_never_take_a_name_the_model_uses():
+    model = attention()
+    model.graph.input[0].name = "deploykit_switch_0"
+    for node in model.graph.node:
+        node.input[:] = ["deploykit_switch_0" if i == "x" else i for i in node.input]
+    rng = np.random.default_rng()
+    data = [{"deploykit_switch_0": rng.standard_normal((1, 8, 16)).astype(np.float32)} for _ in range(6)]
+    result, groups = base_of(model, "onnxruntime", data)
+    screen, switches = switchable(result.base, result.reference, groups)
+    onnx.checker.check_model(screen)
+    assert "deploykit_switch_0" not in switches.values() and len(set(switches.values())) == len(groups)
+    feeds = {s: np.array(True) for s in switches.values()}
+    got = session_from_onnx(screen, level="disabled").infer({**data[0], **feeds})["y"]
+    np.testing.assert_allclose(got, session_from_onnx(model).infer(data[0])["y"], rtol=1e-4, atol=1e-5)
+
+
 def test_the_same_patch_gives_the_same_bytes_in_any_order():
     model, data = models.depthwise(), models.images(8, size=32)
     result, groups = base_of(model, "onnxruntime", data)

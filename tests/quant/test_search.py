@@ -83,6 +83,27 @@ def test_the_first_order_ranking_runs_in_one_screening_session(monkeypatch):
     assert ranked[0][0] == ranked[1][0] == "conv1" and exact.layer_precisions == fixed.layer_precisions
 
 
+def test_a_screening_graph_onnx_runtime_refuses_leaves_the_ranking_to_each_patch_s_own_graph(monkeypatch):
+    from deploykit.errors import ModelError
+    from deploykit.graph import run as graph_run
+
+    real = graph_run.session_from_onnx
+
+    def refusing(model, *a, **k):
+        if hasattr(model, "graph") and any(i.name.startswith("deploykit_switch_") for i in model.graph.input):
+            raise ModelError("ONNX Runtime cannot run the quantized graph: Where(9) is not implemented")
+        return real(model, *a, **k)
+
+    monkeypatch.setattr(graph_run, "session_from_onnx", refusing)
+    model, data = models.cnn((16, 16), outlier=300.0), models.images(24)
+    fixed = run(model, data, "onnxruntime", repair=RepairConfig(enabled=True))
+    assert fixed.check.passed and "conv1" in fixed.layer_precisions
+    counts = fixed.repair.evaluations
+    assert counts["screened"] == 0 and "Where(9)" in counts["screen_unavailable"]
+    assert not any(k.startswith("screen|") for k in fixed.search_cache["measurements"])
+    assert any("screening graph could not be opened" in n and "Where(9)" in n for n in fixed.notes)
+
+
 def probability_map(min_iou):
     return ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=min_iou),)))
 

@@ -105,7 +105,11 @@ def switchable(
     from onnx import TensorProto, helper
 
     model = copy_model(base)
-    names = {name: f"deploykit_switch_{k}" for k, name in enumerate(groups)}
+    taken = {t for n in model.graph.node for t in (*n.input, *n.output)} | {i.name for i in model.graph.input}
+    prefix = "deploykit_switch_"
+    while any(t.startswith(prefix) for t in taken):  # never a name the model already uses
+        prefix = f"_{prefix}"
+    names = {name: f"{prefix}{k}" for k, name in enumerate(groups)}
     switch = {node: names[name] for name, group in groups.items() for node in group.nodes}
     _to_float(model, reference, set(switch), switch)
     _drop_unread(model)  # the weights' DequantizeLinear nodes: their values are constants now

@@ -417,11 +417,18 @@ def _mixed_precision(
         search, payload = mixed.search(
             plan, base, model, judge, cfg, job.target, job.ort_level, sample, job.search_cache, advance, job.task
         )
+    counts = search.evaluations
+    screened = f" ({counts['screened']} of them ranked on the screening graph)" if counts.get("screened") else ""
     notes.append(
         f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
-        f"{cfg.precision}; {search.evaluations['fresh']} evaluations run, {search.evaluations['cached']} "
+        f"{cfg.precision}; {counts['fresh']} evaluations run{screened}, {counts['cached']} "
         "reused from an earlier artifact's measurements"
     )
+    if counts.get("screen_unavailable"):
+        notes.append(
+            f"the screening graph could not be opened ({counts['screen_unavailable']}): the ranking ran each "
+            "patch on its own graph"
+        )
     if search.check.passed and not search.faster_than_top():
         notes.append(_not_faster(search))
     elif search.check.passed and "chosen" in search.speeds:

@@ -46,21 +46,31 @@ class Screen:
     base: onnx.ModelProto
     reference: onnx.ModelProto
     groups: Mapping[str, Group]
+    unavailable: str = ""  # why the screening graph could not be opened (the patches then run on their own)
     _session: Any = field(default=None, repr=False)
     _switches: dict[str, str] = field(default_factory=dict, repr=False)
 
     def covers(self, patch: Mapping[str, str]) -> bool:
-        return all(p == SCREENED for p in patch.values())
+        return all(p == SCREENED for p in patch.values()) and self._open()
 
     def __call__(self, patch: Mapping[str, str], n: int, key: str) -> Measurement:
-        from deploykit.quant.patch import switchable
-
-        if self._session is None:
-            model, self._switches = switchable(self.base, self.reference, self.groups)
-            self._session = self.judge.opener(model)
         feeds = {s: np.array(patch.get(g) == SCREENED) for g, s in self._switches.items()}
         session = self._session
         return self.judge.measure_run(lambda sample: session.infer({**sample, **feeds}), n, key)
+
+    def _open(self) -> bool:
+        """Build and open the screening graph once; a graph ONNX Runtime refuses is no reason to fail
+        the search (each patch's own graph still runs), so it is noted and the screen is not used."""
+        from deploykit.errors import ModelError
+        from deploykit.quant.patch import switchable
+
+        if self._session is None and not self.unavailable:
+            try:
+                model, self._switches = switchable(self.base, self.reference, self.groups)
+                self._session = self.judge.opener(model)
+            except ModelError as e:
+                self.unavailable = e.message
+        return self._session is not None
 
 
 def pays(model: onnx.ModelProto) -> bool:

@@ -72,6 +72,7 @@ class Evaluations:
     cached: int = 0  # measurements taken from the earlier artifact instead
     progress: Callable[[], Any] | None = None  # called after each candidate run (a progress bar)
     screen: Screen | None = None  # the screening graph for the first-order ranking, where the flavour has one
+    on_screen: int = 0  # fresh measurements the screening graph made
     _inherited: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -90,7 +91,12 @@ class Evaluations:
         if self.screen is None or not self.screen.covers(patch):
             return self.measure(patch, n)
         key = f"screen|{n}|{_state(patch)}"
-        return self._memo(key, lambda: self.screen(patch, n, key))  # type: ignore[misc]
+        return self._memo(key, lambda: self._screened(patch, n, key))
+
+    def _screened(self, patch: Patch, n: int, key: str) -> Measurement:
+        assert self.screen is not None
+        self.on_screen += 1
+        return self.screen(patch, n, key)
 
     def _memo(self, key: str, run: Callable[[], Measurement]) -> Measurement:
         if key in self.cache:
@@ -319,12 +325,21 @@ def run_search(
         costs,
         table,
         measured,
-        {"fresh": ev.fresh, "cached": ev.cached},
+        _counts(ev),
         ladder,
         judge.source,
         timings=clock.laps,
         speeds=speeds,
     )
+
+
+def _counts(ev: Evaluations) -> dict[str, Any]:
+    """Measurements made fresh (on the screening graph: ``screened`` of them), taken from the cache,
+    and why the screening graph was not used where it could not be opened."""
+    out: dict[str, Any] = {"fresh": ev.fresh, "cached": ev.cached, "screened": ev.on_screen}
+    if ev.screen is not None and ev.screen.unavailable:
+        out["screen_unavailable"] = ev.screen.unavailable
+    return out
 
 
 class _Clock:
