@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from deploykit.config import QuantizeConfig
+from deploykit.config import ParityConfig, ProbabilityMapCheck, QuantizeConfig, TaskChecks
+from deploykit.quant.judge import Judging
 from deploykit.quant.quantize import Job, quantize_model
 from deploykit.quant.reader import SampleStream
 from deploykit.quant.reasons import Kept
@@ -12,10 +13,16 @@ from deploykit.quant.scales import activation_quantizers
 from tests.quant import models
 
 
-def quantize(model, precision="int8", samples=None, **cfg):
+def quantize(model, precision="int8", samples=None, judging=None, **cfg):
     cfg.setdefault("high_precision", "fp32")
     return quantize_model(
-        Job(model, QuantizeConfig(precision=precision, **cfg), "tensorrt", SampleStream(samples or models.images(16)))
+        Job(
+            model,
+            QuantizeConfig(precision=precision, **cfg),
+            "tensorrt",
+            SampleStream(samples or models.images(16)),
+            judging=judging or Judging(),
+        )
     )
 
 
@@ -75,6 +82,31 @@ def test_fp16_high_precision_converts_the_rest_and_keeps_io_types():
     assert model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
     assert any(i.data_type == TensorProto.FLOAT16 for i in model.graph.initializer)
     assert "FP16 tensors emulated" in result.check.evaluator and result.check.passed
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_the_float_rest_is_converted_once_for_every_range_set_method_auto_races(precision, monkeypatch):
+    """The range sets differ only in activation scales: one FP16 conversion, its scales rewritten per
+    set, gives the bytes a conversion per set gives (the race's choice and the final graph alike)."""
+    from deploykit.quant import fp16, scales
+
+    real, calls = fp16.to_fp16, []
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(fp16, "to_fp16", counted)
+    model, data = models.depthwise(), models.images(16, size=32)
+    parity = ParityConfig(tasks=TaskChecks(probability_map=(ProbabilityMapCheck("prob", min_iou=0.9),)))
+    validation = Judging(parity, models.images(6, size=32, seed=5), "6 validation samples")  # sets race on it
+    once = quantize(model, precision, data, high_precision="fp16", method="auto", judging=validation)
+    converted_once, calls[:] = len(calls), []
+    monkeypatch.setattr(scales, "copy_activation_scales", lambda source, target: False)  # convert every set
+    each = quantize(model, precision, data, high_precision="fp16", method="auto", judging=validation)
+    assert converted_once == 1 and len(calls) >= 4  # max, percentile, MSE, entropy (and the final graph)
+    assert once.settings.method == each.settings.method
+    assert once.model.SerializeToString() == each.model.SerializeToString()
 
 
 def test_modelopt_leaves_onnx_runtime_quantization_as_it_found_it():

@@ -65,6 +65,9 @@ class Job:
     # what the quantizer placed, by (graph, excluded nodes): it places Q/DQ once per exclusion set,
     # every range set after that only rewrites scales (see candidates.qdq)
     placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False, repr=False)
+    # the float rest's conversions, by (the Q/DQ graph less its activation scales, FP32-kept nodes): a
+    # range set that only changes those scales rewrites them in the converted graph (see candidates.finished)
+    finishes: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict, init=False, repr=False)
     correction_samples: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)  # bias correction
     corrected: Any = field(default=None, init=False, repr=False)  # the last BiasCorrection report
 

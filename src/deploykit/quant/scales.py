@@ -85,3 +85,58 @@ def _qmax(q: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> float:
     if dtype not in QMAX:
         raise InternalError(f"quantizer {q.name!r} has zero-point type {dtype}; expected INT8, FP8 or INT4")
     return QMAX[dtype]
+
+
+def without_activation_scales(model: onnx.ModelProto) -> str:
+    """A digest of ``model`` with every activation scale's value left out: two graphs with the same
+    digest differ at most in those scales."""
+    import hashlib
+
+    from deploykit.graph.proto import copy_model
+
+    blank = copy_model(model)
+    inits = {i.name: i for i in blank.graph.initializer}
+    for name in {n for names in _scales_by_tensor(blank).values() for n in names}:
+        inits[name].ClearField("raw_data")
+        inits[name].ClearField("float_data")
+        inits[name].ClearField("int32_data")
+    return hashlib.sha256(blank.SerializeToString()).hexdigest()
+
+
+def copy_activation_scales(source: onnx.ModelProto, target: onnx.ModelProto) -> bool:
+    """Write ``source``'s activation scales into ``target`` (the same quantizers, e.g. after FP16
+    conversion) in place, each in ``target``'s element type as a conversion of ``source`` would
+    write it (FP32 first, then the target's type); False, with ``target`` unchanged, where a quantized
+    tensor of one has no quantizer in the other or one target scale would take two values."""
+    from onnx import numpy_helper
+
+    mine, theirs = _scales_by_tensor(source), _scales_by_tensor(target)
+    if set(mine) != set(theirs):
+        return False
+    values = {i.name: i for i in source.graph.initializer}
+    inits = {i.name: i for i in target.graph.initializer}
+    wanted: dict[str, np.ndarray] = {}
+    for tensor, names in theirs.items():
+        found = [numpy_helper.to_array(values[n]).astype(np.float32) for n in mine[tensor]]
+        if any(f.tobytes() != found[0].tobytes() for f in found):
+            return False
+        for name in names:
+            converted = found[0].astype(numpy_helper.to_array(inits[name]).dtype)
+            if name in wanted and wanted[name].tobytes() != converted.tobytes():
+                return False
+            wanted[name] = converted
+    for name, value in wanted.items():
+        inits[name].CopyFrom(numpy_helper.from_array(value.reshape(tuple(inits[name].dims)), name))
+    return True
+
+
+def _scales_by_tensor(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Quantized FP32 tensor -> the scale initializers of its QuantizeLinear and the DQs after it."""
+    dqs: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear":
+            dqs.setdefault(node.input[0], []).append(node.input[1])
+    out: dict[str, list[str]] = {}
+    for q, tensor in activation_quantizers(model):
+        out.setdefault(tensor, []).extend([q.input[1], *dqs.get(q.output[0], [])])
+    return out
