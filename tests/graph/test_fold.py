@@ -12,13 +12,15 @@ from deploykit.graph.run import session_from_onnx
 
 def weight_qdq_graph(seed=0, act_scale=0.05, shadow=False, int8_read=False):
     """x -> MatMul(per-channel Q/DQ weight along axis 1) -> Relu -> Q/DQ (activation) -> MatMul(FP16
-    weight cast to FP32) -> Add(FP32 bias) -> y. ``shadow``: the first weight's scale is also a graph
+    weight cast to FP32) -> MatMul(FP32 weight, 512 deep: prepacking it changes the sum's last bits) ->
+    Add(FP32 bias) -> y. ``shadow``: the first weight's scale is also a graph
     input (it can be fed, so it is not constant). ``int8_read``: a second DequantizeLinear whose scale is
     a graph input reads the quantized weight (an INT8 tensor the rest of the graph needs)."""
     rng = np.random.default_rng(seed)
     w1 = rng.standard_normal((16, 24)).astype(np.float32)
     s1 = (np.abs(w1).max(axis=0) / 127).astype(np.float32)  # per output channel: axis 1 of a MatMul weight
-    w2 = rng.standard_normal((24, 8)).astype(np.float16)
+    w2 = rng.standard_normal((24, 512)).astype(np.float16)
+    w3 = rng.standard_normal((512, 8)).astype(np.float32)
     inits = [
         numpy_helper.from_array(w1, "w1"),
         numpy_helper.from_array(s1, "s1"),
@@ -26,6 +28,7 @@ def weight_qdq_graph(seed=0, act_scale=0.05, shadow=False, int8_read=False):
         numpy_helper.from_array(np.array(act_scale, np.float32), "sa"),
         numpy_helper.from_array(np.array(0, np.int8), "za"),
         numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(w3, "w3"),
         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
     ]
     nodes = [
@@ -36,7 +39,8 @@ def weight_qdq_graph(seed=0, act_scale=0.05, shadow=False, int8_read=False):
         helper.make_node("QuantizeLinear", ["r", "sa", "za"], ["r_q"], name="r_quant"),
         helper.make_node("DequantizeLinear", ["r_q", "sa", "za"], ["r_dq"], name="r_dequant"),
         helper.make_node("Cast", ["w2"], ["w2_32"], name="w2_cast", to=TensorProto.FLOAT),
-        helper.make_node("MatMul", ["r_dq", "w2_32"], ["m"], name="mm2"),
+        helper.make_node("MatMul", ["r_dq", "w2_32"], ["m2"], name="mm2"),
+        helper.make_node("MatMul", ["m2", "w3"], ["m"], name="mm3"),
         helper.make_node("Add", ["m", "b"], ["y"], name="bias"),
     ]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])]
@@ -51,11 +55,12 @@ def weight_qdq_graph(seed=0, act_scale=0.05, shadow=False, int8_read=False):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
-def unfolded(model, outputs=None):
-    """The graph run node by node as ONNX Runtime would run it without folding (no prepacked weights)."""
+def unfolded(model, outputs=None, prepacking=True):
+    """The graph run node by node as ONNX Runtime runs it without folding (constant weights prepacked)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.add_session_config_entry(*fold.NO_PREPACKING)
+    if not prepacking:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return lambda feeds: dict(
         zip(outputs or [o.name for o in model.graph.output], session.run(outputs, feeds), strict=True)
@@ -68,12 +73,21 @@ def test_the_folded_graph_computes_the_same_bits_as_the_graph_as_written():
     assert n == 3  # the weight's Q and DQ and the FP16 weight's Cast; the activation's pair stays
     ops = [node.op_type for node in folded.graph.node]
     assert ops.count("QuantizeLinear") == 1 and "Cast" not in ops
-    reference = unfolded(model)
+    reference, unpacked = unfolded(model), unfolded(model, prepacking=False)
     session = session_from_onnx(model)
     rng = np.random.default_rng()
-    for _ in range(3):
-        x = rng.standard_normal((5, 16)).astype(np.float32)
+    xs = [rng.standard_normal((5, 16)).astype(np.float32) for _ in range(3)]
+    for x in xs:
         assert np.array_equal(session.infer({"x": x})["y"], reference({"x": x})["y"])
+    # the graph is one where the order of a sum shows: a fold that stopped prepacking would fail above
+    assert any(not np.array_equal(reference({"x": x})["y"], unpacked({"x": x})["y"]) for x in xs)
+
+
+def test_folded_weights_are_read_as_initializers_the_session_does_not_take_as_inputs():
+    folded, _ = fold_constant_chains(weight_qdq_graph())
+    shadowed = {i.name for i in folded.graph.input} & {i.name for i in folded.graph.initializer}
+    assert shadowed == {"w1_dq", "w2_32"}  # not constant to ONNX Runtime: never prepacked
+    assert [spec.name for spec in session_from_onnx(weight_qdq_graph()).inputs] == ["x"]
 
 
 def test_quantized_weights_are_folded_along_their_own_axis():

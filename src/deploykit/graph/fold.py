@@ -3,12 +3,14 @@
 A TensorRT-bound graph keeps its weights in FP32 behind a QuantizeLinear/DequantizeLinear pair (TensorRT
 folds the pair when it builds). Evaluated as written (every optimization off), ONNX Runtime runs those
 pairs on every inference, and its per-channel QuantizeLinear along a MatMul weight's last axis quantizes
-one element at a time: the 77 weights of a ViT-S took 0.51 of its 0.65 s a run (0.12-0.15 s folded).
+one element at a time: the 77 weights of a ViT-S took 0.51 of its 0.65 s a run (0.2 s folded).
 Their values do not depend on the input, so :func:`fold_constant_chains` has ONNX Runtime compute them
-once, with the same kernels, and the graph reads them as initializers. The session must then not
-prepack those weights (:data:`NO_PREPACKING`): a prepacked MatMul sums in another order, and the
-last-bit difference moved activations across quantization steps (0.1 on the ViT-S's output). Without it
-the folded graph computes the same bits (tested).
+once, with the same kernels, and the graph reads them as initializers that are also graph inputs (never
+fed). ONNX Runtime does not treat such an initializer as a constant, so it does not prepack it, as it
+could not prepack the tensor it used to compute; every other weight is prepacked as before. Both matter:
+a prepacked MatMul sums in another order, and that last-bit difference moves activations across
+quantization steps (the folded weights prepacked: 0.1 on the ViT-S's output; no weight prepacked: the
+tensorrt-flavour search on it chose another mix). So the folded graph computes the same bits (tested).
 
 The last folds are kept by content: method ``auto``'s range sets and the search's patches differ in
 activation scales, not in weights.
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     import onnx
 
 FOLDED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast"})
-NO_PREPACKING = ("session.disable_prepacking", "1")  # the session option a folded graph runs with
 _FLOATS = frozenset({1, 10, 11})  # FLOAT, FLOAT16, DOUBLE: what a folded tensor may be
 _KEPT_BYTES = 1 << 29  # folds remembered, in bytes of values (a ViT-S's weights: 88 MB)
 _cache: OrderedDict[str, list[np.ndarray]] = OrderedDict()
@@ -42,7 +43,7 @@ def fold_constant_chains(model: onnx.ModelProto, keep: Iterable[str] = ()) -> tu
     """``model`` with every chain of :data:`FOLDED_OPS` nodes that reads only initializers replaced by
     the float values it computes, and how many nodes went (0: ``model`` itself, unchanged). Tensors in
     ``keep`` (taps) and the graph's outputs stay computed by their nodes."""
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     graph = model.graph
     stay = {o.name for o in graph.output} | set(keep)
@@ -63,6 +64,10 @@ def fold_constant_chains(model: onnx.ModelProto, keep: Iterable[str] = ()) -> tu
     del out.graph.initializer[:]
     out.graph.initializer.extend(inits)
     out.graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in zip(boundary, values, strict=True))
+    out.graph.input.extend(  # not constant to ONNX Runtime: not prepacked, as the computed tensor was not
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for name, v in zip(boundary, values, strict=True)
+    )
     return out, len(nodes)
 
 

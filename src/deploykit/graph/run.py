@@ -324,21 +324,18 @@ def _as_written(
         has_low_precision_float,
         move_float8_as_float,
     )
-    from deploykit.graph.fold import NO_PREPACKING, fold_constant_chains
+    from deploykit.graph.fold import fold_constant_chains
     from deploykit.graph.proto import expose_tensors
 
     emulate = has_low_precision_float(model)
     graph = emulate_fp16(model) if emulate else model
     if has_float8(graph):
         graph = move_float8_as_float(graph)
-    graph, folded = fold_constant_chains(graph, keep=expose)
+    graph, _ = fold_constant_chains(graph, keep=expose)
     if expose:
         graph = expose_tensors(graph, expose)
     how = "FP16 tensors emulated (FP32 compute, each FP16 tensor rounded to FP16)" if emulate else "FP32 graph"
-    options = session_options("disabled", threads, quiet=quiet, spin=spin)
-    if folded:
-        options.add_session_config_entry(*NO_PREPACKING)
-    session = _from_proto(graph, options, (), refusal)
+    session = _from_proto(graph, session_options("disabled", threads, quiet=quiet, spin=spin), (), refusal)
     return OrtSession(
         session,
         f"as written: {how}; onnxruntime {ort.__version__} CPU, graph optimizations off",
