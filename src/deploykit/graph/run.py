@@ -485,7 +485,8 @@ def _from_proto(model: onnx.ModelProto, options: Any, disabled: tuple[str, ...],
 def _inference_session(
     source: str | bytes, options: Any, providers: list[str], disabled: tuple[str, ...], refusal: tuple[str, str]
 ) -> Any:
-    """The one place an ``onnxruntime.InferenceSession`` is made."""
+    """The one place an ``onnxruntime.InferenceSession`` over a model is made (:mod:`deploykit.graph.fold`
+    opens its own over a weight subgraph, apart from the evaluators it serves)."""
     import onnxruntime as ort
 
     try:
