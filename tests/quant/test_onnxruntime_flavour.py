@@ -307,6 +307,40 @@ def test_orts_own_calibration_does_not_run(monkeypatch):
     assert calls == [] and any(n.op_type == "QuantizeLinear" for n in out.graph.node)
 
 
+@pytest.mark.parametrize(
+    "make, data",
+    [
+        (lambda: models.encoder(), lambda: models.tokens(4)),
+        (lambda: models.mobile_detector(size=32), lambda: models.images(4, size=32)),
+    ],
+    ids=["encoder", "mobile_detector"],
+)
+def test_the_quicker_quantizer_helpers_write_the_graph_orts_own_write(monkeypatch, make, data):
+    """The private quantizer's faster helpers (:func:`ort_flavour._quicker`) change its speed only: the
+    placed graph is byte for byte the one ORT's own helpers place."""
+    from deploykit.quant import prepare as g
+    from deploykit.quant.ranges import RangeSettings, collect_ranges
+
+    model = g.prepare(make(), 13, "x")[0]
+    samples = data()
+    ranges = collect_ranges(model, samples, RangeSettings("max"))
+
+    def placed() -> bytes:
+        ort_flavour.private_ort_quantization.cache_clear()  # a fresh private import, patched or not
+        out = ort_flavour.quantize(model, samples[0], ranges, exclude=[], per_channel=True, reduce_range=False)
+        return out.SerializeToString()
+
+    quick = placed()
+    with monkeypatch.context() as m:
+        m.setattr(ort_flavour, "_quicker", lambda package: None)
+        own = placed()
+    ort_flavour.private_ort_quantization.cache_clear()
+    assert quick == own
+    assert ort_flavour.private_ort_quantization().onnx_model.ONNXModel.replace_input_of_all_nodes.__module__ == (
+        ort_flavour.__name__
+    )
+
+
 def test_a_packed_detector_output_keeps_its_scores(monkeypatch):
     """Box pixels and class scores joined in one tensor: one INT8 scale for it rounds every score to a
     few levels (recall 0.0 on a real YOLOv8n). The Concat stays float; each input keeps its own scale."""

@@ -84,7 +84,45 @@ def private_ort_quantization() -> ModuleType:
             onnxruntime.quantization = attribute
         elif hasattr(onnxruntime, "quantization"):
             del onnxruntime.quantization
+    _quicker(fresh)
     return fresh
+
+
+# ONNX's in-memory shape inference refuses a model of 2 GB or more; those keep ORT's file round trip.
+IN_MEMORY_SHAPES = 1 << 30
+
+
+def _quicker(package: ModuleType) -> None:
+    """Two helpers of the private quantizer replaced by faster ones computing the same graph.
+
+    ``ONNXModel.replace_input_of_all_nodes`` calls a Python loop over each node's inputs for every
+    node, once per quantized tensor: on ViT-S (654 nodes, 721 calls) 934,435 calls and 2.1 of the
+    placer's 6.5 s. ``load_model_with_shape_infer`` runs ONNX shape inference on a saved copy of the
+    file and reads the result back: 1.3 s on the 96 MB ViT-S where the same inference in memory
+    takes 0.3 s (and the file is read once)."""
+    model_class = package.onnx_model.ONNXModel
+    namespace = package.quantize_static.__globals__  # the private onnxruntime.quantization.quantize module
+    by_file = namespace["load_model_with_shape_infer"]
+    metadata = by_file.__globals__["add_infer_metadata"]  # its quant_utils module
+
+    def replace_input_of_all_nodes(self: Any, old: str, new: str) -> None:
+        for node in self.model.graph.node:
+            if old in node.input:
+                for j, name in enumerate(node.input):
+                    if name == old:
+                        node.input[j] = new
+
+    def load_model_with_shape_infer(path: Path) -> onnx.ModelProto:
+        import onnx
+
+        if Path(path).stat().st_size >= IN_MEMORY_SHAPES:
+            return by_file(path)
+        model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+        metadata(model)
+        return model
+
+    model_class.replace_input_of_all_nodes = replace_input_of_all_nodes
+    namespace["load_model_with_shape_infer"] = load_model_with_shape_infer
 
 
 @contextlib.contextmanager
