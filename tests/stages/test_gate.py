@@ -159,14 +159,14 @@ def test_baseline_from_the_same_model_is_compared_and_recorded(model, tmp_path):
 
 
 def test_regression_beyond_the_spread_fails_and_says_by_how_much(model, tmp_path):
-    def ten_times_faster(r):
-        r["fps_trials"] = [f * 10 for f in r["fps_trials"]]
+    def far_faster(r):
+        # margins no load covers: the baseline is measured in this run too, possibly while another test
+        # worker loads the machine, and p99 spreads far more than fps (x10 fps and /100 p99 were covered)
+        r["fps_trials"] = [f * 1000 for f in r["fps_trials"]]
         for t in r["trials"]:
-            t["p99_ms"] /= (
-                10_000  # p99 spreads far more than fps under load (/100 was covered once): a margin no spread covers
-            )
+            t["p99_ms"] /= 10_000
 
-    path = baseline_from(model, tmp_path, ten_times_faster)
+    path = baseline_from(model, tmp_path, far_faster)
     code, _, err = run_cli(
         "gate",
         str(model),
