@@ -307,7 +307,7 @@ def test_orts_own_calibration_does_not_run(monkeypatch):
     assert calls == [] and any(n.op_type == "QuantizeLinear" for n in out.graph.node)
 
 
-@pytest.mark.parametrize(
+QUICKER_MODELS = pytest.mark.parametrize(
     "make, data",
     [
         (lambda: models.encoder(), lambda: models.tokens(4)),
@@ -315,30 +315,57 @@ def test_orts_own_calibration_does_not_run(monkeypatch):
     ],
     ids=["encoder", "mobile_detector"],
 )
-def test_the_quicker_quantizer_helpers_write_the_graph_orts_own_write(monkeypatch, make, data):
-    """The private quantizer's faster helpers (:func:`ort_flavour._quicker`) change its speed only: the
-    placed graph is byte for byte the one ORT's own helpers place."""
+
+
+@QUICKER_MODELS
+@pytest.mark.parametrize("reduce_range", [False, True], ids=["8bit", "7bit"])
+def test_the_quicker_quantizer_helpers_write_the_graph_orts_own_write(monkeypatch, make, data, reduce_range):
+    """The private quantizer's faster helpers (:mod:`deploykit.quant.ort_quicker`) change its speed only:
+    the placed graph is byte for byte the one ORT's own helpers place, and per-channel weights no longer
+    go through ORT's per-channel loop."""
     from deploykit.quant import prepare as g
     from deploykit.quant.ranges import RangeSettings, collect_ranges
 
     model = g.prepare(make(), 13, "x")[0]
     samples = data()
     ranges = collect_ranges(model, samples, RangeSettings("max"))
+    calls = []
 
     def placed() -> bytes:
         ort_flavour.private_ort_quantization.cache_clear()  # a fresh private import, patched or not
-        out = ort_flavour.quantize(model, samples[0], ranges, exclude=[], per_channel=True, reduce_range=False)
+        qdq = ort_flavour.private_ort_quantization().qdq_quantizer
+        real = qdq.compute_data_quant_params
+        calls.clear()
+        with monkeypatch.context() as m:
+            m.setattr(qdq, "compute_data_quant_params", lambda *a, **k: calls.append(1) or real(*a, **k))
+            out = ort_flavour.quantize(
+                model, samples[0], ranges, exclude=[], per_channel=True, reduce_range=reduce_range
+            )
         return out.SerializeToString()
 
     quick = placed()
+    quick_calls = len(calls)
     with monkeypatch.context() as m:
         m.setattr(ort_flavour, "_quicker", lambda package: None)
         own = placed()
+    own_calls = len(calls)
     ort_flavour.private_ort_quantization.cache_clear()
     assert quick == own
-    assert ort_flavour.private_ort_quantization().onnx_model.ONNXModel.replace_input_of_all_nodes.__module__ == (
-        ort_flavour.__name__
-    )
+    assert quick_calls < own_calls  # ORT's loop computes a weight's parameters once per channel
+
+
+@QUICKER_MODELS
+def test_preprocessing_in_memory_writes_what_orts_own_function_writes(make, data):
+    """:func:`ort_flavour.preprocess` runs quant_pre_process's steps in memory: the same bytes as ORT's
+    function on files."""
+    from deploykit.quant import prepare as g
+
+    model = g.prepare(make(), 13, "x")[0]
+    notes_by_file, notes_in_memory = [], []
+    by_file = ort_flavour._preprocess_by_file(model, notes_by_file)
+    in_memory = ort_flavour.preprocess(model, notes_in_memory)
+    assert in_memory.SerializeToString() == by_file.SerializeToString()
+    assert notes_by_file == notes_in_memory == []
 
 
 def test_a_packed_detector_output_keeps_its_scores(monkeypatch):

@@ -28,7 +28,24 @@ def _patched(monkeypatch, first: BaseException, second: BaseException | None = N
     monkeypatch.setattr(
         ort_flavour, "private_ort_quantization", lambda: SimpleNamespace(quant_pre_process=quant_pre_process)
     )
+    monkeypatch.setattr(ort_flavour, "preprocess_in_memory", lambda package, model: None)  # as on such a graph
     return calls
+
+
+def test_the_in_memory_steps_leave_a_failing_symbolic_inference_to_orts_function(monkeypatch):
+    """The in-memory steps decline the graph (ORT's function then fails, notes it and retries)."""
+    from deploykit.quant.ort_quicker import preprocess_in_memory
+
+    package = ort_flavour.private_ort_quantization()
+    inference = package.quant_pre_process.__globals__["SymbolicShapeInference"]
+
+    def fails(*args, **kwargs):
+        raise AssertionError()
+
+    monkeypatch.setattr(inference, "infer_shapes", fails)
+    assert preprocess_in_memory(package, models.cnn((4,))) is None
+    monkeypatch.undo()
+    assert preprocess_in_memory(package, models.cnn((4,))) is not None
 
 
 def test_an_empty_assert_from_symbolic_inference_falls_back(monkeypatch):

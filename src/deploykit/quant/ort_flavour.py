@@ -21,7 +21,6 @@ import contextlib
 import functools
 import importlib
 import logging
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -35,6 +34,8 @@ from deploykit.choices import Evaluator, Flavour
 from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.graph.proto import copy_model
 from deploykit.quant.float_source import bring_initializers, float_source
+from deploykit.quant.ort_quicker import install as _quicker
+from deploykit.quant.ort_quicker import preprocess_in_memory, working_dir
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
@@ -88,53 +89,6 @@ def private_ort_quantization() -> ModuleType:
     return fresh
 
 
-# ONNX's in-memory shape inference refuses a model of 2 GB or more; those keep ORT's file round trip.
-IN_MEMORY_SHAPES = 1 << 30
-
-
-def _quicker(package: ModuleType) -> None:
-    """Two helpers of the private quantizer replaced by faster ones computing the same graph.
-
-    ``ONNXModel.replace_input_of_all_nodes`` calls a Python loop over each node's inputs for every
-    node, once per quantized tensor: on ViT-S (654 nodes, 721 calls) 934,435 calls and 2.1 of the
-    placer's 6.5 s. ``load_model_with_shape_infer`` runs ONNX shape inference on a saved copy of the
-    file and reads the result back: 1.3 s on the 96 MB ViT-S where the same inference in memory
-    takes 0.3 s (and the file is read once)."""
-    model_class = package.onnx_model.ONNXModel
-    namespace = package.quantize_static.__globals__  # the private onnxruntime.quantization.quantize module
-    by_file = namespace["load_model_with_shape_infer"]
-    metadata = by_file.__globals__["add_infer_metadata"]  # its quant_utils module
-
-    def replace_input_of_all_nodes(self: Any, old: str, new: str) -> None:
-        for node in self.model.graph.node:
-            if old in node.input:
-                for j, name in enumerate(node.input):
-                    if name == old:
-                        node.input[j] = new
-
-    def load_model_with_shape_infer(path: Path) -> onnx.ModelProto:
-        import onnx
-
-        if Path(path).stat().st_size >= IN_MEMORY_SHAPES:
-            return by_file(path)
-        model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
-        metadata(model)
-        return model
-
-    model_class.replace_input_of_all_nodes = replace_input_of_all_nodes
-    namespace["load_model_with_shape_infer"] = load_model_with_shape_infer
-
-
-@contextlib.contextmanager
-def _working_dir(path: Path) -> Iterator[None]:
-    previous = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
-
-
 @contextlib.contextmanager
 def _quiet_shapes() -> Iterator[None]:
     """Symbolic shape inference logs "unsupported broadcast between batch + 12 4" for dims it leaves
@@ -152,11 +106,21 @@ def preprocess(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     """ORT's quant_pre_process (symbolic shapes, basic graph fusions); symbolic inference is
     skipped where it fails (dims it cannot merge), and the note says so. It is not skipped where
     ONNX's shape inference already ranked every tensor: with its shapes ORT's optimizer folds the
-    shape arithmetic (a real recognizer: 124 nodes with it, 302 without; a ViT 696 against 1055)."""
+    shape arithmetic (a real recognizer: 124 nodes with it, 302 without; a ViT 696 against 1055).
+
+    Its steps run in memory (:func:`~deploykit.quant.ort_quicker.preprocess_in_memory`), where ORT's
+    own function saves and reads the model five times; a model that takes ORT's other branches (opset
+    10 or lower, a failed symbolic inference or optimization, 1 GiB or more) goes through ORT's function."""
+    with _quiet_shapes():
+        done = preprocess_in_memory(private_ort_quantization(), model)
+    return done if done is not None else _preprocess_by_file(model, notes)
+
+
+def _preprocess_by_file(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
     import onnx
 
     quant_pre_process = private_ort_quantization().quant_pre_process
-    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, _working_dir(Path(tmp)), _quiet_shapes():
+    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, working_dir(Path(tmp)), _quiet_shapes():
         # ORT's symbolic shape inference writes sym_shape_infer_temp.onnx into the working directory.
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save_model(model, str(src))
