@@ -139,12 +139,13 @@ def _per_channel_weights(original: Callable[..., Any], qdq: ModuleType) -> Calla
         scale: Any,
         axis: int | None = None,
         quant_weight_name: str | None = None,  # ORT's parameter names: its callers may pass keywords
+        **newer: Any,  # parameters of newer ORT releases (block_size): theirs to handle
     ) -> Any:
         import onnx
 
         data = qdq.tensor_proto_to_array(weight) if axis is not None and quant_type in _integer_types() else None
-        if data is None or data.dtype != np.float32 or np.asarray(scale).dtype != np.float32:
-            return original(weight, quant_type, zero_point, scale, axis, quant_weight_name)
+        if newer or data is None or data.dtype != np.float32 or np.asarray(scale).dtype != np.float32:
+            return original(weight, quant_type, zero_point, scale, axis, quant_weight_name, **newer)
         shape = [1] * data.ndim
         shape[axis] = data.shape[axis]
         qmin, qmax = qdq.get_qmin_qmax_for_qType(quant_type, reduce_range=False, symmetric=False)
