@@ -35,7 +35,7 @@ from deploykit.errors import ConfigError, ModelError, first_line
 from deploykit.graph.proto import copy_model
 from deploykit.quant.float_source import bring_initializers, float_source
 from deploykit.quant.ort_quicker import install as _quicker
-from deploykit.quant.ort_quicker import preprocess_in_memory, working_dir
+from deploykit.quant.ort_quicker import preprocess_in_memory
 from deploykit.quant.ranges import TensorRange
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def _preprocess_by_file(model: onnx.ModelProto, notes: list[str]) -> onnx.ModelP
     import onnx
 
     quant_pre_process = private_ort_quantization().quant_pre_process
-    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, working_dir(Path(tmp)), _quiet_shapes():
+    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, contextlib.chdir(tmp), _quiet_shapes():
         # ORT's symbolic shape inference writes sym_shape_infer_temp.onnx into the working directory.
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
         onnx.save_model(model, str(src))

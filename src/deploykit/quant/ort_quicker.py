@@ -19,9 +19,8 @@ its pre-processing are Python loops over nodes and channels that took seconds on
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -157,16 +156,6 @@ def _per_channel_weights(original: Callable[..., Any], qdq: ModuleType) -> Calla
     return quantize
 
 
-@contextlib.contextmanager
-def working_dir(path: Path) -> Iterator[None]:
-    previous = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
-
-
 def preprocess_in_memory(package: ModuleType, model: onnx.ModelProto) -> onnx.ModelProto | None:
     """What ``quant_pre_process`` computes with symbolic inference on, without its file round trips
     (ViT-S, 96 MB: 2.4 s against 1.5 s here); None where a step fails or the model takes another of its
@@ -178,7 +167,7 @@ def preprocess_in_memory(package: ModuleType, model: onnx.ModelProto) -> onnx.Mo
         return None
     namespace = package.quant_pre_process.__globals__  # its shape_inference module
     ort = namespace["onnxruntime"]
-    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, working_dir(Path(tmp)):
+    with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp, contextlib.chdir(tmp):
         try:  # a failing symbolic inference writes sym_shape_infer_temp.onnx into the working directory
             inferred = namespace["SymbolicShapeInference"].infer_shapes(model, 2**31 - 1, False, False, 0)
         except Exception:  # shapes it cannot complete: ORT's function retries without it, and says so
