@@ -263,3 +263,39 @@ def test_histograms_take_every_kth_sample_and_min_max_every_sample():
     assert every == 3 and st.counts.sum() == 64 * r.HISTOGRAM_SAMPLES  # a third of the samples, 64 values each
     assert st.hi == 500.0 and result.sets["max"]["y"].amax == 500.0
     assert result.statistics.ranges("percentile")["y"].amax < 100.0  # the outlier sample is not in the histogram
+
+
+@pytest.mark.parametrize("n", [10, 40])  # a short stream gives held-out samples back; a long one bins every k-th
+def test_samples_run_side_by_side_give_the_statistics_one_at_a_time_gives(monkeypatch, n):
+    """The histogram's edge grows from the first sample folded in: side-by-side runs fold in order."""
+    from deploykit.graph import parallel
+    from deploykit.quant import ranges as r
+
+    model = models.cnn((8,))
+    samples = models.images(n, size=16, seed=3)
+    for i, scale in ((8, 0.5), (9, 8.0)):  # the first two folded in: which comes first sets the edge
+        samples[i] = {k: v * scale for k, v in samples[i].items()}
+
+    def run(runs):
+        monkeypatch.setattr(parallel, "runs_at_once", lambda: runs)
+        ticks = []
+        result = r.calibrate(
+            model,
+            samples,
+            RangeSettings("auto"),
+            ("max", "percentile", "mse"),
+            hold_out=8,
+            expected=n,
+            progress=ticks.append,
+        )
+        return result, len(ticks)
+
+    monkeypatch.setattr(r, "HISTOGRAM_SAMPLES", 16)  # 40 samples: every other one is binned
+    (one, ticks_one), (two, ticks_two) = run(1), run(2)
+    assert ticks_one == ticks_two == n
+    assert one.sets == two.sets and len(one.held_out) == len(two.held_out)
+    for name, st in one.statistics.stats.items():
+        other = two.statistics.stats[name]
+        assert (st.edge, st.lo, st.hi, st.peaks) == (other.edge, other.lo, other.hi, other.peaks)
+        assert np.array_equal(st.counts, other.counts)
+    assert any(st.counts.sum() for st in one.statistics.stats.values())

@@ -69,11 +69,12 @@ class Reference:
     """The FP32 graph's outputs on the check samples, computed once and reused for every candidate."""
 
     def __init__(self, model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]) -> None:
+        from deploykit.graph.parallel import in_order, threads_per_run
         from deploykit.graph.run import session_from_onnx
 
-        session = session_from_onnx(model, "as_written", spin=False)
+        session = session_from_onnx(model, "as_written", spin=False, threads=threads_per_run())
         self.samples = samples
-        self.outputs = [session.infer(s) for s in samples]
+        self.outputs = list(in_order(session.infer, samples))
         self.evaluator = session.evaluator
         self.signal = {name: _signal([o[name] for o in self.outputs]) for name in self.outputs[0]} if samples else {}
 
@@ -111,14 +112,14 @@ def check(
         tolerance: output name -> the parity tolerance (``deploykit.config.Tolerance``), so this
             check and the parity stage judge by the same numbers.
     """
+    from deploykit.graph.parallel import in_order
     from deploykit.metrics import compare, violations
 
     session = opener(candidate)
     worst: dict[str, dict[str, float]] = {}
     per_sample: dict[str, list[float]] = {}
     resized: set[str] = set()
-    for sample, expected in zip(reference.samples, reference.outputs, strict=True):
-        got = session.infer(sample)
+    for expected, got in zip(reference.outputs, in_order(session.infer, reference.samples), strict=True):
         for name, ref in expected.items():
             if got[name].shape != ref.shape:  # a data-dependent count (boxes after NMS): parity's task check judges it
                 resized.add(name)

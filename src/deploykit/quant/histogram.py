@@ -42,6 +42,15 @@ def bin_counts(a: np.ndarray, edge: float, bins: int) -> np.ndarray:
     return np.bincount(idx.ravel(), minlength=bins).astype(np.int64, copy=False)
 
 
+def abs_values(value: np.ndarray) -> np.ndarray:
+    """|x| of the values of ``value`` that enter a histogram, as a float32 copy: every value, or an
+    evenly strided subset of :data:`HISTOGRAM_VALUES` of them (see the module docstring)."""
+    flat = value.reshape(-1)
+    if flat.size > HISTOGRAM_VALUES:
+        flat = flat[:: -(-flat.size // HISTOGRAM_VALUES)]
+    return np.abs(flat.astype(np.float32, copy=False))
+
+
 class AbsHistogram:
     """Exact min/max and a histogram of |x| over [0, ``edge``] that grows as values arrive."""
 
@@ -54,21 +63,23 @@ class AbsHistogram:
         self.lo, self.hi = math.inf, -math.inf
         self.peak_sum, self.peaks = 0.0, 0  # each added sample's max |x|: their mean is method mean_max
 
-    def add(self, value: np.ndarray, lo: float, hi: float, histogram: bool = True) -> None:
+    def add(self, value: np.ndarray, lo: float, hi: float) -> None:
         """Fold ``value`` in; ``lo``/``hi`` are its min and max (the caller has them already)."""
+        self.add_measured(abs_values(value), lo, hi)
+
+    def add_measured(self, values: np.ndarray | None, lo: float, hi: float) -> None:
+        """Fold in one sample's min, max and :func:`abs_values` (None: min and max only). Counts
+        depend on the order samples are folded in (the edge grows from the first one's max), so a
+        caller that measures samples in parallel folds them in the samples' order."""
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
         absmax = max(abs(lo), abs(hi))
         self.peak_sum += absmax
         self.peaks += 1
-        if not histogram:
+        if values is None:
             return
         if absmax > self.edge:
             self._grow(absmax)
-        flat = value.reshape(-1)
-        if flat.size > HISTOGRAM_VALUES:
-            flat = flat[:: -(-flat.size // HISTOGRAM_VALUES)]
-        a = np.abs(flat.astype(np.float32, copy=False))
-        self.counts += bin_counts(a, self.edge, self.bins)
+        self.counts += bin_counts(values, self.edge, self.bins)
 
     def _grow(self, absmax: float) -> None:
         if self.edge <= 0:  # first non-zero values: whatever was counted so far is at 0

@@ -263,10 +263,15 @@ class Judge:
         return session, comparison
 
     def _extend(self, session: Any, comparison: Any, count: int) -> None:
-        for sample, expected in zip(
-            self.samples[comparison.samples : count], self.ref.outputs[comparison.samples : count], strict=True
+        """Run the samples ``comparison`` lacks up to ``count``, side by side (:mod:`deploykit.graph.parallel`),
+        and fold them in in order."""
+        from deploykit.graph.parallel import in_order
+
+        start = comparison.samples
+        for expected, got in zip(
+            self.ref.outputs[start:count], in_order(session.infer, self.samples[start:count]), strict=True
         ):
-            comparison.add({"onnx": expected}, session.infer(sample))
+            comparison.add({"onnx": expected}, got)
             self.inferences += 1
 
     def measure(self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None) -> Measurement:
@@ -295,19 +300,23 @@ class Judge:
         finished candidate's (no better on any metric, worse on one). Those it finishes are kept, so
         judging the winner again runs nothing.
 
-        Every candidate is scored on the first sample, then the race goes on in the order of those
-        scores (best first): a strong finished rival stops the others sooner. Which candidates finish
+        Samples are scored :func:`~deploykit.graph.parallel.runs_at_once` at a time (side by side), and
+        the rivals looked at between. Every candidate is scored on the first of them, then the race goes
+        on in the order of those scores (best first): a strong finished rival stops the others sooner.
+        Which candidates finish
         undominated does not depend on the order (a stopped candidate is dominated by a finished one,
         and what it would have dominated, that one dominates too); the entries come back in the given
         order."""
-        n = len(self.samples)
+        from deploykit.graph.parallel import runs_at_once
+
+        n, step = len(self.samples), runs_at_once()  # samples scored between two looks at the rivals
         started: dict[str, tuple[str, Any, Any]] = {}  # name -> (key, session, comparison); kept open here
         for name, build in candidates.items():
             candidate = build()
             key = graph_digest(candidate)
             session, comparison = (None, None) if (key, n) in self._reports else self._session(candidate, key, n)
             if comparison is not None and comparison.samples == 0:
-                self._extend(session, comparison, 1)
+                self._extend(session, comparison, step)
             started[name] = (key, session, comparison)
         first = rank_sums({m: self._best_finish(c) if c is not None else {} for m, (_, _, c) in started.items()})
         done: dict[str, Entry] = {}
@@ -321,7 +330,7 @@ class Judge:
                     if rival is not None:
                         done[name] = Entry(best, comparison.samples, rival)
                         break
-                    self._extend(session, comparison, comparison.samples + 1)
+                    self._extend(session, comparison, comparison.samples + step)
                 else:
                     self._reports[(key, n)] = comparison.report()
             if name not in done:

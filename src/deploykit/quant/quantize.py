@@ -497,6 +497,7 @@ def _fix_nonfinite(
 
 def _opener(job: Job) -> Callable[..., Any]:
     """Sessions over candidates, computed as the target flavour's runtime will."""
+    from deploykit.graph.parallel import threads_per_run
     from deploykit.graph.run import session_from_onnx
 
     return partial(
@@ -504,6 +505,7 @@ def _opener(job: Job) -> Callable[..., Any]:
         evaluator=job.target.evaluator,
         level=job.ort_level,
         spin=False,
+        threads=threads_per_run(),  # the judge runs samples side by side (deploykit.graph.parallel)
         failure="ONNX Runtime cannot run the quantized graph",
         hint="exclude the node it names (quantize.exclude_nodes) or keep it in FP32",
     )

@@ -9,6 +9,7 @@ the check does not run the chosen graph on its first samples again.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -150,11 +151,13 @@ class Memo:
 class MemoSession:
     def __init__(self, memo: Memo, model: onnx.ModelProto, key: str) -> None:
         self._memo, self._model, self._key, self._session = memo, model, key, None
+        self._lock = threading.Lock()
 
     def _open(self) -> Any:
-        if self._session is None:
-            self._session = self._memo.opener(self._model)
-            self._memo.evaluators[self._key] = self._session.evaluator
+        with self._lock:  # two samples run side by side (deploykit.graph.parallel): one session
+            if self._session is None:
+                self._session = self._memo.opener(self._model)
+                self._memo.evaluators[self._key] = self._session.evaluator
         return self._session
 
     @property

@@ -1,10 +1,11 @@
 """Per-tensor calibration ranges, computed by deploykit while streaming the samples once.
 
-One pass runs the FP32 graph (every float tensor exposed as an output) over the samples one at a
-time and keeps, per tensor, the exact min/max and a histogram of |x| whose range grows as values
-arrive (:class:`deploykit.quant.histogram.AbsHistogram`). Every method's threshold comes from that
-one pass: max from min/max, entropy, percentile and MSE from the histogram
-(:mod:`deploykit.quant.thresholds`). Memory is one sample's activations plus ``2 * num_bins``
+One pass runs the FP32 graph (every float tensor exposed as an output) over the samples, two at a
+time where there are two cores (:mod:`deploykit.graph.parallel`; folded in the samples' order), and
+keeps, per tensor, the exact min/max and a histogram of |x| whose range grows as values arrive
+(:class:`deploykit.quant.histogram.AbsHistogram`). Every method's threshold comes from that one
+pass: max from min/max, entropy, percentile and MSE from the histogram
+(:mod:`deploykit.quant.thresholds`). Memory is two samples' activations plus ``2 * num_bins``
 counts per tensor, whatever the sample count; a method asked for later (:meth:`Statistics.ranges`)
 needs no further pass.
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,9 @@ import numpy as np
 
 from deploykit.choices import CalibrationMethod
 from deploykit.errors import ModelError
+from deploykit.graph.parallel import in_order, threads_per_run
 from deploykit.quant import thresholds
-from deploykit.quant.histogram import AbsHistogram
+from deploykit.quant.histogram import AbsHistogram, abs_values
 
 if TYPE_CHECKING:
     import onnx
@@ -235,18 +237,34 @@ def calibrate(
     every = max(1, -(-(expected - hold_out) // HISTOGRAM_SAMPLES)) if expected else 1
     infinite: set[str] = set()
     first: list[dict[str, np.ndarray]] = []
-    seen = 0
-    for sample in samples:
-        seen += 1
-        if len(first) < hold_out:
-            first.append(sample)
-        else:
-            _fold(tap, sample, stats, wanted if (seen - len(first) - 1) % every == 0 else set(), infinite)
-        if progress:
+    seen = held = 0
+
+    def work() -> Iterator[tuple[dict[str, np.ndarray] | None, set[str], bool]]:
+        """(sample or None where held out, tensors to bin, whether it came from the stream), in the
+        order the samples are folded in."""
+        nonlocal seen, held
+        for sample in samples:
+            seen += 1
+            if len(first) < hold_out:
+                first.append(sample)
+                yield None, set(), True
+            else:
+                yield sample, wanted if (seen - len(first) - 1) % every == 0 else set(), True
+        held = min(hold_out, seen // 4)
+        for sample in first[held:]:  # a short stream: these go back into the statistics
+            yield sample, wanted, False
+
+    def measure(item: tuple[dict[str, np.ndarray] | None, set[str], bool]) -> tuple[list[_Measured], bool]:
+        sample, bins, streamed = item
+        return ([] if sample is None else _measure(tap, sample, bins)), streamed
+
+    for measured, streamed in in_order(measure, work()):
+        for name, values, lo, hi, inf in measured:
+            stats[name].add_measured(values, lo, hi)
+            if inf:
+                infinite.add(name)
+        if progress and streamed:
             progress(1)
-    held = min(hold_out, seen // 4)
-    for sample in first[held:]:  # a short stream: these go back into the statistics
-        _fold(tap, sample, stats, wanted, infinite)
     stats.update({n: stats[root] for n, root in alias.items()})
     statistics = Statistics({n: stats[n] for n in names}, {n for n in names if n not in bounded}, settings)
     infinite_all = frozenset(n for n in names if alias.get(n, n) in infinite)
@@ -288,20 +306,26 @@ def same_values(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     return out
 
 
-def _fold(
-    tap: _Tap, sample: dict[str, np.ndarray], stats: dict[str, AbsHistogram], wanted: set[str], infinite: set[str]
-) -> None:
+# one tensor of one sample: (name, |x| to bin or None, min, max, whether it held ±inf)
+_Measured = tuple[str, np.ndarray | None, float, float, bool]
+
+
+def _measure(tap: _Tap, sample: dict[str, np.ndarray], wanted: set[str]) -> list[_Measured]:
+    """What calibration keeps of one sample's tensors; independent of every other sample (see
+    :mod:`deploykit.graph.parallel`: samples are measured side by side and folded in order)."""
+    out = []
     for name, value in tap.run(sample).items():
         if not value.size or not np.issubdtype(value.dtype, np.floating):
             continue
         lo, hi = float(value.min()), float(value.max())
-        if not (math.isfinite(lo) and math.isfinite(hi)) and _check_finite(value, name, tap):  # NaN: an error
-            infinite.add(name)
+        inf = not (math.isfinite(lo) and math.isfinite(hi)) and _check_finite(value, name, tap)  # NaN: an error
+        if inf:
             value = value[np.isfinite(value)]
             if not value.size:
                 continue
             lo, hi = float(value.min()), float(value.max())
-        stats[name].add(value, lo, hi, histogram=name in wanted)
+        out.append((name, abs_values(value) if name in wanted else None, lo, hi, inf))
+    return out
 
 
 def _finite_or_zero(v: float) -> float:
@@ -355,9 +379,8 @@ class _Tap:
 
         self._producers = {t: n.name for t, n in producers(model).items()}
         inputs = {i.name for i in model.graph.input}
-        self.session = session_from_onnx(
-            model, "as_written", expose=tuple(n for n in names if n not in inputs), spin=False
-        )
+        exposed = tuple(n for n in names if n not in inputs)
+        self.session = session_from_onnx(model, "as_written", expose=exposed, spin=False, threads=threads_per_run())
         self.names = set(names)
 
     def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
