@@ -62,3 +62,11 @@ def test_the_cores_are_shared_between_the_runs(monkeypatch):
     assert parallel.runs_at_once() == 2 and parallel.threads_per_run() == 8
     monkeypatch.setattr(parallel, "cores", lambda: 1)
     assert parallel.runs_at_once() == 1 and parallel.threads_per_run() == 1
+
+
+def test_results_too_large_for_memory_run_one_at_a_time(monkeypatch):
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    monkeypatch.setattr(parallel, "_memory", lambda: 24 * 2**30)
+    assert parallel.runs_within_memory(1 * 2**30) == 2  # 3 GiB alive of 24
+    assert parallel.runs_within_memory(3 * 2**30) == 1  # 9 GiB would be more than a quarter
+    assert parallel.threads_per_run(1) == 2 and parallel.threads_per_run(2) == 1

@@ -184,3 +184,23 @@ def test_the_race_scores_the_best_first_sample_first_and_keeps_the_full_evaluati
     assert min((r, m) for m, r in raced.items() if r is not None) == min(
         (r, m) for m, r in every.items() if r is not None
     )
+
+
+def test_one_sample_runs_on_every_core_and_several_side_by_side(monkeypatch):
+    """The search's first-order ranking judges one sample a patch: its session keeps every core; a
+    judgement on several runs them two at a time on a core each (deploykit.graph.parallel)."""
+    from deploykit.graph import parallel
+
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    opened = []
+
+    def opener(model, **kw):
+        opened.append(kw.get("threads"))
+        return session_from_onnx(model, **kw)
+
+    model = models.cnn((8,), head="sigmoid", seed=0)
+    judge = Judge(model, models.images(4, seed=5), opener, ParityConfig(), PRESET, "int8", "4 samples")
+    one = judge.report(models.cnn((8,), head="sigmoid", seed=1), n=1)
+    four = judge.report(models.cnn((8,), head="sigmoid", seed=2), n=4)
+    assert opened == [0, 1] and len(one["outputs"]["y"]["onnx"]["per_sample_rel_l2"]) == 1
+    assert len(four["outputs"]["y"]["onnx"]["per_sample_rel_l2"]) == 4

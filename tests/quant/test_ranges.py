@@ -299,3 +299,22 @@ def test_samples_run_side_by_side_give_the_statistics_one_at_a_time_gives(monkey
         assert (st.edge, st.lo, st.hi, st.peaks) == (other.edge, other.lo, other.hi, other.peaks)
         assert np.array_equal(st.counts, other.counts)
     assert any(st.counts.sum() for st in one.statistics.stats.values())
+
+
+def test_a_tap_too_large_for_memory_runs_one_sample_at_a_time_on_every_core(monkeypatch):
+    from deploykit.graph import parallel
+    from deploykit.quant import prepare
+    from deploykit.quant.ranges import _Tap
+
+    model = prepare.infer_shapes(models.cnn((8,)))
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    monkeypatch.setattr(parallel, "_memory", lambda: 1e12)
+
+    def threads(tap):
+        return tap.session._session.get_session_options().intra_op_num_threads
+
+    side_by_side = _Tap(model, [t for n in model.graph.node for t in n.output])
+    assert side_by_side.runs == 2 and threads(side_by_side) == 1
+    monkeypatch.setattr(parallel, "_memory", lambda: 1e3)  # a few kB: the 8x16x16 activations do not fit
+    alone = _Tap(model, [t for n in model.graph.node for t in n.output])
+    assert alone.runs == 1 and threads(alone) == 2

@@ -36,9 +36,30 @@ def runs_at_once() -> int:
     return 2 if cores() >= 2 else 1
 
 
-def threads_per_run() -> int:
-    """Intra-op threads for a session that :func:`in_order` runs :func:`runs_at_once` at a time."""
-    return max(1, cores() // runs_at_once())
+# Side by side, up to runs + 1 samples' results are alive at once (those running and the one being
+# read): where that would take more than this share of the machine's memory, samples run one at a time.
+MEMORY_SHARE = 0.25
+
+
+def runs_within_memory(bytes_each: int) -> int:
+    """:func:`runs_at_once`, or 1 where that many results of ``bytes_each`` bytes would take more than
+    :data:`MEMORY_SHARE` of this machine's memory (a calibration tap of a high-resolution model)."""
+    runs = runs_at_once()
+    return runs if (runs + 1) * bytes_each <= MEMORY_SHARE * _memory() else 1
+
+
+def _memory() -> float:
+    """This machine's memory in bytes (unlimited where the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def threads_per_run(runs: int | None = None) -> int:
+    """Intra-op threads for a session that :func:`in_order` runs ``runs`` (default :func:`runs_at_once`)
+    at a time."""
+    return max(1, cores() // (runs_at_once() if runs is None else runs))
 
 
 def in_order(work: Callable[[T], R], items: Iterable[T], runs: int | None = None) -> Iterator[R]:

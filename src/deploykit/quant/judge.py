@@ -250,11 +250,15 @@ class Judge:
         return self._reports[(key, count)]
 
     def _session(self, candidate: onnx.ModelProto, key: str, count: int) -> tuple[Any, Any]:
+        from deploykit.graph.parallel import threads_per_run
         from deploykit.metrics.comparison import Comparison
 
         session, comparison = self._open.pop(key, (None, None))
         if comparison is None or comparison.samples > count:
-            session, comparison = self.opener(candidate), Comparison(self.parity, self.preset, self.precision)
+            # one sample (the search's first-order ranking) runs alone: on every core, not its share
+            threads = threads_per_run() if count > 1 else 0
+            session = self.opener(candidate, threads=threads)
+            comparison = Comparison(self.parity, self.preset, self.precision)
             self.evaluations += 1
             self.evaluator = session.evaluator
         self._open[key] = (session, comparison)

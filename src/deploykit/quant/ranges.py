@@ -40,7 +40,7 @@ import numpy as np
 
 from deploykit.choices import CalibrationMethod
 from deploykit.errors import ModelError
-from deploykit.graph.parallel import in_order, threads_per_run
+from deploykit.graph.parallel import in_order, runs_within_memory, threads_per_run
 from deploykit.quant import thresholds
 from deploykit.quant.histogram import AbsHistogram, abs_values
 
@@ -258,7 +258,7 @@ def calibrate(
         sample, bins, streamed = item
         return ([] if sample is None else _measure(tap, sample, bins)), streamed
 
-    for measured, streamed in in_order(measure, work()):
+    for measured, streamed in in_order(measure, work(), tap.runs):
         for name, values, lo, hi, inf in measured:
             stats[name].add_measured(values, lo, hi)
             if inf:
@@ -371,16 +371,20 @@ def _check_finite(value: np.ndarray, name: str, tap: _Tap) -> bool:
 
 
 class _Tap:
-    """The graph with the wanted tensors exposed, run as written (no graph optimizations)."""
+    """The graph with the wanted tensors exposed, run as written (no graph optimizations), ``runs``
+    samples at a time (:mod:`deploykit.graph.parallel`; one where their tensors would crowd memory)."""
 
     def __init__(self, model: onnx.ModelProto, names: list[str]) -> None:
-        from deploykit.graph.proto import producers
+        from deploykit.graph.proto import producers, static_shapes
         from deploykit.graph.run import session_from_onnx
 
         self._producers = {t: n.name for t, n in producers(model).items()}
         inputs = {i.name for i in model.graph.input}
         exposed = tuple(n for n in names if n not in inputs)
-        self.session = session_from_onnx(model, "as_written", expose=exposed, spin=False, threads=threads_per_run())
+        shapes = static_shapes(model)  # a dynamic dim counts as 1
+        self.runs = runs_within_memory(4 * sum(math.prod(shapes.get(n, (0,))) for n in exposed))  # float32 at most
+        threads = threads_per_run(self.runs)
+        self.session = session_from_onnx(model, "as_written", expose=exposed, spin=False, threads=threads)
         self.names = set(names)
 
     def run(self, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -67,7 +67,7 @@ class Screen:
         if self._session is None and not self.unavailable:
             try:
                 model, self._switches = switchable(self.base, self.reference, self.groups)
-                self._session = self.judge.opener(model)
+                self._session = self.judge.opener(model, threads=0)  # ranking runs one sample at a time
             except ModelError as e:
                 self.unavailable = e.message
         return self._session is not None
