@@ -204,3 +204,22 @@ def test_one_sample_runs_on_every_core_and_several_side_by_side(monkeypatch):
     four = judge.report(models.cnn((8,), head="sigmoid", seed=2), n=4)
     assert opened == [0, 1] and len(one["outputs"]["y"]["onnx"]["per_sample_rel_l2"]) == 1
     assert len(four["outputs"]["y"]["onnx"]["per_sample_rel_l2"]) == 4
+
+
+def test_the_reference_made_ahead_is_the_reference_and_a_stopped_one_runs_nothing():
+    import threading
+
+    from deploykit.quant.check import Reference
+
+    model = models.cnn((8,), head="sigmoid", seed=0)
+    samples = models.images(5, seed=7)
+    judge = Judge(model, samples, session_from_onnx, ParityConfig(), PRESET, "int8", "5 samples")
+    judge.prefetch()
+    direct = Reference(model, samples)
+    assert len(judge.ref.outputs) == 5
+    for a, b in zip(judge.ref.outputs, direct.outputs, strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in b)
+    assert judge.ref.signal == direct.signal
+    stop = threading.Event()
+    stop.set()
+    assert Reference(model, samples, stop).outputs == []

@@ -62,6 +62,16 @@ def threads_per_run(runs: int | None = None) -> int:
     return max(1, cores() // (runs_at_once() if runs is None else runs))
 
 
+def in_background(work: Callable[[], R]) -> Future[R]:
+    """``work()`` started on a thread of its own, so that its inferences overlap single-core work on the
+    caller's (placing Q/DQ in Python); ``.result()`` gives its result or raises its exception."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="deploykit-ahead")
+    try:
+        return pool.submit(work)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends when the work does
+
+
 def in_order(work: Callable[[T], R], items: Iterable[T], runs: int | None = None) -> Iterator[R]:
     """``work(item)`` for each item, ``runs`` (default :func:`runs_at_once`) at a time on worker
     threads, yielded in the items' order. The items are drawn on the caller's thread, at most ``runs``

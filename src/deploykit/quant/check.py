@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -68,15 +70,21 @@ class Check:
 class Reference:
     """The FP32 graph's outputs on the check samples, computed once and reused for every candidate."""
 
-    def __init__(self, model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, samples: list[dict[str, np.ndarray]], stop: threading.Event | None = None
+    ) -> None:
+        """``stop``: set, no further sample is run (made ahead of its use, and the stage failed meanwhile)."""
         from deploykit.graph.parallel import in_order, threads_per_run
         from deploykit.graph.run import session_from_onnx
 
         session = session_from_onnx(model, "as_written", spin=False, threads=threads_per_run())
-        self.samples = samples
-        self.outputs = list(in_order(session.infer, samples))
+        wanted = samples if stop is None else itertools.takewhile(lambda _: not stop.is_set(), samples)
+        self.outputs = list(in_order(session.infer, wanted))
+        self.samples = samples[: len(self.outputs)]
         self.evaluator = session.evaluator
-        self.signal = {name: _signal([o[name] for o in self.outputs]) for name in self.outputs[0]} if samples else {}
+        self.signal = (
+            {name: _signal([o[name] for o in self.outputs]) for name in self.outputs[0]} if self.outputs else {}
+        )
 
     def head(self, n: int) -> Reference:
         """The first ``n`` samples and their outputs, without running the FP32 graph again."""

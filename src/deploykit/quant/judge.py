@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from deploykit.metrics.tasks import LIMIT_FIELDS as TASK_LIMIT_FIELDS
 from deploykit.quant.check import Check, Reference, weak_signal
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import onnx
 
     from deploykit.config import ParityConfig, Tolerance
@@ -229,6 +232,8 @@ class Judge:
     inferences: int = 0
     evaluator: str = ""  # the sentence the last candidate's session gave
     _ref: Reference | None = field(default=None, repr=False)
+    _ahead: Future[Reference] | None = field(default=None, repr=False)  # the reference, being made (prefetch)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _reports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict, repr=False)
     _open: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False)  # key -> (session, Comparison)
     _perfect: list[list[Any]] | None = field(default=None, repr=False)
@@ -236,8 +241,20 @@ class Judge:
     @property
     def ref(self) -> Reference:
         if self._ref is None:
-            self._ref = Reference(self.reference, self.samples)
+            self._ref = self._ahead.result() if self._ahead else Reference(self.reference, self.samples)
         return self._ref
+
+    def prefetch(self) -> None:
+        """Start the reference outputs on a thread of their own (:func:`deploykit.graph.parallel.in_background`):
+        the FP32 runs overlap the single-core work before the first candidate is judged (placing Q/DQ,
+        the thresholds); :meth:`cancel` stops them where that work fails."""
+        from deploykit.graph.parallel import in_background
+
+        if self._ref is None and self._ahead is None:
+            self._ahead = in_background(lambda: Reference(self.reference, self.samples, self._stop))
+
+    def cancel(self) -> None:
+        self._stop.set()
 
     def report(self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None) -> dict[str, Any]:
         """Parity's report on ``candidate`` over the first ``n`` samples (all by default)."""

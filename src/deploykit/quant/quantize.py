@@ -275,11 +275,17 @@ def _quantize_and_check(
         samples = _random_samples(model)
     opener = _opener(job)
     memo = Memo(opener)
-    if job.target.checks_kernels(job.cfg.precision):
-        wrong = _miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes)
-        exclusions.keep_first(excluded, wrong)
-    sets = range_sets(job, model, calibration, excluded, samples[0])
-    judge = _judge(job, original, samples[: job.cfg.check_samples], opener, notes)
+    judge = _judge(job, original, samples[: job.cfg.check_samples], opener)
+    judge.prefetch()  # its FP32 runs overlap the placing and the thresholds
+    try:
+        if job.target.checks_kernels(job.cfg.precision):
+            wrong = _miscomputed(job, model, calibration.sets["max"], excluded, samples[0], notes)
+            exclusions.keep_first(excluded, wrong)
+        sets = range_sets(job, model, calibration, excluded, samples[0])
+    except BaseException:
+        judge.cancel()
+        raise
+    notes.append(f"the check judges on {judge.source}, by parity's tolerances and task checks")
     # the held-out samples' FP32 outputs (before equalization: what must not change), made only when
     # method auto needs them, from the judge's when it judges on those samples
     head = cache(
@@ -339,9 +345,7 @@ def _miscomputed(
     return found
 
 
-def _judge(
-    job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any], notes: list[str]
-) -> Judge:
+def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], opener: Callable[..., Any]) -> Judge:
     """Parity's judge: its validation samples when configured, else the held-out calibration samples."""
     from deploykit.config import ParityConfig, parity_preset
 
@@ -351,7 +355,6 @@ def _judge(
     else:
         samples = held_out
         source = f"{len(held_out)} held-out calibration samples (no validation data: parity runs on random inputs)"
-    notes.append(f"the check judges on {source}, by parity's tolerances and task checks")
     return Judge(
         j.reference or model,
         samples,
