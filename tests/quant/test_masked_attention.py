@@ -52,6 +52,31 @@ def test_a_tensor_holding_minus_inf_is_ranged_on_its_finite_values(method):
     assert result.infinite == frozenset({"masked"})  # the logits themselves are finite: not listed
 
 
+def test_a_tensor_with_no_finite_value_on_any_sample_is_still_listed_as_infinite():
+    """Every position masked: 'masked' is all -inf, nothing to range it on, and it must still stay out
+    of Q/DQ (calibration measures samples side by side; the flag travels with each sample's result)."""
+    nodes = [
+        helper.make_node("Where", ["padding", "neg_inf", "logits"], ["masked"], name="mask"),
+        helper.make_node("Exp", ["masked"], ["weights"], name="exp"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("padding", TensorProto.BOOL, [1, 4]),
+        ],
+        [helper.make_tensor_value_info("weights", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf")],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    rng = np.random.default_rng(1)
+    samples = [{"logits": rng.standard_normal((1, 4)).astype(np.float32), "padding": np.ones((1, 4), bool)}] * 6
+    result = calibrate(model, samples, RangeSettings("percentile"), ("max", "percentile"))
+    assert result.infinite == frozenset({"masked"})
+    assert result.sets["max"]["weights"].max == 0.0  # exp(-inf): finite zeros, ranged as usual
+
+
 @pytest.fixture(scope="module")
 def masked_model(tmp_path_factory):
     """The masked-attention model with multi-input .npz calibration/validation data (no ``input:``)."""

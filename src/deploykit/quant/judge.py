@@ -324,10 +324,9 @@ class Judge:
         Samples are scored :func:`~deploykit.graph.parallel.runs_at_once` at a time (side by side), and
         the rivals looked at between. Every candidate is scored on the first of them, then the race goes
         on in the order of those scores (best first): a strong finished rival stops the others sooner.
-        Which candidates finish
-        undominated does not depend on the order (a stopped candidate is dominated by a finished one,
-        and what it would have dominated, that one dominates too); the entries come back in the given
-        order."""
+        Which candidates finish undominated does not depend on the order (a stopped candidate is
+        dominated by a finished one, and what it would have dominated, that one dominates too); the
+        entries come back in the given order."""
         from deploykit.graph.parallel import runs_at_once
 
         n, step = len(self.samples), runs_at_once()  # samples scored between two looks at the rivals

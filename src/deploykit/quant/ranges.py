@@ -259,8 +259,9 @@ def calibrate(
         return ([] if sample is None else _measure(tap, sample, bins)), streamed
 
     for measured, streamed in in_order(measure, work(), tap.runs):
-        for name, values, lo, hi, inf in measured:
-            stats[name].add_measured(values, lo, hi)
+        for name, values, finite, inf in measured:
+            if finite is not None:
+                stats[name].add_measured(values, *finite)
             if inf:
                 infinite.add(name)
         if progress and streamed:
@@ -306,8 +307,9 @@ def same_values(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     return out
 
 
-# one tensor of one sample: (name, |x| to bin or None, min, max, whether it held ±inf)
-_Measured = tuple[str, np.ndarray | None, float, float, bool]
+# one tensor of one sample: (name, |x| to bin or None, (min, max) of its finite values or None where it
+# has none, whether it held ±inf)
+_Measured = tuple[str, np.ndarray | None, tuple[float, float] | None, bool]
 
 
 def _measure(tap: _Tap, sample: dict[str, np.ndarray], wanted: set[str]) -> list[_Measured]:
@@ -321,10 +323,11 @@ def _measure(tap: _Tap, sample: dict[str, np.ndarray], wanted: set[str]) -> list
         inf = not (math.isfinite(lo) and math.isfinite(hi)) and _check_finite(value, name, tap)  # NaN: an error
         if inf:
             value = value[np.isfinite(value)]
-            if not value.size:
+            if not value.size:  # nothing finite: listed as infinite, no statistics
+                out.append((name, None, None, True))
                 continue
             lo, hi = float(value.min()), float(value.max())
-        out.append((name, abs_values(value) if name in wanted else None, lo, hi, inf))
+        out.append((name, abs_values(value) if name in wanted else None, (lo, hi), inf))
     return out
 
 
