@@ -15,11 +15,13 @@ from deploykit.quant.ranges import RangeSettings, calibrate
 from tests.test_input_kinds import write_model
 
 
-def masked_logits_model():
-    """Where(padding, -inf, logits) -> Softmax: the graph torch's masked_fill exports to."""
+def masked_logits_model(then: str = "Softmax"):
+    """Where(padding, -inf, logits) -> Softmax: the graph torch's masked_fill exports to (``then``: the
+    op after the mask; Exp stays finite where every position is masked, Softmax gives NaN)."""
+    after = {"axis": -1} if then == "Softmax" else {}
     nodes = [
         helper.make_node("Where", ["padding", "neg_inf", "logits"], ["masked"], name="mask"),
-        helper.make_node("Softmax", ["masked"], ["weights"], name="softmax", axis=-1),
+        helper.make_node(then, ["masked"], ["weights"], name=then.lower(), **after),
     ]
     graph = helper.make_graph(
         nodes,
@@ -55,21 +57,7 @@ def test_a_tensor_holding_minus_inf_is_ranged_on_its_finite_values(method):
 def test_a_tensor_with_no_finite_value_on_any_sample_is_still_listed_as_infinite():
     """Every position masked: 'masked' is all -inf, nothing to range it on, and it must still stay out
     of Q/DQ (calibration measures samples side by side; the flag travels with each sample's result)."""
-    nodes = [
-        helper.make_node("Where", ["padding", "neg_inf", "logits"], ["masked"], name="mask"),
-        helper.make_node("Exp", ["masked"], ["weights"], name="exp"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [
-            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4]),
-            helper.make_tensor_value_info("padding", TensorProto.BOOL, [1, 4]),
-        ],
-        [helper.make_tensor_value_info("weights", TensorProto.FLOAT, [1, 4])],
-        [numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf")],
-    )
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    model = masked_logits_model(then="Exp")
     rng = np.random.default_rng(1)
     samples = [{"logits": rng.standard_normal((1, 4)).astype(np.float32), "padding": np.ones((1, 4), bool)}] * 6
     result = calibrate(model, samples, RangeSettings("percentile"), ("max", "percentile"))
