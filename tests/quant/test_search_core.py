@@ -289,3 +289,44 @@ def test_the_screened_first_order_ranking_finds_concentrated_damage_with_few_eva
     assert sorted(damage, key=lambda g: -damage[g])[:3] == ["g010", "g057", "g090"]
     assert all(screened[g] == 1 and math.isclose(damage[g], weight[g]) for g in ("g010", "g057", "g090"))
     assert max(screened.values()) > 1 and all(damage[g] < 0.01 for g in names if g not in ("g010", "g057", "g090"))
+
+
+def test_bisection_and_trims_that_could_save_too_little_are_not_run():
+    # 20 groups of 0.1 each, 0.85 allowed: the shortest passing prefix is 12 groups; the doubling
+    # passes at 16. On a base of 1000 each group costs 1 (0.1 %): with a 2 % floor no step between
+    # 12 and 16 is worth a run, so the search stops at 16, where with 0 it bisects down to 12.
+    weights = {f"g{i:02d}": 0.1 for i in range(20)}
+    order = rank([Move(g, "fp32", 0.1 + (20 - i) * 1e-3, 1.0) for i, g in enumerate(weights)])
+
+    def slow_base(patch):
+        return 1000.0 + len(patch)
+
+    exhaustive = search(additive(weights, limit=0.85), slow_base, order, {}, ladders(weights), Budget(40, 20))
+    floored = search(
+        additive(weights, limit=0.85), slow_base, order, {}, ladders(weights), Budget(40, 20, min_saving=0.02)
+    )
+    assert exhaustive.passed and len(exhaustive.best) == 12 and not exhaustive.skipped
+    assert floored.passed and len(floored.best) == 16  # the doubling's pass, never bisected
+    assert not any(s.action in ("bisect", "trim") for s in floored.steps)
+    assert floored.skipped[0] == "bisection between 8 and 16 groups"
+    assert len(floored.skipped) == 1 + 16  # and each of the 16 trims (0.06 % each)
+    assert len(floored.steps) < len(exhaustive.steps) // 2
+    # on a base of 10 a group is 10 % of the latency: the same floor runs the whole search
+    same = search(additive(weights, limit=0.85), latency, order, {}, ladders(weights), Budget(40, 20, min_saving=0.02))
+    assert len(same.best) == 12 and not same.skipped
+
+
+def test_a_trim_saving_enough_is_still_run_where_small_ones_are_skipped():
+    # a costs 3 % of the latency, b 5 %, c 0.5 %: under a 2 % floor c's trim is not worth a run
+    weights = {"a": 1.5, "b": 0.0, "c": 0.0}
+    order = rank([Move("b", "fp32", 2.0, 5.0), Move("c", "fp32", 1.5, 0.5), Move("a", "fp32", 1.0, 3.0)])
+    costs = {"a": 3.0, "b": 5.0, "c": 0.5}
+
+    def cost(patch):
+        return 100.0 + sum(costs[g] for g in patch)
+
+    out = search(additive(weights), cost, order, {}, ladders(weights), Budget(20, 10, min_saving=0.02))
+    assert out.passed and out.best == {"a": "fp32", "c": "fp32"}
+    assert out.skipped == ["trim of c"]
+    # a's trim is worth a run (its state, a in INT8, failed as the doubling's first step: not run again)
+    assert [s.changes for s in out.steps if s.action == "trim"] == [{"b": "int8"}]

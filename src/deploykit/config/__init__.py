@@ -257,11 +257,16 @@ class RepairConfig:
     samples: int = 4  # judging samples each search evaluation runs on (a pass is confirmed on all of them)
     screen_samples: int = 1  # samples for the first-order ranking (each group quantized alone)
     candidates: int = 12  # top-ranked groups measured leave-one-out to choose FP8 or FP16 (tensorrt INT8)
+    # bisection and trim steps that could save less than this share of the estimated latency are not run
+    # (0: every one; they were half of a search's states on four real models, for under 4 % of the latency)
+    min_saving: float = 0.02
 
     def __post_init__(self) -> None:
         for name in ("max_iterations", "max_nodes", "nodes_per_step", "samples", "screen_samples", "candidates"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"repair.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.min_saving < 1:
+            raise ValueError(f"repair.min_saving must be at least 0 and below 1, got {self.min_saving}")
 
 
 @dataclass(frozen=True)

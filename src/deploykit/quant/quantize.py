@@ -429,6 +429,7 @@ def _mixed_precision(
         f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
         f"{cfg.precision}; {counts['fresh']} evaluations run{screened}, {counts['cached']} "
         "reused from an earlier artifact's measurements"
+        + _not_run(search.outcome.skipped, cfg.repair.min_saving)
     )
     if counts.get("screen_unavailable"):
         notes.append(
@@ -446,6 +447,16 @@ def _mixed_precision(
         repair=search,
         layer_precisions=dict(search.patch),
         search_cache=payload,
+    )
+
+
+def _not_run(skipped: list[str], min_saving: float) -> str:
+    """The note's clause on the search steps too small a saving left out (``repair.min_saving``)."""
+    if not skipped:
+        return ""
+    return (
+        f"; {len(skipped)} step(s) not run ({', '.join(skipped[:3])}{', …' if len(skipped) > 3 else ''}): each "
+        f"could save less than {min_saving:.0%} of the estimated latency (repair.min_saving: 0 runs them)"
     )
 
 

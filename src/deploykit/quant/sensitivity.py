@@ -175,6 +175,7 @@ class SearchResult:
             "measured_ms": self.measured_ms,
             "speed": {k: v.to_dict() for k, v in self.speeds.items()},
             "steps": [s.to_dict() for s in self.outcome.steps],
+            "not_run": self.outcome.skipped,
             "sensitivity": self.sensitivity,
             "groups": [g.to_dict() for g in self.groups],
         }
@@ -260,7 +261,7 @@ def run_search(
         order,
         start,
         {g: ladder for g in by_name},
-        Budget(cfg.max_iterations, cfg.max_nodes or len(by_name), cfg.nodes_per_step, ceiling),
+        Budget(cfg.max_iterations, cfg.max_nodes or len(by_name), cfg.nodes_per_step, ceiling, cfg.min_saving),
         fallback={m.group: high for m in order if m.precision != high},
     )
     clock.lap("search")
