@@ -428,8 +428,7 @@ def _mixed_precision(
     notes.append(
         f"mixed-precision search: {search.stopped}; {len(search.patch)} layer group(s) above "
         f"{cfg.precision}; {counts['fresh']} evaluations run{screened}, {counts['cached']} "
-        "reused from an earlier artifact's measurements"
-        + _not_run(search.outcome.skipped, cfg.repair.min_saving)
+        "reused from an earlier artifact's measurements" + _not_run(search.outcome.skipped, cfg.repair.min_saving)
     )
     if counts.get("screen_unavailable"):
         notes.append(
