@@ -67,3 +67,18 @@ def test_a_wrong_version_is_a_file_level_error(tmp_path, target, message):
     code, _, err = run_cli("matrix", str(matrix), "-w", str(tmp_path / "store"), "--report-dir", str(tmp_path / "r"))
     assert code == 2 and message in " ".join(err.split()), err
     assert not (tmp_path / "store").exists()
+
+
+def test_a_version_written_as_a_yaml_number_is_read_as_that_version(tmp_path):
+    # `tensorrt: 11` and `tensorrt: 10.13` unquoted are numbers to YAML; the text is what is meant
+    config = write_model(tmp_path / "a", "net_a", seed=1)
+    targets = [
+        {"name": "orin", "backend": "tensorrt", "tensorrt": 10.13},
+        {"name": "h200", "backend": "tensorrt", "tensorrt": 11},
+    ]
+    matrix = write_matrix(tmp_path / "matrix.yaml", [config], ["fp32"], targets)
+    assert "tensorrt: 11\n" in matrix.read_text()  # unquoted in the file
+    assert [t.tensorrt for t in load_matrix(matrix).targets] == ["10.13", "11"]
+    wrong = write_matrix(tmp_path / "wrong.yaml", [config], ["fp32"], [{**targets[1], "tensorrt": 12}])
+    code, _, err = run_cli("matrix", str(wrong), "-w", str(tmp_path / "store"), "--report-dir", str(tmp_path / "r"))
+    assert code == 2 and "12 is not one of '10.13', '11'" in " ".join(err.split()), err

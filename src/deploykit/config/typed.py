@@ -23,12 +23,19 @@ def from_value(cls: type[T], value: Any, path: str = "") -> T:
     return _convert(cls, value, path or cls.__name__)
 
 
+def _number_as_text(value: Any, args: tuple[Any, ...]) -> bool:
+    """Whether ``value`` is a number whose text is one of the string choices ``args``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in args
+
+
 def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp):
         return _dataclass(tp, value, path)
     if origin is Literal:
+        if _number_as_text(value, args):  # YAML reads `tensorrt: 11` as a number: the text is meant
+            return str(value)
         if value not in args:
             close = difflib.get_close_matches(str(value).lower(), [str(a).lower() for a in args], n=1)
             guess = f" (did you mean {next(a for a in args if str(a).lower() == close[0])!r}?)" if close else ""
