@@ -279,7 +279,10 @@ def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch
     from deploykit.quant import mixed
 
     int8_at(monkeypatch, 0.5)
-    monkeypatch.setattr(mixed, "_timer", lambda *a: lambda states: {"fp32": 3.70, "base": 3.58, "chosen": 4.67})
+    timed = []
+    monkeypatch.setattr(
+        mixed, "_timer", lambda *a: lambda states: timed.append(states) or {"fp32": 3.70, "base": 3.58, "chosen": 4.67}
+    )
     model, data, val = models.depthwise(), models.images(24, size=32), models.images(4, size=32, seed=9)
     found = run(
         model,
@@ -296,6 +299,27 @@ def test_a_failed_search_says_so_when_whole_runs_time_int8_no_faster(monkeypatch
         "timed after the search, INT8 alone is not 1.1x faster than FP32 here (3.58 vs 3.7 ms), so no mix "
         "could pass faster than FP32"
     ) in str(found.repair.stopped)  # the numbers the sentence carries
+    assert len(timed) == 1 and timed[0]["base"] == {}  # nothing passed: the base is timed beside the answer
+
+
+def test_a_passing_answer_is_timed_against_fp32_alone(monkeypatch):
+    """Timing confirms the answer: a search that passed times its mix against FP32, not the plain
+    INT8 graph too (a third graph in every round: 2.5 s of 7.7 on YOLOv8n at 1024x1024)."""
+    from deploykit.quant import mixed
+
+    real, timed = mixed._timer, []
+
+    def recording(*a):
+        timer = real(*a)
+        return lambda states: timed.append(dict(states)) or timer(states)
+
+    monkeypatch.setattr(mixed, "_timer", recording)
+    model, data = models.cnn((16, 16), outlier=300.0), models.images(24)
+    found = run(model, data, "onnxruntime", repair=RepairConfig(enabled=True))
+    assert found.check.passed and found.layer_precisions
+    assert timed == [{"chosen": found.layer_precisions}]
+    assert set(found.repair.measured_ms) == {"chosen", "fp32"}
+    assert found.repair.table[0]["measured_ms"] is None  # the base row: not timed
 
 
 @pytest.mark.e2e

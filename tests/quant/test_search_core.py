@@ -330,3 +330,22 @@ def test_a_trim_saving_enough_is_still_run_where_small_ones_are_skipped():
     assert out.skipped == ["trim of c"]
     # a's trim is worth a run (its state, a in INT8, failed as the doubling's first step: not run again)
     assert [s.changes for s in out.steps if s.action == "trim"] == [{"b": "int8"}]
+
+
+def test_small_trims_are_tried_together_once_together_they_save_enough():
+    # g0-g3 are needed (0.3 each against 0.25), g4-g9 are not but rank first; each group is 0.5 of a
+    # latency of about 105: no single trim saves 2 %, five together do
+    needed, spare = [f"g{i}" for i in range(4)], [f"g{i}" for i in range(4, 10)]
+    weights = {**dict.fromkeys(spare, 0.0), **dict.fromkeys(needed, 0.3)}
+    order = rank([Move(g, "fp32", 2.0, 0.5) for g in spare] + [Move(g, "fp32", 1.0, 0.5) for g in needed])
+
+    def cost(patch):
+        return 100.0 + 0.5 * len(patch)
+
+    floored = search(additive(weights, limit=0.25), cost, order, {}, ladders(weights), Budget(40, 10, min_saving=0.02))
+    trims = [(sorted(s.changes), s.score.passed) for s in floored.steps if s.action == "trim"]
+    assert trims == [(["g0", "g1", "g2", "g3", "g9"], False), (["g4", "g5", "g6", "g7", "g8"], True)]
+    assert floored.passed and floored.best == dict.fromkeys(["g0", "g1", "g2", "g3", "g9"], "fp32")
+    assert floored.skipped == ["bisection between 8 and 10 groups"]
+    exhaustive = search(additive(weights, limit=0.25), cost, order, {}, ladders(weights), Budget(40, 10))
+    assert exhaustive.best == dict.fromkeys(needed, "fp32") and len(exhaustive.steps) > len(floored.steps)

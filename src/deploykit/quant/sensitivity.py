@@ -234,7 +234,7 @@ def run_search(
         costs: latency per group and precision.
         cfg: the budgets.
         start: the configured patch (``quantize.layer_precisions``), where the search begins.
-        timer: label -> patch to measured ms (the onnxruntime flavour times the states it kept).
+        timer: label -> patch to measured ms against FP32 (the onnxruntime flavour times its answer).
     """
     judge, clock = ev.judge, _Clock()
     n_screen, n_search, n_all = (min(n, len(judge.samples)) for n in (cfg.screen_samples, cfg.samples, 10**9))
@@ -302,7 +302,10 @@ def run_search(
         }
         for i, m in enumerate(order)
     ]
-    found = timer({"chosen": outcome.best}) if timer else {}
+    # a passing answer is timed against FP32 alone (what confirms it); a failing one beside the base too,
+    # whose speed against FP32 says whether any mix could pass faster (TIMED_NOT_FASTER)
+    states = {"chosen": outcome.best} if outcome.passed else {"base": {}, "chosen": outcome.best}
+    found = timer(states) if timer else {}
     table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], (lambda _: found) if timer else None)
     speeds = timed(found)[1]
     if (
@@ -469,8 +472,9 @@ def pareto_table(
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One row per evaluated state: precision counts, accuracy (worst ratio to a limit, the measured
     values), latency (the cost model's, relative to every group at the top precision), whether the
-    search kept it and whether no other state beats it on both; with a timer, the FP32 graph, the
-    base and the chosen state are timed on this CPU (``measured``)."""
+    search kept it and whether no other state beats it on both; with a timer, the chosen state is
+    timed against the FP32 graph on this CPU, and the base beside them where the search did not pass
+    (``measured``)."""
     measured, _ = timed(timer({"chosen": outcome.best})) if timer else ({}, {})
     rows = []
     for s in outcome.steps:
