@@ -18,7 +18,9 @@ from deploykit.stack.pacing import Frames
 from deploykit.stack.soak import Watch
 from deploykit.stack.spec import StackSpec
 
-SCHEMA = "deploykit.stack/1"
+# 2: a model's latency drift moved under its "soak" entry (beside the NaN/Inf watch), the run's "soak"
+# section (limits, windows, memory growth) and "alone_s" were added
+SCHEMA = "deploykit.stack/2"
 
 
 @dataclass(frozen=True)
