@@ -39,6 +39,8 @@ def float_source(
 def bring_initializers(node: onnx.NodeProto, model: onnx.ModelProto, reference: onnx.ModelProto) -> bool:
     """Copy the restored node's constant inputs (Clip bounds) that ORT dropped with it; False if one
     is neither in ``model`` nor an initializer of ``reference``."""
+    if not any(node.input[1:]):  # a Relu: nothing to bring (and no pass over the graph: patches restore many)
+        return True
     have = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
     have |= {o for n in model.graph.node for o in n.output}
     spare = {t.name: t for t in reference.graph.initializer}
