@@ -306,7 +306,7 @@ def run_search(
     # whose speed against FP32 says whether any mix could pass faster (TIMED_NOT_FASTER)
     states = {"chosen": outcome.best} if outcome.passed else {"base": {}, "chosen": outcome.best}
     found = timer(states) if timer else {}
-    table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], (lambda _: found) if timer else None)
+    table, measured = pareto_table(outcome, costs, list(by_name), ladder[0], found)
     speeds = timed(found)[1]
     if (
         not outcome.passed
@@ -468,14 +468,14 @@ def pareto_table(
     costs: Costs,
     groups: list[str],
     base: str,
-    timer: Callable[[dict[str, Patch]], dict[str, float]] | None,
+    found: Mapping[str, Any],
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """One row per evaluated state: precision counts, accuracy (worst ratio to a limit, the measured
     values), latency (the cost model's, relative to every group at the top precision), whether the
-    search kept it and whether no other state beats it on both; with a timer, the chosen state is
-    timed against the FP32 graph on this CPU, and the base beside them where the search did not pass
-    (``measured``)."""
-    measured, _ = timed(timer({"chosen": outcome.best})) if timer else ({}, {})
+    search kept it and whether no other state beats it on both; ``found``: the timer's answer (empty
+    without one), whose ms per label come back as ``measured`` (the chosen state against FP32, and the
+    base beside them where the search did not pass)."""
+    measured, _ = timed(found)
     rows = []
     for s in outcome.steps:
         counts: dict[str, int] = {}
