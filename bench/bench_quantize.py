@@ -197,7 +197,7 @@ def job(model_path: Path, precision: str, flavour: str, samples: list[dict], **c
             onnx.load(str(model_path)),
             QuantizeConfig(precision=precision, **cfg),
             flavour,
-            SampleStream(samples),
+            SampleStream(samples, limit=len(samples)),  # as the stage builds it (limit: calibration.samples)
             reduce_range=_reduce_range(),
         )
     )

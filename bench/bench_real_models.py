@@ -213,7 +213,7 @@ def deploykit_run(
                 onnx.load(str(path)),
                 QuantizeConfig(precision=precision, **cfg),
                 flavour,
-                SampleStream(calib),
+                SampleStream(calib, limit=len(calib)),  # as the stage builds it (limit: calibration.samples)
                 reduce_range=resolve_reduce_range("auto") if flavour == "onnxruntime" else False,
                 **({"judging": judging} if judging is not None else {}),
             )
