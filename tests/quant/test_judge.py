@@ -206,6 +206,36 @@ def test_one_sample_runs_on_every_core_and_several_side_by_side(monkeypatch):
     assert len(four["outputs"]["y"]["onnx"]["per_sample_rel_l2"]) == 4
 
 
+def test_graphs_judged_side_by_side_measure_what_each_alone_does(monkeypatch):
+    """The first-order ranking's one-sample judgements run two graphs at a time, each on a core of its
+    own, opened as they are reached; each measures what judging it alone does, and one judged already
+    is not run again."""
+    from deploykit.graph import parallel
+
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    opened = []
+
+    def opener(model, **kw):
+        opened.append(kw.get("threads"))
+        return session_from_onnx(model, **kw)
+
+    model = models.cnn((8,), head="sigmoid", seed=0)
+    samples = models.images(3, seed=8)
+    graphs = {f"seed {k}": models.cnn((8,), head="sigmoid", seed=k) for k in (1, 2, 3)}
+    judge = Judge(model, samples, opener, ParityConfig(), PRESET, "int8", "3 samples")
+    both = judge.measure_side_by_side([(k, lambda g=g: judge.runner(g)) for k, g in graphs.items()], 2)
+    assert list(both) == list(graphs) and opened == [1, 1, 1] and judge.inferences == 6
+    again = judge.measure_side_by_side([("seed 1", lambda: pytest.fail("judged already: not opened again"))], 2)
+    assert again["seed 1"] == both["seed 1"] and judge.inferences == 6
+
+    alone = Judge(model, samples, session_from_onnx, ParityConfig(), PRESET, "int8", "3 samples")
+    for key, graph in graphs.items():
+        expected = alone.measure(graph, 2, key=key)
+        assert both[key].samples == expected.samples == 2
+        for output, metrics in expected.outputs.items():
+            assert both[key].outputs[output] == pytest.approx(metrics, rel=1e-5, abs=1e-9)
+
+
 def test_the_reference_made_ahead_is_the_reference_and_a_stopped_one_runs_nothing():
     import threading
 

@@ -56,3 +56,28 @@ def test_the_cpu_estimate_is_load_independent_and_knows_depthwise_int8_gains_not
     assert one.of({island: "fp32"}) > one.base + one.delta[island]["fp32"]  # a float island pays its conversions
     everything = dict.fromkeys(groups, "fp32")
     assert one.of(everything) == pytest.approx(one.top)
+
+
+def test_a_patchs_conversions_reuse_the_base_costs_to_the_same_bits():
+    """Borders.cost recomputes only the tensors next to a patched group: on random graphs of groups and
+    random patches it equals the sum over every tensor, bit for bit (the search compares these sums)."""
+    import random
+
+    from deploykit.quant.latency_cost import Borders
+
+    rng = random.Random(3)
+    for _ in range(50):
+        groups = [f"g{i}" for i in range(rng.randint(1, 30))]
+        tensors = tuple(
+            (
+                rng.random() * 10 ** rng.randint(-3, 3),
+                rng.choice(["", *groups]),
+                tuple(rng.sample(["", *groups], min(3, len(groups) + 1))),
+            )
+            for _ in range(rng.randint(1, 60))
+        )
+        borders = Borders(tensors, "int8", rng.choice(["fp32", "int8"]))
+        for _ in range(20):
+            patch = {g: rng.choice(["fp32", "fp16"]) for g in rng.sample(groups, rng.randint(0, len(groups)))}
+            direct = sum(borders._tensor(t, patch) for t in tensors)
+            assert borders.cost(patch) == direct

@@ -276,13 +276,19 @@ def test_the_screened_first_order_ranking_finds_concentrated_damage_with_few_eva
     names = [f"g{i:03d}" for i in range(100)]
     weight = {**dict.fromkeys(names, 1e-4), "g010": 5.0, "g057": 3.0, "g090": 1.0}
 
-    class Judge:
+    class Judge:  # a stand-in: a patch's "graph" is the patch, its error energy the quantized groups' weights
         runs = 0
 
-        def measure(self, patch, n, key=None):
-            Judge.runs += 1
-            energy = sum(w for g, w in weight.items() if g not in patch)  # the groups left quantized
-            return Measurement({"y": {"rel_l2": math.sqrt(energy)}}, [], n)
+        def runner(self, patch):
+            return patch
+
+        def measure_side_by_side(self, runs, n):
+            out = {}
+            for key, open_graph in runs:
+                Judge.runs += 1
+                energy = sum(w for g, w in weight.items() if g not in open_graph())  # the groups left quantized
+                out[key] = Measurement({"y": {"rel_l2": math.sqrt(energy)}}, [], n)
+            return out
 
     damage, screened = first_order(Evaluations(Judge(), lambda patch: patch), names, "fp32", 1)
     assert Judge.runs <= 1 + SCREEN_PER_ROOT * 10

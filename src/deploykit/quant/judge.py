@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -193,9 +193,7 @@ class Judging:
     reference: onnx.ModelProto | None = None
 
 
-@dataclass(frozen=True)
-class _Infer:
-    infer: Callable[[dict[str, np.ndarray]], dict[str, Any]]
+Runner = Callable[[dict[str, np.ndarray]], dict[str, Any]]  # one open graph: a sample's feeds -> its outputs
 
 
 OPEN_RUNS = 2  # candidates whose session stays open, so a judgement on more samples extends the one on fewer
@@ -298,16 +296,44 @@ class Judge:
     def measure(self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None) -> Measurement:
         return measurement_of(self.report(candidate, n, key))
 
-    def measure_run(self, infer: Callable[[dict[str, np.ndarray]], dict[str, Any]], n: int, key: str) -> Measurement:
-        """:meth:`measure` for a graph the caller keeps open: ``infer`` runs it on one sample."""
+    def runner(self, candidate: onnx.ModelProto) -> Runner:
+        """A session over ``candidate`` on its share of the cores, for :meth:`measure_side_by_side`."""
+        from deploykit.graph.parallel import threads_per_run
+
+        session = self.opener(candidate, threads=threads_per_run())
+        self.evaluations += 1
+        self.evaluator = session.evaluator
+        return session.infer
+
+    def measure_side_by_side(self, runs: Iterable[tuple[str, Callable[[], Runner]]], n: int) -> dict[str, Measurement]:
+        """The measurements of several graphs the caller opens, each given as (key, open) where ``open()``
+        returns what runs it on one sample: :func:`~deploykit.graph.parallel.runs_at_once` graphs at a time, each on
+        its share of the cores (:func:`~deploykit.graph.parallel.in_order`), each graph's samples folded
+        in their order. A graph is opened on the caller's thread when it is reached, so only a few are
+        open at once. For the first-order ranking's one-sample judgements: two side by side on a core
+        each get through more of them than one at a time on every core, as calibration's samples do."""
+        from deploykit.graph.parallel import in_order
         from deploykit.metrics.comparison import Comparison
 
         count = min(n, len(self.samples))
-        if (key, count) not in self._reports:
+        samples = self.samples[:count]
+        wanted = dict(runs)
+
+        def opened() -> Iterator[tuple[str, Runner]]:
+            for key, open_graph in wanted.items():
+                if (key, count) not in self._reports:
+                    yield key, open_graph()
+
+        def outputs(item: tuple[str, Runner]) -> tuple[str, list[dict[str, Any]]]:
+            return item[0], [item[1](sample) for sample in samples]
+
+        for key, got in in_order(outputs, opened()):
             comparison = Comparison(self.parity, self.preset, self.precision)
-            self._extend(_Infer(infer), comparison, count)
+            for expected, out in zip(self.ref.outputs[:count], got, strict=True):
+                comparison.add({"onnx": expected}, out)
+                self.inferences += 1
             self._reports[(key, count)] = comparison.report()
-        return measurement_of(self._reports[(key, count)])
+        return {key: measurement_of(self._reports[(key, count)]) for key in wanted}
 
     def check(self, candidate: onnx.ModelProto, key: str | None = None) -> Check:
         """Parity's verdict on every judging sample, as the stage's Check."""

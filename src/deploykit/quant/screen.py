@@ -25,7 +25,7 @@ from deploykit.quant.groups import Group
 if TYPE_CHECKING:
     import onnx
 
-    from deploykit.quant.judge import Judge, Measurement
+    from deploykit.quant.judge import Judge, Runner
 
 SCREENED = "fp32"  # the one precision the screening graph raises a group to (the float rest's)
 # The screening graph runs about 2x the FP32 model's time (every Q/DQ pair and switch computed), a
@@ -39,8 +39,8 @@ SCREEN_WEIGHT_SHARE = 0.05
 
 @dataclass
 class Screen:
-    """``screen(patch, n, key)``: the patch's measurement on the first ``n`` judging samples, from the
-    screening graph (built and opened on first use, kept open)."""
+    """The screening graph, built and opened on first use (:meth:`covers`) and kept open; :meth:`runner`
+    runs a patch through it (judged by :meth:`deploykit.quant.judge.Judge.measure_side_by_side`)."""
 
     judge: Judge
     base: onnx.ModelProto
@@ -53,21 +53,24 @@ class Screen:
     def covers(self, patch: Mapping[str, str]) -> bool:
         return all(p == SCREENED for p in patch.values()) and self._open()
 
-    def __call__(self, patch: Mapping[str, str], n: int, key: str) -> Measurement:
+    def runner(self, patch: Mapping[str, str]) -> Runner:
+        """What runs ``patch`` on one sample: the open screening graph with the patch's switches set."""
         feeds = {s: np.array(patch.get(g) == SCREENED) for g, s in self._switches.items()}
         session = self._session
-        return self.judge.measure_run(lambda sample: session.infer({**sample, **feeds}), n, key)
+        return lambda sample: session.infer({**sample, **feeds})
 
     def _open(self) -> bool:
         """Build and open the screening graph once; a graph ONNX Runtime refuses is no reason to fail
         the search (each patch's own graph still runs), so it is noted and the screen is not used."""
         from deploykit.errors import ModelError
+        from deploykit.graph.parallel import threads_per_run
         from deploykit.quant.patch import switchable
 
         if self._session is None and not self.unavailable:
             try:
                 model, self._switches = switchable(self.base, self.reference, self.groups)
-                self._session = self.judge.opener(model, threads=0)  # ranking runs one sample at a time
+                # the ranking runs patches side by side, each on its share of the cores
+                self._session = self.judge.opener(model, threads=threads_per_run())
             except ModelError as e:
                 self.unavailable = e.message
         return self._session is not None

@@ -38,6 +38,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,18 +86,25 @@ class Evaluations:
             f"{n}|{state}", lambda: self.judge.measure(self.build(patch), n, key=f"patch|{state}")
         )  # on more samples: extends fewer
 
-    def screened(self, patch: Patch, n: int) -> Measurement:
-        """For ranking: the patch through the screening graph where it covers the patch (one open
-        session, fake-quantized FP32), else :meth:`measure`."""
-        if self.screen is None or not self.screen.covers(patch):
-            return self.measure(patch, n)
-        key = f"screen|{n}|{_state(patch)}"
-        return self._memo(key, lambda: self._screened(patch, n, key))
-
-    def _screened(self, patch: Patch, n: int, key: str) -> Measurement:
-        assert self.screen is not None
-        self.on_screen += 1
-        return self.screen(patch, n, key)
+    def screened(self, patches: list[Patch], n: int) -> list[Measurement]:
+        """For ranking, each patch's measurement: through the screening graph where it covers the patch
+        (one open session, fake-quantized FP32), else on the patch's own graph as :meth:`measure` judges
+        it; the ones not measured yet run side by side (:meth:`Judge.measure_side_by_side`)."""
+        keys, runs, judged = [], {}, {}
+        for patch in patches:
+            state = _state(patch)
+            if self.screen is not None and self.screen.covers(patch):
+                key = judged_as = f"screen|{n}|{state}"
+                runs[judged_as] = partial(self.screen.runner, patch)
+            else:
+                key, judged_as = f"{n}|{state}", f"patch|{state}"
+                runs[judged_as] = partial(lambda p: self.judge.runner(self.build(p)), patch)
+            keys.append(key)
+            judged[key] = judged_as
+        todo = {judged[k]: runs[judged[k]] for k in keys if k not in self.cache}
+        found = self.judge.measure_side_by_side(todo.items(), n) if todo else {}
+        self.on_screen += sum(1 for k in dict.fromkeys(keys) if k not in self.cache and k.startswith("screen|"))
+        return [self._memo(k, partial(found.__getitem__, judged[k])) for k in keys]
 
     def _memo(self, key: str, run: Callable[[], Measurement]) -> Measurement:
         if key in self.cache:
@@ -374,17 +382,25 @@ def first_order(ev: Evaluations, names: list[str], high: str, n: int) -> tuple[d
     contiguous region). Damage concentrates in few groups on the models measured, so the bisection
     finds them with a few evaluations each, where one per group spent 333 of 386 s on a 549-group
     transformer."""
-    clean = _energy(ev.screened(dict.fromkeys(names, high), n))
 
-    def alone(run: tuple[str, ...]) -> float:
-        inside = set(run)
-        return _energy(ev.screened({g: high for g in names if g not in inside}, n)) - clean
+    def quantized_alone(runs: list[tuple[str, ...]]) -> list[Patch]:
+        return [{g: high for g in names if g not in set(run)} for run in runs]
+
+    def alone(runs: list[tuple[str, ...]]) -> list[float]:  # measured side by side (Evaluations.screened)
+        return [_energy(m) - clean for m in ev.screened(quantized_alone(runs), n)]
 
     if len(names) <= SCREEN_ALL:
-        return {g: alone((g,)) for g in names}, dict.fromkeys(names, 1)
-    size = math.ceil(len(names) / math.ceil(math.sqrt(len(names))))
-    runs = [(tuple(names[i : i + size]), 0.0) for i in range(0, len(names), size)]
-    runs = [(r, alone(r)) for r, _ in runs]
+        first = [(g,) for g in names]
+    else:
+        size = math.ceil(len(names) / math.ceil(math.sqrt(len(names))))
+        first = [tuple(names[i : i + size]) for i in range(0, len(names), size)]
+    # every group raised (the energy the runs add to) is measured beside the first runs
+    clean_m, *measured = ev.screened([dict.fromkeys(names, high), *quantized_alone(first)], n)
+    clean = _energy(clean_m)
+    damages = [_energy(m) - clean for m in measured]
+    if len(names) <= SCREEN_ALL:
+        return dict(zip(names, damages, strict=True)), dict.fromkeys(names, 1)
+    runs = list(zip(first, damages, strict=True))
     budget = SCREEN_PER_ROOT * math.ceil(math.sqrt(len(names))) - len(runs)
     while budget >= 2:
         splittable = [k for k, (r, _) in enumerate(runs) if len(r) > 1]
@@ -392,8 +408,8 @@ def first_order(ev: Evaluations, names: list[str], high: str, n: int) -> tuple[d
             break
         k = max(splittable, key=lambda k: (runs[k][1], -k))
         run = runs[k][0]
-        halves = (run[: len(run) // 2], run[len(run) // 2 :])
-        runs[k : k + 1] = [(h, alone(h)) for h in halves]
+        halves = [run[: len(run) // 2], run[len(run) // 2 :]]
+        runs[k : k + 1] = list(zip(halves, alone(halves), strict=True))
         budget -= 2
     damage = {g: e / len(r) for r, e in runs for g in r}
     return damage, {g: len(r) for r, _ in runs for g in r}
