@@ -186,9 +186,8 @@ def test_the_race_scores_the_best_first_sample_first_and_keeps_the_full_evaluati
     )
 
 
-def test_one_sample_runs_on_every_core_and_several_side_by_side(monkeypatch):
-    """The search's first-order ranking judges one sample a patch: its session keeps every core; a
-    judgement on several runs them two at a time on a core each (deploykit.graph.parallel)."""
+def _two_cores_counting_threads(monkeypatch):
+    """An opener on a 2-core machine that lists the thread count each session was opened with."""
     from deploykit.graph import parallel
 
     monkeypatch.setattr(parallel, "cores", lambda: 2)
@@ -198,6 +197,13 @@ def test_one_sample_runs_on_every_core_and_several_side_by_side(monkeypatch):
         opened.append(kw.get("threads"))
         return session_from_onnx(model, **kw)
 
+    return opener, opened
+
+
+def test_one_sample_runs_on_every_core_and_several_side_by_side(monkeypatch):
+    """A graph judged alone on one sample keeps every core; a judgement on several runs them two at a
+    time on a core each (deploykit.graph.parallel)."""
+    opener, opened = _two_cores_counting_threads(monkeypatch)
     model = models.cnn((8,), head="sigmoid", seed=0)
     judge = Judge(model, models.images(4, seed=5), opener, ParityConfig(), PRESET, "int8", "4 samples")
     one = judge.report(models.cnn((8,), head="sigmoid", seed=1), n=1)
@@ -210,15 +216,7 @@ def test_graphs_judged_side_by_side_measure_what_each_alone_does(monkeypatch):
     """The first-order ranking's one-sample judgements run two graphs at a time, each on a core of its
     own, opened as they are reached; each measures what judging it alone does, and one judged already
     is not run again."""
-    from deploykit.graph import parallel
-
-    monkeypatch.setattr(parallel, "cores", lambda: 2)
-    opened = []
-
-    def opener(model, **kw):
-        opened.append(kw.get("threads"))
-        return session_from_onnx(model, **kw)
-
+    opener, opened = _two_cores_counting_threads(monkeypatch)
     model = models.cnn((8,), head="sigmoid", seed=0)
     samples = models.images(3, seed=8)
     graphs = {f"seed {k}": models.cnn((8,), head="sigmoid", seed=k) for k in (1, 2, 3)}

@@ -270,7 +270,8 @@ class Judge:
 
         session, comparison = self._open.pop(key, (None, None))
         if comparison is None or comparison.samples > count:
-            # one sample (the search's first-order ranking) runs alone: on every core, not its share
+            # one sample judged alone runs on every core, not its share (the first-order ranking runs its
+            # one-sample judgements side by side instead: measure_side_by_side)
             threads = threads_per_run() if count > 1 else 0
             session = self.opener(candidate, threads=threads)
             comparison = Comparison(self.parity, self.preset, self.precision)
