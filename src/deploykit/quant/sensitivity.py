@@ -384,7 +384,7 @@ def first_order(ev: Evaluations, names: list[str], high: str, n: int) -> tuple[d
     transformer."""
 
     def quantized_alone(runs: list[tuple[str, ...]]) -> list[Patch]:
-        return [{g: high for g in names if g not in set(run)} for run in runs]
+        return [{g: high for g in names if g not in inside} for inside in map(set, runs)]
 
     def alone(runs: list[tuple[str, ...]]) -> list[float]:  # measured side by side (Evaluations.screened)
         return [_energy(m) - clean for m in ev.screened(quantized_alone(runs), n)]
