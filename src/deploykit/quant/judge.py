@@ -288,9 +288,12 @@ class Judge:
         from deploykit.graph.parallel import in_order
 
         start = comparison.samples
-        for expected, got in zip(
-            self.ref.outputs[start:count], in_order(session.infer, self.samples[start:count]), strict=True
-        ):
+        self._fold(comparison, in_order(session.infer, self.samples[start:count]))
+
+    def _fold(self, comparison: Any, outputs: Iterable[dict[str, Any]]) -> None:
+        """Fold a candidate's outputs on the samples ``comparison`` lacks, in the samples' order."""
+        start = comparison.samples
+        for expected, got in zip(self.ref.outputs[start:], outputs, strict=False):
             comparison.add({"onnx": expected}, got)
             self.inferences += 1
 
@@ -330,9 +333,7 @@ class Judge:
 
         for key, got in in_order(outputs, opened()):
             comparison = Comparison(self.parity, self.preset, self.precision)
-            for expected, out in zip(self.ref.outputs[:count], got, strict=True):
-                comparison.add({"onnx": expected}, out)
-                self.inferences += 1
+            self._fold(comparison, got)
             self._reports[(key, count)] = comparison.report()
         return {key: measurement_of(self._reports[(key, count)]) for key in wanted}
 

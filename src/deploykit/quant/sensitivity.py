@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deploykit.quant.groups import Group
-from deploykit.quant.judge import Judge, Measurement, Score, measurement_settings, score
+from deploykit.quant.judge import Judge, Measurement, Runner, Score, measurement_settings, score
 from deploykit.quant.latency_cost import Costs
 from deploykit.quant.reasons import Reason
 from deploykit.quant.screen import Screen
@@ -90,21 +90,24 @@ class Evaluations:
         """For ranking, each patch's measurement: through the screening graph where it covers the patch
         (one open session, fake-quantized FP32), else on the patch's own graph as :meth:`measure` judges
         it; the ones not measured yet run side by side (:meth:`Judge.measure_side_by_side`)."""
-        keys, runs, judged = [], {}, {}
+        keys: list[tuple[str, str]] = []  # (memo key, the judge's key)
+        todo: dict[str, Callable[[], Runner]] = {}  # the judge's key -> what opens the graph
+        on_screen: set[str] = set()
         for patch in patches:
             state = _state(patch)
             if self.screen is not None and self.screen.covers(patch):
-                key = judged_as = f"screen|{n}|{state}"
-                runs[judged_as] = partial(self.screen.runner, patch)
+                key = judged = f"screen|{n}|{state}"
+                run = partial(self.screen.runner, patch)
+                on_screen.add(key)
             else:
-                key, judged_as = f"{n}|{state}", f"patch|{state}"
-                runs[judged_as] = partial(lambda p: self.judge.runner(self.build(p)), patch)
-            keys.append(key)
-            judged[key] = judged_as
-        todo = {judged[k]: runs[judged[k]] for k in keys if k not in self.cache}
+                key, judged = f"{n}|{state}", f"patch|{state}"
+                run = partial(lambda p: self.judge.runner(self.build(p)), patch)
+            keys.append((key, judged))
+            if key not in self.cache:
+                todo[judged] = run
         found = self.judge.measure_side_by_side(todo.items(), n) if todo else {}
-        self.on_screen += sum(1 for k in dict.fromkeys(keys) if k not in self.cache and k.startswith("screen|"))
-        return [self._memo(k, partial(found.__getitem__, judged[k])) for k in keys]
+        self.on_screen += len(on_screen & todo.keys())
+        return [self._memo(key, partial(found.__getitem__, judged)) for key, judged in keys]
 
     def _memo(self, key: str, run: Callable[[], Measurement]) -> Measurement:
         if key in self.cache:
