@@ -110,6 +110,18 @@ def test_accumulator_keeps_the_worst_sample_and_a_histogram():
     assert sum(h["counts"]) + h["zeros"] == 300 and h["zeros"] >= 100
 
 
+def test_an_accumulator_without_a_histogram_measures_the_same():
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(5000)
+    pairs = [(ref, ref + rng.normal(0, s, ref.shape)) for s in (1e-3, 1e-1, 0.0)]
+    binned, plain = ErrorAccumulator(1e-2, atol=1e-2), ErrorAccumulator(1e-2, atol=1e-2, histogram=False)
+    for r, g in pairs:
+        assert binned.add(r, g) == plain.add(r, g)
+    with_hist, without = binned.result(), plain.result()
+    assert "abs_error_histogram" not in without
+    assert without == {k: v for k, v in with_hist.items() if k != "abs_error_histogram"}
+
+
 def test_classification_like_outputs_get_topk_agreement_reported():
     acc = ErrorAccumulator(rel_floor=1e-2)
     ref = np.array([[3.0, 2.0, 1.0, 0.0, -1.0, -2.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]], np.float32)

@@ -142,6 +142,9 @@ def test_the_judge_agrees_with_a_parity_comparison_on_the_same_samples():
     assert verdict.tasks[0]["metrics"] == measurement_of(report).tasks[0]["metrics"]
     assert score(judge.measure(candidate), parity, PRESET).passed == report["passed"]
     assert judge.evaluations == 1 and judge.inferences == 5  # the same graph judged twice ran once
+    # the judge bins no error histogram (no plot reads a candidate's); the parity stage's comparison does
+    assert "abs_error_histogram" not in judge.report(candidate)["outputs"]["y"]["onnx"]
+    assert "abs_error_histogram" in report["outputs"]["y"]["onnx"]
 
 
 def _perturbed(model, amount):

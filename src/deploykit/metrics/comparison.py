@@ -24,8 +24,11 @@ from deploykit.metrics.tasks import TaskMetric, build_tasks, max_abs_exempt, uno
 class Comparison:
     """Accumulates (reference name, output) -> errors and (reference name, task) -> task sums."""
 
-    def __init__(self, parity: ParityConfig, preset: Tolerance, precision: str = "fp32") -> None:
-        self.parity, self.preset, self.precision = parity, preset, precision
+    def __init__(
+        self, parity: ParityConfig, preset: Tolerance, precision: str = "fp32", histogram: bool = True
+    ) -> None:
+        """``histogram``: bin each sample's errors for the report's plots (off where nothing draws them)."""
+        self.parity, self.preset, self.precision, self.histogram = parity, preset, precision, histogram
         self.elementwise: dict[tuple[str, str], ErrorAccumulator] = {}
         self.tasks: dict[str, list[TaskMetric]] = {}
         self.samples = 0
@@ -42,7 +45,7 @@ class Comparison:
                 key = (ref_name, out_name)
                 if key not in self.elementwise:
                     tol = self.parity.tolerance(out_name, self.preset)
-                    self.elementwise[key] = ErrorAccumulator(tol.rel_floor or 0.0, tol.atol, tol.rtol)
+                    self.elementwise[key] = ErrorAccumulator(tol.rel_floor or 0.0, tol.atol, tol.rtol, self.histogram)
                 try:
                     worst = max(worst, self.elementwise[key].add(ref, cand)["rel_l2"])
                 except ValueError as e:

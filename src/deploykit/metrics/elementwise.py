@@ -195,8 +195,10 @@ class ErrorAccumulator:
 
     _WORST_MAX = ("max_abs", "mean_abs", "rel_l2", "max_rel", "ref_absmax", "ref_range")
 
-    def __init__(self, rel_floor: float, atol: float | None = None, rtol: float | None = None) -> None:
-        self.rel_floor, self.atol, self.rtol = rel_floor, atol, rtol
+    def __init__(
+        self, rel_floor: float, atol: float | None = None, rtol: float | None = None, histogram: bool = True
+    ) -> None:
+        self.rel_floor, self.atol, self.rtol, self.histogram = rel_floor, atol, rtol, histogram
         self.worst: dict[str, float] | None = None
         self.per_sample_rel_l2: list[float] = []
         self.zeros, self.hist = 0, [0] * (len(HIST_EDGES) - 1)
@@ -204,11 +206,12 @@ class ErrorAccumulator:
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
         """Fold one sample in; return its metrics."""
-        sums = _Sums(ref, got, self.rel_floor, histogram=True, atol=self.atol, rtol=self.rtol)
+        sums = _Sums(ref, got, self.rel_floor, histogram=self.histogram, atol=self.atol, rtol=self.rtol)
         m = sums.metrics()
         m.update(topk_agreement(ref, got))
-        self.zeros += sums.zeros
-        self.hist = [a + int(b) for a, b in zip(self.hist, sums.hist, strict=True)]
+        if sums.hist is not None:
+            self.zeros += sums.zeros
+            self.hist = [a + int(b) for a, b in zip(self.hist, sums.hist, strict=True)]
         if self.worst is None or m["rel_l2"] > max(self.per_sample_rel_l2):
             self.worst_sample = len(self.per_sample_rel_l2)
         self.per_sample_rel_l2.append(m["rel_l2"])
@@ -217,12 +220,14 @@ class ErrorAccumulator:
 
     def result(self) -> dict[str, Any]:
         assert self.worst is not None, "no sample was added"
-        return {
+        out: dict[str, Any] = {
             "metrics": dict(self.worst),
             "per_sample_rel_l2": list(self.per_sample_rel_l2),
             "worst_sample": self.worst_sample,
-            "abs_error_histogram": {"edges": list(HIST_EDGES), "counts": self.hist, "zeros": self.zeros},
         }
+        if self.histogram:
+            out["abs_error_histogram"] = {"edges": list(HIST_EDGES), "counts": self.hist, "zeros": self.zeros}
+        return out
 
 
 def _merge(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
