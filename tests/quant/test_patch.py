@@ -204,3 +204,66 @@ def test_layer_precisions_naming_a_missing_group_is_a_config_error():
         base_of(models.depthwise(), "onnxruntime", models.images(8, size=32), layer_precisions={"b0_dww": "fp32"})
     with pytest.raises(ConfigError, match="offers int8, fp32"):
         base_of(models.depthwise(), "onnxruntime", models.images(8, size=32), layer_precisions={"b0_dw": "fp8"})
+
+
+def _drop_unread_by_passes(model):
+    """The rule _drop_unread applies, as passes over the graph until none removes anything."""
+    outputs = {o.name for o in model.graph.output}
+    dropped = set()
+    while True:
+        read = {i for n in model.graph.node for i in n.input} | outputs
+        gone = [
+            n
+            for n in model.graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast") and not set(n.output) & read
+        ]
+        if not gone:
+            break
+        dropped |= {i for n in gone for i in n.input}
+        keep = [n for n in model.graph.node if n not in gone]
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+    used = {i for n in model.graph.node for i in n.input} | outputs
+    keep = [t for t in model.graph.initializer if t.name in used or t.name not in dropped]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    present = {t for n in model.graph.node for t in (*n.input, *n.output)}
+    keep = [v for v in model.graph.value_info if v.name in present]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(keep)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_pass_drops_the_same_unread_q_dq_chains_as_repeated_passes(seed):
+    """Random DAGs of Q/DQ/Cast chains (some ending nowhere, some shared, some feeding an output):
+    the one-pass removal leaves the same graph as removing unread nodes pass after pass."""
+    from deploykit.quant.patch import _drop_unread
+
+    rng = np.random.default_rng(seed)
+    nodes, tensors, inits, infos = [], ["x"], [], []
+    for k in range(60):
+        op = rng.choice(["QuantizeLinear", "DequantizeLinear", "Cast", "Relu", "Add"])
+        src = tensors[int(rng.integers(len(tensors)))]
+        ins = [src]
+        if op in ("QuantizeLinear", "DequantizeLinear"):
+            scale = f"s{k}" if rng.random() < 0.7 else "s_shared"
+            ins.append(scale)
+            if scale not in {t.name for t in inits}:
+                inits.append(numpy_helper.from_array(np.array(0.1, np.float32), scale))
+        elif op == "Add":
+            ins.append(tensors[int(rng.integers(len(tensors)))])
+        out = f"t{k}"
+        nodes.append(helper.make_node(str(op), ins, [out], name=f"n{k}"))
+        infos.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [1]))
+        tensors.append(out)
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1]) for t in rng.choice(tensors[1:], 3, replace=False)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], outs, inits, value_info=infos
+    )
+    model = helper.make_model(graph)
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    _drop_unread_by_passes(expected)
+    _drop_unread(model)
+    assert len(model.graph.node) < len(nodes)  # something was dropped
+    assert model.SerializeToString() == expected.SerializeToString()

@@ -464,19 +464,39 @@ def _to_fp32(model: onnx.ModelProto, group: Group, types: dict[str, int]) -> Non
 def _drop_unread(model: onnx.ModelProto) -> None:
     """Remove Q/DQ and Cast nodes nothing reads, repeatedly, the constants only they used, and every
     declaration of a tensor no node now writes or reads (a removed pair's INT8 declaration left
-    behind reads as an INT8 tensor outside Q/DQ to TensorRT's lint)."""
+    behind reads as an INT8 tensor outside Q/DQ to TensorRT's lint). One pass with read counts: a
+    removed node's inputs lose a reader, and their writer is looked at again (a pass over the graph
+    per layer of removals cost 44 ms a patch on a 549-group transformer)."""
     outputs = {o.name for o in model.graph.output}
+    nodes = list(model.graph.node)
+    readers: dict[str, int] = {}
+    writer: dict[str, int] = {}
+    for k, n in enumerate(nodes):
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+        for o in n.output:
+            writer[o] = k
+    droppable = ("QuantizeLinear", "DequantizeLinear", "Cast")
+
+    def unread(k: int) -> bool:
+        n = nodes[k]
+        return n.op_type in droppable and not any(readers.get(o, 0) or o in outputs for o in n.output)
+
+    removed: set[int] = set()
+    todo = [k for k in range(len(nodes)) if unread(k)]
     dropped: set[str] = set()
-    while True:
-        read = {i for n in model.graph.node for i in n.input} | outputs
-        unread = [
-            n.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast") and not any(o in read for o in n.output)
-            for n in model.graph.node
-        ]
-        if not any(unread):
-            break
-        dropped |= {i for n, u in zip(model.graph.node, unread, strict=True) if u for i in n.input}
-        keep = [n for n, u in zip(model.graph.node, unread, strict=True) if not u]
+    while todo:
+        k = todo.pop()
+        if k in removed:
+            continue
+        removed.add(k)
+        for i in nodes[k].input:
+            dropped.add(i)
+            readers[i] -= 1
+            if readers[i] == 0 and i in writer and writer[i] not in removed and unread(writer[i]):
+                todo.append(writer[i])
+    if removed:
+        keep = [n for k, n in enumerate(nodes) if k not in removed]
         del model.graph.node[:]
         model.graph.node.extend(keep)
     used = {i for n in model.graph.node for i in n.input} | outputs
