@@ -464,3 +464,34 @@ def test_the_search_cache_lives_in_the_artifact_and_a_tighter_rerun_reuses_it(tm
     cache.write_text(edited)  # an edited cache is never trusted
     code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.04, cosine: 0.995}")
     assert code == 4 and "content changed after the artifact was written" in err
+
+
+def test_a_rerun_at_another_tolerance_reads_the_calibration_statistics_and_changed_data_does_not(tmp_path, onnx_model):
+    calib = write_arrays(tmp_path / "calib", [s["x"] for s in models.images(12)])
+    args = ["quantize", str(onnx_model), "--precision", "int8", "--target", "onnxruntime"]
+    args += ["--calib-data", str(calib), "-w", str(tmp_path / "store")]
+    code, _, err = run_cli(*args)
+    assert code == 0, err
+    (first,) = quantize_artifacts(tmp_path / "store")
+    assert "statistics.npz" in first["files"] and first["summary"]["statistics_key"]
+    code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.5, cosine: 0.9}")
+    assert code == 0, err
+    (second,) = [m for m in quantize_artifacts(tmp_path / "store") if m["digest"] != first["digest"]]
+    assert second["summary"]["statistics_key"] == first["summary"]["statistics_key"]
+    assert any("calibration statistics reused" in n for n in second["summary"]["notes"])
+    assert (second["summary"]["samples"], second["summary"]["range_samples"]) == (
+        first["summary"]["samples"],
+        first["summary"]["range_samples"],
+    )
+    ranges = [
+        json.loads((tmp_path / "store" / "objects" / m["digest"] / "ranges.json").read_text()) for m in (first, second)
+    ]
+    assert ranges[0] == ranges[1]
+    np.save(calib / "s000.npy", models.images(1, seed=99)[0]["x"])  # other samples: a pass of their own
+    code, _, err = run_cli(*args, "--set", "quantize.tolerances.int8={rel_l2: 0.5, cosine: 0.9}")
+    assert code == 0, err
+    (third,) = [
+        m for m in quantize_artifacts(tmp_path / "store") if m["digest"] not in (first["digest"], second["digest"])
+    ]
+    assert third["summary"]["statistics_key"] != first["summary"]["statistics_key"]
+    assert not any("statistics reused" in n for n in third["summary"]["notes"])

@@ -40,6 +40,7 @@ from deploykit.quant.reasons import Kept, Reason
 if TYPE_CHECKING:
     import onnx
 
+    from deploykit.quant.calib_cache import Arrays, CalibrationCache
     from deploykit.quant.mixed import CacheLookup
     from deploykit.quant.sensitivity import SearchResult
 
@@ -62,6 +63,7 @@ class Job:
     task: Callable[[str, int], Any] | None = None  # a Reporter's ``task`` for progress bars
     judging: Judging = field(default_factory=Judging)  # parity's config, data and reference
     search_cache: CacheLookup | None = None  # key -> measurements a previous artifact stored
+    calibration_cache: CalibrationCache | None = None  # the samples' identity; statistics earlier artifacts kept
     # what the quantizer placed, by (graph, excluded nodes): it places Q/DQ once per exclusion set,
     # every range set after that only rewrites scales (see candidates.qdq)
     placements: dict[tuple[int, tuple[str, ...]], Placed] = field(default_factory=dict, init=False, repr=False)
@@ -100,6 +102,7 @@ class Result:
     base: onnx.ModelProto | None = None  # the graph every layer_precisions patch applies to
     layer_precisions: dict[str, str] = field(default_factory=dict)  # the patch in the model (configured or found)
     search_cache: dict[str, Any] | None = None  # what the search measured, for the artifact
+    calibration: tuple[str, Arrays] | None = None  # (key, statistics) for the artifact (calib_cache)
 
 
 def quantize_model(job: Job) -> Result:
@@ -136,11 +139,12 @@ def quantize_model(job: Job) -> Result:
         model, equalized = equalize(model, cfg.equalize_hardswish)
         model = g.infer_shapes(model)  # the rewritten activations' tensors need types to be calibrated
         notes.append(equalized.note())
-    calibration = _calibrate(job, model, settings(cfg), notes)
+    calibration, kept = _calibrate(job, model, settings(cfg), notes)
     exclusions.keep_first(excluded, exclusions.after_calibration(model, calibration, cfg, flavour))
     exclusions.keep_first(fp32, _fp16_guard(job, model, calibration.sets["max"]))
     result = _quantize_and_check(job, model, calibration, excluded, fp32, notes, original)
     result.range_samples = calibration.seen - len(calibration.held_out)
+    result.calibration = kept
     result.preparation = prep.to_dict()
     result.unquantized = _skipped_by_quantizer(model, result, job)
     return result
@@ -196,26 +200,37 @@ def _configured_fp32(model: onnx.ModelProto, cfg: QuantizeConfig, where: str) ->
     return dict.fromkeys(cfg.keep_fp32_nodes, Kept.FP32_BY_CONFIG())
 
 
-def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes: list[str]) -> Calibration:
+def _calibrate(
+    job: Job, model: onnx.ModelProto, settings: RangeSettings, notes: list[str]
+) -> tuple[Calibration, tuple[str, Arrays] | None]:
     """One pass over the samples: min/max (the ``max`` set) and the statistics every other method's
-    ranges come from; the first samples held out for the check."""
+    ranges come from; the first samples held out for the check. Or the statistics an earlier
+    artifact kept for the same graph, samples and settings (:mod:`deploykit.quant.calib_cache`).
+    Returns them with (their key, their arrays) for this artifact, where they can be reused."""
     if job.samples is None:
-        return Calibration({"max": {}}, [], 0)
+        return Calibration({"max": {}}, [], 0), None
+    from deploykit.quant import calib_cache
+
     total = job.samples.limit or 0
     histograms = ("max",) if settings.method in NO_HISTOGRAM else ("max", "histogram")
-    task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
     validated = bool(job.judging.samples)  # parity's validation data judges: no calibration sample is held out
-    with task as advance:
-        result = calibrate(
-            model,
-            job.samples,
-            settings,
-            histograms,
-            hold_out=0 if validated else _check_count(job.cfg),
-            bounded=_max_calibrated(model),
-            progress=advance,
-            expected=job.samples.limit,
-        )
+    hold_out = 0 if validated else _check_count(job.cfg)
+    cache = job.calibration_cache
+    key = calib_cache.key(cache, model, settings, len(histograms) > 1, hold_out, job.samples.limit) if cache else ""
+    result = _reused(job, key, settings, notes) if cache else None
+    if result is None:
+        task = job.task(f"calibrating ({settings.method})", total) if job.task else contextlib.nullcontext(None)
+        with task as advance:
+            result = calibrate(
+                model,
+                job.samples,
+                settings,
+                histograms,
+                hold_out=hold_out,
+                bounded=_max_calibrated(model),
+                progress=advance,
+                expected=job.samples.limit,
+            )
     if validated:
         notes.append(
             f"ranges from all {result.seen} calibration samples (the check judges on the validation "
@@ -228,6 +243,26 @@ def _calibrate(job: Job, model: onnx.ModelProto, settings: RangeSettings, notes:
         )
     else:
         notes.append(f"only {result.seen} calibration samples: the check runs on samples the ranges saw (optimistic)")
+    return result, ((key, calib_cache.pack(result)) if key else None)
+
+
+def _reused(job: Job, key: str, settings: RangeSettings, notes: list[str]) -> Calibration | None:
+    """The statistics an earlier artifact filed under ``key``, or None (none, or of another layout)."""
+    from deploykit.quant import calib_cache
+
+    assert job.calibration_cache is not None and job.samples is not None
+    found = job.calibration_cache.lookup(key)
+    if found is None:
+        return None
+    try:
+        result = calib_cache.unpack(found, settings, lambda n: list(itertools.islice(job.samples, n)))
+    except (KeyError, ValueError):
+        return None
+    job.samples.seen = result.seen  # what the earlier pass read: this run reads only the held-out samples
+    notes.append(
+        f"calibration statistics reused from an earlier artifact (the same graph, {result.seen} samples "
+        "and settings): the samples were not run again"
+    )
     return result
 
 

@@ -15,6 +15,10 @@ calibration data, and writes one artifact:
 * ``sensitivity.json`` — the search's per-layer measurements, filed under a key of everything they
   depend on except the tolerances: a rerun at another tolerance finds them here (the file is in
   the artifact's digest, so an edited cache is refused, never trusted).
+* ``statistics.npz`` — calibration's per-tensor min/max and histograms, filed under a key of the
+  graph, the samples and the pass's settings (:mod:`deploykit.quant.calib_cache`): a rerun that
+  changes only the tolerances, the method or the search reads them instead of running the samples
+  again (arrays only, read through the store's digest check).
 
 For INT8 in the onnxruntime flavour the summary also holds ``cpu_speed``, FP32 vs INT8 timed on
 this CPU (:mod:`deploykit.quant.speed`), with a warning when INT8 is not faster.
@@ -53,6 +57,7 @@ from deploykit.store.jsonio import clean
 RANGES = "ranges.json"
 BASE = "base.onnx"
 SENSITIVITY = "sensitivity.json"
+STATISTICS = "statistics.npz"
 CACHE = "calibration.cache"
 PRECISION = "precision.json"
 TRT_CACHE_VERSION = "10.12.0"  # the oldest TensorRT deploykit supports; the cache is for <= 10
@@ -127,6 +132,7 @@ class QuantizeSummary(Summary):
     warnings: list[str] = field(default_factory=list)
     passthrough: bool = False  # an already quantized model, passed through unchanged
     cpu_speed: CpuSpeed | None = None  # onnxruntime flavour, INT8
+    statistics_key: str = ""  # what statistics.npz is filed under (calib_cache.key)
 
 
 class QuantizeStage(Stage):
@@ -164,14 +170,11 @@ class QuantizeStage(Stage):
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
         q, flavour = c.quantize, flavour_for(c.quantize.flavour(c.build.backend))
-        source = _calibration(ctx)
         return {
             "quantize": q,
             "flavour": flavour.name,
             **flavour.key(q, c.build.optimization_level),
-            "calibration": source.fingerprint() if source else None,
-            "inputs": c.inputs,
-            "dims": c.dims,
+            **_samples_identity(ctx),
             "parity": {
                 "default": c.parity.default,
                 "outputs": c.parity.outputs,
@@ -188,6 +191,7 @@ class QuantizeStage(Stage):
 
     def run(self, ctx: StageContext, inputs: dict[str, Artifact], out: Path) -> QuantizeSummary:
         from deploykit.plugins.quantize import quantize_keeping_plugins
+        from deploykit.quant.calib_cache import CalibrationCache
         from deploykit.quant.quantize import Job, quantize_model
         from deploykit.quant.reader import SampleStream
 
@@ -206,6 +210,7 @@ class QuantizeStage(Stage):
             task=ctx.reporter.task,
             judging=_judging(ctx, inputs),
             search_cache=_cache_lookup(ctx),
+            calibration_cache=CalibrationCache(_samples_identity(ctx), _statistics_lookup(ctx)) if source else None,
         )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -394,25 +399,55 @@ def _judging(ctx: StageContext, inputs: dict[str, Artifact]) -> Any:
 
 
 def _cache_lookup(ctx: StageContext) -> Any:
-    """key -> the search measurements an earlier quantize artifact in the store filed under it.
+    """key -> the search measurements an earlier quantize artifact in the store filed under it."""
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        found = _earlier(ctx, SENSITIVITY, lambda s: s.repair is not None and s.repair.cache_key == key)
+        if found is None:
+            return None
+        payload = json.loads(found.read_text(encoding="utf-8"))
+        return payload if isinstance(payload, dict) else None
+
+    return lookup
+
+
+def _statistics_lookup(ctx: StageContext) -> Any:
+    """key -> the calibration statistics an earlier quantize artifact in the store filed under it
+    (arrays only: nothing in the file is unpickled)."""
+    import numpy as np
+
+    def lookup(key: str) -> dict[str, Any] | None:
+        found = _earlier(ctx, STATISTICS, lambda s: s.statistics_key == key)
+        if found is None:
+            return None
+        try:
+            with np.load(found, allow_pickle=False) as arrays:
+                return {name: arrays[name] for name in arrays.files}
+        except (OSError, ValueError):  # not an array file: calibrate again
+            return None
+
+    return lookup
+
+
+def _earlier(ctx: StageContext, name: str, wanted: Any) -> Path | None:
+    """File ``name`` of the newest quantize artifact in the store whose summary ``wanted`` accepts.
 
     Candidates are found by their sealed manifests' typed summaries; the one used is read through
     ``Store.get``, which re-hashes every file against its manifest (an edited cache is refused)."""
+    found, _ = ctx.store.scan()  # objects that do not verify are never candidates
+    for candidate in reversed(found):  # newest first
+        if candidate.manifest.stage != QuantizeStage.name or name not in candidate.manifest.files:
+            continue
+        if wanted(QuantizeSummary.of(candidate)):
+            return ctx.store.get(candidate.digest).file(name)  # verifies every file's digest
+    return None
 
-    def lookup(key: str) -> dict[str, Any] | None:
-        found, _ = ctx.store.scan()  # objects that do not verify are never candidates
-        for candidate in reversed(found):  # newest first
-            if candidate.manifest.stage != QuantizeStage.name:
-                continue
-            repair = QuantizeSummary.of(candidate).repair
-            if repair is None or repair.cache_key != key or SENSITIVITY not in candidate.manifest.files:
-                continue
-            artifact = ctx.store.get(candidate.digest)  # verifies every file's digest
-            payload = json.loads(artifact.file(SENSITIVITY).read_text(encoding="utf-8"))
-            return payload if isinstance(payload, dict) else None
-        return None
 
-    return lookup
+def _samples_identity(ctx: StageContext) -> dict[str, Any]:
+    """What identifies the calibration samples: in the recipe key, and in calibration statistics' key."""
+    c = ctx.config
+    source = _calibration(ctx)
+    return {"calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims}
 
 
 def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> QuantizeSummary:
@@ -426,6 +461,8 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         save_model(result.base, out / BASE)
     if result.search_cache is not None:
         (out / SENSITIVITY).write_text(json.dumps(clean(result.search_cache), sort_keys=True, allow_nan=False))
+    if result.calibration is not None:
+        _write_statistics(out / STATISTICS, result.calibration[1])
     samples = job.samples.seen if job.samples is not None else 0
     if result.ranges:
         write_ranges(
@@ -458,7 +495,15 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
         notes=list(result.notes),
         warnings=warnings_ + ([w.sentence for w in result.check.warnings] if result.check else []),
         passthrough=result.passthrough,
+        statistics_key=result.calibration[0] if result.calibration is not None else "",
     )
+
+
+def _write_statistics(path: Path, arrays: dict[str, Any]) -> None:
+    import numpy as np
+
+    with path.open("wb") as f:  # a file object: savez would add ".npz" to a name
+        np.savez_compressed(f, **arrays)
 
 
 def _precision_report(result: Any, job: Any) -> dict[str, Any]:
