@@ -500,10 +500,16 @@ def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> Qu
 
 
 def _write_statistics(path: Path, arrays: dict[str, Any]) -> None:
+    """An .npz (what ``np.load`` reads) deflated at level 1: ``np.savez_compressed``'s default level
+    took 0.40 s for ViT-S's 18 MB of histograms (1.4 MB), level 1 0.08 s (1.6 MB)."""
+    import zipfile
+
     import numpy as np
 
-    with path.open("wb") as f:  # a file object: savez would add ".npz" to a name
-        np.savez_compressed(f, **arrays)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
 def _precision_report(result: Any, job: Any) -> dict[str, Any]:
