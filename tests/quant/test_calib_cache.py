@@ -77,6 +77,8 @@ def test_statistics_of_another_layout_are_not_trusted(monkeypatch):
     assert fresh.ranges == first.ranges and not any("statistics reused" in n for n in fresh.notes)
     missing = {k: v for k, v in arrays.items() if k != "counts"}
     assert run(model, data, {key: missing}).ranges == first.ranges
+    beyond = {**arrays, "row": arrays["row"] + len(arrays["counts"])}  # rows no histogram has
+    assert run(model, data, {key: beyond}).ranges == first.ranges
 
 
 def test_packed_statistics_keep_shared_histograms_shared():

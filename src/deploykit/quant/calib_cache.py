@@ -97,8 +97,8 @@ def pack(calibration: Calibration) -> Arrays:
 
 def unpack(arrays: Arrays, settings: RangeSettings, first: Callable[[int], list[dict[str, np.ndarray]]]) -> Calibration:
     """The :class:`~deploykit.quant.ranges.Calibration` :func:`pack` stored; ``first(n)``: the stream's
-    first ``n`` samples (the ones the pass held out for the check). Raises KeyError or ValueError on
-    arrays of another layout."""
+    first ``n`` samples (the ones the pass held out for the check). Raises KeyError, ValueError,
+    IndexError or TypeError on arrays of another layout."""
     from deploykit.quant.ranges import Calibration, Statistics
 
     names = [str(n) for n in arrays["names"]]

@@ -256,7 +256,7 @@ def _reused(job: Job, key: str, settings: RangeSettings, notes: list[str]) -> Ca
         return None
     try:
         result = calib_cache.unpack(found, settings, lambda n: list(itertools.islice(job.samples, n)))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, IndexError, TypeError):  # arrays of another layout: calibrate again
         return None
     job.samples.seen = result.seen  # what the earlier pass read: this run reads only the held-out samples
     notes.append(
