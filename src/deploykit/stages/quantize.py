@@ -414,6 +414,8 @@ def _cache_lookup(ctx: StageContext) -> Any:
 def _statistics_lookup(ctx: StageContext) -> Any:
     """key -> the calibration statistics an earlier quantize artifact in the store filed under it
     (arrays only: nothing in the file is unpickled)."""
+    import zipfile
+
     import numpy as np
 
     def lookup(key: str) -> dict[str, Any] | None:
@@ -423,7 +425,7 @@ def _statistics_lookup(ctx: StageContext) -> Any:
         try:
             with np.load(found, allow_pickle=False) as arrays:
                 return {name: arrays[name] for name in arrays.files}
-        except (OSError, ValueError):  # not an array file: calibrate again
+        except (OSError, ValueError, zipfile.BadZipFile):  # not an array file: calibrate again
             return None
 
     return lookup
