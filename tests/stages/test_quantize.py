@@ -495,3 +495,18 @@ def test_a_rerun_at_another_tolerance_reads_the_calibration_statistics_and_chang
     ]
     assert third["summary"]["statistics_key"] != first["summary"]["statistics_key"]
     assert not any("statistics reused" in n for n in third["summary"]["notes"])
+
+
+def test_a_quantize_run_digests_its_calibration_files_once(tmp_path, onnx_model, monkeypatch):
+    """The recipe key digests them; the statistics key reads those facts from the run's context."""
+    from deploykit.data.sources import DataSource
+
+    calib = write_arrays(tmp_path / "calib", [s["x"] for s in models.images(8)])
+    real, calls = DataSource.fingerprint, []
+    monkeypatch.setattr(DataSource, "fingerprint", lambda self: calls.append(self.what) or real(self))
+    args = ["quantize", str(onnx_model), "--precision", "int8", "--target", "onnxruntime"]
+    code, _, err = run_cli(*args, "--calib-data", str(calib), "-w", str(tmp_path / "store"))
+    assert code == 0, err
+    assert calls.count("calibration") == 1
+    (first,) = quantize_artifacts(tmp_path / "store")
+    assert first["summary"]["statistics_key"]

@@ -220,6 +220,7 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
     inputs = {role: run.roles[role] for role in stage.inputs}
     with ctx.store.staging(stage.name) as tmp:
         start = time.perf_counter()
+        ctx.recipe = key_config
         try:
             summary = stage.run(ctx, inputs, tmp).to_dict()
         except (DeployKitError, OSError) as e:
@@ -228,6 +229,8 @@ def _execute(run: _Run, stage: Stage, key: str, parents: dict[str, str], key_con
             if not isinstance(e, DiskFull) and disk_nearly_full(tmp):
                 raise disk_full(None, f"stage {stage.name}: while writing to {ctx.store.root}") from e
             raise
+        finally:
+            ctx.recipe = None
         manifest = Manifest(
             kind=stage.output_kind,
             stage=stage.name,

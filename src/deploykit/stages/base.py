@@ -69,6 +69,9 @@ class StageContext:
     store: Store
     reporter: Reporter
     torch_model: Any = None  # the torch model this run built: export builds it, parity's torch reference reuses it
+    # while a stage's run() runs: the config facts its recipe key was made of (canonical form), so a
+    # stage that needs one again (quantize: the calibration files' digests) reads it instead of redoing it
+    recipe: Any = None
 
 
 class Stage:

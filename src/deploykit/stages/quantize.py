@@ -170,11 +170,14 @@ class QuantizeStage(Stage):
     def key_config(self, ctx: StageContext) -> Any:
         c = ctx.config
         q, flavour = c.quantize, flavour_for(c.quantize.flavour(c.build.backend))
+        source = _calibration(ctx)
         return {
             "quantize": q,
             "flavour": flavour.name,
             **flavour.key(q, c.build.optimization_level),
-            **_samples_identity(ctx),
+            "calibration": source.fingerprint() if source else None,  # SAMPLE_FACTS: these three
+            "inputs": c.inputs,
+            "dims": c.dims,
             "parity": {
                 "default": c.parity.default,
                 "outputs": c.parity.outputs,
@@ -210,7 +213,9 @@ class QuantizeStage(Stage):
             task=ctx.reporter.task,
             judging=_judging(ctx, inputs),
             search_cache=_cache_lookup(ctx),
-            calibration_cache=CalibrationCache(_samples_identity(ctx), _statistics_lookup(ctx)) if source else None,
+            calibration_cache=(
+                CalibrationCache(_samples_identity(ctx, self), _statistics_lookup(ctx)) if source else None
+            ),
         )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -445,11 +450,16 @@ def _earlier(ctx: StageContext, name: str, wanted: Any) -> Path | None:
     return None
 
 
-def _samples_identity(ctx: StageContext) -> dict[str, Any]:
-    """What identifies the calibration samples: in the recipe key, and in calibration statistics' key."""
-    c = ctx.config
-    source = _calibration(ctx)
-    return {"calibration": source.fingerprint() if source else None, "inputs": c.inputs, "dims": c.dims}
+SAMPLE_FACTS = ("calibration", "inputs", "dims")  # the recipe's facts that identify the calibration samples
+
+
+def _samples_identity(ctx: StageContext, stage: QuantizeStage) -> dict[str, Any]:
+    """What identifies the calibration samples, for calibration statistics' key: the recipe key's own
+    facts, as the runner made them (the calibration files are digested once a run)."""
+    from deploykit.store.hashing import canonical
+
+    recipe = ctx.recipe if ctx.recipe is not None else canonical(stage.key_config(ctx))
+    return {name: recipe[name] for name in SAMPLE_FACTS}
 
 
 def write_artifact(out: Path, result: Any, job: Any, warnings_: list[str]) -> QuantizeSummary:
