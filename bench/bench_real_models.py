@@ -206,6 +206,7 @@ def deploykit_run(
         from deploykit.quant.calib_cache import CalibrationCache
         from deploykit.quant.ort_flavour import resolve_reduce_range
         from deploykit.quant.reader import SampleStream
+        from deploykit.stages.quantize import cpu_speed
 
         timing: dict[str, float] = {}
         real = q.calibrate
@@ -231,6 +232,9 @@ def deploykit_run(
                 else CalibrationCache({"bench": str(path)}, statistics.get),
             )
             result = q.quantize_model(job)
+            # the stage's CPU timing against FP32 (none more where the search timed its answer): a user
+            # of `deploykit quantize` waits for it too
+            speed = cpu_speed(job, result, job.samples)
             if statistics is not None and result.calibration is not None:
                 statistics.setdefault(*result.calibration)
         finally:
@@ -244,6 +248,7 @@ def deploykit_run(
             ),
             "excluded": sorted(result.excluded),
             "fp32": sorted(result.fp32),
+            "stage_speedup": None if speed is None else round(speed.speedup, 3),
         }
         if result.repair is not None:
             s = result.repair

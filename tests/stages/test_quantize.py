@@ -230,7 +230,7 @@ def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch
 
     real = speed.compare_all
 
-    def slow(fp32, graphs, sample, level, budget_s=3.0):  # every timing: the search's answer and the stage's
+    def slow(fp32, graphs, sample, level, budget_s=1.0):  # every timing: the search's answer and the stage's
         found = real(fp32, graphs, sample, level, budget_s=0.1)
         return {
             k: speed.SpeedCheck(1.0, 1.5, f.rounds, f.iterations, f.batch, f.evaluator, 0.6, 0.7)

@@ -222,7 +222,7 @@ class QuantizeStage(Stage):
             # Plugin nodes are inlined for the quantizer and put back, FP32, afterwards.
             result = quantize_keeping_plugins(job, quantize_model)
         notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
-        speed = _cpu_speed(job, result, stream)
+        speed = cpu_speed(job, result, stream)
         said = speed.warning(job.cfg.precision, _mix(result), _why_not_faster(job)) if speed is not None else None
         if said:
             notes.append(said)
@@ -334,9 +334,9 @@ def _calibration(ctx: StageContext) -> Any:
     )
 
 
-def _cpu_speed(job: Any, result: Any, stream: Any) -> Any:
+def cpu_speed(job: Any, result: Any, stream: Any) -> Any:
     """INT8 for ONNX Runtime's CPU kernels exists to be faster: time it against FP32 (about a second),
-    where the flavour's latencies are measured on this CPU."""
+    where the flavour's latencies are measured on this CPU. The real-model bench times it with the call."""
     from deploykit.quant import speed
 
     if not job.target.measures_latency or job.cfg.precision != "int8" or result.passthrough or stream is None:
