@@ -344,6 +344,8 @@ def cpu_speed(job: Any, result: Any, stream: Any) -> Any:
     search = result.repair
     if search is not None and "chosen" in search.speeds and result.model is search.model:
         return search.speeds["chosen"]  # the search timed its answer: one measurement for notes and summary
+    if job.task is None:  # no progress to show (a library call)
+        return speed.compare(job.model, result.model, stream.first(), job.ort_level)
     with job.task(speed.TIMING_TASK, 1) as advance:  # about a second: say what it is
         found = speed.compare(job.model, result.model, stream.first(), job.ort_level)
         advance()
