@@ -80,3 +80,29 @@ def test_the_timed_sessions_do_not_spin_between_turns(monkeypatch):
     fp32 = models.cnn((8,))
     speed.compare_all(fp32, {"a": fp32, "b": fp32}, models.images(1)[0], "extended", budget_s=0.05)
     assert spins == [False, False, False]
+
+
+def test_the_stage_times_a_library_call_without_a_progress_bar(monkeypatch):
+    """A Job without a Reporter's task (a library call, the real-model bench) still gets the stage's
+    CPU timing, with the stage's default budget; INT8 of the onnxruntime flavour only."""
+    from deploykit.config import QuantizeConfig
+    from deploykit.quant.quantize import Job, quantize_model
+    from deploykit.quant.reader import SampleStream
+    from deploykit.stages.quantize import cpu_speed
+
+    budgets = []
+    real = speed.compare
+
+    def spy(fp32, quantized, sample, level, budget_s=speed.BUDGET_S):
+        budgets.append(budget_s)
+        return real(fp32, quantized, sample, level, budget_s=0.05)
+
+    monkeypatch.setattr(speed, "compare", spy)
+    fp32 = models.cnn((8,))
+    stream = SampleStream(models.images(16))
+    job = Job(fp32, QuantizeConfig(precision="int8"), "onnxruntime", stream)
+    assert job.task is None
+    found = cpu_speed(job, quantize_model(job), stream)
+    assert isinstance(found, SpeedCheck) and found.fp32_ms > 0 and budgets == [speed.BUDGET_S]
+    fp16 = Job(fp32, QuantizeConfig(precision="fp16"), "onnxruntime", SampleStream(models.images(4)))
+    assert cpu_speed(fp16, quantize_model(fp16), stream) is None and budgets == [speed.BUDGET_S]
