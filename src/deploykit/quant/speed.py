@@ -32,9 +32,9 @@ NOT_FASTER = 1.1  # below this, a 2-core VM's drift between rounds can account f
 ROUNDS = 10  # at least; more when the budget allows a round of one iteration more often
 MAX_ROUNDS = 40
 WARMUP = (3, 0.05)  # runs and seconds, per graph
-# Rounds' time per check. 5 checks at 3 s and at 1 s, alternating, of a real recognizer and text detector
-# spread alike (speedup sd 0.014/0.020 at 3 s, 0.022/0.008 at 1 s): drift between checks outweighs
-# what two more seconds of rounds buy, and every quantize with the CPU flavour waits for it.
+# Seconds of interleaved rounds per timing. Five timings each at 3 s and at 1 s, alternating, of a real
+# recognizer and text detector spread alike (speed-up sd 0.014/0.020 at 3 s, 0.022/0.008 at 1 s): drift
+# between timings outweighs what two more seconds buy, and every CPU-flavour INT8 quantize waits for it.
 BUDGET_S = 1.0
 
 
