@@ -267,3 +267,61 @@ def test_one_pass_drops_the_same_unread_q_dq_chains_as_repeated_passes(seed):
     _drop_unread(model)
     assert len(model.graph.node) < len(nodes)  # something was dropped
     assert model.SerializeToString() == expected.SerializeToString()
+
+
+def _ort_outputs(model, sample, disabled=()):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+    )
+    return session.run(None, sample)
+
+
+def _behind_q_dq(model, node_name):
+    """``model`` with the node's input and output each passed through a Q/DQ pair of its own."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    node = next(n for n in out.graph.node if n.name == node_name)
+    scale = numpy_helper.from_array(np.array(0.05, np.float32), f"{node_name}_hz_scale")
+    zero = numpy_helper.from_array(np.array(128, np.uint8), f"{node_name}_hz_zero")
+    out.graph.initializer.extend([scale, zero])
+
+    def pair(src, dst, tag):
+        q = helper.make_node("QuantizeLinear", [src, scale.name, zero.name], [f"{src}_{tag}_q"], name=f"{src}_{tag}_Q")
+        dq = helper.make_node("DequantizeLinear", [q.output[0], scale.name, zero.name], [dst], name=f"{src}_{tag}_DQ")
+        return [q, dq]
+
+    x, y = node.input[0], node.output[0]
+    node.input[0], node.output[0] = f"{x}_hz_in", f"{y}_hz_pre"
+    nodes = list(out.graph.node)
+    at = nodes.index(node)
+    del out.graph.node[:]
+    out.graph.node.extend(
+        [*nodes[:at], *pair(x, node.input[0], "in"), node, *pair(node.output[0], y, "out"), *nodes[at + 1 :]]
+    )
+    return out
+
+
+@pytest.mark.parametrize("patch", [{"b1_expand": "fp32"}, {"b1_expand": "fp32", "b1_dw": "fp32"}, {"head": "fp32"}])
+def test_onnx_runtime_does_not_quantize_a_raised_group_again(patch):
+    """ONNX Runtime's WeightBiasQuantization rule (basic level and up) quantizes the float weights of
+    a Conv that reads a DequantizeLinear and feeds a QuantizeLinear: a raised group reading its input
+    through the base's Q/DQ would run INT8 again, silently. It reads the float tensor past the pair, so
+    the optimized graph computes what it computes without the rule; the same conv put between Q/DQ
+    pairs does not (the rule is live in this ONNX Runtime)."""
+    model, data = models.depthwise(), models.images(8, size=32)
+    result, groups = base_of(model, "onnxruntime", data)
+    raised = apply_patch(result.base, result.reference, groups, patch, "int8", "fp32")
+    weights = {t.name for t in raised.graph.initializer}
+    writer = {o: n.op_type for n in raised.graph.node for o in n.output}
+    float_compute = [n for n in raised.graph.node if n.op_type in ("Conv", "Gemm", "MatMul") and n.input[1] in weights]
+    assert {n.name for n in float_compute} >= set(patch)
+    assert not [n.name for n in float_compute if writer.get(n.input[0]) == "DequantizeLinear"]
+    off = ["WeightBiasQuantization"]
+    for got, without in zip(_ort_outputs(raised, data[0]), _ort_outputs(raised, data[0], off), strict=True):
+        assert np.array_equal(got, without)
+    hazard = _behind_q_dq(raised, next(iter(patch)))
+    assert not np.array_equal(_ort_outputs(hazard, data[0])[0], _ort_outputs(hazard, data[0], off)[0])
