@@ -106,3 +106,23 @@ def test_the_stage_times_a_library_call_without_a_progress_bar(monkeypatch):
     assert isinstance(found, SpeedCheck) and found.fp32_ms > 0 and budgets == [speed.BUDGET_S]
     fp16 = Job(fp32, QuantizeConfig(precision="fp16"), "onnxruntime", SampleStream(models.images(4)))
     assert cpu_speed(fp16, quantize_model(fp16), stream) is None and budgets == [speed.BUDGET_S]
+
+
+@pytest.mark.parametrize(("int8_ms", "settles"), [((1.0,), True), ((0.5, 2.0), False)])
+def test_the_timing_stops_once_the_rounds_agree(monkeypatch, standin_clock, int8_ms, settles):
+    """Rounds that agree stop the timing after ROUNDS, within its budget; rounds that keep disagreeing
+    (INT8 at 4x, then 1x, ...) take the whole budget. Scripted latencies on the stand-in clock."""
+    from deploykit.graph import run
+    from tests.standins import StandInSession
+
+    scripts = iter([(2.0,), int8_ms])
+    monkeypatch.setattr(run, "session_from_onnx", lambda *a, **k: StandInSession(standin_clock, next(scripts)))
+    fp32 = models.cnn((8,))
+    check = speed.compare(fp32, fp32, models.images(1)[0], "extended", budget_s=0.05)
+    rounds_ms = check.rounds * (2.0 + sum(int8_ms) / len(int8_ms))  # one iteration of each per round
+    assert check.iterations == 1
+    if settles:
+        assert check.rounds == speed.ROUNDS and check.speedup == pytest.approx(2.0) and rounds_ms < 50
+    else:
+        assert speed.ROUNDS < check.rounds <= speed.MAX_ROUNDS and rounds_ms >= 50
+        assert check.speedup_low == pytest.approx(1.0) and check.speedup_high == pytest.approx(4.0)

@@ -8,9 +8,11 @@ plainly when the "optimized" model is not faster; the gate then times the built 
 The loop is the gate's (:func:`deploykit.metrics.latency.time_iterations` after
 :func:`~deploykit.metrics.latency.warm_up`): at least :data:`ROUNDS` rounds, each timing FP32 and
 the quantized graph back to back (in alternating order, so drift within a round hits both alike),
-iterations per round sized to the time budget. 5 rounds of 1 iteration said 2.00x where 40
-interleaved rounds said 1.17x on a real text detector; the figure is the ratio of the medians, and
-the per-round ratios give its spread.
+iterations per round sized so that :data:`MAX_ROUNDS` rounds fill the time budget. 5 rounds of 1
+iteration said 2.00x where 40 interleaved rounds said 1.17x on a real text detector; the figure is
+the ratio of the medians, and the per-round ratios give its spread. After :data:`ROUNDS` rounds the
+timing stops once those ratios pin the speed-up down to :data:`PRECISION` (a standard error): a
+small model whose rounds agree is done in a quarter of the budget, a noisy one takes all of it.
 
 The timed sessions do not spin between runs: a session's idle worker threads spin-wait after its
 turn and take the cores from the next graph's turn. On a 2-core VM a 3-ms recognizer timed beside
@@ -36,6 +38,9 @@ WARMUP = (3, 0.05)  # runs and seconds, per graph
 # recognizer and text detector spread alike (speed-up sd 0.014/0.020 at 3 s, 0.022/0.008 at 1 s): drift
 # between timings outweighs what two more seconds buy, and every CPU-flavour INT8 quantize waits for it.
 BUDGET_S = 1.0
+# The standard error of the mean per-round log speed-up at which the timing stops early (about 1 %): below
+# the 2 % the speed-up drifted between whole timings of a real recognizer and text detector.
+PRECISION = 0.01
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,9 @@ def compare(
 ) -> SpeedCheck:
     """Time ``fp32`` and ``quantized`` on ``sample`` with ONNX Runtime's CPU kernels at ``level``.
 
-    The rounds and iterations are sized from one timed run of each so the check takes about
-    ``budget_s``: at least :data:`ROUNDS` rounds of at least one iteration.
+    The iterations per round are sized from one timed run of each so that :data:`MAX_ROUNDS` rounds
+    take about ``budget_s``; at least :data:`ROUNDS` rounds of at least one iteration run, and more
+    until the speed-up is known to :data:`PRECISION` or the budget is spent.
     """
     return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s)["quantized"]
 
@@ -156,7 +162,7 @@ def compare_all(
     """Each of ``graphs`` against ``fp32``, all timed in the same interleaved rounds (the order rotates
     round by round), so every ratio comes from one measurement; see :func:`compare`."""
     from deploykit.graph.run import session_from_onnx
-    from deploykit.metrics.latency import aggregate_trials, time_iterations, warm_up
+    from deploykit.metrics.latency import aggregate_trials, now_s, time_iterations, warm_up
 
     models = [fp32, *graphs.values()]
     sessions = [session_from_onnx(m, "onnxruntime", level=level, spin=False) for m in models]
@@ -165,13 +171,16 @@ def compare_all(
         warm_up(run, *WARMUP)  # allocations, kernel selection, caches
     single = [time_iterations(run, 1)[0] / 1e3 for run in runners]
     per_round = max(sum(single), 1e-9)
-    rounds = max(ROUNDS, min(MAX_ROUNDS, int(budget_s / per_round)))
-    iterations = max(1, int(budget_s / (rounds * per_round)))
+    iterations = max(1, int(budget_s / (MAX_ROUNDS * per_round)))
     trials: list[list[list[float]]] = [[] for _ in models]
-    for r in range(rounds):
+    start, rounds = now_s(), 0
+    while rounds < MAX_ROUNDS:
         order = list(range(len(models)))
-        for i in order[r % len(order) :] + order[: r % len(order)]:
+        for i in order[rounds % len(order) :] + order[: rounds % len(order)]:
             trials[i].append(time_iterations(runners[i], iterations))
+        rounds += 1
+        if rounds >= ROUNDS and (now_s() - start >= budget_s or _settled(trials)):
+            break
     stats = [aggregate_trials(t) for t in trials]
     medians = [[t["p50_ms"] for t in s["trials"]] for s in stats]
     batch = int(next(iter(sample.values())).shape[0]) if sample else 1
@@ -191,3 +200,15 @@ def compare_all(
             s["spread"]["p50_ms"]["rel"],
         )
     return out
+
+
+def _settled(trials: list[list[list[float]]]) -> bool:
+    """Whether every graph's speed-up over the first (FP32) is known to :data:`PRECISION`: the standard
+    error of the mean per-round log ratio of the rounds' medians."""
+    import numpy as np
+
+    medians = np.array([[np.median(t) for t in graph] for graph in trials])
+    if (medians <= 0).any():
+        return False
+    logs = np.log(medians[0]) - np.log(medians[1:])
+    return bool((logs.std(axis=1, ddof=1) / np.sqrt(logs.shape[1]) <= PRECISION).all())
