@@ -209,16 +209,21 @@ def deploykit_run(
         from deploykit.stages.quantize import cpu_speed
 
         timing: dict[str, float] = {}
-        real = q.calibrate
+        phases = dict.fromkeys(PHASES.values(), 0.0)  # seconds per part of the call, where the time goes
+        real = {name: getattr(q, name) for name in PHASES}
 
-        def timed(*a: Any, **k: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return real(*a, **k)
-            finally:
-                timing["calibration_s"] = time.perf_counter() - start
+        def timed(name: str) -> Callable[..., Any]:
+            def call(*a: Any, **k: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return real[name](*a, **k)
+                finally:
+                    phases[PHASES[name]] += time.perf_counter() - start
 
-        q.calibrate = timed
+            return call
+
+        for name in PHASES:
+            setattr(q, name, timed(name))
         try:
             job = q.Job(
                 onnx.load(str(path)),
@@ -231,16 +236,23 @@ def deploykit_run(
                 if statistics is None
                 else CalibrationCache({"bench": str(path)}, statistics.get),
             )
+            start = time.perf_counter()
             result = q.quantize_model(job)
             # the stage's CPU timing against FP32 (none more where the search timed its answer): a user
             # of `deploykit quantize` waits for it too
+            timed_at = time.perf_counter()
             speed = cpu_speed(job, result, job.samples)
+            phases["CPU timing"] = time.perf_counter() - timed_at
+            phases["the rest"] = timed_at - start - sum(v for k, v in phases.items() if k != "CPU timing")
             if statistics is not None and result.calibration is not None:
                 statistics.setdefault(*result.calibration)
         finally:
-            q.calibrate = real
+            for name in PHASES:
+                setattr(q, name, real[name])
+        timing["calibration_s"] = phases["calibration"]
         make.info = {
             **timing,
+            "phases": {k: round(v, 2) for k, v in phases.items()},
             "method": result.settings.method,
             "notes": result.notes,  # type: ignore[attr-defined]
             "quantized_nodes": len(
@@ -268,6 +280,17 @@ def deploykit_run(
 
     make.statistics = statistics  # type: ignore[attr-defined]
     return make
+
+
+# The parts of deploykit's quantize call each row times (deploykit.quant.quantize's functions by name), and
+# then the stage's CPU timing; "the rest" is the call's other time (preparation, ORT's pre-processing, ...)
+PHASES = {
+    "calibrate": "calibration",
+    "_miscomputed": "kernel check (placing Q/DQ)",
+    "range_sets": "range sets",
+    "choose_ranges": "range race",
+    "_mixed_precision": "final graph, check and search",
+}
 
 
 def ort_run(path: Path, calib: list[dict], out: Path, tuned: bool) -> Callable[[], Any]:
@@ -558,7 +581,7 @@ def bench_family(
                 "tool": run.label,
                 "precision": run.precision,
                 "evaluate": run.evaluate,
-                "seconds": round(seconds, 1),
+                "seconds": round(seconds, 2),
                 "deploykit": run.deploykit,
                 **scores,
                 "task_holdout": evaluate(family, holdout_refs, candidate, run.evaluate, holdout)["task"],
@@ -583,7 +606,7 @@ def bench_family(
             if getattr(run.make, "statistics", None):  # a rerun of the recipe (another tolerance, say)
                 start = time.perf_counter()
                 run.make()
-                row["rerun_s"] = round(time.perf_counter() - start, 1)
+                row["rerun_s"] = round(time.perf_counter() - start, 2)
             rows.append(row)
             if (
                 run.label in ("deploykit int8 onnxruntime (default)", ORT_DEFAULT)
@@ -595,7 +618,7 @@ def bench_family(
         if ort is not None:  # ORT timed again after every other row: the ratios rest on both timings
             start = time.perf_counter()
             ort_run(path, calib, tmp / "ort_again.onnx", False)()
-            ort["seconds_again"] = round(time.perf_counter() - start, 1)
+            ort["seconds_again"] = round(time.perf_counter() - start, 2)
         return {
             "family": family.name,
             "model": family.file,
@@ -645,6 +668,10 @@ def table(results: dict[str, Any]) -> str:
                     f"{a['rel_l2_worst']:.4f} | {a['cosine_worst']:.5f} | | | |"
                 )
         for r in fam["rows"]:
+            if "phases" in r:
+                parts = ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
+                lines.append(f"\nwhere the time goes, {r['tool']} ({r['seconds']:.1f} s): {parts} s")
+        for r in fam["rows"]:
             if "search" in r:
                 x = r["search"]
                 fp32 = sum(1 for v in x["raised"].values() if v == "fp32")
@@ -673,8 +700,8 @@ def ratios(fam: dict[str, Any]) -> list[str]:
     base = (ort["seconds"] + ort.get("seconds_again", ort["seconds"])) / 2
     out = [
         "",
-        f"time against ORT quantize_static ({base:.1f} s, mean of {ort['seconds']:.1f} and "
-        f"{ort.get('seconds_again', ort['seconds']):.1f} s timed before and after the other rows):",
+        f"time against ORT quantize_static ({base:.2f} s, mean of {ort['seconds']:.2f} and "
+        f"{ort.get('seconds_again', ort['seconds']):.2f} s timed before and after the other rows):",
         "",
         "| row | seconds | x ORT | passed | FP32 groups | vs FP32 on this CPU (rounds) "
         "| stage's timing vs FP32: chosen (base) | second run: same mix | rerun, statistics reused |",
@@ -694,9 +721,9 @@ def ratios(fam: dict[str, Any]) -> list[str]:
         stage = ", ".join(f"{k} {ms['fp32'] / ms[k]:.2f}x" for k in ("chosen", "base") if k in ms and "fp32" in ms)
         repeat = r.get("repeat")
         same = "" if not repeat else f"{'yes' if repeat['same_mix'] else 'no'} ({repeat['seconds']:.0f} s)"
-        rerun = f"{r['rerun_s']:.1f} s, {r['rerun_s'] / base:.2f}x" if "rerun_s" in r else ""
+        rerun = f"{r['rerun_s']:.2f} s, {r['rerun_s'] / base:.2f}x" if "rerun_s" in r else ""
         out.append(
-            f"| {label} | {r['seconds']:.1f} | {r['seconds'] / base:.2f} | {passed} | {groups} | {fast} "
+            f"| {label} | {r['seconds']:.2f} | {r['seconds'] / base:.2f} | {passed} | {groups} | {fast} "
             f"| {stage} | {same} | {rerun} |"
         )
     return out
