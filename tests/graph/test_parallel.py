@@ -70,3 +70,24 @@ def test_results_too_large_for_memory_run_one_at_a_time(monkeypatch):
     assert parallel.runs_within_memory(1 * 2**30) == 2  # 3 GiB alive of 24
     assert parallel.runs_within_memory(3 * 2**30) == 1  # 9 GiB would be more than a quarter
     assert parallel.threads_per_run(1) == 2 and parallel.threads_per_run(2) == 1
+
+
+def test_work_in_the_background_runs_on_its_own_thread_and_gives_its_result_or_its_error():
+    started, release = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        assert release.wait(30)  # still running while the caller goes on
+        return threading.current_thread().name
+
+    ahead = parallel.in_background(work)
+    assert started.wait(30)
+    release.set()
+    assert ahead.result() == "deploykit-ahead" and ahead.result() == "deploykit-ahead"
+    assert not ahead._thread.is_alive()  # joined: nothing is left running
+
+    def fails():
+        raise ValueError("in the background")
+
+    with pytest.raises(ValueError, match="in the background"):
+        parallel.in_background(fails).result()

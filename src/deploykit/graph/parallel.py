@@ -16,10 +16,11 @@ graphs as ONNX Runtime's kernels compute them).
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,14 +64,37 @@ def threads_per_run(runs: int | None = None) -> int:
     return max(1, cores() // (runs_at_once() if runs is None else runs))
 
 
-def in_background(work: Callable[[], R]) -> Future[R]:
+class Background(Generic[R]):
+    """``work()`` running on a thread of its own (:func:`in_background`); :meth:`result` waits for it."""
+
+    def __init__(self, work: Callable[[], R]) -> None:
+        self._outcome: tuple[bool, object] = (False, RuntimeError("the background work never ran"))
+        self._thread = threading.Thread(target=self._run, args=(work,), name="deploykit-ahead")
+        self._thread.start()
+
+    def _run(self, work: Callable[[], R]) -> None:
+        try:
+            self._outcome = (True, work())
+        except BaseException as e:  # raised again where the result is read
+            self._outcome = (False, e)
+
+    def result(self) -> R:
+        """The work's result, or its exception raised here."""
+        self._thread.join()
+        done, value = self._outcome
+        if not done:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
+
+
+def in_background(work: Callable[[], R]) -> Background[R]:
     """``work()`` started on a thread of its own, so that its inferences overlap single-core work on the
-    caller's (placing Q/DQ in Python); ``.result()`` gives its result or raises its exception."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="deploykit-ahead")
-    try:
-        return pool.submit(work)
-    finally:
-        pool.shutdown(wait=False)  # the thread ends when the work does
+    caller's (placing Q/DQ in Python); ``.result()`` gives its result or raises its exception.
+
+    A plain thread, joined: a one-thread pool shut down and dropped right after its submit left the
+    quantize stage waiting for ever on a future whose thread had gone (once, a full suite beside four
+    CPU burners), and a join has no hand-over to miss."""
+    return Background(work)
 
 
 def in_order(work: Callable[[T], R], items: Iterable[T], runs: int | None = None) -> Iterator[R]:

@@ -27,11 +27,10 @@ from deploykit.metrics.tasks import LIMIT_FIELDS as TASK_LIMIT_FIELDS
 from deploykit.quant.check import Check, Reference, weak_signal
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     import onnx
 
     from deploykit.config import ParityConfig, Tolerance
+    from deploykit.graph.parallel import Background
 
 RATIO_CAP = 1e3  # a NaN output or a zero limit missed counts this much, so states still order
 _LESS = ("max_abs", "mean_abs", "rel_l2", "max_rel")  # checks where smaller is better
@@ -230,7 +229,7 @@ class Judge:
     inferences: int = 0
     evaluator: str = ""  # the sentence the last candidate's session gave
     _ref: Reference | None = field(default=None, repr=False)
-    _ahead: Future[Reference] | None = field(default=None, repr=False)  # the reference, being made (prefetch)
+    _ahead: Background[Reference] | None = field(default=None, repr=False)  # the reference, being made (prefetch)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _reports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict, repr=False)
     _open: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False)  # key -> (session, Comparison)
