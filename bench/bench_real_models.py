@@ -208,7 +208,6 @@ def deploykit_run(
         from deploykit.quant.reader import SampleStream
         from deploykit.stages.quantize import cpu_speed
 
-        timing: dict[str, float] = {}
         phases = dict.fromkeys(PHASES.values(), 0.0)  # seconds per part of the call, where the time goes
         real = {name: getattr(q, name) for name in PHASES}
 
@@ -249,9 +248,8 @@ def deploykit_run(
         finally:
             for name in PHASES:
                 setattr(q, name, real[name])
-        timing["calibration_s"] = phases["calibration"]
         make.info = {
-            **timing,
+            "calibration_s": phases["calibration"],
             "phases": {k: round(v, 2) for k, v in phases.items()},
             "method": result.settings.method,
             "notes": result.notes,  # type: ignore[attr-defined]
