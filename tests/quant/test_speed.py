@@ -38,7 +38,7 @@ def test_compare_times_both_graphs_on_the_sample_within_its_budget():
     sample = models.images(1, batch=2)[0]
     check = speed.compare(fp32, int8, sample, "extended", budget_s=0.2)
     assert check.fp32_ms > 0 and check.quantized_ms > 0
-    assert speed.ROUNDS <= check.rounds <= speed.MAX_ROUNDS and check.iterations >= 1 and check.batch == 2
+    assert speed.DECIDED_ROUNDS <= check.rounds <= speed.MAX_ROUNDS and check.iterations >= 1 and check.batch == 2
     assert check.speedup_low <= check.speedup <= check.speedup_high  # the median ratio lies within the rounds'
     assert check.fp32_spread >= 0 and check.quantized_spread >= 0
     assert "optimization level extended" in check.evaluator
@@ -59,7 +59,7 @@ def test_compare_interleaves_rounds_in_alternating_order(monkeypatch):
     fp32 = models.cnn((8,))
     check = speed.compare(fp32, fp32, models.images(1)[0], "extended", budget_s=0.05)
     timed = order[2:]  # after one sizing run each
-    assert len(timed) == 2 * check.rounds and check.rounds >= speed.ROUNDS
+    assert len(timed) == 2 * check.rounds and check.rounds >= speed.DECIDED_ROUNDS
     firsts = [timed[2 * r] for r in range(check.rounds)]
     assert firsts[0] is not firsts[1] and firsts[0] is firsts[2]  # A B, B A, A B, ...
 
@@ -118,7 +118,7 @@ def test_the_timing_stops_once_the_rounds_agree(monkeypatch, standin_clock, int8
     scripts = iter([(2.0,), int8_ms])
     monkeypatch.setattr(run, "session_from_onnx", lambda *a, **k: StandInSession(standin_clock, next(scripts)))
     fp32 = models.cnn((8,))
-    check = speed.compare(fp32, fp32, models.images(1)[0], "extended", budget_s=0.05)
+    check = speed.compare_all(fp32, {"int8": fp32}, models.images(1)[0], "extended", budget_s=0.05)["int8"]
     rounds_ms = check.rounds * (2.0 + sum(int8_ms) / len(int8_ms))  # one iteration of each per round
     assert check.iterations == 1
     if settles:
@@ -126,3 +126,26 @@ def test_the_timing_stops_once_the_rounds_agree(monkeypatch, standin_clock, int8
     else:
         assert speed.ROUNDS < check.rounds <= speed.MAX_ROUNDS and rounds_ms >= 50
         assert check.speedup_low == pytest.approx(1.0) and check.speedup_high == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize(
+    ("int8_ms", "decided"),
+    [((1.0,), True), ((2.0 / 1.08, 2.0 / 1.12), False)],  # 2x; rounds at 1.08x and 1.12x, about NOT_FASTER
+)
+def test_the_stage_timing_stops_once_whether_to_warn_is_certain(monkeypatch, standin_clock, int8_ms, decided):
+    """The quantize stage's timing (compare) stops after DECIDED_ROUNDS once the speed-up lies far from both
+    of the warning's thresholds; rounds that straddle NOT_FASTER go on until they settle, as the search's
+    timings (compare_all) always do. Scripted latencies on the stand-in clock."""
+    from deploykit.graph import run
+    from tests.standins import StandInSession
+
+    scripts = iter([(2.0,), int8_ms])
+    monkeypatch.setattr(run, "session_from_onnx", lambda *a, **k: StandInSession(standin_clock, next(scripts)))
+    fp32 = models.cnn((8,))
+    check = speed.compare(fp32, fp32, models.images(1)[0], "extended", budget_s=0.05)  # one iteration a round
+    if decided:
+        assert check.rounds == speed.DECIDED_ROUNDS and check.speedup == pytest.approx(2.0)
+        assert check.warning("int8") is None
+    else:
+        assert check.rounds == speed.ROUNDS  # settled: the per-round ratios pin the speed-up to PRECISION
+        assert check.speedup_low == pytest.approx(1.08) and check.speedup_high == pytest.approx(1.12)

@@ -13,6 +13,10 @@ iteration said 2.00x where 40 interleaved rounds said 1.17x on a real text detec
 the ratio of the medians, and the per-round ratios give its spread. After :data:`ROUNDS` rounds the
 timing stops once those ratios pin the speed-up down to :data:`PRECISION` (a standard error): a
 small model whose rounds agree is done in a quarter of the budget, a noisy one takes all of it.
+The quantize stage's own timing (:func:`compare`) answers one question, whether to warn that INT8
+is not faster (:data:`NOT_FASTER`): it stops after :data:`DECIDED_ROUNDS` rounds once the answer is
+certain (:data:`DECIDED` standard errors from both of the warning's thresholds), which ten rounds of
+a large model took seconds to confirm; its figure comes with the rounds' range as always.
 
 The timed sessions do not spin between runs: a session's idle worker threads spin-wait after its
 turn and take the cores from the next graph's turn. On a 2-core VM a 3-ms recognizer timed beside
@@ -33,7 +37,14 @@ TIMING_TASK = "timing FP32 against INT8 on this CPU"  # the progress task that n
 NOT_FASTER = 1.1  # below this, a 2-core VM's drift between rounds can account for the difference
 ROUNDS = 10  # at least; more when the budget allows a round of one iteration more often
 MAX_ROUNDS = 40
-WARMUP = (3, 0.05)  # runs and seconds, per graph
+# A decided timing (compare) stops after this many rounds at the earliest, once its mean per-round log
+# speed-up lies this many standard errors from both log(NOT_FASTER) and -log(NOT_FASTER): with 4 degrees
+# of freedom, 5 standard errors leave under 1 % that the warning would have said otherwise.
+DECIDED_ROUNDS = 5
+DECIDED = 5.0
+# Runs and seconds per graph before the rounds: the first run allocates ONNX Runtime's buffers, and the
+# sizing run after it is a second warm-up (three runs cost a large model 0.7 s and moved nothing).
+WARMUP = (1, 0.05)
 # Seconds of interleaved rounds per timing. Five timings each at 3 s and at 1 s, alternating, of a real
 # recognizer and text detector spread alike (speed-up sd 0.014/0.020 at 3 s, 0.022/0.008 at 1 s): drift
 # between timings outweighs what two more seconds buy, and every CPU-flavour INT8 quantize waits for it.
@@ -147,9 +158,10 @@ def compare(
 
     The iterations per round are sized from one timed run of each so that :data:`MAX_ROUNDS` rounds
     take about ``budget_s``; at least :data:`ROUNDS` rounds of at least one iteration run, and more
-    until the speed-up is known to :data:`PRECISION` or the budget is spent.
+    until the speed-up is known to :data:`PRECISION` or the budget is spent, unless whether to warn
+    is decided first (at least :data:`DECIDED_ROUNDS` rounds, see :func:`_decided`).
     """
-    return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s)["quantized"]
+    return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s, decide=True)["quantized"]
 
 
 def compare_all(
@@ -158,9 +170,11 @@ def compare_all(
     sample: dict[str, np.ndarray],
     level: str,
     budget_s: float = BUDGET_S,
+    decide: bool = False,
 ) -> dict[str, SpeedCheck]:
     """Each of ``graphs`` against ``fp32``, all timed in the same interleaved rounds (the order rotates
-    round by round), so every ratio comes from one measurement; see :func:`compare`."""
+    round by round), so every ratio comes from one measurement; see :func:`compare` (``decide``: stop
+    once whether to warn is certain, the stage's timing)."""
     from deploykit.graph.run import session_from_onnx
     from deploykit.metrics.latency import aggregate_trials, now_s, time_iterations, warm_up
 
@@ -180,6 +194,8 @@ def compare_all(
             trials[i].append(time_iterations(runners[i], iterations))
         rounds += 1
         if rounds >= ROUNDS and (now_s() - start >= budget_s or _settled(trials)):
+            break
+        if decide and rounds >= DECIDED_ROUNDS and _decided(trials):
             break
     stats = [aggregate_trials(t) for t in trials]
     medians = [[t["p50_ms"] for t in s["trials"]] for s in stats]
@@ -205,10 +221,31 @@ def compare_all(
 def _settled(trials: list[list[list[float]]]) -> bool:
     """Whether every graph's speed-up over the first (FP32) is known to :data:`PRECISION`: the standard
     error of the mean per-round log ratio of the rounds' medians."""
+    found = _log_speedups(trials)
+    return found is not None and bool((found[1] <= PRECISION).all())
+
+
+def _decided(trials: list[list[list[float]]]) -> bool:
+    """Whether every graph's mean per-round log speed-up lies :data:`DECIDED` standard errors from both of
+    the warning's thresholds (log :data:`NOT_FASTER` and its negative): the warning is then what more rounds
+    would say."""
+    import math
+
+    found = _log_speedups(trials)
+    if found is None:
+        return False
+    mean, error = found
+    edge = math.log(NOT_FASTER)
+    return bool(((abs(mean - edge) >= DECIDED * error) & (abs(mean + edge) >= DECIDED * error)).all())
+
+
+def _log_speedups(trials: list[list[list[float]]]) -> tuple[Any, Any] | None:
+    """Per graph after the first: the mean per-round log ratio of the rounds' medians (FP32 over it) and
+    its standard error; None while a median is not positive."""
     import numpy as np
 
     medians = np.array([[np.median(t) for t in graph] for graph in trials])
     if (medians <= 0).any():
-        return False
+        return None
     logs = np.log(medians[0]) - np.log(medians[1:])
-    return bool((logs.std(axis=1, ddof=1) / np.sqrt(logs.shape[1]) <= PRECISION).all())
+    return logs.mean(axis=1), logs.std(axis=1, ddof=1) / np.sqrt(logs.shape[1])
