@@ -11,6 +11,7 @@ from deploykit.graph.proto import (
     expose_tensors,
     float_tensors,
     producers,
+    shapes_inferred,
     tensor_types,
 )
 from deploykit.graph.run import session_from_onnx
@@ -100,3 +101,55 @@ def test_exposed_tensors_keep_their_type_and_unknown_ones_are_typed_by_the_runti
 def test_float_tensors_are_the_float_activations_in_graph_order():
     model = onnx.shape_inference.infer_shapes(constants_model())
     assert float_tensors(model) == ["x", "t", "f", "fs", "k", "a", "b", "y"]
+
+
+def _weights_model(listed: bool) -> onnx.ModelProto:
+    """A Conv and a MatMul on weights over WEIGHT_BYTES, a Reshape by a small shape initializer, and an If whose
+    branches read an outer weight; ``listed``: the weights also listed as graph inputs (IR 3 style)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 3, 3, 3)).astype(np.float32), "w")
+    m = numpy_helper.from_array(rng.standard_normal((64 * 14 * 14, 32)).astype(np.float32), "m")
+    b = numpy_helper.from_array(rng.standard_normal((1, 32)).astype(np.float32), "b")
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
+    branch = [("then", "Add"), ("else", "Sub")]
+    bodies = {
+        k: helper.make_graph(
+            [helper.make_node(op, ["mm", "b"], [f"{k}_out"])],
+            k,
+            [],
+            [helper.make_tensor_value_info(f"{k}_out", TensorProto.FLOAT, None)],
+        )
+        for k, op in branch
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Reshape", ["c", "shape"], ["flat"], name="flat"),
+        helper.make_node("MatMul", ["flat", "m"], ["mm"], name="mm"),
+        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=bodies["then"], else_branch=bodies["else"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16]),
+        helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+    ]
+    if listed:
+        inputs += [helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in (w, m)]
+    graph = helper.make_graph(
+        nodes, "weights", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, m, b, shape]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_shapes_inferred_without_the_weights_data_are_what_onnx_infers_with_them(monkeypatch):
+    """The weights go into inference as typed inputs without their bytes; the model that comes back is ONNX's
+    own result, byte for byte (the Reshape read its small shape initializer, the If's branches the outer
+    weights' types), with the weights and the graph inputs as they were."""
+    seen = []
+    real = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", lambda m, *a, **k: seen.append(m.ByteSize()) or real(m))
+    for listed in (False, True):
+        model = _weights_model(listed)
+        expected = real(model)
+        assert shapes_inferred(model).SerializeToString() == expected.SerializeToString()
+        assert seen[-1] < 4096 < model.ByteSize()  # inferred on the graph without the weights' data
+        types = {v.name: v.type.tensor_type for v in expected.graph.value_info}
+        assert list(types["mm"].shape.dim) and types["mm"].shape.dim[1].dim_value == 32

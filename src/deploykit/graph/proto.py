@@ -344,14 +344,55 @@ def constants_to_initializers(graph: Graph) -> int:
 
 def infer_shapes(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """ONNX shape inference; a graph it cannot complete goes on without it (``notes`` gets why)."""
-    import onnx
-
     try:
-        return onnx.shape_inference.infer_shapes(model)
+        return shapes_inferred(model)
     except Exception as e:  # inference failures are data, not a reason to stop
         if notes is not None:
             notes.append(f"shape inference failed, continuing without it: {str(e).splitlines()[0]}")
         return model
+
+
+# Initializers of more bytes than this go into shape inference as typed graph inputs, without their data:
+# ONNX's inference serializes the whole model, weights included (ViT-S, 96 MB: 0.1-0.3 s a call, and a
+# quantize stage makes a dozen calls), and it reads the values of shape-like tensors only, which are small.
+WEIGHT_BYTES = 4096
+
+
+def shapes_inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    """What ``onnx.shape_inference.infer_shapes(model)`` returns, inferred on a copy whose initializers of
+    more than :data:`WEIGHT_BYTES` are typed graph inputs without data; raises as ONNX's does."""
+    import onnx
+
+    heavy = [t for t in model.graph.initializer if t.ByteSize() > WEIGHT_BYTES]
+    if not heavy:
+        return onnx.shape_inference.infer_shapes(model)
+    light = _copy_fields(model, onnx.ModelProto(), skip="graph")
+    _copy_fields(model.graph, light.graph, skip="initializer")
+    listed = {i.name for i in model.graph.input}
+    names = {t.name for t in heavy}
+    light.graph.initializer.extend(t for t in model.graph.initializer if t.name not in names)
+    added = [t for t in heavy if t.name not in listed]
+    light.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in added)
+    out = onnx.shape_inference.infer_shapes(light)
+    for _ in added:
+        out.graph.input.pop()
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(model.graph.initializer)
+    return out
+
+
+def _copy_fields(source: Any, target: Any, skip: str) -> Any:
+    """``target`` with every set field of the proto ``source`` but ``skip`` copied in; returns it."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+    return target
 
 
 def float_tensors(model: Graph) -> list[str]:

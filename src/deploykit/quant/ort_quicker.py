@@ -9,7 +9,8 @@ its pre-processing are Python loops over nodes and channels that took seconds on
   node, once per quantized tensor: on ViT-S (654 nodes, 721 calls) 934,435 calls and 2.1 of the
   placer's 6.5 s.
 * ``load_model_with_shape_infer`` runs ONNX shape inference on a saved copy of the file and reads the
-  result back: 1.3 s on the 96 MB ViT-S where the same inference in memory takes 0.3 s.
+  result back: 1.3 s on the 96 MB ViT-S where the same inference in memory takes 0.3 s (0.05 s without
+  the weights' data, :func:`~deploykit.graph.proto.shapes_inferred`).
 * Per-channel weight scales and the quantized weights are computed one channel at a time (42,833
   calls each on ViT-S): per-channel placement cost 1.8 s more than per-tensor there, 0.4 s on the
   1-s recognizer.
@@ -26,6 +27,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from deploykit.graph.proto import shapes_inferred
 
 if TYPE_CHECKING:
     import onnx
@@ -53,7 +56,7 @@ def install(package: ModuleType) -> None:
 
         if Path(path).stat().st_size >= IN_MEMORY_SHAPES:
             return by_file(path)
-        model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+        model = shapes_inferred(onnx.load(str(path)))
         metadata(model)
         return model
 
@@ -180,6 +183,6 @@ def preprocess_in_memory(package: ModuleType, model: onnx.ModelProto) -> onnx.Mo
             ort.InferenceSession(inferred.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception:  # ORT's function logs it and goes on without the optimizer
             return None
-        out = onnx.shape_inference.infer_shapes(onnx.load(str(optimized)))
+        out = shapes_inferred(onnx.load(str(optimized)))
     namespace["add_pre_process_metadata"](out)
     return out
