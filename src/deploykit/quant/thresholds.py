@@ -107,9 +107,21 @@ MSE_BLOCK = 16  # thresholds tried at once: a (16, bins) block, not one Python l
 
 def _errors(centers: np.ndarray, weights: np.ndarray, ts: np.ndarray, grid: str) -> np.ndarray:
     """Per threshold in ``ts``, the weighted squared quantize-dequantize error of ``centers`` (each row
-    summed as :func:`mse` summed one threshold at a time, so the minimum is the same)."""
-    x = np.broadcast_to(centers, (len(ts), len(centers)))
-    return np.sum(weights * (_fake_quant(x, ts[:, None], grid) - x) ** 2, axis=1)
+    summed as :func:`mse` summed one threshold at a time, so the minimum is the same). The integer grid is
+    computed in one array, in place: the same operations in the same order as :func:`_fake_quant`, so the
+    same bits, at half the time (MSE was the larger part of a quantize stage's range sets)."""
+    if grid == "fp8":
+        x = np.broadcast_to(centers, (len(ts), len(centers)))
+        return np.sum(weights * (_fake_quant(x, ts[:, None], grid) - x) ** 2, axis=1)
+    scale = ts[:, None] / 127.0
+    q = centers / scale
+    np.rint(q, out=q)
+    np.clip(q, -127, 127, out=q)
+    q *= scale
+    q -= centers
+    np.square(q, out=q)
+    q *= weights
+    return q.sum(axis=1)
 
 
 def quantization_error(hist: np.ndarray, absmax: float, threshold: float, grid: str = "int8") -> float:
