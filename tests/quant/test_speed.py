@@ -149,3 +149,21 @@ def test_the_stage_timing_stops_once_whether_to_warn_is_certain(monkeypatch, sta
     else:
         assert check.rounds == speed.ROUNDS  # settled: the per-round ratios pin the speed-up to PRECISION
         assert check.speedup_low == pytest.approx(1.08) and check.speedup_high == pytest.approx(1.12)
+
+
+def test_a_timing_asked_to_decide_stops_once_every_graph_is_on_a_certain_side_of_every_edge(monkeypatch, standin_clock):
+    """compare_all with ``decide`` (the search's answer, TIMED_EDGES): a graph at 2x and one at exactly 1x are
+    decided about 1.1x after DECIDED_ROUNDS; asked about 1x too, the graph on it never is, and the rounds run
+    on until they settle. Scripted latencies on the stand-in clock."""
+    from deploykit.graph import run
+    from deploykit.quant.sensitivity import TIMED_EDGES
+    from tests.standins import StandInSession
+
+    assert 1.0 in TIMED_EDGES and speed.NOT_FASTER in TIMED_EDGES
+    fp32 = models.cnn((8,))
+    for edges, rounds in (((1.1,), speed.DECIDED_ROUNDS), ((1.0, 1.1), speed.ROUNDS)):
+        scripts = iter([(2.0,), (1.0,), (2.0,)])
+        monkeypatch.setattr(run, "session_from_onnx", lambda *a, s=scripts, **k: StandInSession(standin_clock, next(s)))
+        found = speed.compare_all(fp32, {"fast": fp32, "same": fp32}, models.images(1)[0], "extended", 0.05, edges)
+        assert found["fast"].rounds == found["same"].rounds == rounds
+        assert found["fast"].speedup == pytest.approx(2.0) and found["same"].speedup == pytest.approx(1.0)

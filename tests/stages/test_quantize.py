@@ -229,8 +229,10 @@ def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch
     from deploykit.quant import speed
 
     real = speed.compare_all
+    asked = []  # what each timing decides
 
-    def slow(fp32, graphs, sample, level, budget_s=1.0):  # every timing: the search's answer and the stage's
+    def slow(fp32, graphs, sample, level, budget_s=1.0, decide=()):  # every timing: the search's answer and the stage's
+        asked.append(decide)
         found = real(fp32, graphs, sample, level, budget_s=0.1)
         return {
             k: speed.SpeedCheck(1.0, 1.5, f.rounds, f.iterations, f.batch, f.evaluator, 0.6, 0.7)
@@ -259,6 +261,9 @@ def test_a_passing_mix_no_faster_than_fp32_is_said_plainly(tmp_path, monkeypatch
     assert said in next(m for m in quantize_artifacts(tmp_path / "store"))["summary"]["warnings"]  # and recorded
     assert "the mix the search chose (1 of " in said and "in FP32, the rest INT8) passes parity but is slower" in said
     assert "keep FP32 (--precision fp32)" in said and "Depthwise-heavy" not in said
+    from deploykit.quant.sensitivity import TIMED_EDGES
+
+    assert asked == [TIMED_EDGES]  # the search timed its answer (deciding its edges); the stage reused that timing
 
 
 def _garbage_images(folder: Path) -> Path:

@@ -116,12 +116,13 @@ def _timer(
     """label -> patch (empty: the base graph) to each state's speed against FP32, from one interleaved timing."""
     import contextlib
 
+    from deploykit.quant.sensitivity import TIMED_EDGES
     from deploykit.quant.speed import TIMING_TASK, compare_all
 
     def timer(states: dict[str, Patch]) -> dict[str, Any]:
         graphs = {k: base if not v else build(v) for k, v in states.items()}
         with task(TIMING_TASK, 1) if task else contextlib.nullcontext(lambda: None) as advance:
-            found = compare_all(reference, graphs, sample, level)
+            found = compare_all(reference, graphs, sample, level, decide=TIMED_EDGES)
             advance()
         return found
 

@@ -49,6 +49,7 @@ from deploykit.quant.latency_cost import Costs
 from deploykit.quant.reasons import Reason
 from deploykit.quant.screen import Screen
 from deploykit.quant.search import Budget, Move, Outcome, Patch, Stop, order_moves, search
+from deploykit.quant.speed import WARNING_EDGES
 
 if TYPE_CHECKING:
     import onnx
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
 
 CACHE_SCHEMA = 3  # 2: screened first-order ranking, costs with their precision boundaries; 3: the screening graph
 CEILING_MARGIN = 0.9  # INT8 must be at least this much faster than FP32 for a latency ceiling to mean anything
+# The speed-ups against FP32 that timing the answer decides on (faster at all, the ceiling's margin, the
+# stage's warning): the timing stops once each graph's side of each is certain (deploykit.quant.speed)
+TIMED_EDGES = (1.0, 1 / CEILING_MARGIN, *WARNING_EDGES)
 COST_FLOOR = 0.01  # latency costs below this share of an average group's are noise: floored there
 FP8_ENOUGH = 0.9  # FP8 is the target where it recovers this share of what the float precision recovers
 

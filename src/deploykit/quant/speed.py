@@ -13,10 +13,11 @@ iteration said 2.00x where 40 interleaved rounds said 1.17x on a real text detec
 the ratio of the medians, and the per-round ratios give its spread. After :data:`ROUNDS` rounds the
 timing stops once those ratios pin the speed-up down to :data:`PRECISION` (a standard error): a
 small model whose rounds agree is done in a quarter of the budget, a noisy one takes all of it.
-The quantize stage's own timing (:func:`compare`) answers one question, whether to warn that INT8
-is not faster (:data:`NOT_FASTER`): it stops after :data:`DECIDED_ROUNDS` rounds once the answer is
-certain (:data:`DECIDED` standard errors from both of the warning's thresholds), which ten rounds of
-a large model took seconds to confirm; its figure comes with the rounds' range as always.
+A timing that answers questions stops sooner: the quantize stage's own (:func:`compare`) decides
+whether to warn that INT8 is not faster (:data:`WARNING_EDGES`), the search's whether its answer beats
+FP32 and by its margins; each stops after :data:`DECIDED_ROUNDS` rounds once every answer is certain
+(:data:`DECIDED` standard errors from each threshold), which ten rounds of a large model took seconds
+to confirm. The figure comes with the rounds' range as always.
 
 The timed sessions do not spin between runs: a session's idle worker threads spin-wait after its
 turn and take the cores from the next graph's turn. On a 2-core VM a 3-ms recognizer timed beside
@@ -35,11 +36,12 @@ if TYPE_CHECKING:
 
 TIMING_TASK = "timing FP32 against INT8 on this CPU"  # the progress task that names it (about a second)
 NOT_FASTER = 1.1  # below this, a 2-core VM's drift between rounds can account for the difference
+WARNING_EDGES = (NOT_FASTER, 1 / NOT_FASTER)  # the speed-ups at which the stage's warning changes
 ROUNDS = 10  # at least; more when the budget allows a round of one iteration more often
 MAX_ROUNDS = 40
-# A decided timing (compare) stops after this many rounds at the earliest, once its mean per-round log
-# speed-up lies this many standard errors from both log(NOT_FASTER) and -log(NOT_FASTER): with 4 degrees
-# of freedom, 5 standard errors leave under 1 % that the warning would have said otherwise.
+# A timing asked to decide stops after this many rounds at the earliest, once its mean per-round log
+# speed-up lies this many standard errors from the log of each threshold it decides: with 4 degrees of
+# freedom, 5 standard errors leave under 1 % that the answer would have been the other side.
 DECIDED_ROUNDS = 5
 DECIDED = 5.0
 # Runs and seconds per graph before the rounds: the first run allocates ONNX Runtime's buffers, and the
@@ -161,7 +163,7 @@ def compare(
     until the speed-up is known to :data:`PRECISION` or the budget is spent, unless whether to warn
     is decided first (at least :data:`DECIDED_ROUNDS` rounds, see :func:`_decided`).
     """
-    return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s, decide=True)["quantized"]
+    return compare_all(fp32, {"quantized": quantized}, sample, level, budget_s, decide=WARNING_EDGES)["quantized"]
 
 
 def compare_all(
@@ -170,11 +172,11 @@ def compare_all(
     sample: dict[str, np.ndarray],
     level: str,
     budget_s: float = BUDGET_S,
-    decide: bool = False,
+    decide: tuple[float, ...] = (),
 ) -> dict[str, SpeedCheck]:
     """Each of ``graphs`` against ``fp32``, all timed in the same interleaved rounds (the order rotates
-    round by round), so every ratio comes from one measurement; see :func:`compare` (``decide``: stop
-    once whether to warn is certain, the stage's timing)."""
+    round by round), so every ratio comes from one measurement; see :func:`compare` (``decide``: the
+    speed-ups whose side the caller needs, the timing stops once every graph's is certain)."""
     from deploykit.graph.run import session_from_onnx
     from deploykit.metrics.latency import aggregate_trials, now_s, time_iterations, warm_up
 
@@ -195,7 +197,7 @@ def compare_all(
         rounds += 1
         if rounds >= ROUNDS and (now_s() - start >= budget_s or _settled(trials)):
             break
-        if decide and rounds >= DECIDED_ROUNDS and _decided(trials):
+        if decide and rounds >= DECIDED_ROUNDS and _decided(trials, decide):
             break
     stats = [aggregate_trials(t) for t in trials]
     medians = [[t["p50_ms"] for t in s["trials"]] for s in stats]
@@ -225,18 +227,16 @@ def _settled(trials: list[list[list[float]]]) -> bool:
     return found is not None and bool((found[1] <= PRECISION).all())
 
 
-def _decided(trials: list[list[list[float]]]) -> bool:
-    """Whether every graph's mean per-round log speed-up lies :data:`DECIDED` standard errors from both of
-    the warning's thresholds (log :data:`NOT_FASTER` and its negative): the warning is then what more rounds
-    would say."""
+def _decided(trials: list[list[list[float]]], edges: tuple[float, ...]) -> bool:
+    """Whether every graph's mean per-round log speed-up lies :data:`DECIDED` standard errors from the log
+    of each speed-up in ``edges``: which side of each it is on is then what more rounds would say."""
     import math
 
     found = _log_speedups(trials)
     if found is None:
         return False
     mean, error = found
-    edge = math.log(NOT_FASTER)
-    return bool(((abs(mean - edge) >= DECIDED * error) & (abs(mean + edge) >= DECIDED * error)).all())
+    return all(bool((abs(mean - math.log(edge)) > DECIDED * error).all()) for edge in edges)  # on it: undecided
 
 
 def _log_speedups(trials: list[list[list[float]]]) -> tuple[Any, Any] | None:
