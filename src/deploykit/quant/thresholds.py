@@ -107,17 +107,8 @@ MSE_BLOCK = 16  # thresholds tried at once: a (16, bins) block, not one Python l
 
 def _errors(centers: np.ndarray, weights: np.ndarray, ts: np.ndarray, grid: str) -> np.ndarray:
     """Per threshold in ``ts``, the weighted squared quantize-dequantize error of ``centers`` (each row
-    summed as :func:`mse` summed one threshold at a time, so the minimum is the same). The integer grid is
-    computed in one array, in place: the same operations in the same order as :func:`_fake_quant`, so the
-    same bits, at half the time (MSE was the larger part of a quantize stage's range sets)."""
-    if grid == "fp8":
-        x = np.broadcast_to(centers, (len(ts), len(centers)))
-        return np.sum(weights * (_fake_quant(x, ts[:, None], grid) - x) ** 2, axis=1)
-    scale = ts[:, None] / 127.0
-    q = centers / scale
-    np.rint(q, out=q)
-    np.clip(q, -127, 127, out=q)
-    q *= scale
+    summed as :func:`mse` summed one threshold at a time, so the minimum is the same)."""
+    q = _fake_quant(centers, ts[:, None], grid)  # (thresholds, centers), a fresh array: edited in place
     q -= centers
     np.square(q, out=q)
     q *= weights
@@ -145,4 +136,8 @@ def _fake_quant(x: np.ndarray, amax: float | np.ndarray, grid: str) -> np.ndarra
         v = np.clip(x / scale, -448.0, 448.0).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
         return v * scale
     scale = amax / 127.0
-    return np.clip(np.rint(x / scale), -127, 127) * scale
+    q = np.divide(x, scale)  # the same operations as clip(rint(x / scale)) * scale, in place: MSE's inner loop
+    np.rint(q, out=q)
+    np.clip(q, -127, 127, out=q)
+    q *= scale
+    return q
