@@ -254,3 +254,62 @@ def test_the_reference_made_ahead_is_the_reference_and_a_stopped_one_runs_nothin
     stop = threading.Event()
     stop.set()
     assert Reference(model, samples, stop).outputs == []
+
+
+@pytest.mark.parametrize("judged", ["task", "elementwise"])
+def test_a_judgement_on_every_sample_stops_once_the_candidate_cannot_pass(judged):
+    """Asked to stop, a judgement on every sample ends at the first sample after which no outputs on the
+    rest could make the candidate pass: its verdict is the full one's, its ratios the best it could
+    still reach (none above the full one's), and judging it in full afterwards runs only the rest."""
+    model = models.cnn((8, 16), head="sigmoid")
+    samples = models.images(12, seed=6)
+    if judged == "task":
+        off = Tolerance(rel_l2=float("inf"), cosine=-float("inf"), max_abs=float("inf"), mean_abs=float("inf"))
+        parity = ParityConfig(default=off, tasks=TaskChecks(probability_map=(ProbabilityMapCheck("y", min_iou=0.99),)))
+    else:
+        parity = ParityConfig()
+    stopped_somewhere = False
+    for amount in (0.0, 0.01, 0.03, 0.1, 0.3, 1.0):
+        candidate = _perturbed(model, amount)
+        full = Judge(model, samples, session_from_onnx, parity, PRESET, "int8", "12 samples").measure(candidate)
+        judge = Judge(model, samples, session_from_onnx, parity, PRESET, "int8", "12 samples")
+        early = judge.measure(candidate, stop=True)
+        whole, best = score(full, parity, PRESET), score(early, parity, PRESET)
+        assert best.passed == whole.passed and early.samples == full.samples == len(samples)
+        if early.ran is None:
+            assert early == full and judge.inferences == len(samples)
+            continue
+        stopped_somewhere = True
+        assert 1 <= early.ran < len(samples) and judge.inferences <= early.ran + 1  # one more may be in flight
+        assert all(best.ratios[k] <= whole.ratios[k] * (1 + 1e-9) + 1e-12 for k in best.ratios)
+        assert judge.measure(candidate) == full and judge.inferences == len(samples) and judge.evaluations == 1
+    assert stopped_somewhere  # the worst candidates fail within the first samples
+
+
+def test_a_judgement_on_fewer_samples_never_stops_early():
+    """The best possible finish counts the samples after the judged ones; on fewer than all it would
+    count the wrong ones, so such a judgement runs its samples in full."""
+    model = models.cnn((8, 16), head="sigmoid")
+    judge = Judge(model, models.images(6, seed=7), session_from_onnx, ParityConfig(), PRESET, "int8", "6 samples")
+    found = judge.measure(_perturbed(model, 0.3), 4, stop=True)
+    assert found.ran is None and found.samples == 4 and judge.inferences == 4
+
+
+def test_a_stopped_measurement_in_the_search_cache_proves_only_a_failure():
+    """A search measurement that stopped early is reused while it still fails, and measured again in
+    full where a complete one is asked for, or where a looser limit (a rerun) would pass it."""
+    from deploykit.quant.sensitivity import Evaluations
+
+    model = models.cnn((8, 16), head="sigmoid")
+    bad, patch = _perturbed(model, 1.0), {"g": "fp32"}
+    judge = Judge(model, models.images(8, seed=6), session_from_onnx, ParityConfig(), PRESET, "int8", "8 samples")
+    ev = Evaluations(judge, lambda p: bad)
+    stopped = ev.measure(patch, 8, stop=True)
+    assert stopped.ran is not None and ev.measure(patch, 8, stop=True) == stopped and ev.fresh == 1
+
+    complete = Evaluations(judge, lambda p: bad, cache=dict(ev.cache)).measure(patch, 8)
+    assert complete.ran is None and complete.samples == 8
+
+    judge.preset = Tolerance(rel_l2=100.0, cosine=0.0, rel_floor=1e-2)  # a rerun at a looser tolerance
+    again = Evaluations(judge, lambda p: bad, cache=dict(ev.cache))
+    assert again.measure(patch, 8, stop=True) == complete and again.fresh == 1 and again.cached == 0

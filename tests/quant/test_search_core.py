@@ -12,7 +12,7 @@ def additive(weights, limit=1.0, full_extra=0.0, floor=0.0, log=None):
     ``full_extra`` on all samples (a few samples can look better than all of them), plus ``floor``
     (error no precision removes)."""
 
-    def evaluate(patch, full):
+    def evaluate(patch, full, stop=False):
         if log is not None:
             log.append((tuple(sorted(patch)), full))
         value = floor + sum(w for g, w in weights.items() if g not in patch) + (full_extra if full else 0.0)
@@ -93,7 +93,7 @@ def test_fp8_moves_that_fail_together_are_tried_at_the_fallback_before_giving_up
 
     limit = [0.5]
 
-    def evaluate(patch, full):  # each group's error at its precision; limit 0.5 in all
+    def evaluate(patch, full, stop=False):  # each group's error at its precision; limit 0.5 in all
         return Score({"out.rel_l2": sum(w * residual[patch.get(g, "int8")] for g, w in weights.items()) / limit[0]})
 
     def latency(patch):  # FP8 costs what INT8 costs (tensorrt), FP16 more
@@ -162,7 +162,7 @@ def test_trimming_lowers_groups_the_pass_does_not_need():
 def test_trimming_steps_down_the_ladder():
     ladder = ("int8", "fp8", "fp16")
 
-    def evaluate(patch, full):
+    def evaluate(patch, full, stop=False):
         return Score({"r": {None: 3.0, "fp8": 0.9, "fp16": 0.5}[patch.get("a")]})
 
     out = search(
@@ -201,7 +201,7 @@ def test_budgets_stop_the_search_with_the_best_state_so_far():
 def test_a_worse_later_prefix_never_replaces_the_best_earlier_one():
     table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0, ("a", "c"): 1.2, ("c",): 2.8}
 
-    def evaluate(patch, full):  # raising b interacts badly; a with c is the best state, still failing
+    def evaluate(patch, full, stop=False):  # raising b interacts badly; a with c is the best state, still failing
         return Score({"r": table[tuple(sorted(patch))]})
 
     weights = {"a": 1.0, "b": 0.5, "c": 0.2}
@@ -216,7 +216,7 @@ def test_refinement_skips_a_group_that_makes_the_prefix_worse_and_finds_the_pass
     table = {(): 3.0, ("a",): 1.5, ("a", "b"): 2.5, ("a", "b", "c"): 2.0, ("a", "c"): 0.9, ("c",): 2.8}
     log = []
 
-    def evaluate(patch, full):
+    def evaluate(patch, full, stop=False):
         log.append((tuple(sorted(patch)), full))
         return Score({"r": table[tuple(sorted(patch))]})
 
@@ -232,7 +232,7 @@ def test_when_nothing_passes_the_answer_is_not_worse_than_the_start_on_every_sam
     few = {(): 3.0, ("a",): 1.2, ("a", "b"): 1.6}
     every = {(): 2.0, ("a",): 2.5, ("a", "b"): 2.8}
 
-    def evaluate(patch, full):
+    def evaluate(patch, full, stop=False):
         return Score({"r": (every if full else few)[tuple(sorted(patch))]})
 
     weights = {"a": 1.0, "b": 0.5}
@@ -355,3 +355,26 @@ def test_small_trims_are_tried_together_once_together_they_save_enough():
     assert floored.skipped == ["bisection between 8 and 10 groups"]
     exhaustive = search(additive(weights, limit=0.25), cost, order, {}, ladders(weights), Budget(40, 10))
     assert exhaustive.best == dict.fromkeys(needed, "fp32") and len(exhaustive.steps) > len(floored.steps)
+
+
+def test_a_confirmation_may_stop_early_but_the_closest_state_is_compared_in_full():
+    """A pass on the few samples is confirmed on all with ``stop`` (it may end once the state cannot
+    pass, its ratios then the best it could still reach); when nothing passes, the closest state and
+    the start are compared on complete scores, never on a stopped confirmation's."""
+    weights = {"a": 0.5, "b": 0.3}
+    log = []
+
+    def evaluate(patch, full, stop=False):
+        log.append((tuple(sorted(patch)), full, stop))
+        value = 0.1 + sum(w for g, w in weights.items() if g not in patch) + (0.95 if full else 0.0)
+        if full and stop:  # it cannot pass: stopped after 2 samples, every state's best finish alike
+            return Score({"out.rel_l2": 1.01}, ran=2)
+        return Score({"out.rel_l2": value})
+
+    out = search(evaluate, latency, rank(moves(weights)), {}, ladders(weights), Budget(20, 10))
+    assert not out.passed
+    few = {p for p, full, _ in log if not full and 0.1 + sum(w for g, w in weights.items() if g not in p) <= 1}
+    assert {patch for patch, full, stop in log if full and stop} == few  # each few-sample pass confirmed
+    assert out.best == {"a": "fp32", "b": "fp32"}  # 1.05 on all samples against the start's 1.85
+    assert out.best_score.ran is None and abs(out.best_score.ratios["out.rel_l2"] - 1.05) < 1e-9
+    assert {(patch, stop) for patch, full, stop in log[-2:] if full} == {(("a", "b"), False), ((), False)}

@@ -2,9 +2,10 @@
 
 Generic over callables so it can be tested with fakes:
 
-* ``evaluate(patch, full)`` scores a precision patch (group -> precision) on the search samples, or on
-  every judging sample when ``full`` (:class:`deploykit.quant.judge.Score`; ``passed`` on every
-  sample is parity's verdict);
+* ``evaluate(patch, full, stop)`` scores a precision patch (group -> precision) on the search samples, or
+  on every judging sample when ``full`` (:class:`deploykit.quant.judge.Score`; ``passed`` on every
+  sample is parity's verdict); ``stop``: it may stop once the patch cannot pass on every sample (its
+  ``ran`` then says so, and its ratios are the best it could still reach);
 * ``latency(patch)`` is the patch's latency (per-group costs add up);
 * ``order`` is every group's move (the group at its target precision) ranked by accuracy gained per
   latency lost, best first (:func:`rank`): a move that makes the model faster *and* more accurate
@@ -20,11 +21,11 @@ bisecting once no prefix in between could save ``min_saving`` of the passing one
 trims that save less are tried together once together they save that much: such steps were 10 to
 17 of the 32 states the searches on four real models evaluated, each for under 2 % of the estimated
 latency, less than whole-graph timings drift. A pass on the
-search samples counts only once confirmed on every judging sample; a state that fails on the few
-samples is not run on the rest. A passing state's INT8 islands whose raising
-makes it faster (their conversions cost more than their integer kernel saves) are then raised too,
-as one more state (``fill``). Trimming then lowers the raised groups,
-least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
+search samples counts only once confirmed on every judging sample, a confirmation that stops as soon
+as the state cannot pass; a state that fails on the few samples is not run on the rest. A passing
+state's INT8 islands whose raising makes it faster (their conversions cost more than their integer
+kernel saves) are then raised too, as one more state (``fill``). Trimming then lowers the raised
+groups, least valuable first, one precision step each (FP16 -> FP8, FP32 -> INT8), keeping each step that
 still passes. When the doubling fails because raising more made the score worse (FP32 islands among
 INT8 do not always add up), the best prefix it met grows by chunks of the groups after it, kept only
 where they help (:func:`_refine`). The result is the best state ever evaluated: the fastest that
@@ -139,6 +140,7 @@ class Step:
             "ratios": self.score.ratios,
             "latency": self.latency,
             "samples": self.samples,
+            "ran": self.score.ran,  # stopped once it could not pass: the samples run (ratios: its best finish)
             "kept": self.kept,
         }
 
@@ -213,7 +215,7 @@ def order_moves(
 
 
 def search(
-    evaluate: Callable[[Patch, bool], Score],
+    evaluate: Callable[[Patch, bool, bool], Score],
     latency: Callable[[Patch], float],
     order: list[Move],
     start: Patch,
@@ -352,7 +354,7 @@ class _Run:
     """The steps taken so far, the best state, and the budget."""
 
     def __init__(
-        self, evaluate: Callable[[Patch, bool], Score], latency: Callable[[Patch], float], budget: Budget
+        self, evaluate: Callable[[Patch, bool, bool], Score], latency: Callable[[Patch], float], budget: Budget
     ) -> None:
         self._evaluate, self._latency, self.budget = evaluate, latency, budget
         self.steps: list[Step] = []
@@ -375,12 +377,13 @@ class _Run:
         if key not in self.verdicts:
             score = self._record(patch, changes, action, False)
             self.objectives[key] = score.objective
-            passed = score.passed and not self.spent() and self._record(patch, {}, "verify", True).passed
+            # confirmed on every sample, stopping once it cannot pass: most states a few samples pass fail
+            passed = score.passed and not self.spent() and self._record(patch, {}, "verify", True, stop=True).passed
             self.verdicts[key] = passed
         return self.verdicts[key]
 
-    def _record(self, patch: Patch, changes: Patch, action: str, full: bool) -> Score:
-        score = self._evaluate(patch, full)
+    def _record(self, patch: Patch, changes: Patch, action: str, full: bool, stop: bool = False) -> Score:
+        score = self._evaluate(patch, full, stop)
         self.steps.append(
             Step(
                 len(self.steps),
@@ -412,7 +415,9 @@ class _Run:
         start = self.steps[0].patch
         full = {}
         for patch in (best, start):
-            known = next((s.score for s in self.steps if s.samples == "all" and s.patch == patch), None)
+            known = next(
+                (s.score for s in self.steps if s.samples == "all" and s.patch == patch and s.score.ran is None), None
+            )
             full[frozenset(patch.items())] = known or self._record(patch, {}, "verify", True)
         mine, theirs = full[frozenset(best.items())], full[frozenset(start.items())]
         return (dict(start), theirs) if theirs.objective <= mine.objective else (best, mine)

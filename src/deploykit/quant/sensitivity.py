@@ -57,7 +57,9 @@ if TYPE_CHECKING:
     from deploykit.config import RepairConfig
     from deploykit.quant.check import Check
 
-CACHE_SCHEMA = 3  # 2: screened first-order ranking, costs with their precision boundaries; 3: the screening graph
+# 2: screened first-order ranking, costs with their precision boundaries; 3: the screening graph; 4: measurements
+# that stopped once the state could not pass (Measurement.ran), which an older reader would take as complete
+CACHE_SCHEMA = 4
 CEILING_MARGIN = 0.9  # INT8 must be at least this much faster than FP32 for a latency ceiling to mean anything
 # The speed-ups against FP32 that timing the answer decides on (faster at all, the ceiling's margin, the
 # stage's warning): the timing stops once each graph's side of each is certain (deploykit.quant.speed)
@@ -83,11 +85,18 @@ class Evaluations:
     def __post_init__(self) -> None:
         self._inherited = set(self.cache)
 
-    def measure(self, patch: Patch, n: int) -> Measurement:
-        """The patch's own graph, judged as the target computes it."""
+    def measure(self, patch: Patch, n: int, stop: bool = False) -> Measurement:
+        """The patch's own graph, judged as the target computes it; ``stop``: see :meth:`Judge.measure`.
+        A measurement that stopped early proves a failure only: asked for in full, or passing the limits
+        it is scored by now (a rerun at a looser tolerance), it is measured again."""
         state = _state(patch)
+        key = f"{n}|{state}"
+        found = self.cache.get(key)
+        if found is not None and found.get("ran") is not None:
+            if not stop or score(Measurement.from_dict(found), self.judge.parity, self.judge.preset).passed:
+                del self.cache[key]
         return self._memo(
-            f"{n}|{state}", lambda: self.judge.measure(self.build(patch), n, key=f"patch|{state}")
+            key, lambda: self.judge.measure(self.build(patch), n, key=f"patch|{state}", stop=stop)
         )  # on more samples: extends fewer
 
     def screened(self, patches: list[Patch], n: int) -> list[Measurement]:
@@ -126,8 +135,8 @@ class Evaluations:
             self.progress()
         return found
 
-    def score(self, patch: Patch, n: int) -> Score:
-        return score(self.measure(patch, n), self.judge.parity, self.judge.preset)
+    def score(self, patch: Patch, n: int, stop: bool = False) -> Score:
+        return score(self.measure(patch, n, stop), self.judge.parity, self.judge.preset)
 
 
 def _state(patch: Patch) -> str:
@@ -271,7 +280,7 @@ def run_search(
     top = costs.of(dict.fromkeys(by_name, top_precision))
     ceiling = top if costs.base < CEILING_MARGIN * top else float("inf")
     outcome = search(
-        lambda patch, full: ev.score(patch, n_all if full else n_search),
+        lambda patch, full, stop: ev.score(patch, n_all if full else n_search, stop),
         costs.of,
         order,
         start,
@@ -515,6 +524,7 @@ def pareto_table(
                 "excess": s.score.excess,
                 "passed": s.score.passed,
                 "samples": s.samples,
+                "ran": s.score.ran,
                 "values": s.score.values,
                 "latency": est,
                 "latency_vs_top": est / costs.top if costs.top > 0 else None,

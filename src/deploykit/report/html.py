@@ -250,13 +250,15 @@ def _search(s: dict[str, Any], with_plots: bool) -> str:
         counts = ", ".join(f"{k.upper()} {v}" for k, v in sorted(r["precisions"].items()))
         values = "; ".join(f"{e(k)} {fmt(v)}" for k, v in list(r["values"].items())[:3])
         mark = " (chosen)" if r.get("chosen") else " (kept)" if r["kept"] else ""
+        if r.get("ran"):  # its ratios are the best it could still reach: at least this far off
+            mark += f" (stopped after {r['ran']} samples: cannot pass)"
         steps.append(
             [
                 str(r["step"]),
                 e(r["action"] + mark),
                 e(", ".join(f"{g} {p}" for g, p in r["changes"].items()) or "—"),
                 e(counts),
-                fmt(r["worst_ratio"]),
+                ("≥ " if r.get("ran") else "") + fmt(r["worst_ratio"]),
                 values,
                 fmt(r["latency_vs_top"]),
                 fmt(r.get("measured_ms")),
