@@ -313,3 +313,47 @@ def test_a_stopped_measurement_in_the_search_cache_proves_only_a_failure():
     judge.preset = Tolerance(rel_l2=100.0, cosine=0.0, rel_floor=1e-2)  # a rerun at a looser tolerance
     again = Evaluations(judge, lambda p: bad, cache=dict(ev.cache))
     assert again.measure(patch, 8, stop=True) == complete and again.fresh == 1 and again.cached == 0
+
+
+def test_confirmations_meet_the_samples_the_start_missed_most_first():
+    """After the first ``keep`` samples (the search samples, left in place), the judging samples are put
+    in the order the start graph missed most on them; the reference outputs follow their samples, the
+    caller's list is left alone, and a stopped confirmation of a graph missing where the start did
+    ends sooner than in the given order, with the same verdict."""
+    model = models.cnn((8, 16), head="sigmoid")
+    samples = models.images(10, seed=11)
+    given = list(samples)
+    reference = session_from_onnx(model)
+    flipped = {id(samples[6]): 1.0, id(samples[8]): 0.3, id(samples[2]): 1.0}  # share of pixels flipped
+
+    class Missing:  # the reference's map, with a share of its pixels flipped on some samples
+        evaluator = "a test double"
+
+        def infer(self, sample):
+            out = reference.infer(sample)
+            y = out["y"]
+            mask = np.arange(y.size).reshape(y.shape) < flipped.get(id(sample), 0.0) * y.size
+            return {"y": np.where(mask, 1.0 - y, y).astype(y.dtype)}
+
+    off = Tolerance(rel_l2=float("inf"), cosine=-float("inf"), max_abs=float("inf"), mean_abs=float("inf"))
+    parity = ParityConfig(default=off, tasks=TaskChecks(probability_map=(ProbabilityMapCheck("y", min_iou=0.99),)))
+
+    def judge():
+        return Judge(model, samples, lambda *a, **k: Missing(), parity, PRESET, "int8", "10 samples")
+
+    ordered = judge()
+    assert not ordered.check(model, key="start").passed
+    ordered.report(model, 6, key="part")  # on more samples than kept and fewer than all: dropped
+    ordered.hardest_first("start", 4)
+    position = {id(s): k for k, s in enumerate(given)}
+    assert [position[id(s)] for s in ordered.samples] == [0, 1, 2, 3, 6, 8, 4, 5, 7, 9]
+    assert [id(s) for s in samples] == [id(s) for s in given]
+    for sample, out in zip(ordered.samples, ordered.ref.outputs, strict=True):
+        np.testing.assert_array_equal(out["y"], reference.infer(sample)["y"])
+    assert ("part", 6) not in ordered._reports and ("start", 10) in ordered._reports
+
+    del flipped[id(samples[2])]  # a state the search samples pass
+    in_given_order = judge().measure(model, key="confirm", stop=True)
+    sooner = ordered.measure(model, key="confirm", stop=True)
+    assert sooner.ran is not None and in_given_order.ran is not None and sooner.ran < in_given_order.ran
+    assert not score(sooner, parity, PRESET).passed and not score(in_given_order, parity, PRESET).passed

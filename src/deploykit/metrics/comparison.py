@@ -33,10 +33,14 @@ class Comparison:
         self.tasks: dict[str, list[TaskMetric]] = {}
         self.samples = 0
         self.unordered = unordered_outputs(parity.tasks)
+        # per sample: its worst rel-L2 and, per reference, each task's sums over it alone (what a search
+        # orders its confirmation samples by, deploykit.quant.judge.Judge.hardest_first)
+        self.per_sample: list[tuple[float, dict[str, list[Any]]]] = []
 
     def add(self, expected: dict[str, dict[str, np.ndarray]], got: dict[str, np.ndarray]) -> float:
         """Fold one sample (reference name -> outputs; candidate outputs); return its worst rel-L2."""
         worst = 0.0
+        sums: dict[str, list[Any]] = {}
         for ref_name, outputs in expected.items():
             for out_name, ref in outputs.items():
                 cand = _output(got, out_name)
@@ -54,9 +58,9 @@ class Comparison:
                     raise DataError(f"output {out_name!r}: {e}") from e
             if ref_name not in self.tasks:
                 self.tasks[ref_name] = build_tasks(self.parity.tasks)
-            for task in self.tasks[ref_name]:
-                task.add(outputs, got)
+            sums[ref_name] = [task.add(outputs, got) for task in self.tasks[ref_name]]
         self.samples += 1
+        self.per_sample.append((worst, sums))
         return worst
 
     def check_outputs(self, names: list[str]) -> None:

@@ -34,8 +34,8 @@ class TaskMetric:
     def outputs(self) -> tuple[str, ...]:
         return (self.check.output,)
 
-    def add(self, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
-        """Fold one sample in (reference and candidate outputs by name)."""
+    def add(self, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
+        """Fold one sample in (reference and candidate outputs by name); return the sample's own sums."""
         if not self._checked:
             for name in self.outputs:
                 if name not in ref:
@@ -44,7 +44,9 @@ class TaskMetric:
                     )
             self.check_shapes({n: ref[n] for n in self.outputs})
             self._checked = True
-        self.sums = self.fold(self.sums, {n: ref[n] for n in self.outputs}, {n: got[n] for n in self.outputs})
+        sample = self.fold(None, {n: ref[n] for n in self.outputs}, {n: got[n] for n in self.outputs})
+        self.sums = sample if self.sums is None else self.merge(self.sums, sample)
+        return sample
 
     def fold(self, sums: Any, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Any:
         return dense.add_sums(sums, self.sample_sums(ref[self.check.output], got[self.check.output]))

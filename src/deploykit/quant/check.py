@@ -86,6 +86,13 @@ class Reference:
             {name: _signal([o[name] for o in self.outputs]) for name in self.outputs[0]} if self.outputs else {}
         )
 
+    def reordered(self, order: list[int]) -> Reference:
+        """The same samples and outputs in ``order`` (indices into these)."""
+        out = object.__new__(Reference)
+        out.samples, out.outputs = [self.samples[k] for k in order], [self.outputs[k] for k in order]
+        out.evaluator, out.signal = self.evaluator, self.signal
+        return out
+
     def head(self, n: int) -> Reference:
         """The first ``n`` samples and their outputs, without running the FP32 graph again."""
         out = object.__new__(Reference)

@@ -66,10 +66,12 @@ def search(
     lookup: CacheLookup | None,
     progress: Callable[[], Any] | None = None,
     task: Callable[[str, int], Any] | None = None,
+    start: str | None = None,
 ) -> tuple[SearchResult, dict[str, Any]]:
     """The search's result and the cache payload to store in the artifact (``sensitivity.json``);
     ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
-    timing of its answer on this CPU."""
+    timing of its answer on this CPU; ``start``: the judge's key of the start graph judged in full,
+    whose misses order the samples confirmations run (:meth:`Judge.hardest_first`)."""
     from deploykit.quant.latency_cost import Costs
     from deploykit.quant.screen import SCREENED, Screen, pays
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
@@ -82,6 +84,8 @@ def search(
         "ladder": list(p.ladder),
     }
     key = cache_key(facts)
+    if start is not None:  # after the key: it names the samples in their given order, whatever the limits
+        judge.hardest_first(start, cfg.repair.samples)
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
     screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED and pays(reference) else None

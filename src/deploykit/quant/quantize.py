@@ -31,7 +31,7 @@ from deploykit.quant import prepare as g
 from deploykit.quant.candidates import build
 from deploykit.quant.check import Check, Reference, check
 from deploykit.quant.flavours import Placed, QuantFlavour, flavour_for
-from deploykit.quant.judge import Judge, Judging
+from deploykit.quant.judge import Judge, Judging, graph_digest
 from deploykit.quant.range_choice import Memo, choose_ranges, range_sets, settings, tolerance
 from deploykit.quant.ranges import NO_HISTOGRAM, Calibration, RangeSettings, TensorRange, calibrate
 from deploykit.quant.reader import SampleStream
@@ -432,7 +432,8 @@ def _mixed_precision(
 
     plan = mixed.plan(base, cfg, job.target, job.where)
     candidate = mixed.builder(plan, base, model, cfg.precision)(plan.start)
-    verdict = judge.check(candidate)
+    start = graph_digest(candidate)  # the search confirms its states hardest sample first, by this graph's misses
+    verdict = judge.check(candidate, key=start)
     result = Result(
         candidate,
         model,
@@ -456,7 +457,7 @@ def _mixed_precision(
     total = len(plan.groups) + cfg.repair.max_iterations
     with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
         search, payload = mixed.search(
-            plan, base, model, judge, cfg, job.target, job.ort_level, sample, job.search_cache, advance, job.task
+            plan, base, model, judge, cfg, job.target, job.ort_level, sample, job.search_cache, advance, job.task, start
         )
     counts = search.evaluations
     screened = f" ({counts['screened']} of them ranked on the screening graph)" if counts.get("screened") else ""
