@@ -85,7 +85,9 @@ def search(
     }
     key = cache_key(facts)
     if start is not None:  # after the key: it names the samples in their given order, whatever the limits
-        judge.hardest_first(start, cfg.repair.samples)
+        # (which the order depends on); every count below all of them keeps its samples, so a cached
+        # measurement on them is on the same samples in a rerun
+        judge.hardest_first(start, max(cfg.repair.samples, cfg.repair.screen_samples))
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
     screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED and pays(reference) else None
