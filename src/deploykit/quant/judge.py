@@ -349,8 +349,8 @@ class Judge:
         self, candidate: onnx.ModelProto, n: int | None = None, key: str | None = None, stop: bool = False
     ) -> Measurement:
         """What ``candidate`` measures on the first ``n`` samples (all by default). ``stop``, on all of them:
-        once it cannot pass, its best possible finish instead (``ran``: the samples run; a search confirming
-        a state that passed on a few stops there: 5 of 12 samples on most of YOLOv8n's failing ones)."""
+        once it cannot pass, its best possible finish instead (``ran``: the samples run), which is where a
+        search's confirmation of a state that passed on a few samples mostly ends."""
         count = len(self.samples) if n is None else min(n, len(self.samples))
         key = key or graph_digest(candidate)
         if stop and count == len(self.samples) and (key, count) not in self._reports:
@@ -481,8 +481,9 @@ class Judge:
     def hardest_first(self, key: str, keep: int) -> None:
         """Put the judging samples after the first ``keep`` (the search samples) in the order the graph
         judged in full as ``key`` (the search's start) missed most on them: a confirmation that stops
-        once a state cannot pass (:meth:`measure`) then meets the samples that fail it first (measured
-        on YOLOv8n and ViT-S: 5 to 9 samples instead of 9 to 16). Each sample's miss is the task
+        once a state cannot pass (:meth:`measure`) then meets the samples that fail it first (ViT-S's
+        failing confirmations ran 5 to 9 samples instead of 12 to 16, YOLOv8n's 5 to 14 instead of 9 to
+        15). Each sample's miss is the task
         objective the graph would score on every sample were it exact on all the others, then its worst
         rel-L2 (the elementwise limits' worst case). What the reordering invalidates is dropped: reports
         and open comparisons on more than ``keep`` samples and fewer than all."""

@@ -66,11 +66,11 @@ def search(
     lookup: CacheLookup | None,
     progress: Callable[[], Any] | None = None,
     task: Callable[[str, int], Any] | None = None,
-    start: str | None = None,
+    start_key: str | None = None,
 ) -> tuple[SearchResult, dict[str, Any]]:
     """The search's result and the cache payload to store in the artifact (``sensitivity.json``);
     ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
-    timing of its answer on this CPU; ``start``: the judge's key of the start graph judged in full,
+    timing of its answer on this CPU; ``start_key``: the judge's key of the start graph judged in full,
     whose misses order the samples confirmations run (:meth:`Judge.hardest_first`)."""
     from deploykit.quant.latency_cost import Costs
     from deploykit.quant.screen import SCREENED, Screen, pays
@@ -84,10 +84,10 @@ def search(
         "ladder": list(p.ladder),
     }
     key = cache_key(facts)
-    if start is not None:  # after the key: it names the samples in their given order, whatever the limits
+    if start_key is not None:  # after the key: it names the samples in their given order, whatever the limits
         # (which the order depends on); every count below all of them keeps its samples, so a cached
         # measurement on them is on the same samples in a rerun
-        judge.hardest_first(start, max(cfg.repair.samples, cfg.repair.screen_samples))
+        judge.hardest_first(start_key, max(cfg.repair.samples, cfg.repair.screen_samples))
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
     screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED and pays(reference) else None

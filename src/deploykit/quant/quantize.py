@@ -432,8 +432,8 @@ def _mixed_precision(
 
     plan = mixed.plan(base, cfg, job.target, job.where)
     candidate = mixed.builder(plan, base, model, cfg.precision)(plan.start)
-    start = graph_digest(candidate)  # the search confirms its states hardest sample first, by this graph's misses
-    verdict = judge.check(candidate, key=start)
+    start_key = graph_digest(candidate)  # the search confirms its states hardest sample first, by its misses
+    verdict = judge.check(candidate, key=start_key)
     result = Result(
         candidate,
         model,
@@ -457,7 +457,18 @@ def _mixed_precision(
     total = len(plan.groups) + cfg.repair.max_iterations
     with job.task("mixed-precision search: candidates", total) if job.task else contextlib.nullcontext(None) as advance:
         search, payload = mixed.search(
-            plan, base, model, judge, cfg, job.target, job.ort_level, sample, job.search_cache, advance, job.task, start
+            plan,
+            base,
+            model,
+            judge,
+            cfg,
+            job.target,
+            job.ort_level,
+            sample,
+            job.search_cache,
+            advance,
+            job.task,
+            start_key=start_key,
         )
     counts = search.evaluations
     screened = f" ({counts['screened']} of them ranked on the screening graph)" if counts.get("screened") else ""
