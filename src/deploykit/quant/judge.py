@@ -482,7 +482,7 @@ class Judge:
         """Put the judging samples after the first ``keep`` (the search samples) in the order the graph
         judged in full as ``key`` (the search's start) missed most on them: a confirmation that stops
         once a state cannot pass (:meth:`measure`) then meets the samples that fail it first (ViT-S's
-        failing confirmations ran 5 to 9 samples instead of 12 to 16, YOLOv8n's 5 to 14 instead of 9 to
+        failing confirmations ran 5 to 9 samples instead of 12 to 16, YOLOv8n's 5 to 14 instead of 7 to
         15). Each sample's miss is the task
         objective the graph would score on every sample were it exact on all the others, then its worst
         rel-L2 (the elementwise limits' worst case). What the reordering invalidates is dropped: reports
