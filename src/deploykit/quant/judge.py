@@ -328,8 +328,10 @@ class Judge:
     def _bound(self, comparison: Any) -> Measurement:
         """The measurement ``comparison``'s candidate would end with on every judging sample if it matched
         the reference exactly on each one still to come: its best possible finish. Elementwise metrics are
-        worst cases over samples, which an exact sample leaves as they are; task metrics as in
-        :meth:`_best_finish`. Failing this, the candidate fails on all of them."""
+        worst cases over samples, which an exact sample leaves as they are. No worse finish exists for
+        parity's task metrics either: each is a ratio of sums over samples (agreeing pixels, matched boxes,
+        error totals) that an exact sample moves towards its best value. Failing this, the candidate fails
+        on all of them."""
         if self._perfect is None:
             self._perfect = self._perfect_sums()
         tasks = comparison.tasks.get("onnx", [])
@@ -446,21 +448,9 @@ class Judge:
         return {name: done[name] for name in candidates}
 
     def _best_finish(self, comparison: Any) -> dict[str, float]:
-        """The task losses ``comparison`` would end with if the candidate matched the reference exactly on
-        every remaining sample. No worse finish exists for parity's task metrics: each is a ratio of sums
-        over samples (agreeing pixels, matched boxes, error totals) that an exact sample moves towards its
-        best value; the checks the full reference makes inconclusive are left out, as they are at the end."""
-        if self._perfect is None:
-            self._perfect = self._perfect_sums()
-        losses: dict[str, float] = {}
-        for task, perfect in zip(comparison.tasks.get("onnx", []), self._perfect, strict=True):
-            if perfect.inconclusive:
-                continue
-            rest = perfect.suffix[comparison.samples]
-            metrics = task.metrics(task.sums if rest is None else task.merge(task.sums, rest))
-            for metric, op, _ in task.judged(self.parity.judge):
-                losses[f"{task.label}.{metric}"] = _loss(metrics[metric], op)
-        return losses
+        """The task losses of ``comparison``'s best possible finish (:meth:`_bound`); the checks the full
+        reference makes inconclusive are left out, as they are at the end."""
+        return task_losses(self._bound(comparison), self.parity)
 
     def _perfect_sums(self) -> list[Perfect]:
         """Per task, the reference against itself: its sums over samples k.. and over each sample."""
@@ -474,8 +464,7 @@ class Judge:
                 task.sums = suffix[k + 1]  # a fold makes new sums: this one is left as it is
                 each[k] = task.add(self.ref.outputs[k], self.ref.outputs[k])
                 suffix[k] = task.sums
-            inconclusive = bool(suffix[0] is not None and task.inconclusive(suffix[0], task.metrics(suffix[0])))
-            out.append(Perfect(suffix, inconclusive, each))
+            out.append(Perfect(suffix, each))
         return out
 
     def hardest_first(self, key: str, keep: int) -> None:
@@ -538,7 +527,6 @@ class Perfect(NamedTuple):
     """One task check's sums of the reference against itself, for best possible finishes."""
 
     suffix: list[Any]  # over samples k.. (None at the end)
-    inconclusive: bool  # whether the full reference makes the check inconclusive
     each: list[Any]  # over each sample alone
 
 
