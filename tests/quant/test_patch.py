@@ -128,7 +128,9 @@ def test_the_switchable_graph_computes_each_patch_as_the_patch_s_own_graph(flavo
     screen, switches = switchable(result.base, result.reference, groups)
     onnx.checker.check_model(screen)
     assert sorted(switches) == sorted(groups)
-    one = session_from_onnx(screen, level="disabled")
+    # each Q/DQ pair runs inside a switch's false branch only: a group switched to FP32 computes none
+    assert not {n.op_type for n in screen.graph.node} & {"QuantizeLinear", "DequantizeLinear", "Where"}
+    one, optimized = session_from_onnx(screen, level="disabled"), session_from_onnx(screen)
     rng = np.random.default_rng()
     names = list(groups)
     patches = [{}, dict.fromkeys(names, "fp32"), {names[-1]: "fp32"}]
@@ -142,6 +144,7 @@ def test_the_switchable_graph_computes_each_patch_as_the_patch_s_own_graph(flavo
         for d in data[:2]:
             got, want = one.infer({**d, **feeds})["prob"], own.infer(d)["prob"]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(optimized.infer({**d, **feeds})["prob"], got)  # as the search opens it
         outputs.append(got)
     assert rel(outputs[0], outputs[1]) > 1e-3 and rel(outputs[1], outputs[2]) > 1e-4  # the switches matter
 

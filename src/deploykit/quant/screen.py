@@ -7,8 +7,9 @@ transformer (the patch, its bytes, ONNX Runtime's session) where its inference c
 so a patch is a set of boolean feeds. It computes Q/DQ as fake-quantized FP32 (the switches keep
 ONNX Runtime from fusing integer kernels): ranking uses it; every state the search keeps or
 confirms is judged exactly, on its own graph (:class:`deploykit.quant.sensitivity.Evaluations`).
-It runs about twice the FP32 model's time, so it is used only where that is the cheaper way
-(:func:`pays`: weight-heavy graphs such as transformers; not convolutional nets at high resolution).
+It runs about 1.6x the FP32 model's time (each switch an If whose false branch holds the Q/DQ pair),
+so it is used only where that is the cheaper way (:func:`pays`: weight-heavy graphs such as
+transformers; not convolutional nets at high resolution).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ if TYPE_CHECKING:
     from deploykit.quant.judge import Judge, Runner
 
 SCREENED = "fp32"  # the one precision the screening graph raises a group to (the float rest's)
-# The screening graph runs about 2x the FP32 model's time (every Q/DQ pair and switch computed), a
-# patch's own graph costs its build and session (which grow with the weights) plus one INT8 run.
-# Measured per evaluation here: ViT-S (24M weights, 91M activation values a sample) 0.17 s screened
-# against 0.6 s on its own graph; YOLOv8n at 1024^2 (3M, 149M) 0.30 against 0.16 s; a text detector
-# (0.4M, 95M) 0.08 against 0.09 s. So the screen runs where weights are at least this share of a
-# sample's activation values (ViT-S 0.26, a text recognizer 0.10; YOLOv8n 0.02, the detector 0.005).
+# The screening graph ran about 2x the FP32 model's time when every Q/DQ pair and switch was computed
+# (1.6x on ViT-S since the If branches); a patch's own graph costs its build and session (which grow
+# with the weights) plus one INT8 run. Measured per evaluation then: ViT-S (24M weights, 91M
+# activation values a sample) 0.17 s screened against 0.6 s on its own graph; YOLOv8n at 1024^2
+# (3M, 149M) 0.30 against 0.16 s; a text detector (0.4M, 95M) 0.08 against 0.09 s. So the screen
+# runs where weights are at least this share of a sample's activation values (ViT-S 0.26, a text
+# recognizer 0.10; YOLOv8n 0.02, the detector 0.005).
 SCREEN_WEIGHT_SHARE = 0.05
 
 
