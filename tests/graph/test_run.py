@@ -290,3 +290,39 @@ def test_a_session_takes_an_in_memory_graph_whole_and_a_graph_marked_for_externa
     expected = session_from_onnx(model, "onnxruntime").infer({"x": x})["y"]
     assert np.array_equal(session_from_onnx(marked, "onnxruntime").infer({"x": x})["y"], expected, equal_nan=True)
     assert through == [1]
+
+
+def test_large_weights_reach_a_session_as_arrays_beside_the_graph_s_bytes(monkeypatch):
+    """session_source leaves weights of APART_BYTES and more out of the bytes (external-data references)
+    and hands them over as arrays; the session computes what it computes from the whole model's bytes."""
+    from deploykit.graph import files
+
+    rng = np.random.default_rng()
+    w = rng.standard_normal((256, 256)).astype(np.float32)  # 256 KiB
+    q = rng.integers(-127, 128, (256, 256), dtype=np.int8)  # 64 KiB, dequantized in the graph
+    b = rng.standard_normal(256).astype(np.float32)  # 1 KiB: stays in the bytes
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "qs"], ["qf"], name="dq"),
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm1"),
+        helper.make_node("MatMul", ["h", "qf"], ["h2"], name="mm2"),
+        helper.make_node("Add", ["h2", "b"], ["y"], name="add"),
+    ]
+    inits = [numpy_helper.from_array(v, n) for v, n in ((w, "w"), (q, "q"), (np.float32(0.01), "qs"), (b, "b"))]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 256])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data, weights = files.session_source(model)
+    assert sorted(weights) == ["q", "w"]
+    assert np.array_equal(weights["w"], w) and np.array_equal(weights["q"], q)
+    assert len(data) < 4096 < w.nbytes  # the weights are not in the bytes
+    x = {"x": rng.standard_normal((2, 256)).astype(np.float32)}
+    got = session_from_onnx(model, "onnxruntime", level="all").infer(x)["y"]
+    monkeypatch.setattr(files, "APART_BYTES", 2**40)  # every weight in the bytes, as before
+    assert files.session_source(model)[1] == {}
+    assert np.array_equal(got, session_from_onnx(model, "onnxruntime", level="all").infer(x)["y"])
+    assert np.allclose(got, x["x"] @ w @ (q.astype(np.float32) * 0.01) + b, rtol=1e-4, atol=1e-3)

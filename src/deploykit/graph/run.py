@@ -471,14 +471,21 @@ def _proto(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
 
 
 def _from_proto(model: onnx.ModelProto, options: Any, disabled: tuple[str, ...], refusal: tuple[str, str]) -> Any:
-    """A session over an in-memory model; one too large for protobuf (or marked for external data)
-    goes through a temporary file."""
-    from deploykit.graph.files import as_file, proto_bytes
+    """A session over an in-memory model, its large weights handed over as arrays beside the graph's
+    bytes (:func:`~deploykit.graph.files.session_source`); one marked for external data or too large
+    for protobuf goes through a temporary file."""
+    import onnxruntime as ort
 
-    data = proto_bytes(model)
+    from deploykit.graph.files import as_file, session_source
+
+    data, weights = session_source(model)
     if data is None:
         with as_file(model) as path:
             return _inference_session(str(path), options, _CPU, disabled, refusal)
+    if weights:
+        options.add_external_initializers(
+            list(weights), [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
+        )
     return _inference_session(data, options, _CPU, disabled, refusal)
 
 
