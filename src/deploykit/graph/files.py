@@ -173,44 +173,31 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
     import onnx
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
+    from deploykit.graph.proto import without_initializers
+
     if any(uses_external_data(t) for t in _get_all_tensors(model)):
         return None, {}
-    stub, weights = onnx.ModelProto(), {}
-    _copy_fields(model, stub, "graph")
-    _copy_fields(model.graph, stub.graph, "initializer")
-    for tensor in model.graph.initializer:
+
+    def apart(tensor: onnx.TensorProto) -> bool:
         dtype = _ARRAY_TYPES.get(tensor.data_type)
-        if (
-            dtype is None
-            or not tensor.HasField("raw_data")
-            or math.prod(tensor.dims) * np.dtype(dtype).itemsize < APART_BYTES
-        ):
-            stub.graph.initializer.append(tensor)
-            continue
-        weights[tensor.name] = np.frombuffer(tensor.raw_data, dtype).reshape(tuple(tensor.dims))
-        apart = stub.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-        apart.data_location = onnx.TensorProto.EXTERNAL
-        apart.external_data.add(key="location", value="deploykit-in-memory")
+        return (
+            dtype is not None
+            and tensor.HasField("raw_data")
+            and math.prod(tensor.dims) * np.dtype(dtype).itemsize >= APART_BYTES
+        )
+
+    stub, heavy = without_initializers(model, apart)
+    weights = {}
+    for tensor in heavy:
+        weights[tensor.name] = np.frombuffer(tensor.raw_data, _ARRAY_TYPES[tensor.data_type]).reshape(tensor.dims)
+        reference = stub.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        reference.data_location = onnx.TensorProto.EXTERNAL
+        reference.external_data.add(key="location", value="deploykit-in-memory")
     try:
         data = stub.SerializeToString()
     except ValueError:  # over protobuf's 2 GB
         return None, {}
     return (data, weights) if len(data) < PROTO_LIMIT else (None, {})
-
-
-def _copy_fields(source: Any, target: Any, skip: str) -> None:
-    """Copy every field of the protobuf message ``source`` but ``skip`` into ``target``."""
-    from google.protobuf.message import Message
-
-    for field, value in source.ListFields():
-        if field.name == skip:
-            continue
-        if isinstance(value, Message):
-            getattr(target, field.name).CopyFrom(value)
-        elif isinstance(value, (str, bytes, int, float)):
-            setattr(target, field.name, value)
-        else:  # a repeated field
-            getattr(target, field.name).extend(value)
 
 
 @contextlib.contextmanager

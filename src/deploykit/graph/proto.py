@@ -15,7 +15,7 @@ taking a ``graph`` accept a ``ModelProto`` too and then work on its main graph.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -363,14 +363,10 @@ def shapes_inferred(model: onnx.ModelProto) -> onnx.ModelProto:
     more than :data:`WEIGHT_BYTES` are typed graph inputs without data; raises as ONNX's does."""
     import onnx
 
-    heavy = [t for t in model.graph.initializer if t.ByteSize() > WEIGHT_BYTES]
+    light, heavy = without_initializers(model, lambda t: t.ByteSize() > WEIGHT_BYTES)
     if not heavy:
         return onnx.shape_inference.infer_shapes(model)
-    light = _copy_fields(model, onnx.ModelProto(), skip="graph")
-    _copy_fields(model.graph, light.graph, skip="initializer")
     listed = {i.name for i in model.graph.input}
-    names = {t.name for t in heavy}
-    light.graph.initializer.extend(t for t in model.graph.initializer if t.name not in names)
     added = [t for t in heavy if t.name not in listed]
     light.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in added)
     out = onnx.shape_inference.infer_shapes(light)
@@ -379,6 +375,24 @@ def shapes_inferred(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.graph.initializer[:]
     out.graph.initializer.extend(model.graph.initializer)
     return out
+
+
+def without_initializers(
+    model: onnx.ModelProto, left_out: Callable[[onnx.TensorProto], bool]
+) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """A copy of ``model`` without the initializers ``left_out`` picks (the weights: copying them is
+    most of a copy's cost), and those initializers, in graph order."""
+    import onnx
+
+    light = _copy_fields(model, onnx.ModelProto(), skip="graph")
+    _copy_fields(model.graph, light.graph, skip="initializer")
+    heavy = []
+    for tensor in model.graph.initializer:
+        if left_out(tensor):
+            heavy.append(tensor)
+        else:
+            light.graph.initializer.append(tensor)
+    return light, heavy
 
 
 def _copy_fields(source: Any, target: Any, skip: str) -> Any:
