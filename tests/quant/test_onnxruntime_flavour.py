@@ -1,6 +1,9 @@
 """The onnxruntime flavour: ORT's own QDQ (uint8 activations) with deploykit's ranges, checked as ORT computes."""
 
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, numpy_helper
 
@@ -331,13 +334,20 @@ def test_the_quicker_quantizer_helpers_write_the_graph_orts_own_write(monkeypatc
     ranges = collect_ranges(model, samples, RangeSettings("max"))
     calls = []
 
+    written = []  # the models saved for the quantizer to read: none where the quicker loader reads from memory
+    save = onnx.save_model
+
     def placed() -> bytes:
         ort_flavour.private_ort_quantization.cache_clear()  # a fresh private import, patched or not
         qdq = ort_flavour.private_ort_quantization().qdq_quantizer
         real = qdq.compute_data_quant_params
         calls.clear()
+        written.clear()
         with monkeypatch.context() as m:
             m.setattr(qdq, "compute_data_quant_params", lambda *a, **k: calls.append(1) or real(*a, **k))
+            m.setattr(
+                onnx, "save_model", lambda model, path, **k: written.append(Path(path).name) or save(model, path, **k)
+            )
             out = ort_flavour.quantize(
                 model, samples[0], ranges, exclude=[], per_channel=True, reduce_range=reduce_range
             )
@@ -345,10 +355,12 @@ def test_the_quicker_quantizer_helpers_write_the_graph_orts_own_write(monkeypatc
 
     quick = placed()
     quick_calls = len(calls)
+    assert "in.onnx" not in written
     with monkeypatch.context() as m:
         m.setattr(ort_flavour, "_quicker", lambda package: None)
         own = placed()
     own_calls = len(calls)
+    assert "in.onnx" in written  # ORT's own loader reads the file
     ort_flavour.private_ort_quantization.cache_clear()
     assert quick == own
     assert quick_calls < own_calls  # ORT's loop computes a weight's parameters once per channel

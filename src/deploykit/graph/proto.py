@@ -15,6 +15,7 @@ taking a ``graph`` accept a ``ModelProto`` too and then work on its main graph.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -375,6 +376,17 @@ def shapes_inferred(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.graph.initializer[:]
     out.graph.initializer.extend(model.graph.initializer)
     return out
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of ``model``'s initializers, from their shapes (``ByteSize`` serializes them all)."""
+    import onnx
+
+    return sum(
+        math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        for t in model.graph.initializer
+        if t.data_type not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)
+    )
 
 
 def without_initializers(

@@ -158,15 +158,15 @@ def quantize(
     """
     import onnx
 
+    from deploykit.quant.ort_quicker import handed
     from deploykit.quant.reader import replay_reader
 
     ortq = private_ort_quantization()
     quantize_static, QuantType = ortq.quantize_static, ortq.QuantType  # noqa: N806 (ORT's enum)
     with tempfile.TemporaryDirectory(prefix="deploykit-ortq-") as tmp:
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-        onnx.save_model(model, str(src))
         try:
-            with _calibrated_by(quantize_static, ranges):
+            with handed(src, model, quantize_static), _calibrated_by(quantize_static, ranges):
                 quantize_static(
                     str(src),
                     str(dst),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 # ONNX's in-memory shape inference refuses a model of 2 GB or more; those keep ORT's file round trip.
 IN_MEMORY_SHAPES = 1 << 30
+_HANDED: dict[str, onnx.ModelProto] = {}  # path -> the model ORT's quantizer reads there instead (handed)
 
 
 def install(package: ModuleType) -> None:
@@ -54,18 +55,42 @@ def install(package: ModuleType) -> None:
     def load_model_with_shape_infer(path: Path) -> onnx.ModelProto:
         import onnx
 
-        if Path(path).stat().st_size >= IN_MEMORY_SHAPES:
+        given = _HANDED.get(str(path))
+        if given is None and Path(path).stat().st_size >= IN_MEMORY_SHAPES:
             return by_file(path)
-        model = shapes_inferred(onnx.load(str(path)))
+        model = shapes_inferred(given if given is not None else onnx.load(str(path)))  # a new model either way
         metadata(model)
         return model
 
     model_class.replace_input_of_all_nodes = replace_input_of_all_nodes
+    load_model_with_shape_infer.reads_handed = True  # type: ignore[attr-defined]
     namespace["load_model_with_shape_infer"] = load_model_with_shape_infer
     qdq = package.qdq_quantizer
     quantizer = qdq.QDQQuantizer
     quantizer._calc_initializer_quant_params = _per_channel_params(quantizer._calc_initializer_quant_params, qdq)
     qdq.quantize_onnx_initializer = _per_channel_weights(qdq.quantize_onnx_initializer, qdq)
+
+
+@contextlib.contextmanager
+def handed(path: Path, model: onnx.ModelProto, quantize_static: Callable[..., Any]) -> Iterator[None]:
+    """Within this block ``quantize_static`` (of a private import with :func:`install`'s loader), given
+    ``path``, reads ``model`` from memory: the file is never written (saving ViT-S's 96 MB for the
+    quantizer to read back cost 0.4 s). A model too large to infer its shapes in memory, or a quantizer
+    with ORT's own loader, gets the file."""
+    import onnx
+
+    from deploykit.graph.proto import initializer_bytes
+
+    loader = quantize_static.__globals__["load_model_with_shape_infer"]
+    if not getattr(loader, "reads_handed", False) or initializer_bytes(model) >= IN_MEMORY_SHAPES:
+        onnx.save_model(model, str(path))
+        yield
+        return
+    _HANDED[str(path)] = model
+    try:
+        yield
+    finally:
+        del _HANDED[str(path)]
 
 
 def _integer_types() -> tuple[int, ...]:
