@@ -315,6 +315,21 @@ def test_a_stopped_measurement_in_the_search_cache_proves_only_a_failure():
     assert again.measure(patch, 8, stop=True) == complete and again.fresh == 1 and again.cached == 0
 
 
+def test_a_confirmation_extends_the_session_its_search_samples_ran_in_without_building_the_graph_again():
+    from deploykit.quant.sensitivity import Evaluations
+
+    model = models.cnn((8, 16), head="sigmoid")
+    built, patch = [], {"g": "fp32"}
+    judge = Judge(model, models.images(8, seed=7), session_from_onnx, ParityConfig(), PRESET, "int8", "8 samples")
+    ev = Evaluations(judge, lambda p: built.append(dict(p)) or _perturbed(model, 0.01))
+    few = ev.measure(patch, 3)
+    full = ev.measure(patch, 8, stop=True)
+    assert built == [patch] and judge.evaluations == 1 and judge.inferences == 8
+    assert few.samples == 3 and full.samples == 8 and full.ran is None
+    other = ev.measure({"h": "fp32"}, 8)  # a state never measured is built
+    assert len(built) == 2 and other.samples == 8
+
+
 def test_confirmations_meet_the_samples_the_start_missed_most_first():
     """After the first ``keep`` samples (the search samples, left in place), the judging samples are put
     in the order the start graph missed most on them; the reference outputs follow their samples, the

@@ -96,8 +96,8 @@ class Evaluations:
             if not stop or score(Measurement.from_dict(found), self.judge.parity, self.judge.preset).passed:
                 del self.cache[key]
         return self._memo(
-            key, lambda: self.judge.measure(self.build(patch), n, key=f"patch|{state}", stop=stop)
-        )  # on more samples: extends fewer
+            key, lambda: self.judge.measure(partial(self.build, patch), n, key=f"patch|{state}", stop=stop)
+        )  # on more samples: extends fewer, in the session they ran in (the graph is not built again)
 
     def screened(self, patches: list[Patch], n: int) -> list[Measurement]:
         """For ranking, each patch's measurement: through the screening graph where it covers the patch
