@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 ORDER = ("int4", "int8", "fp8", "fp16", "fp32")  # cheapest first
 _FLOAT, _FLOAT16, _FLOAT8 = 1, 10, 17
 _INT8_QMAX, _FP8_QMAX = 127.0, 448.0
-_QUANTIZED_SIDE = ("Cast", "DequantizeLinear", "QuantizeLinear")  # what a switch's false side computes
+# A Q/DQ pair and the precision Casts around it: what a switch's false side computes, what _drop_unread removes
+_PAIR_OPS = ("Cast", "DequantizeLinear", "QuantizeLinear")
 
 
 def check_patch(patch: Mapping[str, str], groups: Mapping[str, Group], steps: tuple[str, ...], where: str) -> None:
@@ -138,7 +139,7 @@ def _branches(model: onnx.ModelProto, switches: set[str]) -> None:
         switch, on, off = node.input
         out = node.output[0]
         chain, tensor = [], off  # the false side's writers, last first: Casts, a DQ, the Q before it
-        while (writer := made_by.get(tensor)) is not None and writer.op_type in _QUANTIZED_SIDE:
+        while (writer := made_by.get(tensor)) is not None and writer.op_type in _PAIR_OPS:
             chain.append(writer)
             tensor = "" if writer.op_type == "QuantizeLinear" else writer.input[0]
         elem = _elem_type(off, made_by, inits)
@@ -552,10 +553,9 @@ def _drop_unread(model: onnx.ModelProto) -> None:
             readers[i] = readers.get(i, 0) + 1
         for o in writes[k]:
             writer[o] = k
-    droppable = ("QuantizeLinear", "DequantizeLinear", "Cast")
 
     def unread(k: int) -> bool:
-        return nodes[k].op_type in droppable and not any(readers.get(o, 0) or o in outputs for o in writes[k])
+        return nodes[k].op_type in _PAIR_OPS and not any(readers.get(o, 0) or o in outputs for o in writes[k])
 
     removed: set[int] = set()
     todo = [k for k in range(len(nodes)) if unread(k)]
