@@ -200,6 +200,35 @@ def test_the_same_patch_gives_the_same_bytes_in_any_order():
     )
 
 
+def test_a_patch_built_for_sessions_refers_to_the_float_weights_and_fills_to_the_same_bytes(monkeypatch):
+    """With a Held set the restored FP32 weights are references, not copies: a session computes what the
+    self-contained graph computes, bit for bit, and fill_held gives that graph's bytes; a reference
+    whose set is gone is never read (the graph must then go through a file, which fails loudly)."""
+    from deploykit.graph import files
+
+    monkeypatch.setattr(files, "APART_BYTES", 1)  # the test model's weights are small
+    model, data = models.depthwise(), models.images(8, size=32)
+    result, groups = base_of(model, "onnxruntime", data)
+    patch = {"b0_dw": "fp32", "b1_expand": "fp32", "head": "fp32"}
+    whole = apply_patch(result.base, result.reference, groups, patch, "int8", "fp32")
+    held = files.Held(result.reference)
+    light = apply_patch(result.base, result.reference, groups, patch, "int8", "fp32", held=held)
+    referred = [t for t in light.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    assert referred and not any(t.HasField("raw_data") for t in referred)
+    assert light.ByteSize() < whole.ByteSize()
+    data_bytes, weights = files.session_source(light)
+    assert {t.name for t in referred} <= set(weights)
+    for sample in data[:2]:
+        got = session_from_onnx(light, "onnxruntime", level="all").run_all(sample)
+        want = session_from_onnx(whole, "onnxruntime", level="all").run_all(sample)
+        assert all(np.array_equal(got[k], want[k]) for k in want)
+    assert files.fill_held(light).SerializeToString() == whole.SerializeToString()
+    orphan = apply_patch(
+        result.base, result.reference, groups, patch, "int8", "fp32", held=files.Held(result.reference)
+    )
+    assert files.session_source(orphan) == (None, {})
+
+
 def test_layer_precisions_naming_a_missing_group_is_a_config_error():
     from deploykit.errors import ConfigError
 

@@ -8,9 +8,11 @@ model's folder (an absolute path, ``..``) is refused: an untrusted model stays d
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,16 +169,21 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
     out (each an external-data reference), and those weights as arrays by name, which ONNX Runtime
     puts back before it optimizes (``SessionOptions.add_external_initializers``; the same graph, the
     same outputs). Serializing every weight and parsing it again cost 0.2 of the 0.4 s of each session
-    the mixed-precision search opened on a 549-group transformer. None where the model must go
-    through a file (:func:`uses_file`)."""
+    the mixed-precision search opened on a 549-group transformer. A reference to a :class:`Held`
+    weight is handed over as its array. None where the model must go through a file (:func:`uses_file`)."""
     import numpy as np
     import onnx
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     from deploykit.graph.proto import without_initializers
 
-    if any(uses_external_data(t) for t in _get_all_tensors(model)):
-        return None, {}
+    weights = {}
+    for tensor in _get_all_tensors(model):
+        if uses_external_data(tensor):
+            held = _held(tensor)
+            if held is None:
+                return None, {}
+            weights[tensor.name] = held
 
     def apart(tensor: onnx.TensorProto) -> bool:
         dtype = _ARRAY_TYPES.get(tensor.data_type)
@@ -187,7 +194,6 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
         )
 
     stub, heavy = without_initializers(model, apart)
-    weights = {}
     for tensor in heavy:
         weights[tensor.name] = np.frombuffer(tensor.raw_data, _ARRAY_TYPES[tensor.data_type]).reshape(tensor.dims)
         reference = stub.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
@@ -200,6 +206,73 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
     return (data, weights) if len(data) < PROTO_LIMIT else (None, {})
 
 
+class Held:
+    """Large weights that many graphs built from one source share (the mixed-precision search's states
+    each restore hundreds of FP32 weights): a graph holds a reference to each (an external-data entry
+    whose location names this set) instead of a copy, and a session takes its array in place
+    (:func:`session_source`). Copying ViT-S's FP32 weights into each state's graph and out again for
+    its session cost 60 ms a state. :func:`fill_held` makes such a graph self-contained; the references
+    resolve only while this set is alive."""
+
+    def __init__(self, source: onnx.ModelProto) -> None:
+        self.location = f"{_HELD_PREFIX}{next(_HELD_IDS)}"
+        self._tensors = {t.name: t for t in source.graph.initializer}
+        self._arrays: dict[str, Any] = {}
+        _HELD[self.location] = self
+
+    def refer(self, target: onnx.TensorProto, name: str, source: str) -> bool:
+        """Make the empty ``target`` (named ``name``) a reference to the source's initializer ``source``;
+        False (``target`` untouched) where that is not one of the large raw weights a session takes apart."""
+        import onnx
+
+        tensor = self._tensors.get(source)
+        dtype = _ARRAY_TYPES.get(tensor.data_type) if tensor is not None else None
+        if dtype is None or not tensor.HasField("raw_data") or len(tensor.raw_data) < APART_BYTES:
+            return False
+        target.name, target.data_type = name, tensor.data_type
+        target.dims.extend(tensor.dims)
+        target.data_location = onnx.TensorProto.EXTERNAL
+        target.external_data.add(key="location", value=self.location)
+        target.external_data.add(key="source", value=source)
+        return True
+
+    def array(self, source: str) -> Any:
+        import numpy as np
+
+        if source not in self._arrays:  # one copy of the bytes for every graph that refers to them
+            tensor = self._tensors[source]
+            self._arrays[source] = np.frombuffer(tensor.raw_data, _ARRAY_TYPES[tensor.data_type]).reshape(tensor.dims)
+        return self._arrays[source]
+
+    def tensor(self, source: str) -> onnx.TensorProto:
+        return self._tensors[source]
+
+
+def fill_held(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each reference to a live :class:`Held` set replaced by a copy of its weight, in
+    place: the self-contained graph, byte for byte what copying the weights in would have built."""
+    for tensor in model.graph.initializer:
+        entries = {e.key: e.value for e in tensor.external_data}
+        held = _HELD.get(entries.get("location", ""))
+        if held is not None:
+            name = tensor.name
+            tensor.CopyFrom(held.tensor(entries["source"]))
+            tensor.name = name
+    return model
+
+
+def _held(tensor: onnx.TensorProto) -> Any:
+    """The array a :class:`Held` reference stands for, or None where ``tensor`` is not one (a live set's)."""
+    entries = {e.key: e.value for e in tensor.external_data}
+    held = _HELD.get(entries.get("location", ""))
+    return held.array(entries["source"]) if held is not None and "source" in entries else None
+
+
+_HELD_PREFIX = "deploykit-held-"
+_HELD_IDS = itertools.count()
+_HELD: weakref.WeakValueDictionary[str, Held] = weakref.WeakValueDictionary()
+
+
 @contextlib.contextmanager
 def as_file(model: onnx.ModelProto) -> Iterator[Path]:
     """The model written to a temporary folder (weights over 1 KiB beside it when it must)."""
@@ -209,6 +282,7 @@ def as_file(model: onnx.ModelProto) -> Iterator[Path]:
         path = Path(tmp) / "model.onnx"
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
+        fill_held(copy)  # a file holds every weight it needs
         external = model.ByteSize() >= PROTO_LIMIT
         onnx.save_model(
             copy,

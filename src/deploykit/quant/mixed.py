@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import onnx
 
     from deploykit.config import QuantizeConfig
+    from deploykit.graph.files import Held
     from deploykit.quant.flavours import QuantFlavour
     from deploykit.quant.judge import Judge
     from deploykit.quant.search import Patch
@@ -49,9 +50,12 @@ def plan(base: onnx.ModelProto, cfg: QuantizeConfig, flavour: QuantFlavour, wher
 
 
 def builder(
-    p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, precision: str
+    p: Plan, base: onnx.ModelProto, reference: onnx.ModelProto, precision: str, held: Held | None = None
 ) -> Callable[[Patch], onnx.ModelProto]:
-    return partial(apply_patch, base, reference, p.groups, base_precision=precision, high_precision=p.high_precision)
+    """Patch -> its graph; with ``held`` (sessions only) the restored weights refer to ``reference``'s."""
+    return partial(
+        apply_patch, base, reference, p.groups, base_precision=precision, high_precision=p.high_precision, held=held
+    )
 
 
 def search(
@@ -72,11 +76,15 @@ def search(
     ``progress`` is called after each candidate the search runs; ``task`` (a Reporter's) names the
     timing of its answer on this CPU; ``start_key``: the judge's key of the start graph judged in full,
     whose misses order the samples confirmations run (:meth:`Judge.hardest_first`)."""
+    from deploykit.graph.files import Held
     from deploykit.quant.latency_cost import Costs
     from deploykit.quant.screen import SCREENED, Screen, pays
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
-    build = builder(p, base, reference, cfg.precision)
+    # the states are built for sessions (ONNX Runtime's evaluator reads held weights in place; the
+    # as-written one rewrites graphs first), the answer made self-contained (run_search)
+    held = Held(reference) if flavour.evaluator == "onnxruntime" else None
+    build = builder(p, base, reference, cfg.precision, held)
     facts = {
         **cache_facts(judge, cfg.repair, base),
         "flavour": flavour.name,

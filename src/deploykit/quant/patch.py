@@ -31,6 +31,8 @@ from deploykit.quant.groups import Group
 if TYPE_CHECKING:
     import onnx
 
+    from deploykit.graph.files import Held
+
 ORDER = ("int4", "int8", "fp8", "fp16", "fp32")  # cheapest first
 _FLOAT, _FLOAT16, _FLOAT8 = 1, 10, 17
 _INT8_QMAX, _FP8_QMAX = 127.0, 448.0
@@ -64,6 +66,7 @@ def apply_patch(
     patch: Mapping[str, str],
     base_precision: str,
     high_precision: str,
+    held: Held | None = None,
 ) -> onnx.ModelProto:
     """A copy of ``base`` with each patched group in its precision; see the module docstring.
 
@@ -74,6 +77,8 @@ def apply_patch(
         patch: group name -> precision (``ORDER``); groups left out keep the base precision.
         base_precision: the stage's precision (int8, fp8, int4).
         high_precision: what the base's float rest runs in (fp16 or fp32).
+        held: ``reference``'s weights as a :class:`~deploykit.graph.files.Held` set: restored FP32
+            weights are references to it (for sessions only; ``fill_held`` gives the same bytes as none).
     """
     model = copy_model(base)
     order = {name: i for i, name in enumerate(groups)}
@@ -87,7 +92,7 @@ def apply_patch(
         _to_fp8(model, fp8)
     floats = {n for g, p in edits if p != "fp8" for n in g.nodes}
     if floats:
-        _to_float(model, reference, floats)
+        _to_float(model, reference, floats, held=held)
     for group in wide:
         _to_fp32(model, group, types)
     _drop_unread(model)
@@ -200,7 +205,11 @@ def _chain(made_by: dict[str, onnx.NodeProto], tensor: str) -> tuple[list[onnx.N
 
 
 def _to_float(
-    model: onnx.ModelProto, reference: onnx.ModelProto, members: set[str], switch: Mapping[str, str] | None = None
+    model: onnx.ModelProto,
+    reference: onnx.ModelProto,
+    members: set[str],
+    switch: Mapping[str, str] | None = None,
+    held: Held | None = None,
 ) -> None:
     """Rewire ``members`` (the nodes of the groups raised to a float precision) to read float values
     where they read dequantized ones; one pass over the graph. With ``switch`` (node -> a boolean
@@ -223,7 +232,7 @@ def _to_float(
             if dq.input[0] in inits:  # integer weights (ONNX Runtime, INT4): the FP32 graph holds the floats
                 value = ref_inits.get(original.input[i])
                 if value is not None:
-                    chosen = _float_initializer(model, inits, value, _type_after(dq, casts, inits))
+                    chosen = _float_initializer(model, inits, value, _type_after(dq, casts, inits), held)
                     quantized = (_dequantized(model, inits, dq) if switch is not None and not casts else None) or tensor
                     node.input[i] = _choose(node, quantized, chosen, switch, made_by, added)
                 continue
@@ -321,7 +330,11 @@ def _type_after(dq: onnx.NodeProto, casts: list[onnx.NodeProto], inits: dict[str
 
 
 def _float_initializer(
-    model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], value: onnx.TensorProto, dtype: int
+    model: onnx.ModelProto,
+    inits: dict[str, onnx.TensorProto],
+    value: onnx.TensorProto,
+    dtype: int,
+    held: Held | None = None,
 ) -> str:
     from onnx import numpy_helper
 
@@ -330,8 +343,9 @@ def _float_initializer(
         return name
     inits[name] = model.graph.initializer.add()
     if value.data_type == dtype and value.HasField("raw_data"):  # one copy of the bytes, not four
-        inits[name].CopyFrom(value)
-        inits[name].name = name
+        if held is None or not held.refer(inits[name], name, value.name):
+            inits[name].CopyFrom(value)
+            inits[name].name = name
     else:
         array = numpy_helper.to_array(value).astype(np.float16 if dtype == _FLOAT16 else np.float32)
         inits[name].CopyFrom(numpy_helper.from_array(array, name))

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.graph.files import fill_held
 from deploykit.quant.groups import Group
 from deploykit.quant.judge import Judge, Measurement, Runner, Score, measurement_settings, score
 from deploykit.quant.latency_cost import Costs
@@ -289,7 +290,7 @@ def run_search(
         fallback={m.group: high for m in order if m.precision != high},
     )
     clock.lap("search")
-    model = ev.build(outcome.best)
+    model = fill_held(ev.build(outcome.best))  # the answer holds its weights (the states may refer to them)
     check = judge.check(model, key="patch|" + ",".join(f"{g}={p}" for g, p in sorted(outcome.best.items())))
     if check.passed and not outcome.passed:  # the closest state missed on the few samples, passes on all
         before = outcome.stopped  # its codes stay: why the search samples did not pass it
