@@ -58,9 +58,10 @@ def test_the_cpu_estimate_is_load_independent_and_knows_depthwise_int8_gains_not
     assert one.of(everything) == pytest.approx(one.top)
 
 
-def test_a_patchs_conversions_reuse_the_base_costs_to_the_same_bits():
-    """Borders.cost recomputes only the tensors next to a patched group: on random graphs of groups and
-    random patches it equals the sum over every tensor, bit for bit (the search compares these sums)."""
+def test_a_patchs_conversions_as_arrays_give_the_per_tensor_sum_to_the_same_bits():
+    """Borders.cost counts each tensor's precisions as arrays: on random graphs of groups and random
+    patches (precisions that hand INT8 on alike among them) it equals the sum of the per-tensor costs
+    in tensor order, bit for bit (the search compares these sums)."""
     import random
 
     from deploykit.quant.latency_cost import Borders
@@ -76,8 +77,9 @@ def test_a_patchs_conversions_reuse_the_base_costs_to_the_same_bits():
             )
             for _ in range(rng.randint(1, 60))
         )
-        borders = Borders(tensors, "int8", rng.choice(["fp32", "int8"]))
+        alike = rng.choice([(), ("int8", "fp8")])
+        borders = Borders(tensors, "int8", rng.choice(["fp32", "int8", "fp16"]), alike)
         for _ in range(20):
-            patch = {g: rng.choice(["fp32", "fp16"]) for g in rng.sample(groups, rng.randint(0, len(groups)))}
+            patch = {g: rng.choice(["fp32", "fp16", "fp8"]) for g in rng.sample(groups, rng.randint(0, len(groups)))}
             direct = sum(borders._tensor(t, patch) for t in tensors)
             assert borders.cost(patch) == direct

@@ -223,11 +223,16 @@ class Held:
     def refer(self, target: onnx.TensorProto, name: str, source: str) -> bool:
         """Make the empty ``target`` (named ``name``) a reference to the source's initializer ``source``;
         False (``target`` untouched) where that is not one of the large raw weights a session takes apart."""
+        import numpy as np
         import onnx
 
         tensor = self._tensors.get(source)
         dtype = _ARRAY_TYPES.get(tensor.data_type) if tensor is not None else None
-        if dtype is None or not tensor.HasField("raw_data") or len(tensor.raw_data) < APART_BYTES:
+        if (  # the size from the shape: reading raw_data copies the bytes
+            dtype is None
+            or not tensor.HasField("raw_data")
+            or math.prod(tensor.dims) * np.dtype(dtype).itemsize < APART_BYTES
+        ):
             return False
         target.name, target.data_type = name, tensor.data_type
         target.dims.extend(tensor.dims)
