@@ -575,9 +575,9 @@ def typical_rel_l2(report: dict[str, Any]) -> float:
 
 
 def graph_digest(model: onnx.ModelProto) -> str:
-    import hashlib
+    from deploykit.store.hashing import digest_model
 
-    return hashlib.sha256(model.SerializeToString()).hexdigest()
+    return digest_model(model)
 
 
 def measurement_settings(parity: ParityConfig) -> dict[str, Any]:

@@ -143,9 +143,9 @@ class Memo:
         self.evaluators: dict[str, str] = {}
 
     def __call__(self, model: onnx.ModelProto) -> MemoSession:
-        import hashlib
+        from deploykit.store.hashing import digest_model
 
-        return MemoSession(self, model, hashlib.sha256(model.SerializeToString()).hexdigest())
+        return MemoSession(self, model, digest_model(model))
 
 
 class MemoSession:

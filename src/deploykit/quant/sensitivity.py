@@ -221,6 +221,7 @@ def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[
     import hashlib
 
     from deploykit.store.environment import device_fingerprint, onnxruntime_version
+    from deploykit.store.hashing import digest_model
 
     samples = hashlib.sha256()
     for sample in judge.samples:
@@ -229,8 +230,8 @@ def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[
             samples.update(f"{name}:{array.dtype}:{array.shape}".encode())
             samples.update(array.tobytes())
     return {
-        "base": hashlib.sha256(base.SerializeToString()).hexdigest(),
-        "reference": hashlib.sha256(judge.reference.SerializeToString()).hexdigest(),
+        "base": digest_model(base),
+        "reference": digest_model(judge.reference),
         "data": samples.hexdigest(),
         "samples": len(judge.samples),
         "screen_samples": cfg.screen_samples,
