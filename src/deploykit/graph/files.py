@@ -257,20 +257,25 @@ def fill_held(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with each reference to a live :class:`Held` set replaced by a copy of its weight, in
     place: the self-contained graph, byte for byte what copying the weights in would have built."""
     for tensor in model.graph.initializer:
-        entries = {e.key: e.value for e in tensor.external_data}
-        held = _HELD.get(entries.get("location", ""))
-        if held is not None:
+        found = _reference(tensor)
+        if found is not None:
             name = tensor.name
-            tensor.CopyFrom(held.tensor(entries["source"]))
+            tensor.CopyFrom(found[0].tensor(found[1]))
             tensor.name = name
     return model
 
 
 def _held(tensor: onnx.TensorProto) -> Any:
     """The array a :class:`Held` reference stands for, or None where ``tensor`` is not one (a live set's)."""
+    found = _reference(tensor)
+    return found[0].array(found[1]) if found is not None else None
+
+
+def _reference(tensor: onnx.TensorProto) -> tuple[Held, str] | None:
+    """The live :class:`Held` set and source weight ``tensor`` refers to, if it is such a reference."""
     entries = {e.key: e.value for e in tensor.external_data}
     held = _HELD.get(entries.get("location", ""))
-    return held.array(entries["source"]) if held is not None and "source" in entries else None
+    return (held, entries["source"]) if held is not None and "source" in entries else None
 
 
 _HELD_PREFIX = "deploykit-held-"
@@ -288,7 +293,7 @@ def as_file(model: onnx.ModelProto) -> Iterator[Path]:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         fill_held(copy)  # a file holds every weight it needs
-        external = model.ByteSize() >= PROTO_LIMIT
+        external = copy.ByteSize() >= PROTO_LIMIT
         onnx.save_model(
             copy,
             str(path),
