@@ -407,6 +407,24 @@ def without_initializers(
     return light, heavy
 
 
+def digest_model(model: onnx.ModelProto) -> str:
+    """A digest of an in-memory model's content: its bytes without the raw weights, then each weight's
+    header and bytes where they lie. Serializing a 95 MB transformer only to hash it cost 0.19 s beside
+    the hash's 0.08 s, once per graph a quantize judges or files statistics under."""
+    import hashlib
+    import json
+
+    light, raw = without_initializers(model, lambda t: t.HasField("raw_data"))
+    graph = light.SerializeToString()
+    h = hashlib.sha256(len(graph).to_bytes(8, "little") + graph)
+    for t in raw:
+        data = t.raw_data
+        header = [t.name, t.data_type, list(t.dims), t.data_location, t.doc_string, len(data)]
+        h.update(json.dumps(header).encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 def _copy_fields(source: Any, target: Any, skip: str) -> Any:
     """``target`` with every set field of the proto ``source`` but ``skip`` copied in; returns it."""
     for field, value in source.ListFields():

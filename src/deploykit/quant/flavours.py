@@ -60,6 +60,9 @@ class QuantFlavour(Protocol):
     measures_latency: bool  # the search's answer is timed on this CPU against FP32 (True), else only estimated
     calibration_cache: bool  # it writes TensorRT's legacy INT8 calibration cache beside an INT8 graph
     configurable_rest: bool  # quantize.high_precision sets its float rest (False: FP32 whatever it says)
+    # the search's states refer to the FP32 weights they restore (graph.files.Held) rather than copy them: its
+    # evaluator takes the arrays in place (the as-written one rewrites a graph's weights before its session)
+    holds_weights: bool
 
     def check(self, precision: str) -> None:
         """Refuse (ConfigError) a precision this flavour does not write, saying what to use."""

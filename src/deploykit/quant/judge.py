@@ -575,7 +575,7 @@ def typical_rel_l2(report: dict[str, Any]) -> float:
 
 
 def graph_digest(model: onnx.ModelProto) -> str:
-    from deploykit.store.hashing import digest_model
+    from deploykit.graph.proto import digest_model
 
     return digest_model(model)
 

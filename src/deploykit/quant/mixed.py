@@ -81,9 +81,8 @@ def search(
     from deploykit.quant.screen import SCREENED, Screen, pays
     from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
 
-    # the states are built for sessions (ONNX Runtime's evaluator reads held weights in place; the
-    # as-written one rewrites graphs first), the answer made self-contained (run_search)
-    held = Held(reference) if flavour.evaluator == "onnxruntime" else None
+    # the states are built for sessions, the answer made self-contained (run_search)
+    held = Held(reference) if flavour.holds_weights else None
     build = builder(p, base, reference, cfg.precision, held)
     facts = {
         **cache_facts(judge, cfg.repair, base),

@@ -109,6 +109,7 @@ class TensorRTFlavour:
     measures_latency = False
     calibration_cache = True
     configurable_rest = True
+    holds_weights = False
 
     def check(self, precision: str) -> None:
         return None  # every quantize precision exists for TensorRT

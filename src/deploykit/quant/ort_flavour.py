@@ -462,6 +462,7 @@ class OnnxRuntimeFlavour:
     measures_latency = True
     calibration_cache = False
     configurable_rest = False
+    holds_weights = True
 
     def check(self, precision: str) -> None:
         if precision not in self.precisions:

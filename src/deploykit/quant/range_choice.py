@@ -143,7 +143,7 @@ class Memo:
         self.evaluators: dict[str, str] = {}
 
     def __call__(self, model: onnx.ModelProto) -> MemoSession:
-        from deploykit.store.hashing import digest_model
+        from deploykit.graph.proto import digest_model
 
         return MemoSession(self, model, digest_model(model))
 

@@ -220,8 +220,8 @@ def cache_facts(judge: Judge, cfg: RepairConfig, base: onnx.ModelProto) -> dict[
     are left out: they only change the scores."""
     import hashlib
 
+    from deploykit.graph.proto import digest_model
     from deploykit.store.environment import device_fingerprint, onnxruntime_version
-    from deploykit.store.hashing import digest_model
 
     samples = hashlib.sha256()
     for sample in judge.samples:

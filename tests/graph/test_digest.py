@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from deploykit.graph.proto import copy_model
-from deploykit.store.hashing import digest_model
+from deploykit.graph.proto import copy_model, digest_model
 
 
 def _model(w: np.ndarray, b: np.ndarray, alpha: float = 0.1):
