@@ -171,7 +171,6 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
     same outputs). Serializing every weight and parsing it again cost 0.2 of the 0.4 s of each session
     the mixed-precision search opened on a 549-group transformer. A reference to a :class:`Held`
     weight is handed over as its array. None where the model must go through a file (:func:`uses_file`)."""
-    import numpy as np
     import onnx
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
@@ -185,17 +184,9 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
                 return None, {}
             weights[tensor.name] = held
 
-    def apart(tensor: onnx.TensorProto) -> bool:
-        dtype = _ARRAY_TYPES.get(tensor.data_type)
-        return (
-            dtype is not None
-            and tensor.HasField("raw_data")
-            and math.prod(tensor.dims) * np.dtype(dtype).itemsize >= APART_BYTES
-        )
-
-    stub, heavy = without_initializers(model, apart)
+    stub, heavy = without_initializers(model, _apart)
     for tensor in heavy:
-        weights[tensor.name] = np.frombuffer(tensor.raw_data, _ARRAY_TYPES[tensor.data_type]).reshape(tensor.dims)
+        weights[tensor.name] = _as_array(tensor)
         reference = stub.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
         reference.data_location = onnx.TensorProto.EXTERNAL
         reference.external_data.add(key="location", value="deploykit-in-memory")
@@ -204,6 +195,26 @@ def session_source(model: onnx.ModelProto) -> tuple[bytes | None, dict[str, Any]
     except ValueError:  # over protobuf's 2 GB
         return None, {}
     return (data, weights) if len(data) < PROTO_LIMIT else (None, {})
+
+
+def _apart(tensor: onnx.TensorProto) -> bool:
+    """Whether a session takes ``tensor`` as an array beside the graph's bytes: raw data of a type numpy
+    reads, :data:`APART_BYTES` or more (sized from the shape: reading raw_data copies the bytes)."""
+    import numpy as np
+
+    dtype = _ARRAY_TYPES.get(tensor.data_type)
+    return (
+        dtype is not None
+        and tensor.HasField("raw_data")
+        and math.prod(tensor.dims) * np.dtype(dtype).itemsize >= APART_BYTES
+    )
+
+
+def _as_array(tensor: onnx.TensorProto) -> Any:
+    """An :func:`_apart` tensor's values as an array over (a copy of) its raw bytes."""
+    import numpy as np
+
+    return np.frombuffer(tensor.raw_data, _ARRAY_TYPES[tensor.data_type]).reshape(tensor.dims)
 
 
 class Held:
@@ -223,16 +234,10 @@ class Held:
     def refer(self, target: onnx.TensorProto, name: str, source: str) -> bool:
         """Make the empty ``target`` (named ``name``) a reference to the source's initializer ``source``;
         False (``target`` untouched) where that is not one of the large raw weights a session takes apart."""
-        import numpy as np
         import onnx
 
         tensor = self._tensors.get(source)
-        dtype = _ARRAY_TYPES.get(tensor.data_type) if tensor is not None else None
-        if (  # the size from the shape: reading raw_data copies the bytes
-            dtype is None
-            or not tensor.HasField("raw_data")
-            or math.prod(tensor.dims) * np.dtype(dtype).itemsize < APART_BYTES
-        ):
+        if tensor is None or not _apart(tensor):
             return False
         target.name, target.data_type = name, tensor.data_type
         target.dims.extend(tensor.dims)
@@ -242,11 +247,8 @@ class Held:
         return True
 
     def array(self, source: str) -> Any:
-        import numpy as np
-
         if source not in self._arrays:  # one copy of the bytes for every graph that refers to them
-            tensor = self._tensors[source]
-            self._arrays[source] = np.frombuffer(tensor.raw_data, _ARRAY_TYPES[tensor.data_type]).reshape(tensor.dims)
+            self._arrays[source] = _as_array(self._tensors[source])
         return self._arrays[source]
 
     def tensor(self, source: str) -> onnx.TensorProto:
