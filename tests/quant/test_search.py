@@ -58,7 +58,7 @@ def test_the_first_order_ranking_runs_in_one_screening_session(monkeypatch):
     """Every patch the ranking measures is a set of switches on one open graph; the states the search
     keeps are judged on their own graphs (keys without ``screen|``)."""
     from deploykit.graph import run as graph_run
-    from deploykit.quant.screen import Screen
+    from deploykit.quant.screen import PARTS, Screen
 
     opened = []
     real = graph_run.session_from_onnx
@@ -73,7 +73,8 @@ def test_the_first_order_ranking_runs_in_one_screening_session(monkeypatch):
     fixed = run(model, data, "onnxruntime", repair=RepairConfig(enabled=True))
     assert fixed.check.passed and "conv1" in fixed.layer_precisions
     screened = [k for k in fixed.search_cache["measurements"] if k.startswith("screen|")]
-    assert opened.count(True) == 1 and len(screened) > len(fixed.repair.groups)  # each group alone, and all raised
+    # the screening graph's parts (graph.segments), each opened once; each group alone, and all raised
+    assert 1 <= opened.count(True) <= PARTS and len(screened) > len(fixed.repair.groups)
     sessions, opened[:] = opened.count(False), []
     monkeypatch.setattr(Screen, "covers", lambda self, patch: False)  # every patch on its own graph, as before
     exact = run(model, data, "onnxruntime", repair=RepairConfig(enabled=True))
