@@ -10,18 +10,24 @@ from deploykit.graph.run import session_from_onnx
 from deploykit.graph.segments import split
 
 
-def _chain(blocks: int = 6, dim: int = 8):
+def _chain(blocks: int = 6, dim: int = 8, shared: bool = False):
     """x -> blocks of (Identity, MatMul, Relu), and the first MatMul's output as a second graph output:
-    with Identity the accepted reader, a cut may go before each block only."""
+    with Identity the accepted reader, a cut may go before each block only. ``shared``: every MatMul reads
+    one weight through a node at the graph's start that computes from it alone (as a weight's
+    DequantizeLinear does)."""
     rng = np.random.default_rng(0)
     nodes, inits, info = [], [], []
+    if shared:
+        inits.append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / 3).astype(np.float32), "w"))
+        nodes.append(helper.make_node("Neg", ["w"], ["w_neg"], name="neg"))
     x = "x"
     for k in range(blocks):
         w = numpy_helper.from_array((rng.standard_normal((dim, dim)) / 3).astype(np.float32), f"w{k}")
-        inits.append(w)
+        if not shared:
+            inits.append(w)
         nodes += [
             helper.make_node("Identity", [x], [f"i{k}"], name=f"id{k}"),
-            helper.make_node("MatMul", [f"i{k}", f"w{k}"], [f"m{k}"], name=f"mm{k}"),
+            helper.make_node("MatMul", [f"i{k}", "w_neg" if shared else f"w{k}"], [f"m{k}"], name=f"mm{k}"),
             helper.make_node("Relu", [f"m{k}"], [f"r{k}"], name=f"relu{k}"),
         ]
         info += [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, dim]) for t in (f"i{k}", f"m{k}", f"r{k}")]
@@ -80,3 +86,14 @@ def test_a_tensor_without_a_declared_type_is_never_cut_across():
     model = _chain()
     del model.graph.value_info[:]  # no crossing tensor has a type: no cut qualifies
     assert len(split(model, 3, lambda node: node.op_type == "Identity")) == 1
+
+
+def test_a_constant_computed_from_weights_goes_with_each_part_that_reads_it():
+    model = _chain(shared=True)
+    parts = split(model, 3, lambda node: node.op_type == "Identity")
+    assert len(parts) == 3  # the shared constant read by every block does not keep the cuts away
+    assert all("w_neg" not in p.reads and any(n.name == "neg" for n in p.model.graph.node) for p in parts)
+    x = np.random.default_rng().standard_normal((1, 8)).astype(np.float32)
+    want = session_from_onnx(model, "onnxruntime").infer({"x": x})
+    got = _run_parts(parts, {"x": x})
+    np.testing.assert_array_equal(got["r5"], want["r5"])
