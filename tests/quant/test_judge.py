@@ -330,6 +330,27 @@ def test_a_confirmation_extends_the_session_its_search_samples_ran_in_without_bu
     assert len(built) == 2 and other.samples == 8
 
 
+def test_a_graph_judged_in_full_is_scored_on_its_first_samples_without_running_again():
+    """Judged on every sample, a candidate keeps its report on each count up to ``early``: the search's
+    start (the graph method auto's race or the check judged in full) is then scored on its first samples
+    as judging it on those samples alone would, and nothing runs; above ``early`` a judgement runs."""
+    from deploykit.quant.sensitivity import Evaluations
+
+    model = models.cnn((8, 16), head="sigmoid")
+    samples = models.images(8, seed=9)
+    candidate = _perturbed(model, 0.05)
+    judge = Judge(model, samples, session_from_onnx, ParityConfig(), PRESET, "int8", "8 samples", early=4)
+    judge.check(candidate, key="start")
+    assert judge.inferences == 8 and judge.evaluations == 1
+    ev = Evaluations(judge, lambda p: candidate, keys={"": "start"})
+    for n in (1, 3, 4):
+        alone = Judge(model, samples, session_from_onnx, ParityConfig(), PRESET, "int8", "8 samples")
+        assert ev.measure({}, n) == alone.measure(candidate, n)
+    assert judge.inferences == 8 and judge.evaluations == 1
+    ev.measure({}, 5)  # beyond the kept counts: measured
+    assert judge.evaluations == 2 and judge.inferences == 13
+
+
 def test_confirmations_meet_the_samples_the_start_missed_most_first():
     """After the first ``keep`` samples (the search samples, left in place), the judging samples are put
     in the order the start graph missed most on them; the reference outputs follow their samples, the

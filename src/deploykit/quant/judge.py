@@ -231,6 +231,7 @@ class Judge:
     preset: Tolerance
     precision: str
     source: str
+    early: int = 0  # reports kept as a candidate passes each count of samples up to this (the search's samples)
     evaluations: int = 0  # candidate sessions opened, for budgets and benchmarks
     inferences: int = 0
     evaluator: str = ""  # the sentence the last candidate's session gave
@@ -266,7 +267,7 @@ class Judge:
         key = key or graph_digest(candidate)
         if (key, count) not in self._reports:
             session, comparison = self._session(candidate, key, count)
-            self._extend(session, comparison, count)
+            self._extend(session, comparison, count, key)
             self._finish(key, comparison)
         return self._reports[(key, count)]
 
@@ -301,25 +302,34 @@ class Judge:
 
         return Comparison(self.parity, self.preset, self.precision, histogram=False)
 
-    def _extend(self, session: Any, comparison: Any, count: int, stop: bool = False) -> Measurement | None:
+    def _extend(
+        self, session: Any, comparison: Any, count: int, key: str | None = None, stop: bool = False
+    ) -> Measurement | None:
         """Run the samples ``comparison`` lacks up to ``count``, side by side (:mod:`deploykit.graph.parallel`),
-        and fold them in in order; ``stop``: see :meth:`_fold`."""
+        and fold them in in order; ``key``, ``stop``: see :meth:`_fold`."""
         from deploykit.graph.parallel import in_order
 
         outputs = in_order(session.infer, self.samples[comparison.samples : count])
         try:
-            return self._fold(comparison, outputs, stop)
+            return self._fold(comparison, outputs, key, stop)
         finally:
             outputs.close()  # stopped: the samples still running are waited for, the rest never start
 
-    def _fold(self, comparison: Any, outputs: Iterable[dict[str, Any]], stop: bool = False) -> Measurement | None:
-        """Fold a candidate's outputs on the samples ``comparison`` lacks, in the samples' order. ``stop``
-        (a judgement on every sample): end as soon as the candidate cannot pass whatever the samples still
-        to come give, and return that best possible finish (:meth:`_bound`); None when all were folded."""
+    def _fold(
+        self, comparison: Any, outputs: Iterable[dict[str, Any]], key: str | None = None, stop: bool = False
+    ) -> Measurement | None:
+        """Fold a candidate's outputs on the samples ``comparison`` lacks, in the samples' order; with its
+        ``key``, keep its report on each count up to :attr:`early` (a search then scores its start, judged
+        in full by method auto's race or the check, on its first samples without running it again: on
+        ViT-S a session and four samples, 0.4 s). ``stop`` (a judgement on every sample): end as soon as
+        the candidate cannot pass whatever the samples still to come give, and return that best possible
+        finish (:meth:`_bound`); None when all were folded."""
         start = comparison.samples
         for expected, got in zip(self.ref.outputs[start:], outputs, strict=False):
             comparison.add({"onnx": expected}, got)
             self.inferences += 1
+            if key is not None and comparison.samples <= self.early and comparison.samples < len(self.samples):
+                self._reports.setdefault((key, comparison.samples), comparison.report())
             if stop and comparison.samples < len(self.samples):
                 bound = self._bound(comparison)
                 if not score(bound, self.parity, self.preset).passed:
@@ -360,7 +370,7 @@ class Judge:
         key = key or graph_digest(candidate)
         if stop and count == len(self.samples) and (key, count) not in self._reports:
             session, comparison = self._session(candidate, key, count)
-            bound = self._extend(session, comparison, count, stop=True)
+            bound = self._extend(session, comparison, count, key, stop=True)
             if bound is not None:
                 return bound
             self._finish(key, comparison)
@@ -429,7 +439,7 @@ class Judge:
             key = graph_digest(candidate)
             session, comparison = (None, None) if (key, n) in self._reports else self._session(candidate, key, n)
             if comparison is not None and comparison.samples == 0:
-                self._extend(session, comparison, step)
+                self._extend(session, comparison, step, key)
             started[name] = (key, session, comparison)
         first = rank_sums({m: self._best_finish(c) if c is not None else {} for m, (_, _, c) in started.items()})
         done: dict[str, Entry] = {}
@@ -443,7 +453,7 @@ class Judge:
                     if rival is not None:
                         done[name] = Entry(best, comparison.samples, rival)
                         break
-                    self._extend(session, comparison, comparison.samples + step)
+                    self._extend(session, comparison, comparison.samples + step, key)
                 else:
                     self._finish(key, comparison)
             if name not in done:

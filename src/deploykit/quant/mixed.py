@@ -79,7 +79,7 @@ def search(
     from deploykit.graph.files import Held
     from deploykit.quant.latency_cost import Costs
     from deploykit.quant.screen import SCREENED, Screen, pays
-    from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search
+    from deploykit.quant.sensitivity import CACHE_SCHEMA, Evaluations, cache_facts, cache_key, run_search, state_of
 
     # the states are built for sessions, the answer made self-contained (run_search)
     held = Held(reference) if flavour.holds_weights else None
@@ -98,11 +98,12 @@ def search(
     start, cpu = time.perf_counter(), time.process_time()
     previous = lookup(key) if lookup is not None else None
     screen = Screen(judge, base, reference, p.groups) if p.high_precision == SCREENED and pays(reference) else None
+    keys = {state_of(p.start): start_key} if start_key is not None else {}  # the start: judged in full already
     if previous is not None and previous.get("schema") == CACHE_SCHEMA and previous.get("key") == key:
-        ev = Evaluations(judge, build, dict(previous["measurements"]), progress=progress, screen=screen)
+        ev = Evaluations(judge, build, dict(previous["measurements"]), progress=progress, screen=screen, keys=keys)
         costs = Costs.from_dict(previous["costs"])
     else:
-        ev = Evaluations(judge, build, progress=progress, screen=screen)
+        ev = Evaluations(judge, build, progress=progress, screen=screen, keys=keys)
         costs = flavour.latency_costs(reference, base, p.groups, p.ladder, cfg.precision, p.high_precision)
     timer = _timer(build, base, reference, sample, ort_level, task) if flavour.measures_latency else None
     result = run_search(ev, list(p.groups.values()), p.ladder, costs, cfg.repair, p.start, timer)

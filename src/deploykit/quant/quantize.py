@@ -398,6 +398,7 @@ def _judge(job: Job, model: onnx.ModelProto, held_out: list[dict[str, Any]], ope
         parity_preset(job.cfg),
         job.cfg.precision,
         source,
+        early=job.cfg.repair.samples,  # the search's samples: its start is the graph judged here in full
     )
 
 

@@ -81,6 +81,7 @@ class Evaluations:
     progress: Callable[[], Any] | None = None  # called after each candidate run (a progress bar)
     screen: Screen | None = None  # the screening graph for the first-order ranking, where the flavour has one
     on_screen: int = 0  # fresh measurements the screening graph made
+    keys: dict[str, str] = field(default_factory=dict)  # patch state -> the judge's key its graph was judged under
     _inherited: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -90,14 +91,15 @@ class Evaluations:
         """The patch's own graph, judged as the target computes it; ``stop``: see :meth:`Judge.measure`.
         A measurement that stopped early proves a failure only: asked for in full, or passing the limits
         it is scored by now (a rerun at a looser tolerance), it is measured again."""
-        state = _state(patch)
+        state = state_of(patch)
         key = f"{n}|{state}"
         found = self.cache.get(key)
         if found is not None and found.get("ran") is not None:
             if not stop or score(Measurement.from_dict(found), self.judge.parity, self.judge.preset).passed:
                 del self.cache[key]
+        judged = self.keys.get(state, f"patch|{state}")
         return self._memo(
-            key, lambda: self.judge.measure(partial(self.build, patch), n, key=f"patch|{state}", stop=stop)
+            key, lambda: self.judge.measure(partial(self.build, patch), n, key=judged, stop=stop)
         )  # on more samples: extends fewer, in the session they ran in (the graph is not built again)
 
     def screened(self, patches: list[Patch], n: int) -> list[Measurement]:
@@ -108,7 +110,7 @@ class Evaluations:
         todo: dict[str, Callable[[], Runner]] = {}  # the judge's key -> what opens the graph
         on_screen: set[str] = set()
         for patch in patches:
-            state = _state(patch)
+            state = state_of(patch)
             if self.screen is not None and self.screen.covers(patch):
                 key = judged = f"screen|{n}|{state}"
                 run = partial(self.screen.runner, patch)
@@ -140,7 +142,8 @@ class Evaluations:
         return score(self.measure(patch, n, stop), self.judge.parity, self.judge.preset)
 
 
-def _state(patch: Patch) -> str:
+def state_of(patch: Patch) -> str:
+    """A patch's name in measurement keys: its group=precision pairs, sorted."""
     return ",".join(f"{g}={p}" for g, p in sorted(patch.items()))
 
 
