@@ -231,7 +231,7 @@ class Judge:
     preset: Tolerance
     precision: str
     source: str
-    early: int = 0  # reports kept as a candidate passes each count of samples up to this (the search's samples)
+    early: int = 0  # reports kept as a candidate judged in full passes each count up to this (the search's samples)
     evaluations: int = 0  # candidate sessions opened, for budgets and benchmarks
     inferences: int = 0
     evaluator: str = ""  # the sentence the last candidate's session gave
@@ -267,7 +267,7 @@ class Judge:
         key = key or graph_digest(candidate)
         if (key, count) not in self._reports:
             session, comparison = self._session(candidate, key, count)
-            self._extend(session, comparison, count, key)
+            self._extend(session, comparison, count, key if count == len(self.samples) else None)
             self._finish(key, comparison)
         return self._reports[(key, count)]
 
@@ -319,11 +319,11 @@ class Judge:
         self, comparison: Any, outputs: Iterable[dict[str, Any]], key: str | None = None, stop: bool = False
     ) -> Measurement | None:
         """Fold a candidate's outputs on the samples ``comparison`` lacks, in the samples' order; with its
-        ``key``, keep its report on each count up to :attr:`early` (a search then scores its start, judged
-        in full by method auto's race or the check, on its first samples without running it again: on
-        ViT-S a session and four samples, 0.4 s). ``stop`` (a judgement on every sample): end as soon as
-        the candidate cannot pass whatever the samples still to come give, and return that best possible
-        finish (:meth:`_bound`); None when all were folded."""
+        ``key`` (a judgement on every sample), keep its report on each count up to :attr:`early` (a search
+        then scores its start, judged in full by method auto's race or the check, on its first samples
+        without running it again: on ViT-S a session and four samples, 0.4 s). ``stop`` (a judgement on
+        every sample): end as soon as the candidate cannot pass whatever the samples still to come give,
+        and return that best possible finish (:meth:`_bound`); None when all were folded."""
         start = comparison.samples
         for expected, got in zip(self.ref.outputs[start:], outputs, strict=False):
             comparison.add({"onnx": expected}, got)

@@ -62,7 +62,7 @@ class Screen:
     reference: onnx.ModelProto
     groups: Mapping[str, Group]
     unavailable: str = ""  # why the screening graph could not be opened (the patches then run on their own)
-    parts: int = 0  # how many parts at most (0: PARTS)
+    parts: int = PARTS  # how many parts at most
     _parts: list[tuple[Part, Any]] = field(default_factory=list, repr=False)  # each part and its session
     _switches: dict[str, str] = field(default_factory=dict, repr=False)
     _first: dict[str, int] = field(default_factory=dict, repr=False)  # switch -> the first part reading it
@@ -119,12 +119,13 @@ class Screen:
                 # the ranking runs patches side by side, each on its share of the cores
                 self._parts = [
                     (part, self.judge.opener(part.model, threads=threads_per_run()))
-                    for part in split(model, self.parts or PARTS, lambda node: node.op_type == "If")
+                    for part in split(model, self.parts, lambda node: node.op_type == "If")
                 ]
             except ModelError as e:
                 self.unavailable, self._parts = e.message, []
+            switches = set(self._switches.values())
             for k, (part, _) in reversed(list(enumerate(self._parts))):
-                self._first.update({t: k for t in part.reads if t in set(self._switches.values())})
+                self._first.update({t: k for t in part.reads if t in switches})
         return bool(self._parts)
 
 
