@@ -97,3 +97,14 @@ def test_a_constant_computed_from_weights_goes_with_each_part_that_reads_it():
     want = session_from_onnx(model, "onnxruntime").infer({"x": x})
     got = _run_parts(parts, {"x": x})
     np.testing.assert_array_equal(got["r5"], want["r5"])
+
+
+def test_a_weight_the_graph_gives_out_comes_from_the_last_part():
+    model = _chain()
+    model.graph.output.append(helper.make_tensor_value_info("w2", TensorProto.FLOAT, [8, 8]))
+    parts = split(model, 3, lambda node: node.op_type == "Identity")
+    assert "w2" in parts[-1].makes and all("w2" not in p.makes for p in parts[:-1])
+    x = np.random.default_rng().standard_normal((1, 8)).astype(np.float32)
+    np.testing.assert_array_equal(
+        _run_parts(parts, {"x": x})["w2"], session_from_onnx(model, "onnxruntime").infer({"x": x})["w2"]
+    )

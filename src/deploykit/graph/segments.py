@@ -59,11 +59,13 @@ def split(model: onnx.ModelProto, parts: int, reader_ok: Callable[[onnx.NodeProt
         groups.append(sorted({*body[a:b], *_closure(read, made_by, reads)}))
     out = []
     for i, ((a, b), members) in enumerate(zip(spans, groups, strict=True)):
-        own = set(body[a:b]) if b < len(body) else set(members)
+        last = b == len(body)
+        own = set(members) if last else set(body[a:b])
         made = {o for k in members for o in nodes[k].output}
-        taken = list(dict.fromkeys(t for k in members for t in reads[k] if t not in made))
+        weights = [o for o in outputs if o in inits] if last else []  # a weight the graph gives out as it is
+        taken = list(dict.fromkeys([*(t for k in members for t in reads[k] if t not in made), *weights]))
         later = {t for rest in groups[i + 1 :] for k in rest for t in reads[k]} | set(outputs)
-        makes = [o for k in members if k in own for o in nodes[k].output if o in later]
+        makes = [o for k in members if k in own for o in nodes[k].output if o in later] + weights
         takes = [t for t in taken if t not in inits]
         part = _part_model(model, [nodes[k] for k in members], takes, makes, taken, inits, declared)
         out.append(Part(part, body[a] if b > a else 0, tuple(takes), tuple(makes)))
