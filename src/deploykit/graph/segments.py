@@ -46,12 +46,12 @@ def split(model: onnx.ModelProto, parts: int, reader_ok: Callable[[onnx.NodeProt
     reads = [node_reads(n) for n in nodes]
     constant = _constant(nodes, reads, set(inits))
     body = [k for k in range(len(nodes)) if k not in constant]
-    cuts = _eligible(model, nodes, reads, body, constant, reader_ok)
+    made_by = {o: k for k in constant for o in nodes[k].output}
+    declared = _declared(model)
+    cuts = _eligible(model, nodes, reads, body, made_by, declared, reader_ok)
     chosen = {min(cuts, key=lambda c: (abs(c - k * len(body) / parts), c)) for k in range(1, parts)} if cuts else set()
     bounds = [0, *sorted(chosen), len(body)]  # positions in ``body``
     outputs = [o.name for o in model.graph.output]
-    declared = _declared(model)
-    made_by = {o: k for k in constant for o in nodes[k].output}
     spans = list(zip(bounds, bounds[1:], strict=False))
     groups = []  # per part: its nodes and the constant nodes they read (the last: the constant outputs too)
     for a, b in spans:
@@ -99,13 +99,14 @@ def _eligible(
     nodes: list[onnx.NodeProto],
     reads: list[list[str]],
     body: list[int],
-    constant: set[int],
+    made_by: dict[str, int],
+    declared: dict[str, onnx.ValueInfoProto],
     reader_ok: Callable[[onnx.NodeProto], bool],
 ) -> list[int]:
-    """Positions in ``body`` a cut may go before (see :func:`split`). A node reads through the constant
-    nodes it needs: the node that reads a crossing tensor may be one of those."""
+    """Positions in ``body`` a cut may go before (see :func:`split`); ``made_by``: the constant nodes by
+    what they make. A node reads through the constant nodes it needs: the node that reads a crossing
+    tensor may be one of those."""
     inputs = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
-    made_by = {o: k for k in constant for o in nodes[k].output}
     readers: dict[str, list[tuple[int, bool]]] = {}  # tensor -> (body position, whether its reader is accepted)
     for pos, k in enumerate(body):
         for j in (k, *_closure(reads[k], made_by, reads)):
@@ -113,7 +114,6 @@ def _eligible(
                 if t not in made_by and t not in inputs:
                     readers.setdefault(t, []).append((pos, reader_ok(nodes[j])))
     last = {t: max(p for p, _ in found) for t, found in readers.items()}
-    declared = _declared(model)
     live: set[str] = set()  # activations made before the cut and read after it
     cuts = []
     for c in range(1, len(body)):
