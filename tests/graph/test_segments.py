@@ -108,3 +108,10 @@ def test_a_weight_the_graph_gives_out_comes_from_the_last_part():
     np.testing.assert_array_equal(
         _run_parts(parts, {"x": x})["w2"], session_from_onnx(model, "onnxruntime").infer({"x": x})["w2"]
     )
+
+
+def test_a_model_with_a_weight_the_caller_may_feed_stays_whole():
+    model = _chain(shared=True)
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 8]))  # "w" may be fed
+    parts = split(model, 3, lambda node: node.op_type == "Identity")
+    assert len(parts) == 1 and parts[0].model is model and parts[0].reads == ("x",)

@@ -40,9 +40,15 @@ def split(model: onnx.ModelProto, parts: int, reader_ok: Callable[[onnx.NodeProt
     """``model`` (its nodes in topological order, as ONNX requires) in at most ``parts`` parts of about
     equal node counts, cut only where every tensor crossing the cut is read after it by nodes
     ``reader_ok`` accepts and has a declared type; the model as one part where no cut qualifies.
-    Nodes computing from weights alone go with their readers: each part computes those it reads."""
+    Nodes computing from weights alone go with their readers: each part computes those it reads. A
+    model with a weight a caller may feed (an initializer that is also an input) stays whole: what is
+    computed from it is no constant."""
     nodes = list(model.graph.node)
     inits = {t.name: t for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input]
+    if any(i in inits for i in inputs):
+        outputs = tuple(o.name for o in model.graph.output)
+        return [Part(model, 0, tuple(i for i in inputs if i not in inits), outputs)]
     reads = [node_reads(n) for n in nodes]
     constant = _constant(nodes, reads, set(inits))
     body = [k for k in range(len(nodes)) if k not in constant]
